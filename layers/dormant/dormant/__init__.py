@@ -1,0 +1,75 @@
+"""dormant: durable AI agents for AWS Lambda.
+
+An agent that waits (for a human, a webhook, a timer) is not a process but rows in a store.
+Every request loads the rows, runs one turn, commits with a conditional write and returns.
+"""
+
+from __future__ import annotations
+
+from dormant._resume import UnresolvedYield, assert_ready_to_resume, validate_resume_state
+from dormant.agent import Agent, Hook, HookContext
+from dormant.app import App
+from dormant.errors import (
+    DormantError,
+    InputError,
+    PendingInputError,
+    ResumeError,
+    SessionNotFound,
+    StoreError,
+)
+from dormant.handlers import (
+    HandlerInput,
+    Input,
+    ResponseOptions,
+    RestResponse,
+    TurnResult,
+    TurnStream,
+)
+from dormant.results import (
+    CompletedResult,
+    ErrorResult,
+    Output,
+    RunResult,
+    YieldedMessageResult,
+    YieldedToolResult,
+)
+from dormant.session import CommitResult, Session, YieldedTool
+from dormant.tools import Signal, Tool, ToolContext, handler_context, run_with_handler_context
+
+__all__ = [
+    "Agent",
+    "App",
+    "CommitResult",
+    "CompletedResult",
+    "DormantError",
+    "ErrorResult",
+    "HandlerInput",
+    "Hook",
+    "HookContext",
+    "Input",
+    "InputError",
+    "Output",
+    "PendingInputError",
+    "ResponseOptions",
+    "RestResponse",
+    "ResumeError",
+    "RunResult",
+    "Session",
+    "SessionNotFound",
+    "Signal",
+    "StoreError",
+    "Tool",
+    "ToolContext",
+    "TurnResult",
+    "TurnStream",
+    "UnresolvedYield",
+    "YieldedMessageResult",
+    "YieldedTool",
+    "YieldedToolResult",
+    "assert_ready_to_resume",
+    "handler_context",
+    "run_with_handler_context",
+    "validate_resume_state",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,165 @@
+"""Agents, their context recipe, and hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dormant.errors import ConfigError
+from dormant.tools import Tool
+
+if TYPE_CHECKING:
+    from dormant.models._base import Model, ModelRequest
+    from dormant.session import Session
+    from dormant.tools import ToolContext
+
+__all__ = ["Agent", "ContextBuilders", "History", "Hook", "HookContext", "System"]
+
+DEFAULT_MAX_STEPS = 16
+
+
+@dataclass(frozen=True)
+class System:
+    """A system prompt: text, or a function of the session returning text."""
+
+    text: str | Callable[[Session], str]
+
+    def render(self, session: Session) -> str:
+        return self.text(session) if callable(self.text) else self.text
+
+
+@dataclass(frozen=True)
+class History:
+    """The conversation: all of it (``limit=None``) or the ``limit`` most recent turns."""
+
+    limit: int | None = None
+
+
+ContextItem = System | History
+
+
+class ContextBuilders:
+    """``app.context``: the pieces an agent's context is made of."""
+
+    @staticmethod
+    def system(text: str | Callable[[Session], str]) -> System:
+        return System(text)
+
+    @staticmethod
+    def history(limit: int | None = None) -> History:
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"history(limit=...) must be a positive int or None, got {limit!r}")
+        return History(limit)
+
+
+@dataclass
+class HookContext:
+    """What a hook receives (one positional argument). Fields not relevant to a hook are None.
+
+    ``before_agent`` may return a ``str``: it becomes the run's reply and no model is called.
+    ``before_tool`` may return a value: it becomes the tool's result and the tool is skipped.
+    ``after_tool`` may return a value: it replaces the tool's result.
+    """
+
+    agent: Agent
+    session: Session
+    invocation_id: str | None
+    state: dict[str, Any]
+    request: ModelRequest | None = None
+    text: str | None = None
+    tool: ToolContext | None = None
+    result: Any = None
+    error: str | None = None
+
+
+HookFn = Callable[[HookContext], Any]
+
+
+@dataclass(frozen=True)
+class Hook:
+    """Callbacks around a run. Each is called with one :class:`HookContext`."""
+
+    before_agent: HookFn | None = None
+    after_agent: HookFn | None = None
+    before_model: HookFn | None = None
+    after_model: HookFn | None = None
+    before_tool: HookFn | None = None
+    after_tool: HookFn | None = None
+
+    @classmethod
+    def coerce(cls, value: Hook | dict[str, HookFn]) -> Hook:
+        if isinstance(value, Hook):
+            return value
+        if isinstance(value, dict):
+            unknown = set(value) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise ConfigError(f"unknown hook names: {sorted(unknown)}")
+            return cls(**value)
+        raise ConfigError(f"a hook must be a dormant.Hook or a dict, got {value!r}")
+
+
+ErrorHandler = Callable[[BaseException, HookContext], "str | None"]
+
+
+@dataclass(eq=False)
+class Agent:
+    """An agent: a model, a context recipe, tools. Build it with ``app.agent(...)``."""
+
+    name: str
+    model: Model | None
+    context: Sequence[ContextItem]
+    tools: dict[str, Tool]
+    yields: bool = False
+    tool_approval: dict[str, Any] | None = None
+    hooks: tuple[Hook, ...] = ()
+    max_steps: int = DEFAULT_MAX_STEPS
+    app_hooks: tuple[Hook, ...] = field(default=(), repr=False)
+
+    @property
+    def history_turns(self) -> int | None:
+        """How many recent turns the context needs loaded (None: all; 0: none)."""
+        turns: int | None = 0
+        for item in self.context:
+            if isinstance(item, History):
+                if item.limit is None:
+                    return None
+                turns = max(turns or 0, item.limit)
+        return turns
+
+
+def build_agent(
+    *,
+    name: str,
+    model: Model | None,
+    context: Sequence[ContextItem] | None,
+    tools: Sequence[Tool] | None,
+    yields: bool,
+    tool_approval: dict[str, Any] | None,
+    hooks: Sequence[Hook | dict[str, HookFn]] | None,
+    max_steps: int,
+    app_hooks: tuple[Hook, ...],
+) -> Agent:
+    if not name:
+        raise ConfigError("an agent needs a name")
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigError(f"agent {name!r}: max_steps must be a positive int")
+    by_name: dict[str, Tool] = {}
+    for tool in tools or ():
+        if not isinstance(tool, Tool):
+            raise ConfigError(f"agent {name!r}: {tool!r} is not a tool made by app.tool")
+        if tool.name in by_name:
+            raise ConfigError(f"agent {name!r}: two tools are named {tool.name!r}")
+        by_name[tool.name] = tool
+    items = list(context if context is not None else [History()])
+    for item in items:
+        if not isinstance(item, System | History):
+            raise ConfigError(f"agent {name!r}: unknown context item {item!r}")
+    if tool_approval:
+        raise ConfigError(
+            f"agent {name!r}: tool_approval is not supported in this release; "
+            "use a yielding tool (yield_schema) to ask a human"
+        )
+    return Agent(name=name, model=model, context=items, tools=by_name, yields=yields,
+                 tool_approval=tool_approval, hooks=tuple(Hook.coerce(h) for h in hooks or ()),
+                 max_steps=max_steps, app_hooks=app_hooks)

@@ -1,0 +1,237 @@
+"""The application object: tools, agents, sessions and handlers hang off it."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from pydantic import BaseModel
+
+from dormant._ids import now_ms
+from dormant._runtime import TurnInput, run_turn
+from dormant.agent import (
+    DEFAULT_MAX_STEPS,
+    Agent,
+    ContextBuilders,
+    ContextItem,
+    Hook,
+    HookFn,
+    build_agent,
+)
+from dormant.errors import InputError
+from dormant.results import RunResult
+from dormant.session import (
+    CommitResult,
+    Session,
+    SessionSummary,
+    mint_session_id,
+    normalize_session_id,
+)
+from dormant.stores._base import Store
+from dormant.stores.memory import MemoryStore
+from dormant.tools import Step, Tool, make_tool, tool_from_function
+
+if TYPE_CHECKING:
+    from dormant.handlers import Handlers
+    from dormant.models._base import Model
+
+__all__ = ["App", "Sessions"]
+
+#: How often ``merge`` re-reads the head when other writers keep landing first.
+MERGE_ATTEMPTS = 5
+
+
+class Sessions:
+    """``app.sessions``: create, read, commit and merge sessions in the app's store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def create(self, session_id: str | None = None, state: dict[str, Any] | None = None, *,
+               principal: str | None = None) -> Session:
+        """Create and commit an empty session (``InputError`` if the id is taken)."""
+        sid = normalize_session_id(session_id) if session_id else mint_session_id()
+        session = Session.new(sid, state=state, principal=principal)
+        result = self.commit(session)
+        if not result.ok:
+            raise InputError(f"session {sid} already exists")
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        """The session with its whole ledger, or None."""
+        stored = self._store.load(normalize_session_id(session_id), turns=None)
+        return Session.from_stored(stored) if stored is not None else None
+
+    def load(self, session_id: str, *, turns: int | None) -> Session | None:
+        """The session with only the last ``turns`` turns of its ledger (the turn path)."""
+        stored = self._store.load(normalize_session_id(session_id), turns=turns)
+        return Session.from_stored(stored) if stored is not None else None
+
+    def commit(self, session: Session) -> CommitResult:
+        """Write the session's uncommitted slice iff nobody committed since it was loaded.
+
+        A refusal is returned (``ok=False, conflict=True, current_version``), not raised, and
+        writes nothing.
+        """
+        result = self._store.append(session.head, session.new_events,
+                                    expected_version=session.version)
+        if result.ok:
+            assert result.version is not None
+            session._committed(result.version)
+        return result
+
+    def merge(self, session: Session, *, turns: int | None = None) -> CommitResult:
+        """Re-read the head and append the uncommitted slice onto it.
+
+        Raises :class:`dormant.errors.InputError` / ``ResumeError`` when the slice no longer
+        fits the newer head (e.g. it answers a call somebody else answered); nothing is written
+        then.
+        """
+        result = CommitResult(ok=False, conflict=True, current_version=session.version)
+        for _ in range(MERGE_ATTEMPTS):
+            stored = self._store.load(session.session_id, turns=turns)
+            if stored is None:
+                raise InputError(f"session {session.session_id} no longer exists")
+            session._rebase(stored)
+            result = self.commit(session)
+            if result.ok:
+                return result
+        return result
+
+    def delete(self, session_id: str) -> bool:
+        return self._store.delete(normalize_session_id(session_id))
+
+    def list(self, *, principal: str | None = None, limit: int = 100) -> builtins.list[
+            SessionSummary]:
+        return self._store.list(principal=principal, limit=limit)
+
+
+class App:
+    """A dormant application: ``App(name=..., store=...)`` (store defaults to memory)."""
+
+    def __init__(
+        self,
+        name: str = "dormant",
+        *,
+        store: Store | None = None,
+        hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.name = name
+        self.store: Store = store if store is not None else MemoryStore()
+        self.sessions = Sessions(self.store)
+        self.context = ContextBuilders()
+        self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
+        self.clock: Callable[[], int] = clock or now_ms
+        self._handler: Handlers | None = None
+
+    # --- declarations --------------------------------------------------------------------------
+
+    @overload
+    def tool(self, fn: Callable[..., Any], /) -> Tool: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        schema: type[BaseModel] | None = None,
+        yield_schema: type[BaseModel] | None = None,
+        prepare: Step | None = None,
+        execute: Step | None = None,
+        finalize: Step | None = None,
+    ) -> Any: ...
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        schema: type[BaseModel] | None = None,
+        yield_schema: type[BaseModel] | None = None,
+        prepare: Step | None = None,
+        execute: Step | None = None,
+        finalize: Step | None = None,
+    ) -> Any:
+        """Declare a tool.
+
+        Explicit form: ``app.tool(name=..., description=..., schema=Model, execute=fn)``
+        (``yield_schema`` makes it yield; it needs ``execute`` or ``yield_schema``).
+        Decorator form: ``@app.tool`` or ``@app.tool(description=...)`` on a typed function,
+        whose signature becomes the schema.
+        """
+        if fn is not None:
+            return tool_from_function(fn, name=name, description=description,
+                                      yield_schema=yield_schema, prepare=prepare,
+                                      finalize=finalize)
+        if schema is not None or execute is not None or prepare is not None \
+                or finalize is not None:
+            return make_tool(name=name or "", description=description or "", schema=schema,
+                             yield_schema=yield_schema, prepare=prepare, execute=execute,
+                             finalize=finalize)
+
+        def decorate(function: Callable[..., Any]) -> Tool:
+            return tool_from_function(function, name=name, description=description,
+                                      yield_schema=yield_schema, prepare=prepare,
+                                      finalize=finalize)
+
+        return decorate
+
+    def agent(
+        self,
+        name: str,
+        model: Model | None = None,
+        context: Sequence[ContextItem] | None = None,
+        tools: Sequence[Tool] | None = None,
+        *,
+        yields: bool = False,
+        tool_approval: dict[str, Any] | None = None,
+        hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ) -> Agent:
+        """Declare an agent (context defaults to ``[app.context.history()]``)."""
+        return build_agent(name=name, model=model, context=context, tools=tools, yields=yields,
+                           tool_approval=tool_approval, hooks=hooks, max_steps=max_steps,
+                           app_hooks=self.hooks)
+
+    # --- running -------------------------------------------------------------------------------
+
+    def run(
+        self,
+        agent: Agent,
+        *,
+        session_id: str | None = None,
+        message: str | None = None,
+        session: Session | None = None,
+        hooks: Sequence[Hook] = (),
+    ) -> RunResult:
+        """Run one turn; the result's ``session`` holds its events, uncommitted.
+
+        Nothing is written until ``app.sessions.commit(result.session)``.
+        """
+        if session is None:
+            sid = normalize_session_id(session_id) if session_id else mint_session_id()
+            session = self.sessions.get(sid) or Session.new(sid)
+        stream = run_turn(agent, session, TurnInput(message=message), hooks=hooks,
+                          clock=self.clock)
+        while True:
+            try:
+                next(stream)
+            except StopIteration as stop:
+                result: RunResult = stop.value
+                return result
+
+    @property
+    def handler(self) -> Handlers:
+        """``app.handler.turn / rest / agui``: one turn per request, committed for you."""
+        if self._handler is None:
+            from dormant.handlers import Handlers
+
+            self._handler = Handlers(self)
+        return self._handler

@@ -1,0 +1,87 @@
+"""The exceptions dormant raises. One root; user mistakes apart from failures.
+
+Each message names the id involved and what to do about it. HTTP layers map them to status
+codes through :data:`HTTP_STATUS` (one table, not an ``isinstance`` chain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "HTTP_STATUS",
+    "ConfigError",
+    "DormantError",
+    "InputError",
+    "PendingInputError",
+    "ResumeError",
+    "SessionNotFound",
+    "StoreError",
+]
+
+
+class DormantError(Exception):
+    """Root of every error dormant raises on purpose."""
+
+    code = "dormant_error"
+
+
+class ConfigError(DormantError, ValueError):
+    """The app, an agent or a tool was declared wrongly (a programming mistake)."""
+
+    code = "config_error"
+
+
+class InputError(DormantError, ValueError):
+    """A request asked for something the session cannot accept. Nothing was written."""
+
+    code = "invalid_input"
+
+
+class PendingInputError(InputError):
+    """A user message reached a session that waits for tool input or an approval."""
+
+    code = "awaiting_input"
+
+    def __init__(self, session_id: str, pending: Sequence[tuple[str, str]]) -> None:
+        self.session_id = session_id
+        self.pending = list(pending)
+        calls = ", ".join(f"{name} ({call_id})" for call_id, name in self.pending)
+        super().__init__(
+            f"session {session_id} is awaiting input for {calls}; answer those calls "
+            "(input.tools) before sending a new message"
+        )
+
+
+class ResumeError(DormantError):
+    """A ledger was asked to resume while some yields have no input."""
+
+    code = "not_ready_to_resume"
+
+
+class SessionNotFound(DormantError, LookupError):
+    """No such session (or not one the caller may see)."""
+
+    code = "session_not_found"
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} not found")
+
+
+class StoreError(DormantError):
+    """The store failed (not a version conflict: those are data, see ``CommitResult``)."""
+
+    code = "store_error"
+
+
+#: HTTP status per error code, for every HTTP surface (API function, local server).
+HTTP_STATUS: dict[str, int] = {
+    InputError.code: 400,
+    ConfigError.code: 500,
+    PendingInputError.code: 409,
+    ResumeError.code: 409,
+    SessionNotFound.code: 404,
+    StoreError.code: 503,
+    DormantError.code: 500,
+}

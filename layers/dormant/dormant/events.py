@@ -1,0 +1,266 @@
+"""The ledger: every event a session records, and the stream-only events a turn emits.
+
+Event tags (the ``type`` field) and field names are a permanent wire format: ledgers written
+by any released version must keep loading (see ``tests/fixtures/ledger/``). Add new event
+types and new optional fields; never rename or repurpose one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter
+
+from dormant._ids import new_id, now_ms
+
+__all__ = [
+    "LEDGER_FORMAT",
+    "STREAM_ONLY_TYPES",
+    "AssistantDelta",
+    "AssistantEvent",
+    "ErrorEvent",
+    "Event",
+    "InvocationEnd",
+    "InvocationResume",
+    "InvocationStart",
+    "InvocationYield",
+    "ModelEnd",
+    "ModelStart",
+    "StateDelta",
+    "StreamEvent",
+    "ThoughtDelta",
+    "ToolCall",
+    "ToolInput",
+    "ToolResult",
+    "ToolYield",
+    "Usage",
+    "UserEvent",
+    "dump_events",
+    "load_events",
+]
+
+#: Version of the stored ledger format. Bump it only with a loader for the older format.
+LEDGER_FORMAT = 1
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str = Field(default_factory=lambda: new_id("evt"), description="Unique event id.")
+    invocation_id: str | None = Field(
+        default=None, description="The invocation this event belongs to (None for appends)."
+    )
+    ts: int = Field(default_factory=now_ms, description="Creation time, epoch milliseconds.")
+
+
+class InvocationStart(_Base):
+    """An invocation (one agent run, possibly spanning several pauses) begins."""
+
+    type: Literal["invocation_start"] = "invocation_start"
+    agent: str = Field(default="", description="Name of the agent that runs the invocation.")
+
+
+class UserEvent(_Base):
+    """A user message."""
+
+    type: Literal["user"] = "user"
+    text: str = Field(description="What the user said.")
+    message_id: str = Field(
+        default_factory=lambda: new_id("msg"),
+        description="Stable id of the message; a redelivered message with a known id lands once.",
+    )
+
+
+class AssistantEvent(_Base):
+    """A complete assistant reply (the concatenation of its deltas)."""
+
+    type: Literal["assistant"] = "assistant"
+    text: str = Field(description="What the assistant said.")
+
+
+class ToolCall(_Base):
+    """The model asked for a tool."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str = Field(description="Id of the call; the idempotency key for side effects.")
+    name: str = Field(description="Tool name as the model gave it.")
+    args: Any = Field(default=None, description="Arguments as the model gave them (JSON).")
+
+
+class ToolYield(_Base):
+    """A yielding tool paused the run and waits for input."""
+
+    type: Literal["tool_yield"] = "tool_yield"
+    call_id: str = Field(description="The call that waits; answer it by this id.")
+    name: str = Field(description="Tool name.")
+    args: Any = Field(default=None, description="What the tool's prepare returned (JSON).")
+
+
+class InvocationYield(_Base):
+    """The invocation parked: it waits for tool input or for the next user message."""
+
+    type: Literal["invocation_yield"] = "invocation_yield"
+    reason: Literal["tool", "message"] = Field(description="What the invocation waits for.")
+
+
+class ToolInput(_Base):
+    """The answer to a yielded call arrived (validated only when the run resumes)."""
+
+    type: Literal["tool_input"] = "tool_input"
+    call_id: str = Field(description="The yielded call this answers.")
+    input: Any = Field(default=None, description="The answer, as supplied (JSON).")
+
+
+class InvocationResume(_Base):
+    """A parked invocation reopens."""
+
+    type: Literal["invocation_resume"] = "invocation_resume"
+
+
+class ToolResult(_Base):
+    """The outcome of a tool call: a result or an error the model reads."""
+
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str = Field(description="The call this settles.")
+    name: str = Field(description="Tool name.")
+    result: Any = Field(default=None, description="The tool's return value (JSON).")
+    error: str | None = Field(default=None, description="Why the call failed, if it did.")
+
+
+class StateDelta(_Base):
+    """A change to the session state, as an RFC 6902 JSON Patch."""
+
+    type: Literal["state_delta"] = "state_delta"
+    patch: list[dict[str, Any]] = Field(description="RFC 6902 operations, applied in order.")
+
+
+class ErrorEvent(_Base):
+    """The run failed in a way the ledger should remember (e.g. the step limit)."""
+
+    type: Literal["error"] = "error"
+    message: str = Field(description="Human-readable reason.")
+    code: str = Field(default="run_error", description="Stable machine-readable code.")
+
+
+class InvocationEnd(_Base):
+    """The invocation finished; nothing of it is pending."""
+
+    type: Literal["invocation_end"] = "invocation_end"
+    status: Literal["completed", "error"] = Field(
+        default="completed", description="How the invocation ended."
+    )
+
+
+Event = Annotated[
+    InvocationStart
+    | UserEvent
+    | AssistantEvent
+    | ToolCall
+    | ToolYield
+    | InvocationYield
+    | ToolInput
+    | InvocationResume
+    | ToolResult
+    | StateDelta
+    | ErrorEvent
+    | InvocationEnd,
+    Discriminator("type"),
+]
+"""A persisted ledger event."""
+
+
+# --- stream-only events: emitted by a turn, never persisted ---------------------------------
+
+
+class Usage(BaseModel):
+    """Token usage of one model call, or summed over a turn."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
+
+
+class ModelStart(_Base):
+    """A model call begins."""
+
+    type: Literal["model_start"] = "model_start"
+    step: int = Field(description="1-based step number within the invocation's turn.")
+
+
+class AssistantDelta(_Base):
+    """A fragment of assistant text as the model streams it."""
+
+    type: Literal["assistant_delta"] = "assistant_delta"
+    message_id: str = Field(description="Id of the assistant event this fragment builds.")
+    delta: str = Field(description="The new text.")
+
+
+class ThoughtDelta(_Base):
+    """A fragment of the model's reasoning summary."""
+
+    type: Literal["thought_delta"] = "thought_delta"
+    message_id: str = Field(description="Groups the fragments of one reasoning block.")
+    delta: str = Field(description="The new text.")
+
+
+class ModelEnd(_Base):
+    """A model call ended."""
+
+    type: Literal["model_end"] = "model_end"
+    step: int = Field(description="1-based step number.")
+    usage: Usage = Field(default_factory=Usage, description="Tokens used by this call.")
+
+
+StreamEvent = Annotated[
+    InvocationStart
+    | UserEvent
+    | AssistantEvent
+    | ToolCall
+    | ToolYield
+    | InvocationYield
+    | ToolInput
+    | InvocationResume
+    | ToolResult
+    | StateDelta
+    | ErrorEvent
+    | InvocationEnd
+    | ModelStart
+    | AssistantDelta
+    | ThoughtDelta
+    | ModelEnd,
+    Discriminator("type"),
+]
+"""Anything a turn stream yields: ledger events and the stream-only ones."""
+
+STREAM_ONLY_TYPES = frozenset({"model_start", "assistant_delta", "thought_delta", "model_end"})
+
+_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def load_events(data: Any) -> list[Event]:
+    """Validate a JSON-shaped list (or JSON text) into ledger events."""
+    if isinstance(data, str | bytes):
+        return _EVENTS.validate_json(data)
+    return _EVENTS.validate_python(data)
+
+
+def load_event(data: Any) -> Event:
+    """Validate one JSON-shaped event."""
+    if isinstance(data, str | bytes):
+        return _EVENT.validate_json(data)
+    return _EVENT.validate_python(data)
+
+
+def dump_events(events: list[Event]) -> list[dict[str, Any]]:
+    """The JSON form of ledger events (what stores write)."""
+    return [event.model_dump(mode="json") for event in events]

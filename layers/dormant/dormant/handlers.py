@@ -1,0 +1,437 @@
+"""One turn per request: load the session, run a turn, commit, answer.
+
+``app.handler.turn`` is the atom (a lazy stream of events with a result at the end);
+``rest`` drains it into a JSON body; ``agui`` translates it into AG-UI events.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from dormant._ids import new_id
+from dormant._runtime import TurnInput, run_turn
+from dormant.agent import Agent, ErrorHandler, Hook, HookFn
+from dormant.errors import DormantError, InputError, SessionNotFound
+from dormant.events import StreamEvent, Usage
+from dormant.results import ErrorResult, Output, RunResult
+from dormant.session import (
+    Session,
+    YieldedTool,
+    mint_session_id,
+    normalize_session_id,
+)
+from dormant.tools import Aborted, Signal
+
+if TYPE_CHECKING:
+    from dormant.app import App
+
+__all__ = [
+    "CommitStatus",
+    "HandlerInput",
+    "Handlers",
+    "Input",
+    "ResponseOptions",
+    "RestResponse",
+    "ToolAnswer",
+    "TurnResult",
+    "TurnStream",
+]
+
+log = logging.getLogger("dormant")
+
+CommitStatus = Literal["committed", "merged", "superseded", "failed"]
+
+#: Attempts at writing a turn when the store fails (not conflicts), and the first backoff.
+STORE_ATTEMPTS = 3
+STORE_BACKOFF = 0.05
+#: Re-reads when other writers keep landing first while merging.
+MERGE_ATTEMPTS = 5
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ToolAnswer(_In):
+    """The answer to one yielded call."""
+
+    call_id: str = Field(min_length=1)
+    input: Any = None
+
+
+class Input(_In):
+    """What a request brings: a message, answers to yields, state."""
+
+    message: str | None = Field(default=None, min_length=1)
+    message_id: str | None = Field(default=None, min_length=1, max_length=128)
+    tools: list[ToolAnswer] | None = None
+    approvals: list[dict[str, Any]] | None = None
+    state: dict[str, Any] | None = None
+    initial_state: dict[str, Any] | None = None
+
+
+class HandlerInput(_In):
+    """One request: ``session_id`` (minted when absent) and its ``input``.
+
+    ``principal`` scopes the request: a session created by one principal is invisible to
+    another. It is server-side only: HTTP layers set it from the authorizer, never the body.
+    """
+
+    session_id: str | None = None
+    input: Input = Field(default_factory=Input)
+    principal: str | None = None
+
+
+class ResponseOptions(_In):
+    """Opt-in parts of a REST response."""
+
+    events: bool = False
+    usage: bool = False
+    state: bool = False
+
+
+class TurnResult(BaseModel):
+    """A run result plus how (and whether) it reached the store."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    session_id: str
+    status: Literal["completed", "yielded_tool", "yielded_message", "error"]
+    output: Output = Field(default_factory=Output)
+    commit_status: CommitStatus | None = None
+    invocation_id: str | None = None
+    yielded_tools: list[YieldedTool] | None = None
+    yielded_invocation_id: str | None = None
+    error: str | None = None
+    code: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    version: int | None = None
+    state: dict[str, Any] | None = None
+
+    @property
+    def warning(self) -> str | None:
+        """Why the commit was not clean (merged, superseded, failed), else None."""
+        return _WARNINGS.get(self.commit_status or "")
+
+
+_WARNINGS = {
+    "merged": "merged: the session moved while this turn ran; its events were appended "
+              "after the newer ones",
+    "superseded": "superseded: a newer message (or answer) landed while this turn ran; "
+                  "this turn was dropped and nothing of it was stored",
+    "failed": "failed: the store could not be written; nothing of this turn was stored",
+}
+
+
+class RestResponse(BaseModel):
+    """The REST body. Wire form: ``model_dump(by_alias=True, mode="json",
+    exclude_none=True)`` (camelCase)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    session_id: str
+    status: Literal["completed", "yielded_tool", "yielded_message", "error"]
+    output: Output
+    yielded_tools: list[YieldedTool] | None = None
+    pending_approvals: list[Any] | None = None
+    error: str | None = None
+    code: str | None = None
+    warning: str | None = None
+    commit_status: CommitStatus | None = None
+    events: list[dict[str, Any]] | None = None
+    usage: Usage | None = None
+    state: dict[str, Any] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class _Config:
+    """A handler's configuration, fixed when the handler is built."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        agent: Agent,
+        schema: type[BaseModel] | None = None,
+        hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
+        error_handlers: Sequence[ErrorHandler] | None = None,
+        timeout: float | None = None,
+        response: ResponseOptions | dict[str, bool] | None = None,
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive (seconds)")
+        self.app = app
+        self.agent = agent
+        self.schema = schema
+        self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
+        self.error_handlers = tuple(error_handlers or ())
+        self.timeout = timeout
+        self.response = (response if isinstance(response, ResponseOptions)
+                         else ResponseOptions.model_validate(response or {}))
+
+
+class TurnStream(Iterator[StreamEvent]):
+    """A lazy turn: nothing runs (not even a read) until iterated.
+
+    Iterate it for the stream events; ``result`` is the :class:`TurnResult` once exhausted.
+    ``invocation_id`` is minted up front; on a resume it becomes the reopened invocation's id
+    once iteration starts. ``abort()`` stops the run and commits nothing.
+    """
+
+    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any]) -> None:
+        self._config = config
+        self._request = request
+        self._signal = Signal()
+        self._gen: Iterator[StreamEvent] | None = None
+        self.invocation_id: str = new_id("inv")
+        self.session_id: str | None = None
+        self.result: TurnResult | None = None
+        self.events: list[StreamEvent] = []
+
+    def __iter__(self) -> TurnStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        if self._gen is None:
+            if self._config.timeout is not None:  # the timeout runs from the first read
+                self._signal.deadline = time.monotonic() + self._config.timeout
+            self._gen = self._drive()
+        return next(self._gen)
+
+    def abort(self) -> None:
+        """Stop the run; the turn commits nothing."""
+        self._signal.abort()
+
+    def run(self) -> TurnResult:
+        """Drain the stream and return the result."""
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+    # --- the request path ----------------------------------------------------------------------
+
+    def _drive(self) -> Iterator[StreamEvent]:
+        config = self._config
+        try:
+            request = (self._request if isinstance(self._request, HandlerInput)
+                       else HandlerInput.model_validate(self._request))
+            session = self._open(request)
+        except ValidationError as error:
+            self._fail(self._request_session_id(), InputError(_describe(error)))
+            return
+        except DormantError as error:
+            self._fail(self._request_session_id(), error)
+            return
+        self.session_id = session.session_id
+        try:
+            run = run_turn(
+                config.agent, session,
+                TurnInput(message=request.input.message, message_id=request.input.message_id,
+                          state=request.input.state, invocation_id=self.invocation_id),
+                hooks=config.hooks, error_handlers=config.error_handlers,
+                signal=self._signal, clock=config.app.clock,
+            )
+            result = yield from self._pump(run, session)
+            self._check_state(session)
+            self._signal.raise_if_aborted()
+        except Aborted as error:
+            self._fail(session.session_id, error, code="aborted")
+            return
+        except DormantError as error:
+            self._fail(session.session_id, error)
+            return
+        except Exception as error:  # a tool/model/hook bug: report it, write nothing
+            log.exception("turn failed", extra={"session_id": session.session_id})
+            self._fail(session.session_id, error, code="run_error")
+            return
+        commit, version = self._commit(session, result)
+        self.result = self._turn_result(session, result, commit, version)
+
+    def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
+        while True:
+            try:
+                event = next(run)
+            except StopIteration as stop:
+                return stop.value
+            if event.type == "invocation_resume" and event.invocation_id:
+                self.invocation_id = event.invocation_id
+            self.events.append(event)
+            yield event
+
+    def _request_session_id(self) -> str:
+        raw = (self._request.session_id if isinstance(self._request, HandlerInput)
+               else self._request.get("session_id") or self._request.get("sessionId"))
+        if isinstance(raw, str):
+            try:
+                return normalize_session_id(raw)
+            except InputError:
+                return raw
+        return ""
+
+    def _open(self, request: HandlerInput) -> Session:
+        config = self._config
+        sid = (normalize_session_id(request.session_id) if request.session_id
+               else mint_session_id())
+        self.session_id = sid
+        session = config.app.sessions.load(sid, turns=config.agent.history_turns)
+        if session is None:
+            session = Session.new(sid, state=self._initial_state(request.input.initial_state),
+                                  principal=request.principal)
+        elif (request.principal is not None and session.principal is not None
+              and session.principal != request.principal):
+            raise SessionNotFound(sid)
+        if request.input.approvals:
+            raise InputError("this agent has no tools under approval: nothing to decide")
+        for answer in request.input.tools or ():
+            session.input.tool(call_id=answer.call_id, input=answer.input)
+        return session
+
+    def _initial_state(self, initial: dict[str, Any] | None) -> dict[str, Any]:
+        schema = self._config.schema
+        if schema is None:
+            return dict(initial or {})
+        try:
+            return schema.model_validate(initial or {}).model_dump(mode="json")
+        except ValidationError as error:
+            raise InputError(f"initial_state does not fit the state schema: "
+                             f"{_describe(error)}") from error
+
+    def _check_state(self, session: Session) -> None:
+        schema = self._config.schema
+        if schema is not None:
+            try:
+                schema.model_validate(session.state)
+            except ValidationError as error:
+                raise InputError(f"state no longer fits the state schema: "
+                                 f"{_describe(error)}") from error
+
+    def _fail(self, session_id: str, error: BaseException, code: str | None = None) -> None:
+        self.result = TurnResult(
+            session_id=session_id, status="error", error=str(error),
+            code=code or getattr(error, "code", "run_error"), invocation_id=self.invocation_id,
+        )
+
+    # --- commit policy -------------------------------------------------------------------------
+
+    def _commit(self, session: Session, result: RunResult) -> tuple[CommitStatus, int | None]:
+        if not session.dirty:
+            return "committed", session.version
+        sessions = self._config.app.sessions
+        own_user_ts = max((e.ts for e in session.new_events if e.type == "user"), default=None)
+        last_event = session.new_events[-1].id
+        merged = False
+        failures = 0
+        for _ in range(MERGE_ATTEMPTS + STORE_ATTEMPTS):
+            try:
+                outcome = sessions.commit(session)
+            except Exception as error:  # store failure: bounded retry with backoff
+                failures += 1
+                log.warning("commit failed (attempt %d): %s", failures, error,
+                            extra={"session_id": session.session_id})
+                if failures >= STORE_ATTEMPTS:
+                    return "failed", None
+                time.sleep(STORE_BACKOFF * 2 ** (failures - 1))
+                outcome = None
+            if outcome is not None and outcome.ok:
+                return ("merged" if merged else "committed"), outcome.version
+            # Conflict, or an ambiguous failure: look at the head before trying again.
+            try:
+                stored = self._config.app.store.load(session.session_id, turns=0)
+            except Exception:
+                continue
+            if stored is None:
+                return "failed", None
+            if stored.head.last_event == last_event:
+                return ("merged" if merged else "committed"), stored.head.version
+            if own_user_ts is not None and stored.head.last_user_ts > own_user_ts:
+                return "superseded", None
+            try:
+                session._rebase(stored)
+            except DormantError:
+                return "superseded", None
+            merged = True
+        return "failed", None
+
+    def _turn_result(self, session: Session, result: RunResult, commit: CommitStatus,
+                     version: int | None) -> TurnResult:
+        data = result.model_dump()
+        fields = {k: data.get(k) for k in ("status", "output", "invocation_id", "usage",
+                                           "yielded_tools", "yielded_invocation_id", "error")}
+        if isinstance(result, ErrorResult):
+            fields["code"] = result.code
+        if commit == "failed":
+            fields["status"] = "error"
+            fields["error"] = fields.get("error") or (
+                f"the turn ran but session {session.session_id} could not be written after "
+                f"{STORE_ATTEMPTS} attempts; retry the request")
+            fields["code"] = "store_error"
+        return TurnResult(session_id=session.session_id, commit_status=commit, version=version,
+                          state=dict(session.state), **fields)
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "body"
+        parts.append(f"{where}: {item['msg']}")
+    return "invalid request: " + "; ".join(parts)
+
+
+class Handlers:
+    """``app.handler``: builds per-request functions from a config."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def turn(self, **config: Any) -> Callable[[HandlerInput | dict[str, Any]], TurnStream]:
+        """``handler(input) -> TurnStream`` (lazy)."""
+        cfg = _Config(self._app, **config)
+
+        def handle(request: HandlerInput | dict[str, Any]) -> TurnStream:
+            return TurnStream(cfg, request)
+
+        return handle
+
+    def rest(self, **config: Any) -> Callable[[HandlerInput | dict[str, Any]], RestResponse]:
+        """``handler(input) -> RestResponse``: the turn, drained and committed."""
+        cfg = _Config(self._app, **config)
+
+        def handle(request: HandlerInput | dict[str, Any]) -> RestResponse:
+            stream = TurnStream(cfg, request)
+            result = stream.run()
+            return to_rest(result, stream, cfg.response)
+
+        return handle
+
+    def agui(self, **config: Any) -> Callable[[HandlerInput | dict[str, Any]], Iterator[Any]]:
+        """``handler(input) -> iterator of ag_ui.core events`` (needs ``ag-ui-protocol``)."""
+        from dormant.agui import agui_handler
+
+        return agui_handler(_Config(self._app, **config))
+
+
+def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) -> RestResponse:
+    return RestResponse(
+        session_id=result.session_id,
+        status=result.status,
+        output=result.output,
+        yielded_tools=result.yielded_tools if result.status == "yielded_tool" else None,
+        error=result.error,
+        code=result.code if result.status == "error" else None,
+        warning=result.warning,
+        commit_status=result.commit_status,
+        events=[e.model_dump(mode="json") for e in stream.events] if options.events else None,
+        usage=result.usage if options.usage else None,
+        state=result.state if options.state else None,
+    )

@@ -1,0 +1,150 @@
+"""The model contract: one method, ``stream``, yielding chunks.
+
+A model sees a neutral :class:`ModelRequest` (system prompts, messages, tool specs) and yields
+:data:`ModelChunk` values; the runtime turns those into ledger and stream events. Adapters for
+real APIs translate the request to their wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from dormant.events import Usage
+from dormant.tools import Signal
+
+__all__ = [
+    "AssistantMessage",
+    "Message",
+    "Model",
+    "ModelChunk",
+    "ModelError",
+    "ModelRequest",
+    "TextDelta",
+    "ThoughtDelta",
+    "ToolCallChunk",
+    "ToolCallPart",
+    "ToolMessage",
+    "ToolSpec",
+    "UsageChunk",
+    "UserMessage",
+]
+
+
+# --- what a model is sent ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    text: str
+    role: Literal["user"] = "user"
+
+
+@dataclass(frozen=True)
+class ToolCallPart:
+    call_id: str
+    name: str
+    args: Any
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    text: str
+    tool_calls: tuple[ToolCallPart, ...] = ()
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass(frozen=True)
+class ToolMessage:
+    """A tool's outcome. ``content`` is the result as JSON text, or the error text."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    role: Literal["tool"] = "tool"
+
+
+Message = UserMessage | AssistantMessage | ToolMessage
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelRequest:
+    """What one model call is given. ``messages`` is built on first access, so a model that
+    never reads history (a scripted one) costs nothing per turn for it."""
+
+    def __init__(
+        self,
+        *,
+        system: list[str],
+        tools: list[ToolSpec],
+        messages: Callable[[], list[Message]] | list[Message],
+        step: int = 1,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.system = system
+        self.tools = tools
+        self.step = step
+        self.settings = settings or {}
+        self._messages = messages
+
+    @property
+    def messages(self) -> list[Message]:
+        if callable(self._messages):
+            self._messages = self._messages()
+        return self._messages
+
+
+# --- what a model yields ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ThoughtDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallChunk:
+    """A complete tool call (adapters assemble streamed argument fragments first).
+    ``args`` is a dict, or JSON text the runtime parses (bad JSON reaches the model as a
+    tool error)."""
+
+    call_id: str
+    name: str
+    args: Any
+
+
+@dataclass(frozen=True)
+class UsageChunk:
+    usage: Usage = field(default_factory=Usage)
+
+
+ModelChunk = TextDelta | ThoughtDelta | ToolCallChunk | UsageChunk
+
+
+class ModelError(Exception):
+    """A model call failed for good (after any retries the adapter makes)."""
+
+    def __init__(self, message: str, *, code: str = "model_error", status: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything with ``stream(request, *, signal)`` yielding :data:`ModelChunk` values."""
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]: ...

@@ -1,0 +1,98 @@
+"""A model that plays back a script: for tests, demos and serving with no key."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dormant._ids import new_id
+from dormant.models._base import (
+    ModelChunk,
+    ModelRequest,
+    TextDelta,
+    ThoughtDelta,
+    ToolCallChunk,
+    UsageChunk,
+)
+from dormant.tools import Signal
+
+__all__ = ["ScriptError", "ScriptedModel"]
+
+_WORDS = re.compile(r"\S+\s*|\s+")
+
+
+class ScriptError(AssertionError):
+    """The script and the run disagree: a call nobody scripted, or replies left unused."""
+
+
+class ScriptedModel:
+    """Each model call consumes the next reply, streaming its text as deltas.
+
+    A reply is a ``str`` (text) or a dict ``{"text": ..., "tool_calls": [{"name": ...,
+    "args": {...}, "id": optional}], "thought": optional}``. The requests the model was sent
+    are kept in ``requests``. A call with no reply left raises :class:`ScriptError`;
+    :meth:`assert_consumed` raises if replies are left over.
+    """
+
+    def __init__(self, replies: Sequence[str | dict[str, Any]] = ()) -> None:
+        for index, reply in enumerate(replies):
+            _check_reply(index, reply)
+        self._replies = list(replies)
+        self._next = 0
+        self._lock = threading.Lock()
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        return len(self._replies) - self._next
+
+    def add(self, reply: str | dict[str, Any]) -> None:
+        """Append a reply to the script."""
+        _check_reply(len(self._replies), reply)
+        with self._lock:
+            self._replies.append(reply)
+
+    def assert_consumed(self) -> None:
+        if self.remaining:
+            left = self._replies[self._next:]
+            raise ScriptError(f"{self.remaining} scripted model replies were never used: {left!r}")
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
+        with self._lock:
+            self.requests.append(request)
+            if self._next >= len(self._replies):
+                raise ScriptError(
+                    f"unexpected model call #{len(self.requests)}: the script has "
+                    f"{len(self._replies)} replies and all were used"
+                )
+            reply = self._replies[self._next]
+            self._next += 1
+        return _play(reply)
+
+
+def _play(reply: str | dict[str, Any]) -> Iterator[ModelChunk]:
+    if isinstance(reply, str):
+        reply = {"text": reply}
+    thought = reply.get("thought")
+    if thought:
+        yield ThoughtDelta(thought)
+    text = reply.get("text") or ""
+    for piece in _WORDS.findall(text):
+        yield TextDelta(piece)
+    for call in reply.get("tool_calls") or ():
+        yield ToolCallChunk(call_id=call.get("id") or new_id("call"), name=call["name"],
+                            args=call.get("args", {}))
+    yield UsageChunk()
+
+
+def _check_reply(index: int, reply: Any) -> None:
+    if isinstance(reply, str):
+        return
+    if not isinstance(reply, dict) or not set(reply) <= {"text", "tool_calls", "thought"}:
+        raise ScriptError(f"reply #{index + 1} must be a str or a dict with text/tool_calls, "
+                          f"got {reply!r}")
+    for call in reply.get("tool_calls") or ():
+        if not isinstance(call, dict) or "name" not in call:
+            raise ScriptError(f"reply #{index + 1}: each tool call needs a name, got {call!r}")

@@ -1,0 +1,75 @@
+"""Run results: a discriminated union on ``status``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, PrivateAttr
+
+from dormant.events import Usage
+from dormant.session import YieldedTool, _Wire
+
+if TYPE_CHECKING:
+    from dormant.session import Session
+
+__all__ = [
+    "CompletedResult",
+    "ErrorResult",
+    "Output",
+    "OutputItem",
+    "RunResult",
+    "YieldedMessageResult",
+    "YieldedToolResult",
+]
+
+
+class OutputItem(_Wire):
+    """One thing the assistant said during the run."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class Output(_Wire):
+    """What the run said: every assistant message, and the last one as ``text``."""
+
+    items: list[OutputItem] = Field(default_factory=list)
+    text: str = ""
+
+
+class _Result(_Wire):
+    output: Output = Field(default_factory=Output)
+    invocation_id: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    _session: Any = PrivateAttr(default=None)
+
+    @property
+    def session(self) -> Session:
+        """The session the run worked on, holding its uncommitted events (``app.run``)."""
+        return self._session  # type: ignore[no-any-return]
+
+
+class CompletedResult(_Result):
+    status: Literal["completed"] = "completed"
+
+
+class YieldedToolResult(_Result):
+    status: Literal["yielded_tool"] = "yielded_tool"
+    yielded_tools: list[YieldedTool]
+
+
+class YieldedMessageResult(_Result):
+    status: Literal["yielded_message"] = "yielded_message"
+    yielded_invocation_id: str
+
+
+class ErrorResult(_Result):
+    status: Literal["error"] = "error"
+    error: str
+    code: str = "run_error"
+
+
+RunResult = Annotated[
+    CompletedResult | YieldedToolResult | YieldedMessageResult | ErrorResult,
+    Discriminator("status"),
+]

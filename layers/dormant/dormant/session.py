@@ -1,0 +1,238 @@
+"""Sessions: a ledger, the head it folds to, and the slice a turn has not committed yet."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from dormant._head import Head, apply
+from dormant._ids import new_id, now_ms
+from dormant._patch import to_json_value
+from dormant.errors import InputError
+from dormant.events import Event, ToolInput, UserEvent
+
+__all__ = [
+    "CommitResult",
+    "Session",
+    "SessionInput",
+    "SessionSummary",
+    "StoredSession",
+    "YieldedTool",
+    "normalize_session_id",
+]
+
+_PREFIX = "session_"
+_ID_CHARS = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+MAX_SESSION_ID = 128
+
+
+def normalize_session_id(session_id: str) -> str:
+    """The canonical form of a session id: ``thread-42`` and ``session_thread-42`` are one.
+
+    Raises :class:`InputError` for an id that is empty, too long or uses characters outside
+    ``A-Z a-z 0-9 . _ : -``.
+    """
+    if not isinstance(session_id, str):
+        raise InputError(f"session id must be a string, got {type(session_id).__name__}")
+    bare = session_id.removeprefix(_PREFIX)
+    if not bare or not _ID_CHARS.match(bare) or len(_PREFIX) + len(bare) > MAX_SESSION_ID:
+        raise InputError(
+            f"invalid session id {session_id!r}: use 1-{MAX_SESSION_ID - len(_PREFIX)} characters "
+            "from A-Z a-z 0-9 . _ : -"
+        )
+    return _PREFIX + bare
+
+
+def mint_session_id() -> str:
+    return new_id("session")
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class YieldedTool(_Wire):
+    """A call the run waits on: answer it by ``call_id``."""
+
+    call_id: str
+    name: str
+    args: Any = None
+
+
+class CommitResult(_Wire):
+    """What a commit did. A refusal is data: ``ok=False, conflict=True, current_version=N``."""
+
+    ok: bool
+    version: int | None = None
+    conflict: bool = False
+    current_version: int | None = None
+
+
+class SessionSummary(_Wire):
+    """One line of ``sessions.list``."""
+
+    session_id: str
+    version: int
+    status: Literal["active", "awaiting_input"]
+    updated_at: int
+    principal: str | None = None
+
+
+class StoredSession(NamedTuple):
+    """What a store returns: the head, and the ledger from position ``first_seq`` on."""
+
+    head: Head
+    events: list[Event]
+    first_seq: int
+
+
+class SessionInput:
+    """Appends inputs to a session's uncommitted slice (``session.input``)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def tool(self, *, call_id: str, input: Any) -> ToolInput:
+        """Answer a yielded call. Validated against the tool's ``yield_schema`` on resume."""
+        event = ToolInput(
+            call_id=call_id,
+            input=to_json_value(input),
+            invocation_id=self._session._head.open_invocation,
+        )
+        self._session._append(event)
+        return event
+
+    def message(self, text: str, id: str | None = None) -> UserEvent:
+        """Append a user message (``id``: a stable id, so a redelivery lands once)."""
+        if not isinstance(text, str) or not text:
+            raise InputError("a message must be a non-empty string")
+        head = self._session._head
+        event = UserEvent(
+            text=text,
+            message_id=id or new_id("msg"),
+            invocation_id=head.open_invocation if head.parked == "message" else None,
+        )
+        self._session._append(event)
+        return event
+
+
+class Session:
+    """A session as a turn sees it. ``events`` is the ledger as loaded plus what is uncommitted.
+
+    Loaded by ``app.sessions.get`` it holds the whole ledger; the turn path loads only the head
+    and the history window its agent asks for (``first_seq`` says where that window starts).
+    """
+
+    def __init__(self, head: Head, events: list[Event] | None = None, first_seq: int = 0) -> None:
+        self._head = head
+        self._loaded = events if events is not None else []
+        self._first_seq = first_seq
+        self._base_version = head.version
+        self._base_seq = head.seq
+        self._new: list[Event] = []
+        self.input = SessionInput(self)
+
+    @classmethod
+    def new(cls, session_id: str, *, state: dict[str, Any] | None = None,
+            principal: str | None = None) -> Session:
+        stamp = now_ms()
+        head = Head(session_id=session_id, state=copy.deepcopy(state or {}),
+                    principal=principal, created_at=stamp, updated_at=stamp)
+        return cls(head)
+
+    @classmethod
+    def from_stored(cls, stored: StoredSession) -> Session:
+        return cls(stored.head, stored.events, stored.first_seq)
+
+    # --- what callers read -------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        return self._head.session_id
+
+    @property
+    def version(self) -> int:
+        """The version this session was loaded at (the one its commit expects)."""
+        return self._base_version
+
+    @property
+    def events(self) -> list[Event]:
+        return self._loaded + self._new
+
+    @property
+    def new_events(self) -> list[Event]:
+        """The uncommitted slice."""
+        return list(self._new)
+
+    @property
+    def first_seq(self) -> int:
+        return self._first_seq
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self._head.state
+
+    @property
+    def status(self) -> Literal["active", "awaiting_input"]:
+        return "awaiting_input" if self._head.parked is not None else "active"
+
+    @property
+    def yielded_tools(self) -> list[YieldedTool]:
+        """The unanswered yields, in call order."""
+        return [YieldedTool(call_id=c.call_id, name=c.name, args=c.prepared)
+                for c in self._head.pending_yields()]
+
+    @property
+    def pending_approvals(self) -> list[Any]:
+        """Approvals awaiting a decision (approval policies are not part of this release)."""
+        return []
+
+    @property
+    def principal(self) -> str | None:
+        return self._head.principal
+
+    @property
+    def head(self) -> Head:
+        return self._head
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._new) or self._base_seq != self._head.seq
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _append(self, event: Event) -> None:
+        apply(self._head, event)
+        self._new.append(event)
+
+    def _extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self._append(event)
+
+    def _committed(self, version: int) -> None:
+        self._loaded = self._loaded + self._new
+        self._new = []
+        self._head.version = version
+        self._base_version = version
+        self._base_seq = self._head.seq
+
+    def _rebase(self, stored: StoredSession) -> None:
+        """Put the uncommitted slice on top of a newer head (raises if it no longer fits)."""
+        head = stored.head
+        pending = self._new
+        for event in pending:
+            apply(head, event)
+        self._head = head
+        self._loaded = stored.events
+        self._first_seq = stored.first_seq
+        self._base_version = head.version
+        self._base_seq = head.seq - len(pending)
+
+    def __repr__(self) -> str:
+        return (f"Session({self.session_id!r}, version={self.version}, status={self.status!r}, "
+                f"events={len(self._loaded)}+{len(self._new)})")

@@ -1,0 +1,79 @@
+"""The in-memory store: the default, for tests, examples and single-process demos."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dormant._head import Head
+from dormant.events import Event
+from dormant.session import CommitResult, SessionSummary, StoredSession
+from dormant.stores._base import commit_head
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Row:
+    head_json: bytes
+    version: int
+    updated_at: int
+    status: str
+    principal: str | None
+    events: list[Event] = field(default_factory=list)
+
+
+class MemoryStore:
+    """Sessions in a dict, guarded by a lock. Events are immutable, so reads share them;
+    heads are kept as JSON so no caller can mutate what is stored."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.Lock()
+
+    def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
+        with self._lock:
+            row = self._rows.get(session_id)
+            if row is None:
+                return None
+            head_json, events = row.head_json, row.events
+            head = Head.model_validate_json(head_json)
+            start = head.window_start(turns)
+            window = events[start:] if start else list(events)
+        return StoredSession(head, window, start)
+
+    def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
+        written = commit_head(head, expected_version)
+        head_json = written.model_dump_json().encode()
+        with self._lock:
+            row = self._rows.get(head.session_id)
+            current = row.version if row is not None else 0
+            if current != expected_version:
+                return CommitResult(ok=False, conflict=True, current_version=current)
+            if row is None:
+                row = _Row(head_json, written.version, written.updated_at, "", head.principal)
+                self._rows[head.session_id] = row
+            row.events.extend(events)
+            row.head_json = head_json
+            row.version = written.version
+            row.updated_at = written.updated_at
+            row.status = "awaiting_input" if written.parked else "active"
+        return CommitResult(ok=True, version=written.version)
+
+    def delete(self, session_id: str) -> bool:
+        with self._lock:
+            return self._rows.pop(session_id, None) is not None
+
+    def list(self, *, principal: str | None = None, limit: int = 100) -> list[SessionSummary]:
+        with self._lock:
+            rows = [(sid, row) for sid, row in self._rows.items()
+                    if principal is None or row.principal == principal]
+            rows.sort(key=lambda item: item[1].updated_at, reverse=True)
+            return [
+                SessionSummary(session_id=sid, version=row.version,
+                               status="awaiting_input" if row.status == "awaiting_input"
+                               else "active",
+                               updated_at=row.updated_at, principal=row.principal)
+                for sid, row in rows[:limit]
+            ]

@@ -1,0 +1,218 @@
+"""Tools: what an agent can call, and the context a tool runs in."""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from dormant.errors import ConfigError, DormantError
+
+if TYPE_CHECKING:
+    from dormant.session import Session
+
+__all__ = [
+    "Signal",
+    "Tool",
+    "ToolContext",
+    "handler_context",
+    "make_tool",
+    "run_with_handler_context",
+]
+
+T = TypeVar("T")
+
+
+class Signal:
+    """A cooperative abort flag. Long tools should check ``aborted`` and stop."""
+
+    __slots__ = ("_event", "deadline")
+
+    def __init__(self, timeout: float | None = None) -> None:
+        self._event = threading.Event()
+        #: ``time.monotonic()`` past which the turn counts as aborted (its timeout).
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    @property
+    def aborted(self) -> bool:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self._event.set()
+        return self._event.is_set()
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None: no deadline)."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def abort(self) -> None:
+        self._event.set()
+
+    def raise_if_aborted(self) -> None:
+        if self.aborted:
+            raise Aborted("the turn was aborted")
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early on abort. True if aborted."""
+        return self._event.wait(timeout)
+
+
+class Aborted(DormantError):
+    """The turn was aborted (by ``.abort()`` or its timeout)."""
+
+    code = "aborted"
+
+
+@dataclass
+class ToolContext:
+    """What a tool's ``prepare`` / ``execute`` / ``finalize`` receive.
+
+    ``args``: the validated schema instance; ``state``: the session's state (mutate it);
+    ``input``: the validated ``yield_schema`` instance after a pause, else None; ``call_id``:
+    the call's id, the idempotency key for side effects; ``attempt``: 1 for a first run.
+    """
+
+    args: Any
+    state: dict[str, Any]
+    call_id: str
+    session: Session
+    tool: str
+    invocation_id: str | None = None
+    input: Any = None
+    attempt: int = 1
+    signal: Signal = field(default_factory=Signal)
+
+
+_current: contextvars.ContextVar[ToolContext] = contextvars.ContextVar("dormant_tool_context")
+
+
+def handler_context() -> ToolContext:
+    """The running tool's context, from anywhere below its ``execute``.
+
+    Raises :class:`dormant.errors.DormantError` outside a tool execution.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise DormantError("handler_context() called outside a tool execution") from None
+
+
+def run_with_handler_context(ctx: ToolContext, fn: Callable[[], T]) -> T:
+    """Call ``fn`` with ``handler_context()`` returning ``ctx`` (for tests of tool helpers)."""
+    token = _current.set(ctx)
+    try:
+        return fn()
+    finally:
+        _current.reset(token)
+
+
+Step = Callable[[ToolContext], Any]
+
+
+@dataclass(frozen=True, eq=False)
+class Tool:
+    """A tool an agent may call. Build it with ``app.tool(...)``."""
+
+    name: str
+    description: str
+    schema: type[BaseModel]
+    yield_schema: type[BaseModel] | None = None
+    prepare: Step | None = None
+    execute: Step | None = None
+    finalize: Step | None = None
+
+    @property
+    def yields(self) -> bool:
+        return self.yield_schema is not None
+
+    def parameters(self) -> dict[str, Any]:
+        """The JSON Schema of the arguments, as sent to a model."""
+        return _schema_cache(self.schema)
+
+
+_SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
+
+
+def _schema_cache(model: type[BaseModel]) -> dict[str, Any]:
+    schema = _SCHEMAS.get(model)
+    if schema is None:
+        schema = model.model_json_schema()
+        _SCHEMAS[model] = schema
+    return schema
+
+
+def make_tool(
+    *,
+    name: str,
+    description: str = "",
+    schema: type[BaseModel] | None = None,
+    yield_schema: type[BaseModel] | None = None,
+    prepare: Step | None = None,
+    execute: Step | None = None,
+    finalize: Step | None = None,
+) -> Tool:
+    """Validate a tool declaration (the explicit form of ``app.tool``)."""
+    if not name or not isinstance(name, str):
+        raise ConfigError("a tool needs a name")
+    if execute is None and yield_schema is None:
+        raise ConfigError(f"tool {name!r} needs an execute or a yield_schema")
+    if schema is None:
+        schema = create_model(f"{name}_args", __config__=ConfigDict(extra="forbid"))
+    _require_model(name, "schema", schema)
+    if yield_schema is not None:
+        _require_model(name, "yield_schema", yield_schema)
+    return Tool(name=name, description=description, schema=schema, yield_schema=yield_schema,
+                prepare=prepare, execute=execute, finalize=finalize)
+
+
+def _require_model(tool: str, what: str, value: Any) -> None:
+    if not (isinstance(value, type) and issubclass(value, BaseModel)):
+        raise ConfigError(f"tool {tool!r}: {what} must be a pydantic model class, got {value!r}")
+
+
+def tool_from_function(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    yield_schema: type[BaseModel] | None = None,
+    prepare: Step | None = None,
+    finalize: Step | None = None,
+) -> Tool:
+    """The decorator form: the schema comes from ``fn``'s typed signature.
+
+    A parameter annotated ``ToolContext`` receives the context; every other parameter is an
+    argument the model supplies. The docstring's first paragraph is the description.
+    """
+    tool_name = name or fn.__name__
+    hints = get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    ctx_param: str | None = None
+    for param in inspect.signature(fn).parameters.values():
+        annotation = hints.get(param.name, Any)
+        if annotation is ToolContext:
+            ctx_param = param.name
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigError(f"tool {tool_name!r}: *args/**kwargs cannot become a schema")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    schema = create_model(f"{tool_name}_args", __config__=ConfigDict(extra="forbid"), **fields)
+    doc = inspect.getdoc(fn) or ""
+    summary = description if description is not None else doc.split("\n\n")[0].strip()
+
+    def execute(ctx: ToolContext) -> Any:
+        kwargs = {key: getattr(ctx.args, key) for key in fields}
+        if ctx_param is not None:
+            kwargs[ctx_param] = ctx
+        return fn(**kwargs)
+
+    return make_tool(name=tool_name, description=summary, schema=schema,
+                     yield_schema=yield_schema, prepare=prepare, execute=execute,
+                     finalize=finalize)
