@@ -1,0 +1,58 @@
+"""Configuration from the environment: one frozen object, variable names in one place.
+
+Precedence everywhere: an explicit argument, then the environment, then the default. Tests
+pass a dict to :meth:`Settings.from_env` instead of mutating ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["ENV", "Settings"]
+
+
+class ENV:
+    """Environment variable names dormant reads."""
+
+    TABLE = "DORMANT_TABLE"
+    BUCKET = "DORMANT_BUCKET"
+    SESSION_TTL_DAYS = "DORMANT_SESSION_TTL_DAYS"
+    OPENAI_MODEL = "DORMANT_OPENAI_MODEL"
+    OPENAI_SECRET = "DORMANT_OPENAI_SECRET"  # Secrets Manager name/ARN holding the API key
+    OPENAI_PARAMETER = "DORMANT_OPENAI_PARAMETER"  # or an SSM SecureString parameter name
+    OPENAI_API_KEY = "OPENAI_API_KEY"
+    OPENAI_BASE_URL = "OPENAI_BASE_URL"
+    TURN_TIMEOUT = "DORMANT_TURN_TIMEOUT"
+    DB_PATH = "DORMANT_DB"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Deployment settings (read once, at cold start)."""
+
+    table: str | None = None
+    bucket: str | None = None
+    session_ttl_days: int | None = None
+    openai_model: str = "gpt-5.6-luna"
+    openai_secret: str | None = None
+    openai_parameter: str | None = None
+    turn_timeout: float | None = None
+    db_path: str = "dormant.db"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        ttl = env.get(ENV.SESSION_TTL_DAYS)
+        timeout = env.get(ENV.TURN_TIMEOUT)
+        return cls(
+            table=env.get(ENV.TABLE) or None,
+            bucket=env.get(ENV.BUCKET) or None,
+            session_ttl_days=int(ttl) if ttl else None,
+            openai_model=env.get(ENV.OPENAI_MODEL) or cls.openai_model,
+            openai_secret=env.get(ENV.OPENAI_SECRET) or None,
+            openai_parameter=env.get(ENV.OPENAI_PARAMETER) or None,
+            turn_timeout=float(timeout) if timeout else None,
+            db_path=env.get(ENV.DB_PATH) or cls.db_path,
+        )
