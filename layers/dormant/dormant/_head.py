@@ -13,7 +13,20 @@ from pydantic import BaseModel, Field
 
 from dormant._patch import apply_patch
 from dormant.errors import InputError, PendingInputError, ResumeError
-from dormant.events import LEDGER_FORMAT, Event
+from dormant.events import (
+    LEDGER_FORMAT,
+    Event,
+    InvocationEnd,
+    InvocationResume,
+    InvocationStart,
+    InvocationYield,
+    StateDelta,
+    ToolCall,
+    ToolInput,
+    ToolResult,
+    ToolYield,
+    UserEvent,
+)
 
 __all__ = ["TURN_INDEX_SIZE", "Head", "PendingCall", "apply"]
 
@@ -82,76 +95,86 @@ class Head(BaseModel):
 
 def apply(head: Head, event: Event) -> None:
     """Fold ``event`` into ``head`` in place, refusing transitions the ledger cannot make."""
-    kind = event.type
-    if kind == "user":
-        if head.parked == "tool":
-            pending = [(c.call_id, c.name) for c in head.pending_yields()]
-            raise PendingInputError(head.session_id, pending)
-        if event.message_id in head.message_ids:
-            raise InputError(
-                f"message {event.message_id} is already in session {head.session_id}"
-            )
-        head.message_ids.append(event.message_id)
-        del head.message_ids[:-MESSAGE_ID_WINDOW]
-        head.turn_starts.append(head.seq)
-        del head.turn_starts[:-TURN_INDEX_SIZE]
-        head.last_user_ts = max(head.last_user_ts, event.ts)
-        if head.open_invocation is None or head.parked == "message":
-            head.inbox += 1
-    elif kind == "invocation_start":
-        if head.parked == "tool":
-            pending = [(c.call_id, c.name) for c in head.pending_yields()]
-            raise PendingInputError(head.session_id, pending)
-        head.open_invocation = event.invocation_id
-        head.agent = event.agent or head.agent
-        head.parked = None
-        head.step = []
-        head.inbox = 0
-    elif kind == "tool_call":
-        if all(c.settled for c in head.step):
+    match event:
+        case UserEvent():
+            _user(head, event)
+        case InvocationStart():
+            _refuse_if_parked_on_tools(head)
+            head.open_invocation = event.invocation_id
+            head.agent = event.agent or head.agent
+            head.parked = None
             head.step = []
-        head.step.append(PendingCall(call_id=event.call_id, name=event.name, args=event.args))
-    elif kind == "tool_yield":
-        call = _known_call(head, event.call_id)
-        call.yielded = True
-        call.prepared = event.args
-    elif kind == "invocation_yield":
-        head.parked = event.reason
-    elif kind == "tool_input":
-        call = head.call(event.call_id)
-        if call is None or not call.yielded or call.settled:
-            raise InputError(
-                f"call {event.call_id} is not awaiting input in session {head.session_id}"
-                + _awaiting(head)
-            )
-        if call.answered:
-            raise InputError(
-                f"call {event.call_id} in session {head.session_id} was already answered"
-            )
-        call.answered = True
-        call.input = event.input
-    elif kind == "invocation_resume":
-        if head.parked is None or head.open_invocation != event.invocation_id:
-            raise ResumeError(
-                f"invocation {event.invocation_id} of session {head.session_id} is not parked"
-            )
-        if head.parked == "tool" and head.pending_yields():
-            names = ", ".join(c.call_id for c in head.pending_yields())
-            raise ResumeError(f"session {head.session_id} still awaits input for {names}")
-        head.parked = None
-        head.inbox = 0
-    elif kind == "tool_result":
-        call = head.call(event.call_id)
-        if call is not None:
-            call.settled = True
-    elif kind == "state_delta":
-        apply_patch(head.state, event.patch)
-    elif kind == "invocation_end":
-        head.open_invocation = None
-        head.parked = None
-        head.step = []
+            head.inbox = 0
+        case ToolCall():
+            if all(c.settled for c in head.step):
+                head.step = []
+            head.step.append(PendingCall(call_id=event.call_id, name=event.name, args=event.args))
+        case ToolYield():
+            call = _known_call(head, event.call_id)
+            call.yielded = True
+            call.prepared = event.args
+        case InvocationYield():
+            head.parked = event.reason
+        case ToolInput():
+            _tool_input(head, event)
+        case InvocationResume():
+            _resume(head, event)
+        case ToolResult():
+            settled = head.call(event.call_id)
+            if settled is not None:
+                settled.settled = True
+        case StateDelta():
+            apply_patch(head.state, event.patch)
+        case InvocationEnd():
+            head.open_invocation = None
+            head.parked = None
+            head.step = []
     head.seq += 1
     head.last_event = event.id
+
+
+def _refuse_if_parked_on_tools(head: Head) -> None:
+    if head.parked == "tool":
+        pending = [(c.call_id, c.name) for c in head.pending_yields()]
+        raise PendingInputError(head.session_id, pending)
+
+
+def _user(head: Head, event: UserEvent) -> None:
+    _refuse_if_parked_on_tools(head)
+    if event.message_id in head.message_ids:
+        raise InputError(f"message {event.message_id} is already in session {head.session_id}")
+    head.message_ids.append(event.message_id)
+    del head.message_ids[:-MESSAGE_ID_WINDOW]
+    head.turn_starts.append(head.seq)
+    del head.turn_starts[:-TURN_INDEX_SIZE]
+    head.last_user_ts = max(head.last_user_ts, event.ts)
+    if head.open_invocation is None or head.parked == "message":
+        head.inbox += 1
+
+
+def _tool_input(head: Head, event: ToolInput) -> None:
+    call = head.call(event.call_id)
+    if call is None or not call.yielded or call.settled:
+        raise InputError(
+            f"call {event.call_id} is not awaiting input in session {head.session_id}"
+            + _awaiting(head)
+        )
+    if call.answered:
+        raise InputError(f"call {event.call_id} in session {head.session_id} was already answered")
+    call.answered = True
+    call.input = event.input
+
+
+def _resume(head: Head, event: InvocationResume) -> None:
+    if head.parked is None or head.open_invocation != event.invocation_id:
+        raise ResumeError(
+            f"invocation {event.invocation_id} of session {head.session_id} is not parked"
+        )
+    if head.parked == "tool" and head.pending_yields():
+        names = ", ".join(c.call_id for c in head.pending_yields())
+        raise ResumeError(f"session {head.session_id} still awaits input for {names}")
+    head.parked = None
+    head.inbox = 0
 
 
 def _known_call(head: Head, call_id: str) -> PendingCall:

@@ -537,22 +537,22 @@ def to_messages(events: Iterable[Event]) -> list[Message]:
         pending_calls.clear()
 
     for event in events:
-        kind = event.type
-        if kind == "assistant":
-            if pending_calls:
+        match event:
+            case AssistantEvent():
+                if pending_calls:
+                    flush()
+                pending_text = event.text if pending_text is None else pending_text + event.text
+            case ToolCall():
+                pending_calls.append(ToolCallPart(event.call_id, event.name, event.args))
+            case UserEvent():
                 flush()
-            pending_text = event.text if pending_text is None else pending_text + event.text
-        elif kind == "tool_call":
-            pending_calls.append(ToolCallPart(event.call_id, event.name, event.args))
-        elif kind == "user":
-            flush()
-            messages.append(UserMessage(event.text))
-        elif kind == "tool_result":
-            flush()
-            if event.error is not None:
-                messages.append(ToolMessage(event.call_id, event.name, event.error, True))
-            else:
-                messages.append(ToolMessage(event.call_id, event.name,
-                                            json.dumps(event.result, ensure_ascii=False)))
+                messages.append(UserMessage(event.text))
+            case ToolResult():
+                flush()
+                if event.error is not None:
+                    messages.append(ToolMessage(event.call_id, event.name, event.error, True))
+                else:
+                    messages.append(ToolMessage(event.call_id, event.name,
+                                                json.dumps(event.result, ensure_ascii=False)))
     flush()
     return messages
