@@ -39,7 +39,9 @@ def make_patch(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, 
     return ops
 
 
-def _diff(before: dict[str, Any], after: dict[str, Any], path: str, ops: list[dict[str, Any]]) -> None:
+def _diff(
+    before: dict[str, Any], after: dict[str, Any], path: str, ops: list[dict[str, Any]]
+) -> None:
     for key in before:
         if key not in after:
             ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
