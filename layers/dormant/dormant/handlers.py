@@ -281,7 +281,7 @@ class TurnStream(Iterator[StreamEvent]):
 
     def _open(self, request: HandlerInput) -> Session:
         config = self._config
-        sid = (normalize_session_id(request.session_id) if request.session_id
+        sid = (normalize_session_id(request.session_id) if request.session_id is not None
                else mint_session_id())
         self.session_id = sid
         session = config.app.sessions.load(sid, turns=config.agent.history_turns)
