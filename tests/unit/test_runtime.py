@@ -256,7 +256,8 @@ def test_a_bad_answer_is_refused_and_writes_nothing(app: dormant.App, answer: di
     agent = app.agent(name="a", model=ScriptedModel([twice]), tools=[ask])
     rest = app.handler.rest(agent=agent)
     rest({"session_id": "s2", "input": {"message": "book"}})
-    rest({"session_id": "s2", "input": {"tools": [{"call_id": "call_q", "input": {"answer": "1"}}]}})
+    first = {"call_id": "call_q", "input": {"answer": "1"}}
+    rest({"session_id": "s2", "input": {"tools": [first]}})
     before = app.sessions.get("s2")
     assert before is not None
 
