@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter
+from pydantic.alias_generators import to_camel
 
 from dormant._ids import new_id, now_ms
 
@@ -173,9 +174,9 @@ Event = Annotated[
 
 
 class Usage(BaseModel):
-    """Token usage of one model call, or summed over a turn."""
+    """Token usage of one model call, or summed over a turn (camelCase in REST bodies)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
     input_tokens: int = 0
     output_tokens: int = 0

@@ -50,8 +50,8 @@ CommitStatus = Literal["committed", "merged", "superseded", "failed"]
 #: Attempts at writing a turn when the store fails (not conflicts), and the first backoff.
 STORE_ATTEMPTS = 3
 STORE_BACKOFF = 0.05
-#: Re-reads when other writers keep landing first while merging.
-MERGE_ATTEMPTS = 5
+#: Re-reads when other writers keep landing first while merging (each one is progress).
+MERGE_ATTEMPTS = 32
 
 
 class _In(BaseModel):
@@ -331,8 +331,8 @@ class TurnStream(Iterator[StreamEvent]):
         own_user_ts = max((e.ts for e in session.new_events if e.type == "user"), default=None)
         last_event = session.new_events[-1].id
         merged = False
-        failures = 0
-        for _ in range(MERGE_ATTEMPTS + STORE_ATTEMPTS):
+        failures = conflicts = 0
+        while True:
             try:
                 outcome = sessions.commit(session)
             except Exception as error:  # store failure: bounded retry with backoff
@@ -345,14 +345,20 @@ class TurnStream(Iterator[StreamEvent]):
                 outcome = None
             if outcome is not None and outcome.ok:
                 return ("merged" if merged else "committed"), outcome.version
+            if outcome is not None:
+                conflicts += 1
+                if conflicts > MERGE_ATTEMPTS:
+                    return "failed", None
             # Conflict, or an ambiguous failure: look at the head before trying again.
             try:
                 stored = self._config.app.store.load(session.session_id, turns=0)
             except Exception:
                 continue
             if stored is None:
+                if session.version == 0 and outcome is None:
+                    continue  # a new session whose write failed: nothing landed, try again
                 return "failed", None
-            if stored.head.last_event == last_event:
+            if stored.head.last_event == last_event:  # an "failed" write that did land
                 return ("merged" if merged else "committed"), stored.head.version
             if own_user_ts is not None and stored.head.last_user_ts > own_user_ts:
                 return "superseded", None
@@ -361,7 +367,6 @@ class TurnStream(Iterator[StreamEvent]):
             except DormantError:
                 return "superseded", None
             merged = True
-        return "failed", None
 
     def _turn_result(self, session: Session, result: RunResult, commit: CommitStatus,
                      version: int | None) -> TurnResult:

@@ -59,7 +59,11 @@ class Signal:
             raise Aborted("the turn was aborted")
 
     def wait(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` seconds, waking early on abort. True if aborted."""
+        """Sleep up to ``timeout`` seconds, waking early on abort or deadline. True if aborted."""
+        remaining = self.remaining()
+        if remaining is not None and remaining < timeout:
+            self._event.wait(remaining)
+            return self.aborted
         return self._event.wait(timeout)
 
 
