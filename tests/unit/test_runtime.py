@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import dormant
 import pytest
+from pydantic import BaseModel
+
+import dormant
 from dormant.models import ScriptedModel
 from dormant.testing import ScriptError, get_tool_results, model, run_test, tool_input, user
-from pydantic import BaseModel
 
 
 class Ref(BaseModel):

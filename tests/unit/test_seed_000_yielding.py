@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import dormant
 import pytest
-from dormant.testing import get_tool_results, model, run_test, tool_input, user
 from pydantic import BaseModel
+
+import dormant
+from dormant.testing import get_tool_results, model, run_test, tool_input, user
 
 DELETE = {"name": "request_approval", "args": {"action": "delete the 2019 archive"}}
 

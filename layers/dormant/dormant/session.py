@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from dormant._head import Head, apply
