@@ -29,6 +29,7 @@ from dormant.session import (
 from dormant.tools import Aborted, Signal
 
 if TYPE_CHECKING:
+    from dormant._head import Head
     from dormant.app import App
 
 __all__ = [
@@ -197,6 +198,11 @@ class TurnStream(Iterator[StreamEvent]):
         self.session_id: str | None = None
         self.result: TurnResult | None = None
         self.events: list[StreamEvent] = []
+        #: The session this turn opened, and a copy of its head before the run touched it (the
+        #: state at turn start, what was parked): set once iteration starts (the AG-UI adapter
+        #: reads them for its opening snapshots and run ids).
+        self.session: Session | None = None
+        self.start_head: Head | None = None
 
     def __iter__(self) -> TurnStream:
         return self
@@ -234,6 +240,8 @@ class TurnStream(Iterator[StreamEvent]):
             self._fail(self._request_session_id(), error)
             return
         self.session_id = session.session_id
+        self.session = session
+        self.start_head = session.head.model_copy(deep=True)
         try:
             run = run_turn(
                 config.agent, session,
