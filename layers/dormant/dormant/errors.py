@@ -84,4 +84,15 @@ HTTP_STATUS: dict[str, int] = {
     SessionNotFound.code: 404,
     StoreError.code: 503,
     DormantError.code: 500,
+    # Codes the HTTP layer (dormant.http) and the run itself report; one table for all of them.
+    "invalid_json": 400,
+    "unauthorized": 401,
+    "not_found": 404,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+    "validation_error": 422,
+    "run_error": 500,
+    "max_steps": 500,
+    "model_error": 502,
+    "aborted": 504,
 }
