@@ -37,7 +37,10 @@ __all__ = [
     "Usage",
     "UserEvent",
     "dump_events",
+    "dump_ledger",
+    "load_event",
     "load_events",
+    "load_ledger",
 ]
 
 #: Version of the stored ledger format. Bump it only with a loader for the older format.
@@ -265,3 +268,18 @@ def load_event(data: Any) -> Event:
 def dump_events(events: list[Event]) -> list[dict[str, Any]]:
     """The JSON form of ledger events (what stores write)."""
     return [event.model_dump(mode="json") for event in events]
+
+
+def dump_ledger(events: list[Event]) -> dict[str, Any]:
+    """A self-describing stored ledger: ``{"format": LEDGER_FORMAT, "events": [...]}``."""
+    return {"format": LEDGER_FORMAT, "events": dump_events(events)}
+
+
+def load_ledger(data: dict[str, Any]) -> list[Event]:
+    """Load a stored ledger written by this or any earlier format version."""
+    version = data.get("format")
+    if not isinstance(version, int) or not 1 <= version <= LEDGER_FORMAT:
+        raise ValueError(
+            f"unsupported ledger format {version!r}: this dormant reads formats 1-{LEDGER_FORMAT}"
+        )
+    return load_events(data["events"])

@@ -146,6 +146,18 @@ class Session:
         return cls(head)
 
     @classmethod
+    def from_events(cls, session_id: str, events: Iterable[Event], *, version: int = 0,
+                    state: dict[str, Any] | None = None) -> Session:
+        """Rebuild a session by folding a whole ledger (e.g. one exported or archived)."""
+        head = Head(session_id=normalize_session_id(session_id),
+                    state=copy.deepcopy(state or {}))
+        loaded = list(events)
+        for event in loaded:
+            apply(head, event)
+        head.version = version
+        return cls(head, loaded, 0)
+
+    @classmethod
     def from_stored(cls, stored: StoredSession) -> Session:
         return cls(stored.head, stored.events, stored.first_seq)
 
