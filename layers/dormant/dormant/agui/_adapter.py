@@ -1,0 +1,296 @@
+"""``AgUIAdapter``: dormant stream events in, AG-UI events out, for one AG-UI run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from ag_ui.core import (
+    PROTOCOL_VERSION,
+    BaseEvent,
+    CustomEvent,
+    Interrupt,
+    MessagesSnapshotEvent,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunStartedEvent,
+    StateDeltaEvent,
+    StateSnapshotEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    TokenUsage,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+
+from dormant._ids import now_ms
+from dormant.agui._messages import CallLike, args_json, result_text, to_agui_messages
+from dormant.events import (
+    AssistantDelta,
+    Event,
+    ModelStart,
+    StateDelta,
+    StreamEvent,
+    ThoughtDelta,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from dormant.handlers import TurnResult
+from dormant.session import YieldedTool
+
+__all__ = ["RUN_INTERRUPTED", "AgUIAdapter", "ToolTransformer"]
+
+#: Name of the ``CUSTOM`` event a run that parked on yielded tools sends before it finishes.
+RUN_INTERRUPTED = "RUN_INTERRUPTED"
+
+#: Rewrites what the client is shown of a yielded call (its ``args``) in the interrupt.
+ToolTransformer = Callable[[YieldedTool], Any]
+
+
+class AgUIAdapter:
+    """Translates one turn's stream events into the events of one AG-UI run.
+
+    The calls, in order: :meth:`run_started`; :meth:`state_snapshot` (and, for a run that
+    resumes parked tool calls, :meth:`messages_snapshot`); :meth:`transform` for every stream
+    event; then one terminal call: :meth:`finish` (picks one of the three below from a
+    :class:`~dormant.TurnResult`), or :meth:`run_finished`, :meth:`run_interrupted`,
+    :meth:`run_error` directly. Every method returns AG-UI events (``ag_ui.core``) to send.
+
+    Options: ``include_steps`` brackets each model step (the model call and the tool calls it
+    asked for) with ``STEP_STARTED``/``STEP_FINISHED`` named ``step_<n>``; ``reasoning=False``
+    drops the model's thought deltas (otherwise they become ``REASONING_*`` events);
+    ``raw_events`` attaches the dormant event (its JSON form) as ``raw_event`` to every event
+    translated from it; ``tool_transformers`` maps a yielding tool's name to a function of the
+    :class:`~dormant.YieldedTool` whose return value is shown as that call's ``args`` in the
+    interrupt; ``yield_schemas`` maps a yielding tool's name to the JSON Schema of the answer
+    it expects (sent as the interrupt's ``responseSchema``).
+    """
+
+    def __init__(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        parent_run_id: str | None = None,
+        include_steps: bool = False,
+        reasoning: bool = True,
+        raw_events: bool = False,
+        tool_transformers: Mapping[str, ToolTransformer] | None = None,
+        yield_schemas: Mapping[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.parent_run_id = parent_run_id
+        self.include_steps = include_steps
+        self.reasoning = reasoning
+        self.raw_events = raw_events
+        self.tool_transformers = dict(tool_transformers or {})
+        self.yield_schemas = dict(yield_schemas or {})
+        self._text: str | None = None  # the open text message
+        self._thought: str | None = None  # the open reasoning message
+        self._thoughts: dict[str, int] = {}  # reasoning messages opened per thought id
+        self._step: str | None = None  # the open step
+        self._holder: str | None = None  # the message this step's tool calls hang under
+
+    # --- opening -------------------------------------------------------------------------------
+
+    def run_started(self) -> RunStartedEvent:
+        """``RUN_STARTED``: ``threadId`` the session, ``runId`` this run, ``parentRunId`` the
+        run this one resumes."""
+        return RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id,
+                               parent_run_id=self.parent_run_id,
+                               protocol_version=PROTOCOL_VERSION, timestamp=now_ms())
+
+    def state_snapshot(self, state: Any) -> StateSnapshotEvent:
+        """``STATE_SNAPSHOT`` of the session state at turn start: the base later
+        ``STATE_DELTA`` patches apply to."""
+        return StateSnapshotEvent(snapshot=state, timestamp=now_ms())
+
+    def messages_snapshot(self, events: Iterable[Event],
+                          calls: Sequence[CallLike] = ()) -> MessagesSnapshotEvent:
+        """``MESSAGES_SNAPSHOT`` of the conversation in ``events`` (ledger events), with the
+        ``calls`` a resumed run settles added if ``events`` does not reach back to them."""
+        return MessagesSnapshotEvent(messages=to_agui_messages(events, calls),
+                                     timestamp=now_ms())
+
+    # --- the turn ------------------------------------------------------------------------------
+
+    def transform(self, event: StreamEvent) -> list[BaseEvent]:
+        """The AG-UI events for one stream event (often none: the ledger's bookkeeping events
+        have no AG-UI counterpart)."""
+        out: list[BaseEvent] = []
+        kind = event.type
+        if kind != "thought_delta":
+            self._close_thought(out, event)
+        if kind not in ("assistant_delta", "thought_delta"):
+            self._close_text(out, event)
+        match event:
+            case ModelStart():
+                self._holder = None
+                if self.include_steps:
+                    self._close_step(out, event)
+                    self._step = f"step_{event.step}"
+                    out.append(StepStartedEvent(step_name=self._step, **self._meta(event)))
+            case AssistantDelta():
+                if self._text != event.message_id:
+                    self._close_text(out, event)
+                    self._text = self._holder = event.message_id
+                    out.append(TextMessageStartEvent(message_id=event.message_id,
+                                                     role="assistant", **self._meta(event)))
+                out.append(TextMessageContentEvent(message_id=event.message_id,
+                                                   delta=event.delta, **self._meta(event)))
+            case ThoughtDelta():
+                if self.reasoning and event.delta:
+                    self._open_thought(out, event, event.message_id)
+                    assert self._thought is not None
+                    out.append(ReasoningMessageContentEvent(message_id=self._thought,
+                                                            delta=event.delta,
+                                                            **self._meta(event)))
+            case ToolCall():
+                if self._holder is None:
+                    self._holder = event.id
+                meta = self._meta(event)
+                out.append(ToolCallStartEvent(tool_call_id=event.call_id,
+                                              tool_call_name=event.name,
+                                              parent_message_id=self._holder, **meta))
+                out.append(ToolCallArgsEvent(tool_call_id=event.call_id,
+                                             delta=args_json(event.args), **meta))
+                out.append(ToolCallEndEvent(tool_call_id=event.call_id, **meta))
+            case ToolResult():
+                out.append(ToolCallResultEvent(
+                    message_id=event.id, tool_call_id=event.call_id, role="tool",
+                    content=result_text(event.result, event.error), **self._meta(event)))
+            case StateDelta():
+                out.append(StateDeltaEvent(delta=event.patch, **self._meta(event)))
+            case _:
+                pass
+        return out
+
+    # --- endings -------------------------------------------------------------------------------
+
+    def finish(self, result: TurnResult) -> list[BaseEvent]:
+        """The run's ending for a turn result: interrupted when it yielded tools, an error
+        when it failed or was aborted, otherwise finished."""
+        if result.status == "error":
+            return self.run_error(result.error or "the turn failed", code=result.code)
+        if result.status == "yielded_tool" and result.yielded_tools:
+            return self.run_interrupted(result.yielded_tools, commit_status=result.commit_status,
+                                        usage=result.usage)
+        return self.run_finished(result.commit_status, usage=result.usage)
+
+    def run_finished(self, commit_status: str | None = None, *,
+                     usage: Usage | None = None) -> list[BaseEvent]:
+        """``RUN_FINISHED`` with ``result: {commitStatus}`` (after closing what is open)."""
+        out = self._close_all()
+        out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
+                                    result={"commitStatus": commit_status},
+                                    usage=_usage(usage), timestamp=now_ms()))
+        return out
+
+    def run_interrupted(self, yielded: Sequence[YieldedTool], *, commit_status: str | None = None,
+                        usage: Usage | None = None) -> list[BaseEvent]:
+        """A ``CUSTOM`` named ``RUN_INTERRUPTED`` whose value names the waiting calls
+        (``callIds``, and ``yieldedTools`` with ``callId``, ``name``, ``args``), then
+        ``RUN_FINISHED`` with an interrupt outcome: one interrupt per call, its id the call
+        id (answer it with a ``resume`` entry of that ``interruptId``)."""
+        if not yielded:
+            raise ValueError("run_interrupted needs at least one yielded tool")
+        out = self._close_all()
+        shown = [(tool, self._shown_args(tool)) for tool in yielded]
+        out.append(CustomEvent(name=RUN_INTERRUPTED, timestamp=now_ms(), value={
+            "callIds": [tool.call_id for tool in yielded],
+            "yieldedTools": [{"callId": tool.call_id, "name": tool.name, "args": args}
+                             for tool, args in shown],
+            "commitStatus": commit_status,
+        }))
+        interrupts = [
+            Interrupt(id=tool.call_id, reason="tool_yield", tool_call_id=tool.call_id,
+                      message=f"{tool.name} is waiting for input",
+                      response_schema=self.yield_schemas.get(tool.name),
+                      metadata={"toolName": tool.name, "args": args})
+            for tool, args in shown
+        ]
+        out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
+                                    result={"commitStatus": commit_status},
+                                    outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+                                    usage=_usage(usage), timestamp=now_ms()))
+        return out
+
+    def run_error(self, message: str, *, code: str | None = None) -> list[BaseEvent]:
+        """``RUN_ERROR`` (and never ``RUN_FINISHED``): the turn failed or was aborted, and
+        nothing of it was written."""
+        out = self._close_all()
+        out.append(RunErrorEvent(message=message, code=code, timestamp=now_ms()))
+        return out
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _meta(self, event: StreamEvent) -> dict[str, Any]:
+        meta: dict[str, Any] = {"timestamp": event.ts}
+        if self.raw_events:
+            meta["raw_event"] = event.model_dump(mode="json")
+        return meta
+
+    def _shown_args(self, tool: YieldedTool) -> Any:
+        transformer = self.tool_transformers.get(tool.name)
+        return tool.args if transformer is None else transformer(tool)
+
+    def _open_thought(self, out: list[BaseEvent], event: StreamEvent, thought_id: str) -> None:
+        if self._thought is not None:
+            return
+        count = self._thoughts.get(thought_id, 0)
+        self._thoughts[thought_id] = count + 1
+        self._thought = thought_id if count == 0 else f"{thought_id}.{count}"
+        meta = self._meta(event)
+        out.append(ReasoningStartEvent(message_id=self._thought, **meta))
+        out.append(ReasoningMessageStartEvent(message_id=self._thought, role="reasoning",
+                                              **meta))
+
+    def _close_thought(self, out: list[BaseEvent], event: StreamEvent | None) -> None:
+        if self._thought is None:
+            return
+        meta = {"timestamp": now_ms()} if event is None else self._meta(event)
+        out.append(ReasoningMessageEndEvent(message_id=self._thought, **meta))
+        out.append(ReasoningEndEvent(message_id=self._thought, **meta))
+        self._thought = None
+
+    def _close_text(self, out: list[BaseEvent], event: StreamEvent | None) -> None:
+        if self._text is None:
+            return
+        meta = {"timestamp": now_ms()} if event is None else self._meta(event)
+        out.append(TextMessageEndEvent(message_id=self._text, **meta))
+        self._text = None
+
+    def _close_step(self, out: list[BaseEvent], event: StreamEvent | None) -> None:
+        if self._step is None:
+            return
+        meta = {"timestamp": now_ms()} if event is None else self._meta(event)
+        out.append(StepFinishedEvent(step_name=self._step, **meta))
+        self._step = None
+
+    def _close_all(self) -> list[BaseEvent]:
+        out: list[BaseEvent] = []
+        self._close_thought(out, None)
+        self._close_text(out, None)
+        self._close_step(out, None)
+        return out
+
+
+def _usage(usage: Usage | None) -> list[TokenUsage] | None:
+    if usage is None or not (usage.input_tokens or usage.output_tokens):
+        return None
+    return [TokenUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                       total_tokens=usage.input_tokens + usage.output_tokens,
+                       cached_input_tokens=usage.cached_tokens or None)]

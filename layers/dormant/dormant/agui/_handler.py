@@ -1,0 +1,136 @@
+"""``app.handler.agui``: one turn per request, as one AG-UI run, ready to write down SSE."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from ag_ui.core import BaseEvent
+from ag_ui.encoder import EventEncoder
+
+from dormant._ids import new_id
+from dormant.agui._adapter import AgUIAdapter
+from dormant.events import StreamEvent
+from dormant.handlers import HandlerInput, TurnResult, TurnStream, _Config
+
+__all__ = ["SSE_CONTENT_TYPE", "AgUIRun", "agui_handler", "encode_sse", "run_ids"]
+
+#: The media type of :func:`encode_sse`'s output.
+SSE_CONTENT_TYPE = "text/event-stream"
+
+_OPENERS = ("invocation_start", "invocation_resume")
+
+
+class AgUIRun(Iterator[BaseEvent]):
+    """One request's AG-UI run: iterate it for ``ag_ui.core`` events.
+
+    Lazy like the :class:`~dormant.TurnStream` it wraps (``turn``): nothing runs until it is
+    iterated. ``abort()`` stops the turn (the run then ends with ``RUN_ERROR``, code
+    ``aborted``, and nothing is written); closing the iterator early (a client that hung up)
+    aborts it too. ``result`` is the turn's result once exhausted; ``adapter`` the
+    :class:`AgUIAdapter` in use once the run has started.
+    """
+
+    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any]) -> None:
+        self.turn = TurnStream(config, request)
+        self.adapter: AgUIAdapter | None = None
+        self._yield_schemas = {
+            name: tool.yield_schema.model_json_schema()
+            for name, tool in config.agent.tools.items() if tool.yield_schema is not None
+        }
+        self._gen: Iterator[BaseEvent] | None = None
+
+    @property
+    def result(self) -> TurnResult | None:
+        return self.turn.result
+
+    def abort(self) -> None:
+        """Stop the turn; it commits nothing."""
+        self.turn.abort()
+
+    def __iter__(self) -> AgUIRun:
+        return self
+
+    def __next__(self) -> BaseEvent:
+        if self._gen is None:
+            self._gen = self._drive()
+        return next(self._gen)
+
+    def _drive(self) -> Iterator[BaseEvent]:
+        turn = self.turn
+        try:
+            # Read up to the event that opens (or reopens) the invocation: by then the session
+            # is loaded, and the run's id is known.
+            opening: list[StreamEvent] = []
+            for event in turn:
+                opening.append(event)
+                if event.type in _OPENERS:
+                    break
+            run_id, parent_run_id = run_ids(turn, opening)
+            thread_id = turn.session_id or (turn.result.session_id if turn.result else "")
+            adapter = self.adapter = AgUIAdapter(thread_id, run_id, parent_run_id=parent_run_id,
+                                                 yield_schemas=self._yield_schemas)
+            yield adapter.run_started()
+            start = turn.start_head
+            if start is not None:
+                yield adapter.state_snapshot(start.state)
+                if start.parked == "tool" and turn.session is not None and any(
+                        e.type == "invocation_resume" for e in opening):
+                    loaded = turn.session.events[:start.seq - turn.session.first_seq]
+                    yield adapter.messages_snapshot(loaded, start.step)
+            for event in opening:
+                yield from adapter.transform(event)
+            for event in turn:
+                yield from adapter.transform(event)
+            assert turn.result is not None
+            yield from adapter.finish(turn.result)
+        finally:
+            if turn.result is None:  # closed early: stop the turn's tools, write nothing
+                turn.abort()
+
+
+def run_ids(turn: TurnStream, opening: Sequence[StreamEvent]) -> tuple[str, str | None]:
+    """The AG-UI ``runId`` and ``parentRunId`` of a turn (see the package docs).
+
+    The run that starts an invocation is the invocation id, with no parent. A later run of
+    the same invocation (it reopens an invocation parked on tools or on the next message) is
+    ``<invocation id>:<id of its invocation_resume event>`` (a fresh suffix when nothing was
+    reopened); its parent is the run that last opened the invocation, as the loaded ledger
+    shows it, else the invocation's first run.
+    """
+    start = turn.start_head
+    if start is None or start.parked is None or start.open_invocation is None:
+        return turn.invocation_id, None
+    invocation = start.open_invocation
+    opener = next((e for e in opening if e.type == "invocation_resume"), None)
+    run_id = f"{invocation}:{opener.id if opener is not None else new_id('run')}"
+    parent = invocation
+    events = turn.session.events if turn.session is not None else []
+    for event in reversed(events):
+        if event.invocation_id != invocation or event is opener:
+            continue
+        if event.type == "invocation_resume":
+            parent = f"{invocation}:{event.id}"
+            break
+        if event.type == "invocation_start":
+            break
+    return run_id, parent
+
+
+def agui_handler(config: _Config) -> Callable[[HandlerInput | dict[str, Any]], AgUIRun]:
+    """``handler(request) -> AgUIRun``: a thin loop over the turn, translated by
+    :class:`AgUIAdapter` (without the options the adapter offers; write the loop yourself
+    for steps, raw events, transformers or reasoning off)."""
+
+    def handle(request: HandlerInput | dict[str, Any]) -> AgUIRun:
+        return AgUIRun(config, request)
+
+    return handle
+
+
+def encode_sse(events: Iterable[BaseEvent]) -> Iterator[str]:
+    """Frame AG-UI events for a ``text/event-stream`` response (``data: <json>`` + blank
+    line each), with the protocol package's encoder."""
+    encoder = EventEncoder()
+    for event in events:
+        yield encoder.encode(event)

@@ -1,0 +1,76 @@
+"""A standard AG-UI ``RunAgentInput`` as the handler's :class:`~dormant.HandlerInput`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ag_ui.core import RunAgentInput, TextPart, UserMessage
+from pydantic import ValidationError
+
+from dormant.errors import InputError
+from dormant.handlers import HandlerInput, Input, ToolAnswer
+
+__all__ = ["from_run_agent_input"]
+
+_MAX_MESSAGE_ID = 128
+
+
+def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
+                         principal: str | None = None) -> HandlerInput:
+    """Map an AG-UI ``RunAgentInput`` onto one turn's request.
+
+    - ``threadId`` is the session (normalised by the handler: ``thread-42`` is
+      ``session_thread-42``).
+    - ``resume`` entries answer parked tool calls: ``interruptId`` is the call id and
+      ``payload`` the answer (a ``cancelled`` entry answers with no input, which the tool's
+      answer schema refuses, so the model reads an ``Invalid input`` result).
+    - Otherwise the last message, when it is a user message, is the turn's message; its id
+      becomes the message id, so a resent request lands once. Earlier messages are the
+      client's copy of the conversation and are ignored: the session holds the real one.
+    - A non-empty object ``state`` is merged (shallowly) into the session state at the start
+      of the turn and recorded as a ``state_delta``; an empty or absent one is ignored.
+    - ``runId``, ``parentRunId``, ``tools``, ``context`` and ``forwardedProps`` are ignored
+      (run ids are the server's; client-side tools are not supported).
+
+    ``principal`` (from the authorizer, never the body) scopes the session. A body that is
+    not a ``RunAgentInput`` raises :class:`~dormant.InputError`.
+    """
+    if isinstance(body, RunAgentInput):
+        run = body
+    else:
+        try:
+            run = RunAgentInput.model_validate(body)
+        except ValidationError as error:
+            raise InputError(f"invalid AG-UI RunAgentInput: {_brief(error)}") from error
+    answers = [ToolAnswer(call_id=entry.interrupt_id,
+                          input=entry.payload if entry.status == "resolved" else None)
+               for entry in run.resume or ()]
+    message, message_id = (None, None) if answers else _last_user_message(run)
+    state = run.state if isinstance(run.state, dict) and run.state else None
+    return HandlerInput(
+        session_id=run.thread_id,
+        input=Input(message=message, message_id=message_id, tools=answers or None, state=state),
+        principal=principal,
+    )
+
+
+def _last_user_message(run: RunAgentInput) -> tuple[str | None, str | None]:
+    if not run.messages:
+        return None, None
+    last = run.messages[-1]
+    if not isinstance(last, UserMessage):
+        return None, None
+    if isinstance(last.content, str):
+        text = last.content
+    else:
+        text = "\n".join(part.text for part in last.content if isinstance(part, TextPart))
+    message_id = last.id if 0 < len(last.id) <= _MAX_MESSAGE_ID else None
+    return (text or None), (message_id if text else None)
+
+
+def _brief(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "body"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
