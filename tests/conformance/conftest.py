@@ -19,9 +19,23 @@ def _memory() -> Iterator[Store]:
     yield MemoryStore()
 
 
+def _sqlite() -> Iterator[Store]:
+    import tempfile
+
+    from dormant.stores import SqliteStore
+
+    with tempfile.TemporaryDirectory(prefix="dormant-sqlite-") as tmp:
+        store = SqliteStore(f"{tmp}/conformance.db")
+        try:
+            yield store
+        finally:
+            store.close()
+
+
 #: name -> (store class name, factory). Factories are generators: setup, yield, teardown.
 STORE_FACTORIES: dict[str, tuple[str, StoreFactory]] = {
     "memory": ("MemoryStore", _memory),
+    "sqlite": ("SqliteStore", _sqlite),
 }
 
 

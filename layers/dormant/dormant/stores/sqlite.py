@@ -1,0 +1,223 @@
+"""The SQLite store: embedded and durable, the local server's default (SPEC §5).
+
+One file, WAL mode. Three tables:
+
+- ``sessions``: one row per session, the head (JSON) and its version;
+- ``events``: the ledger, one row per event, keyed by ``(session_id, seq)``;
+- ``commits``: one row per commit, keyed by ``(session_id, version)``.
+
+A commit runs in one ``BEGIN IMMEDIATE`` transaction: it checks the stored version, inserts its
+``(session_id, version)`` row and its events, and moves the head. Optimistic concurrency *is*
+that key: two writers on one version cannot both insert it, and a conflict rolls the whole
+transaction back, so a refused commit writes nothing. Connections are pooled, one per concurrent
+caller, so threads never share a connection (``sqlite3`` objects are not thread-safe).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from dormant._head import Head
+from dormant.errors import StoreError
+from dormant.events import Event, load_event
+from dormant.session import CommitResult, SessionSummary, StoredSession
+from dormant.stores._base import commit_head
+
+__all__ = ["SqliteStore"]
+
+#: Schema version written to ``PRAGMA user_version``; bump it only with a migration.
+SCHEMA_VERSION = 1
+#: Seconds a writer waits for another process's write lock before failing.
+BUSY_TIMEOUT = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    version    INTEGER NOT NULL,
+    status     TEXT NOT NULL,
+    principal  TEXT,
+    updated_at INTEGER NOT NULL,
+    head       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated_at DESC);
+CREATE TABLE IF NOT EXISTS commits (
+    session_id   TEXT NOT NULL,
+    version      INTEGER NOT NULL,
+    committed_at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    type       TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+"""
+
+
+class SqliteStore:
+    """Sessions in a SQLite file: ``SqliteStore("dormant.db")``.
+
+    Safe for many threads in one process and for several processes on one file (``dormant dev``
+    and ``dormant sessions list`` side by side). Call :meth:`close` to release the connections.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(path) == ":memory:":
+            raise ValueError("SqliteStore needs a file path (use MemoryStore for memory)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._idle: list[sqlite3.Connection] = []
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        with self._connection() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} was written by a newer dormant (schema "
+                                 f"{version} > {SCHEMA_VERSION}); upgrade dormant")
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    # --- connections ---------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        # isolation_level=None: no implicit transactions; each method says BEGIN itself.
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")  # durable across crashes of the process
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            try:
+                conn = self._open()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot open {self.path}: {error}") from error
+            with self._lock:
+                self._all.append(conn)
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:  # an exception left it open: never leak a half-done write
+                conn.rollback()
+            with self._lock:
+                self._idle.append(conn)
+
+    def close(self) -> None:
+        """Close every connection (the store must not be used afterwards)."""
+        with self._lock:
+            conns, self._all, self._idle = self._all, [], []
+        for conn in conns:
+            conn.close()
+
+    # --- the Store protocol --------------------------------------------------------------------
+
+    def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
+        with self._connection() as conn:
+            try:
+                conn.execute("BEGIN")  # one snapshot for the head and its window
+                row = conn.execute("SELECT head FROM sessions WHERE session_id = ?",
+                                   (session_id,)).fetchone()
+                if row is None:
+                    conn.rollback()
+                    return None
+                head = Head.model_validate_json(row[0])
+                start = head.window_start(turns)
+                bodies = conn.execute(
+                    "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
+                    "ORDER BY seq", (session_id, start, head.seq)).fetchall()
+                conn.rollback()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot read session {session_id} from {self.path}: "
+                                 f"{error}") from error
+        events = [load_event(body) for (body,) in bodies]
+        return StoredSession(head, events, start)
+
+    def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
+        written = commit_head(head, expected_version)
+        sid = head.session_id
+        first = written.seq - len(events)
+        rows = [(sid, first + i, e.type, e.model_dump_json()) for i, e in enumerate(events)]
+        status = "awaiting_input" if written.parked else "active"
+        with self._connection() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                current = _version(conn, sid)
+                if current != expected_version:
+                    conn.rollback()
+                    return CommitResult(ok=False, conflict=True, current_version=current)
+                conn.execute("INSERT INTO commits (session_id, version, committed_at) "
+                             "VALUES (?, ?, ?)", (sid, written.version, written.updated_at))
+                conn.executemany("INSERT INTO events (session_id, seq, type, body) "
+                                 "VALUES (?, ?, ?, ?)", rows)
+                conn.execute(
+                    "INSERT INTO sessions (session_id, version, status, principal, updated_at, "
+                    "head) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+                    "version = excluded.version, status = excluded.status, "
+                    "updated_at = excluded.updated_at, head = excluded.head",
+                    (sid, written.version, status, written.principal, written.updated_at,
+                     written.model_dump_json()))
+                conn.commit()
+            except sqlite3.IntegrityError:
+                # The (session_id, version) or (session_id, seq) key is taken: another writer
+                # won. Nothing of ours stays.
+                conn.rollback()
+                return CommitResult(ok=False, conflict=True, current_version=self._current(sid))
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot write session {sid} to {self.path}: {error}") from error
+        return CommitResult(ok=True, version=written.version)
+
+    def _current(self, session_id: str) -> int:
+        with self._connection() as conn:
+            return _version(conn, session_id)
+
+    def delete(self, session_id: str) -> bool:
+        with self._connection() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                deleted = conn.execute("DELETE FROM sessions WHERE session_id = ?",
+                                       (session_id,)).rowcount
+                conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+                conn.execute("DELETE FROM commits WHERE session_id = ?", (session_id,))
+                conn.commit()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot delete session {session_id} from {self.path}: "
+                                 f"{error}") from error
+        return deleted > 0
+
+    def list(self, *, principal: str | None = None, limit: int = 100) -> list[SessionSummary]:
+        query = "SELECT session_id, version, status, updated_at, principal FROM sessions"
+        params: tuple[object, ...] = ()
+        if principal is not None:
+            query += " WHERE principal = ?"
+            params = (principal,)
+        query += " ORDER BY updated_at DESC, session_id LIMIT ?"
+        with self._connection() as conn:
+            try:
+                rows = conn.execute(query, (*params, limit)).fetchall()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot list sessions in {self.path}: {error}") from error
+        return [SessionSummary(session_id=sid, version=version,
+                               status="awaiting_input" if status == "awaiting_input"
+                               else "active",
+                               updated_at=updated_at, principal=owner)
+                for sid, version, status, updated_at, owner in rows]
+
+
+def _version(conn: sqlite3.Connection, session_id: str) -> int:
+    row = conn.execute("SELECT version FROM sessions WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    return int(row[0]) if row is not None else 0
