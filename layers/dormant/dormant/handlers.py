@@ -203,6 +203,8 @@ class TurnStream(Iterator[StreamEvent]):
         #: reads them for its opening snapshots and run ids).
         self.session: Session | None = None
         self.start_head: Head | None = None
+        #: Set True before iterating to have ``start_head`` filled (it costs a deep copy).
+        self.capture_start = False
 
     def __iter__(self) -> TurnStream:
         return self
@@ -241,7 +243,8 @@ class TurnStream(Iterator[StreamEvent]):
             return
         self.session_id = session.session_id
         self.session = session
-        self.start_head = session.head.model_copy(deep=True)
+        if self.capture_start:
+            self.start_head = session.head.model_copy(deep=True)
         try:
             run = run_turn(
                 config.agent, session,

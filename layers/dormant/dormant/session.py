@@ -227,7 +227,7 @@ class Session:
             self._append(event)
 
     def _committed(self, version: int) -> None:
-        self._loaded = self._loaded + self._new
+        self._loaded.extend(self._new)  # _loaded is always this session's own list
         self._new = []
         self._head.version = version
         self._base_version = version

@@ -33,6 +33,7 @@ class AgUIRun(Iterator[BaseEvent]):
 
     def __init__(self, config: _Config, request: HandlerInput | dict[str, Any]) -> None:
         self.turn = TurnStream(config, request)
+        self.turn.capture_start = True  # the opening snapshots need the head at turn start
         self.adapter: AgUIAdapter | None = None
         self._yield_schemas = {
             name: tool.yield_schema.model_json_schema()
