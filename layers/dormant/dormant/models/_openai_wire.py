@@ -1,0 +1,299 @@
+"""Translation between dormant's neutral model request/chunks and OpenAI's two wire formats.
+
+Pure functions over plain dicts (requests) and the ``openai`` package's response objects
+(read by attribute, so OpenAI-compatible servers that add or omit fields still parse). The
+``openai`` import itself stays in :mod:`dormant.models.openai`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dormant._ids import new_id
+from dormant.events import Usage
+from dormant.models._base import (
+    AssistantMessage,
+    ModelChunk,
+    ModelError,
+    ModelRequest,
+    TextDelta,
+    ThoughtDelta,
+    ToolCallChunk,
+    ToolSpec,
+    UsageChunk,
+    UserMessage,
+)
+from dormant.models._openai_schema import strict_schema
+
+__all__ = [
+    "chat_chunks",
+    "chat_request",
+    "chat_result_chunks",
+    "responses_chunks",
+    "responses_request",
+    "responses_result_chunks",
+]
+
+
+def _arguments(args: Any) -> str:
+    """Tool-call arguments as the JSON text both APIs carry (a raw string is kept as is)."""
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def _tool_parameters(spec: ToolSpec, strict: bool) -> tuple[dict[str, Any], bool]:
+    if strict:
+        converted = strict_schema(spec.parameters)
+        if converted is not None:
+            return converted, True
+    return spec.parameters, False
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+def responses_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
+    """The Responses API body (without ``model``/``stream``): instructions, input items, tools.
+
+    The whole conversation is sent each call (dormant's ledger is the state; no
+    ``previous_response_id``), so a session survives any number of deploys and model swaps.
+    """
+    items: list[dict[str, Any]] = []
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            items.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            if message.text:
+                items.append({"role": "assistant", "content": message.text})
+            items.extend({"type": "function_call", "call_id": call.call_id, "name": call.name,
+                          "arguments": _arguments(call.args)} for call in message.tool_calls)
+        else:
+            items.append({"type": "function_call_output", "call_id": message.call_id,
+                          "output": message.content})
+    body: dict[str, Any] = {"input": items}
+    if request.system:
+        body["instructions"] = "\n\n".join(request.system)
+    if request.tools:
+        tools = []
+        for spec in request.tools:
+            parameters, is_strict = _tool_parameters(spec, strict)
+            tool: dict[str, Any] = {"type": "function", "name": spec.name,
+                                    "parameters": parameters, "strict": is_strict}
+            if spec.description:
+                tool["description"] = spec.description
+            tools.append(tool)
+        body["tools"] = tools
+    return body
+
+
+def chat_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
+    """The Chat Completions body (without ``model``/``stream``): messages and tools."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": text}
+                                      for text in request.system]
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            messages.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            entry: dict[str, Any] = {"role": "assistant",
+                                     "content": message.text or None}
+            if message.tool_calls:
+                entry["tool_calls"] = [
+                    {"id": call.call_id, "type": "function",
+                     "function": {"name": call.name, "arguments": _arguments(call.args)}}
+                    for call in message.tool_calls
+                ]
+            elif entry["content"] is None:
+                entry["content"] = ""
+            messages.append(entry)
+        else:
+            messages.append({"role": "tool", "tool_call_id": message.call_id,
+                             "content": message.content})
+    body: dict[str, Any] = {"messages": messages}
+    if request.tools:
+        tools = []
+        for spec in request.tools:
+            parameters, is_strict = _tool_parameters(spec, strict)
+            function: dict[str, Any] = {"name": spec.name, "parameters": parameters,
+                                        "strict": is_strict}
+            if spec.description:
+                function["description"] = spec.description
+            tools.append({"type": "function", "function": function})
+        body["tools"] = tools
+    return body
+
+
+# --- replies ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    """A tool call being assembled from streamed fragments."""
+
+    call_id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+    final: str | None = None
+
+    def chunk(self) -> ToolCallChunk:
+        args = self.final if self.final is not None else "".join(self.parts)
+        return ToolCallChunk(call_id=self.call_id or new_id("call"), name=self.name, args=args)
+
+
+def _usage_of_response(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    details = getattr(usage, "input_tokens_details", None)
+    return Usage(input_tokens=getattr(usage, "input_tokens", 0) or 0,
+                 output_tokens=getattr(usage, "output_tokens", 0) or 0,
+                 cached_tokens=getattr(details, "cached_tokens", 0) or 0)
+
+
+def _usage_of_chat(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    details = getattr(usage, "prompt_tokens_details", None)
+    return Usage(input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                 output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                 cached_tokens=getattr(details, "cached_tokens", 0) or 0)
+
+
+class StreamFailed(ModelError):
+    """The API reported a failure inside an otherwise successful stream."""
+
+
+def _failure(error: Any, default: str) -> StreamFailed:
+    code = str(getattr(error, "code", None) or default)
+    message = getattr(error, "message", None) or "the model call failed"
+    return StreamFailed(str(message), code=code)
+
+
+def responses_chunks(events: Iterable[Any]) -> Iterator[ModelChunk]:
+    """Responses API stream events → chunks. Tool calls are assembled per output item and
+    yielded in output order once the response is complete."""
+    calls: dict[int, _Call] = {}
+    summary_at: tuple[str, int] | None = None
+    for event in events:
+        kind = getattr(event, "type", None)
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
+            yield TextDelta(event.delta)
+        elif kind == "response.reasoning_summary_text.delta":
+            part = (event.item_id, event.summary_index)
+            if summary_at is not None and summary_at != part:
+                yield ThoughtDelta("\n\n")  # a new summary part reads as a new paragraph
+            summary_at = part
+            yield ThoughtDelta(event.delta)
+        elif kind == "response.reasoning_text.delta":
+            yield ThoughtDelta(event.delta)
+        elif kind in ("response.output_item.added", "response.output_item.done"):
+            item = event.item
+            if getattr(item, "type", None) == "function_call":
+                call = calls.setdefault(event.output_index, _Call())
+                call.call_id, call.name = item.call_id, item.name
+                if kind == "response.output_item.done":
+                    call.final = item.arguments
+        elif kind == "response.function_call_arguments.delta":
+            calls.setdefault(event.output_index, _Call()).parts.append(event.delta)
+        elif kind == "response.function_call_arguments.done":
+            calls.setdefault(event.output_index, _Call()).final = event.arguments
+        elif kind in ("response.completed", "response.incomplete"):
+            usage = _usage_of_response(getattr(event.response, "usage", None))
+            for index in sorted(calls):
+                yield calls[index].chunk()
+            calls.clear()
+            if usage is not None:
+                yield UsageChunk(usage)
+        elif kind == "response.failed":
+            raise _failure(getattr(event.response, "error", None), "response_failed")
+        elif kind == "error":
+            raise _failure(event, "stream_error")
+    for index in sorted(calls):  # a stream cut short of response.completed
+        yield calls[index].chunk()
+
+
+def responses_result_chunks(response: Any) -> Iterator[ModelChunk]:
+    """An unstreamed Responses API result → chunks."""
+    if getattr(response, "status", None) == "failed":
+        raise _failure(getattr(response, "error", None), "response_failed")
+    for item in getattr(response, "output", None) or ():
+        kind = getattr(item, "type", None)
+        if kind == "reasoning":
+            summary = "\n\n".join(part.text for part in getattr(item, "summary", None) or ())
+            if summary:
+                yield ThoughtDelta(summary)
+        elif kind == "message":
+            for part in item.content:
+                text = getattr(part, "text", None) or getattr(part, "refusal", None)
+                if text:
+                    yield TextDelta(text)
+        elif kind == "function_call":
+            yield ToolCallChunk(call_id=item.call_id, name=item.name, args=item.arguments)
+    usage = _usage_of_response(getattr(response, "usage", None))
+    if usage is not None:
+        yield UsageChunk(usage)
+
+
+def _reasoning(delta: Any) -> str | None:
+    """Reasoning text as compatible servers stream it (vLLM/DeepSeek: ``reasoning_content``,
+    Ollama/OpenRouter: ``reasoning``); OpenAI itself sends none on Chat Completions."""
+    for name in ("reasoning_content", "reasoning"):
+        value = getattr(delta, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def chat_chunks(chunks: Iterable[Any]) -> Iterator[ModelChunk]:
+    """Chat Completions stream chunks → chunks. Tool-call fragments are keyed by their
+    ``index`` (parallel calls interleave) and yielded in index order at the end."""
+    calls: dict[int, _Call] = {}
+    usage: Usage | None = None
+    for chunk in chunks:
+        usage = _usage_of_chat(getattr(chunk, "usage", None)) or usage
+        for choice in getattr(chunk, "choices", None) or ():
+            if getattr(choice, "index", 0) != 0:
+                continue
+            delta = choice.delta
+            thought = _reasoning(delta)
+            if thought:
+                yield ThoughtDelta(thought)
+            text = delta.content or getattr(delta, "refusal", None)
+            if text:
+                yield TextDelta(text)
+            for fragment in delta.tool_calls or ():
+                index = fragment.index if fragment.index is not None else len(calls)
+                call = calls.setdefault(index, _Call())
+                if fragment.id:
+                    call.call_id = fragment.id
+                function = fragment.function
+                if function is not None:
+                    if function.name and not call.name:
+                        call.name = function.name
+                    if function.arguments:
+                        call.parts.append(function.arguments)
+    for index in sorted(calls):
+        yield calls[index].chunk()
+    if usage is not None:
+        yield UsageChunk(usage)
+
+
+def chat_result_chunks(completion: Any) -> Iterator[ModelChunk]:
+    """An unstreamed Chat Completions result → chunks."""
+    choices = getattr(completion, "choices", None) or ()
+    if choices:
+        message = choices[0].message
+        thought = _reasoning(message)
+        if thought:
+            yield ThoughtDelta(thought)
+        reply = message.content or getattr(message, "refusal", None)
+        if reply:
+            yield TextDelta(reply)
+        for call in message.tool_calls or ():
+            function = getattr(call, "function", None)
+            if function is not None:
+                yield ToolCallChunk(call_id=call.id or new_id("call"), name=function.name,
+                                    args=function.arguments)
+    usage = _usage_of_chat(getattr(completion, "usage", None))
+    if usage is not None:
+        yield UsageChunk(usage)

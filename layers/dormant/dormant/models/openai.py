@@ -1,0 +1,393 @@
+"""``OpenAIModel``: OpenAI's Responses API or Chat Completions, through the official client.
+
+Needs the ``openai`` extra (``pip install 'dormant[openai]'``). This module is imported on
+first use of ``dormant.models.OpenAIModel``, never on the plain Lambda import path.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+try:
+    import openai
+except ImportError as _missing:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "dormant.models.OpenAIModel needs the openai package: pip install 'dormant[openai]'"
+    ) from _missing
+
+from dormant.errors import ConfigError
+from dormant.models._base import ModelChunk, ModelError, ModelRequest
+from dormant.models._openai_wire import (
+    StreamFailed,
+    chat_chunks,
+    chat_request,
+    chat_result_chunks,
+    responses_chunks,
+    responses_request,
+    responses_result_chunks,
+)
+from dormant.settings import ENV, Settings
+from dormant.tools import Aborted, Signal
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["OpenAIModel", "openai_api_key_from_settings"]
+
+Api = Literal["responses", "chat_completions"]
+_APIS: tuple[Api, ...] = ("responses", "chat_completions")
+
+#: HTTP status → (dormant error code, worth retrying). One table, not an isinstance chain.
+_STATUS: dict[int, tuple[str, bool]] = {
+    400: ("invalid_request", False),
+    401: ("auth_failed", False),
+    403: ("permission_denied", False),
+    404: ("not_found", False),
+    408: ("timeout", True),
+    409: ("conflict", True),
+    413: ("request_too_large", False),
+    422: ("invalid_request", False),
+    429: ("rate_limited", True),
+}
+#: OpenAI error codes that say more than their status (same shape as ``_STATUS``).
+_API_CODES: dict[str, tuple[str, bool]] = {
+    "context_length_exceeded": ("context_overflow", False),
+    "string_above_max_length": ("context_overflow", False),
+    "insufficient_quota": ("insufficient_quota", False),
+    "invalid_api_key": ("auth_failed", False),
+    "model_not_found": ("model_not_found", False),
+    "rate_limit_exceeded": ("rate_limited", True),
+    "server_error": ("server_error", True),
+}
+_HINTS = {
+    "auth_failed": "check the API key (OPENAI_API_KEY, or the secret named by "
+                   f"{ENV.OPENAI_SECRET} / {ENV.OPENAI_PARAMETER})",
+    "context_overflow": "the conversation no longer fits the model's context window; bound it "
+                        "with app.context.history(limit=N) or start a new session",
+    "insufficient_quota": "the OpenAI account has no quota left; check its plan and billing",
+    "model_not_found": "check the model name and that the key may use it",
+    "rate_limited": "retried with backoff within the turn's time budget; lower the request "
+                    "rate or raise the account's limits",
+}
+_SECRET_TEXT = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{3,}")
+
+#: Backoff between retries: first delay, cap (seconds). ``Retry-After`` wins when present.
+_BACKOFF = 0.5
+_BACKOFF_CAP = 8.0
+
+
+class OpenAIModel:
+    """A dormant model backed by OpenAI (or any OpenAI-compatible server).
+
+    ``api="responses"`` (the default) is OpenAI's current API: reasoning models stream their
+    reasoning summaries there (``thought_delta`` events; ask for them with
+    ``reasoning={"summary": "auto"}``) and it is where new OpenAI features land. Use
+    ``api="chat_completions"`` for OpenAI-compatible servers (vLLM, Ollama, LiteLLM,
+    Bedrock's compatible endpoint), which implement Chat Completions.
+
+    ``client``: an ``openai.OpenAI`` to use; otherwise one is built on first call from
+    ``api_key`` / ``base_url`` or the standard ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``
+    environment variables. ``api_key`` may be a callable, asked before every request (how
+    :meth:`from_settings` reads a key from Secrets Manager or SSM).
+
+    ``stream=False`` asks for whole responses instead of server-sent events (the chunks the
+    runtime sees are the same, just fewer). ``strict_tools`` sends tool schemas in strict
+    mode where they can be strict without changing what the tool accepts, and as written
+    otherwise; set it False for servers that reject ``strict``. Rate limits (429), 408/409
+    and 5xx responses and connection errors are retried up to ``max_retries`` times with
+    backoff, within the turn's time budget; the client's own retries are turned off so the
+    budget holds. Other ``settings`` (``temperature``, ``reasoning``, ``max_output_tokens``,
+    ``store``, ``parallel_tool_calls``...) are passed to the API call as they are.
+
+    Failures raise :class:`~dormant.models.ModelError` with a ``code`` (``auth_failed``,
+    ``context_overflow``, ``invalid_request``, ``rate_limited``, ``server_error``...) and the
+    HTTP ``status``; the turn then ends in an ``error`` result and nothing is committed.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: openai.OpenAI | None = None,
+        api: Api = "responses",
+        api_key: str | Callable[[], str] | None = None,
+        base_url: str | None = None,
+        stream: bool = True,
+        strict_tools: bool = True,
+        max_retries: int = 3,
+        timeout: float | None = None,
+        **settings: Any,
+    ) -> None:
+        if not model or not isinstance(model, str):
+            raise ConfigError("OpenAIModel needs a model name, e.g. OpenAIModel('gpt-5.6-luna')")
+        if api not in _APIS:
+            raise ConfigError(f"OpenAIModel api must be one of {_APIS}, got {api!r}")
+        if client is not None and (api_key is not None or base_url is not None):
+            raise ConfigError("OpenAIModel takes a client or api_key/base_url, not both")
+        if max_retries < 0:
+            raise ConfigError("OpenAIModel max_retries must be >= 0")
+        if "stream_options" in settings or "input" in settings or "messages" in settings:
+            raise ConfigError("OpenAIModel builds input/messages/stream_options itself")
+        self.model = model
+        self.api: Api = api
+        self.streaming = stream
+        self.strict_tools = strict_tools
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.settings = settings
+        self._given = client
+        self._api_key = api_key
+        self._base_url = base_url
+        self._client: openai.OpenAI | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.model!r}, api={self.api!r})"
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **options: Any) -> OpenAIModel:
+        """The deployment's model: ``DORMANT_OPENAI_MODEL``, with the key read from the
+        Secrets Manager secret (``DORMANT_OPENAI_SECRET``) or SSM parameter
+        (``DORMANT_OPENAI_PARAMETER``) when one is configured, else ``OPENAI_API_KEY``.
+
+        The key is fetched on the first request, not at import, and cached across warm
+        invocations by Powertools parameters (``POWERTOOLS_PARAMETERS_MAX_AGE``, default 5
+        minutes), so a rotated key is picked up without a redeploy.
+        """
+        settings = settings or Settings.from_env()
+        if (options.get("client") is None and options.get("api_key") is None
+                and (settings.openai_secret or settings.openai_parameter)):
+
+            def key() -> str:
+                value = openai_api_key_from_settings(settings)
+                assert value is not None
+                return value
+
+            options["api_key"] = key
+        return cls(settings.openai_model, **options)
+
+    # --- the model call -------------------------------------------------------------------------
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
+        """Call the API and yield its reply as chunks (see :mod:`dormant.models._base`)."""
+        body = self._body(request)
+        reply = self._call(body, signal)
+        if not self.streaming:
+            whole = (responses_result_chunks(reply) if self.api == "responses"
+                     else chat_result_chunks(reply))
+            yield from self._translated(whole, signal)
+            return
+        events = _Abortable(reply, signal)
+        parts = responses_chunks(events) if self.api == "responses" else chat_chunks(events)
+        try:
+            yield from self._translated(parts, signal)
+        finally:
+            reply.close()  # a consumer that stops early (abort, error) frees the connection
+
+    def _body(self, request: ModelRequest) -> dict[str, Any]:
+        if self.api == "responses":
+            body = responses_request(request, strict=self.strict_tools)
+        else:
+            body = chat_request(request, strict=self.strict_tools)
+            if self.streaming:
+                body["stream_options"] = {"include_usage": True}
+        body.update(self.settings)
+        body.update(request.settings)
+        body["model"] = self.model
+        body["stream"] = self.streaming
+        return body
+
+    def _translated(self, chunks: Iterator[ModelChunk], signal: Signal
+                    ) -> Iterator[ModelChunk]:
+        try:
+            yield from chunks
+        except StreamFailed as error:
+            raise self._error(None, error.code, str(error)) from error
+        except openai.APIError as error:
+            if signal.aborted:  # a read cut short by the turn's deadline
+                raise Aborted("the turn was aborted") from error
+            raise self._api_error(error) from error
+
+    def _call(self, body: dict[str, Any], signal: Signal) -> Any:
+        """One API call, retried on transient failures within the turn's time budget."""
+        client = self._openai()
+        create = (client.responses.create if self.api == "responses"
+                  else client.chat.completions.create)
+        attempt = 0
+        while True:
+            signal.raise_if_aborted()
+            try:
+                return cast(Any, create)(**body, timeout=self._timeout(signal))
+            except openai.APIError as failure:
+                if signal.aborted:
+                    raise Aborted("the turn was aborted") from failure
+                if not _retryable(failure):
+                    raise self._api_error(failure) from failure
+                if attempt >= self.max_retries:
+                    raise self._api_error(failure, f"gave up after {attempt + 1} attempts"
+                                          ) from failure
+                delay = _delay(attempt, failure)
+                remaining = signal.remaining()
+                if remaining is not None and delay >= remaining:
+                    raise self._api_error(failure, f"no time left in the turn to retry after "
+                                                   f"{attempt + 1} attempts") from failure
+                if signal.wait(delay):
+                    raise Aborted("the turn was aborted") from failure
+                attempt += 1
+
+    def _timeout(self, signal: Signal) -> float | None:
+        remaining = signal.remaining()
+        if remaining is None:
+            return self.timeout
+        return remaining if self.timeout is None else min(remaining, self.timeout)
+
+    def _openai(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                try:
+                    if self._given is not None:
+                        self._client = self._given.with_options(max_retries=0)
+                    else:
+                        self._client = openai.OpenAI(api_key=self._api_key,
+                                                     base_url=self._base_url, max_retries=0)
+                except openai.OpenAIError as error:
+                    raise ModelError(f"cannot build the OpenAI client: {error}; "
+                                     f"{_HINTS['auth_failed']}", code="auth_failed") from error
+            return self._client
+
+    # --- errors ---------------------------------------------------------------------------------
+
+    def _api_error(self, error: openai.APIError, note: str = "") -> ModelError:
+        status = getattr(error, "status_code", None)
+        body = error.body if isinstance(error.body, dict) else {}
+        message = str(body.get("message") or error.message)
+        if isinstance(error, openai.APITimeoutError):
+            return self._error(None, "timeout", "the request timed out", note)
+        if isinstance(error, openai.APIConnectionError):
+            return self._error(None, "connection_error", f"cannot reach the API ({message})",
+                               note)
+        return self._error(status, error.code, message, note)
+
+    def _error(self, status: int | None, api_code: str | None, message: str,
+               note: str = "") -> ModelError:
+        code = _classify(status, api_code)[0]
+        where = "Responses API" if self.api == "responses" else "Chat Completions"
+        detail = f"{status} {api_code or code}" if status else (api_code or code)
+        text = f"OpenAI {where} call for model {self.model!r} failed ({detail}): {message}"
+        if note:
+            text += f" ({note})"
+        hint = _HINTS.get(code)
+        if hint:
+            text += f" — {hint}"
+        return ModelError(_SECRET_TEXT.sub(r"\1***", text), code=code, status=status)
+
+
+def _classify(status: int | None, api_code: str | None) -> tuple[str, bool]:
+    if api_code in _API_CODES:
+        return _API_CODES[api_code]
+    if status is not None and status >= 500:
+        return "server_error", True
+    if status is not None:
+        return _STATUS.get(status, ("model_error", False))
+    return (api_code or "model_error"), False
+
+
+def _retryable(error: openai.APIError) -> bool:
+    if isinstance(error, openai.APIConnectionError):
+        return True
+    if not isinstance(error, openai.APIStatusError):
+        return False
+    return _classify(error.status_code, error.code)[1]
+
+
+def _delay(attempt: int, error: openai.APIError) -> float:
+    """Seconds before the next attempt: the server's ``Retry-After`` if it sent one, else
+    exponential backoff with jitter."""
+    response = getattr(error, "response", None)
+    headers = response.headers if response is not None else {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return max(0.0, float(value) * scale)
+            except ValueError:
+                pass
+    backoff: float = min(_BACKOFF_CAP, _BACKOFF * 2 ** attempt)
+    return backoff * (0.5 + random.random() / 2)
+
+
+class _Abortable:
+    """Iterates a streamed reply, stopping (and closing the HTTP stream) on abort."""
+
+    def __init__(self, reply: Any, signal: Signal) -> None:
+        self._reply = reply
+        self._signal = signal
+
+    def __iter__(self) -> Iterator[Any]:
+        for event in self._reply:
+            if self._signal.aborted:
+                self._reply.close()
+                raise Aborted("the turn was aborted")
+            yield event
+
+
+# --- the key, in Lambda -----------------------------------------------------------------------
+
+_KEY_FIELDS = ("OPENAI_API_KEY", "openai_api_key", "api_key", "apiKey", "key")
+
+
+def openai_api_key_from_settings(settings: Settings | None = None, *,
+                                 max_age: int | None = None) -> str | None:
+    """The OpenAI key from Secrets Manager (``DORMANT_OPENAI_SECRET``) or SSM
+    (``DORMANT_OPENAI_PARAMETER``, a SecureString), or None when neither is configured.
+
+    Read through Powertools parameters, which cache the value in the execution environment
+    (``max_age`` seconds; default ``POWERTOOLS_PARAMETERS_MAX_AGE`` or 5 minutes), so warm
+    invocations make no AWS call. The secret may be the bare key or a JSON object holding it
+    under ``OPENAI_API_KEY`` / ``api_key`` (or as its only value).
+    """
+    settings = settings or Settings.from_env()
+    if not settings.openai_secret and not settings.openai_parameter:
+        return None
+    from aws_lambda_powertools.utilities import parameters
+    from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+
+    try:
+        if settings.openai_secret:
+            where = f"secret {settings.openai_secret}"
+            raw = parameters.get_secret(settings.openai_secret, max_age=max_age)
+        else:
+            where = f"SSM parameter {settings.openai_parameter}"
+            raw = parameters.get_parameter(cast(str, settings.openai_parameter), decrypt=True,
+                                           max_age=max_age)
+    except GetParameterError as error:
+        raise ModelError(f"cannot read the OpenAI key from {where}: {error}",
+                         code="auth_failed") from error
+    return _key_from(raw if isinstance(raw, str) else bytes(raw).decode(), where)
+
+
+def _key_from(raw: str, where: str) -> str:
+    text = raw.strip()
+    if not text.startswith("{"):
+        if not text:
+            raise ModelError(f"the {where} is empty", code="auth_failed")
+        return text
+    try:
+        data: Mapping[str, Any] = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ModelError(f"the {where} looks like JSON but does not parse: {error.msg}",
+                         code="auth_failed") from error
+    for name in _KEY_FIELDS:
+        if isinstance(data.get(name), str) and data[name]:
+            return str(data[name])
+    values = [v for v in data.values() if isinstance(v, str) and v]
+    if len(values) == 1:
+        return values[0]
+    raise ModelError(f"the {where} is a JSON object without a key field: expected one of "
+                     f"{', '.join(_KEY_FIELDS)} (found {', '.join(sorted(data)) or 'none'})",
+                     code="auth_failed")
