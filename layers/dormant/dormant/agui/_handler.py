@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from ag_ui.core import BaseEvent
@@ -26,8 +26,8 @@ class AgUIRun(Iterator[BaseEvent]):
 
     Lazy like the :class:`~dormant.TurnStream` it wraps (``turn``): nothing runs until it is
     iterated. ``abort()`` stops the turn (the run then ends with ``RUN_ERROR``, code
-    ``aborted``, and nothing is written); closing the iterator early (a client that hung up)
-    aborts it too. ``result`` is the turn's result once exhausted; ``adapter`` the
+    ``aborted``, and nothing is written); ``close()`` (a client that hung up) aborts it and
+    ends the iteration. ``result`` is the turn's result once exhausted; ``adapter`` the
     :class:`AgUIAdapter` in use once the run has started.
     """
 
@@ -39,7 +39,7 @@ class AgUIRun(Iterator[BaseEvent]):
             name: tool.yield_schema.model_json_schema()
             for name, tool in config.agent.tools.items() if tool.yield_schema is not None
         }
-        self._gen: Iterator[BaseEvent] | None = None
+        self._gen: Generator[BaseEvent, None, None] | None = None
 
     @property
     def result(self) -> TurnResult | None:
@@ -49,6 +49,14 @@ class AgUIRun(Iterator[BaseEvent]):
         """Stop the turn; it commits nothing."""
         self.turn.abort()
 
+    def close(self) -> None:
+        """Stop early (the client hung up): the turn is aborted and writes nothing."""
+        if self._gen is None:
+            self._gen = _nothing()
+        self._gen.close()
+        if self.turn.result is None:
+            self.turn.abort()
+
     def __iter__(self) -> AgUIRun:
         return self
 
@@ -57,7 +65,7 @@ class AgUIRun(Iterator[BaseEvent]):
             self._gen = self._drive()
         return next(self._gen)
 
-    def _drive(self) -> Iterator[BaseEvent]:
+    def _drive(self) -> Generator[BaseEvent, None, None]:
         turn = self.turn
         try:
             # Read up to the event that opens (or reopens) the invocation: by then the session
@@ -88,6 +96,10 @@ class AgUIRun(Iterator[BaseEvent]):
         finally:
             if turn.result is None:  # closed early: stop the turn's tools, write nothing
                 turn.abort()
+
+
+def _nothing() -> Generator[BaseEvent, None, None]:
+    yield from ()
 
 
 def run_ids(turn: TurnStream, opening: Sequence[StreamEvent]) -> tuple[str, str | None]:
