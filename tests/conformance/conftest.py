@@ -12,6 +12,8 @@ import pytest
 
 from dormant.stores import MemoryStore, Store
 
+from ._dynamodb import dynamodb_in_process, dynamodb_server
+
 StoreFactory = Callable[[], Iterator[Store]]
 
 
@@ -35,6 +37,8 @@ def _sqlite() -> Iterator[Store]:
 #: name -> (store class name, factory). Factories are generators: setup, yield, teardown.
 STORE_FACTORIES: dict[str, tuple[str, StoreFactory]] = {
     "memory": ("MemoryStore", _memory),
+    "dynamodb-moto": ("DynamoDBStore", dynamodb_in_process),
+    "dynamodb-server": ("DynamoDBStore", dynamodb_server),
     "sqlite": ("SqliteStore", _sqlite),
 }
 

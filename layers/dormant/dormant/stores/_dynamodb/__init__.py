@@ -1,0 +1,1 @@
+"""Internals of :class:`dormant.stores.DynamoDBStore`: item layout, read window, S3 offload."""

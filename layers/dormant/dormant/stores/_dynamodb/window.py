@@ -1,0 +1,54 @@
+"""How many items a windowed read should ask for, learned from earlier reads.
+
+The head says where a ``turns``-turn window starts, but the head comes back in the same query
+as the events, so the query's ``Limit`` has to be guessed up front. A guess too small costs a
+second request; too large costs a few unneeded items. The guess is items-per-turn as last seen
+for the session (or, for a session this process has not read, across sessions), with headroom.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+
+__all__ = ["WindowEstimator"]
+
+#: Items per turn assumed before anything was observed: one slice per commit, two commits for
+#: a turn that yields and resumes.
+DEFAULT_ITEMS_PER_TURN = 2.0
+HEADROOM = 1.25
+MEMO_SIZE = 4096
+
+
+class WindowEstimator:
+    """Thread-safe, bounded memory of items-per-turn per session."""
+
+    def __init__(self) -> None:
+        self._per_session: OrderedDict[str, float] = OrderedDict()
+        self._overall = DEFAULT_ITEMS_PER_TURN
+        self._lock = threading.Lock()
+
+    def limit(self, session_id: str, turns: int) -> int:
+        """``Limit`` for a query reading the head and ``turns`` turns of events."""
+        if turns <= 0:
+            return 1
+        with self._lock:
+            per_turn = self._per_session.get(session_id, self._overall)
+        return 1 + max(1, math.ceil(turns * per_turn * HEADROOM)) + 1
+
+    def observe(self, session_id: str, turns: int, items: int) -> None:
+        """A read of ``turns`` turns needed ``items`` event items."""
+        if turns <= 0:
+            return
+        per_turn = max(items, 1) / turns
+        with self._lock:
+            self._per_session[session_id] = per_turn
+            self._per_session.move_to_end(session_id)
+            while len(self._per_session) > MEMO_SIZE:
+                self._per_session.popitem(last=False)
+            self._overall = 0.8 * self._overall + 0.2 * per_turn
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._per_session.pop(session_id, None)

@@ -1,0 +1,535 @@
+"""The production store: one DynamoDB table, one conditional transaction per commit.
+
+Cost per ordinary turn is the physical floor: one ``Query`` (descending, with a ``Limit``
+sized to the agent's history window: it returns the head, then the newest events) and one
+``TransactWriteItems`` (the head, guarded by its version, plus one item holding the turn's new
+events). History is never rewritten; a ``history(limit=N)`` agent reads the same bytes at turn
+10 and turn 10,000. The item layout is described in ``dormant.stores._dynamodb.layout``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from dormant._head import Head
+from dormant.errors import StoreError
+from dormant.events import Event, load_events
+from dormant.session import CommitResult, SessionSummary, StoredSession
+from dormant.settings import Settings
+from dormant.stores._base import commit_head
+from dormant.stores._dynamodb import layout as lay
+from dormant.stores._dynamodb.offload import Offloader, is_pointer
+from dormant.stores._dynamodb.window import WindowEstimator
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_s3.client import S3Client
+
+__all__ = ["DynamoDBStore"]
+
+#: Application-level attempts of one commit when DynamoDB reports a ``TransactionConflict``
+#: (another transaction touched the item at that instant: not a version conflict) or
+#: throttling inside a transaction. botocore already retried transport errors and 5xx.
+TRANSACTION_ATTEMPTS = 4
+RETRY_BACKOFF = 0.025
+#: Cancellation reasons that say "try the same transaction again", not "you lost".
+_RETRYABLE = frozenset({
+    "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded",
+    "RequestLimitExceeded",
+})
+_DELETE_ATTEMPTS = 3
+
+_Items = list[dict[str, Any]]
+#: Offloaded events of a commit: (S3 key, event JSON).
+_Uploads = list[tuple[str, str]]
+
+
+class DynamoDBStore:
+    """Sessions in one DynamoDB table (see :meth:`table_definition`).
+
+    ``client``: a boto3 DynamoDB client (default: one with botocore's ``standard`` retry mode;
+    boto3 honours ``AWS_ENDPOINT_URL_DYNAMODB``, so ``sam local`` and moto server need no
+    code). ``bucket`` (default ``DORMANT_BUCKET`` via :meth:`from_env`): where events too
+    large for a transaction go; without one such a commit raises :class:`StoreError`.
+    ``ttl_seconds``: every item carries ``expires_at`` (epoch seconds) = its write time plus
+    this, so an idle session expires ``ttl_seconds`` after its last commit, and in a session
+    that lives longer, history older than that ages out (the head, rewritten on every commit,
+    never does). Expired items are filtered on read: DynamoDB deletes them lazily.
+    ``offload_above``: events larger than this many bytes go to S3 even when chunking would
+    fit them (default: only what the transaction cannot hold).
+    """
+
+    #: The table's primary key, as the SAM template declares it.
+    TABLE_KEY_SCHEMA: ClassVar[builtins.list[dict[str, str]]] = lay.KEY_SCHEMA
+    #: The attribute TTL is enabled on (epoch seconds).
+    TTL_ATTRIBUTE: ClassVar[str] = lay.TTL_ATTRIBUTE
+    #: The global secondary index ``list`` reads (heads only: owner key, updated-at).
+    INDEX_NAME: ClassVar[str] = lay.INDEX_NAME
+
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        *,
+        bucket: str | None = None,
+        s3_client: S3Client | None = None,
+        ttl_seconds: int | None = None,
+        region_name: str | None = None,
+        offload_prefix: str = "ledger/",
+        offload_above: int | None = None,
+        transaction_limit: int = lay.TRANSACTION_LIMIT,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not table_name:
+            raise StoreError("DynamoDBStore needs a table name (DORMANT_TABLE)")
+        if ttl_seconds is not None and ttl_seconds <= 0:
+            raise StoreError(f"ttl_seconds must be positive, got {ttl_seconds}")
+        self.table_name = table_name
+        self.bucket = bucket
+        self.ttl_seconds = ttl_seconds
+        self._client = client if client is not None else _dynamodb_client(region_name)
+        self._s3_client = s3_client
+        self._region_name = region_name
+        self._prefix = offload_prefix
+        self._offload_above = offload_above
+        self._transaction_limit = transaction_limit
+        self._clock = clock
+        self._window = WindowEstimator()
+        self._offloader: Offloader | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, *,
+                 client: DynamoDBClient | None = None,
+                 s3_client: S3Client | None = None) -> DynamoDBStore:
+        """The store the environment describes: ``DORMANT_TABLE``, ``DORMANT_BUCKET``,
+        ``DORMANT_SESSION_TTL_DAYS``."""
+        settings = Settings.from_env(env)
+        if not settings.table:
+            raise StoreError("DORMANT_TABLE is not set: name the DynamoDB table to use")
+        ttl = settings.session_ttl_days * 86_400 if settings.session_ttl_days else None
+        return cls(settings.table, client, bucket=settings.bucket, s3_client=s3_client,
+                   ttl_seconds=ttl)
+
+    @classmethod
+    def table_definition(cls) -> dict[str, Any]:
+        """``AttributeDefinitions``, ``KeySchema``, ``GlobalSecondaryIndexes`` and
+        ``BillingMode`` exactly as ``ensure_table`` creates them; the SAM template's table
+        must declare the same (plus TTL on :attr:`TTL_ATTRIBUTE`)."""
+        return lay.table_definition()
+
+    def ensure_table(self) -> bool:
+        """Create the table (on-demand, TTL on ``expires_at``) unless it exists; ``True`` if it
+        was created. For local runs and tests: deployed tables come from the template."""
+        try:
+            self._client.create_table(TableName=self.table_name, **self.table_definition())
+        except ClientError as error:
+            if _code(error) == "ResourceInUseException":
+                return False
+            raise StoreError(f"could not create table {self.table_name}: {error}") from error
+        try:
+            self._client.get_waiter("table_exists").wait(
+                TableName=self.table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
+            self._client.update_time_to_live(
+                TableName=self.table_name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": lay.TTL_ATTRIBUTE})
+        except (ClientError, BotoCoreError) as error:
+            raise StoreError(f"table {self.table_name} was created but is not ready: "
+                             f"{error}") from error
+        return True
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
+        now_s = int(self._clock())
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": session_id}},
+            "ScanIndexForward": False,
+            "ConsistentRead": True,
+        }
+        if turns is not None:
+            request["Limit"] = self._window.limit(session_id, turns)
+        head: Head | None = None
+        start = 0
+        items: _Items = []
+        while True:
+            page = self._call("read session", session_id, self._client.query, **request)
+            found = list(page.get("Items", []))
+            if head is None:
+                if not found or not lay.head_sk_is(found[0]) or lay.expired(found[0], now_s):
+                    return None
+                head = Head.model_validate_json(found.pop(0)[lay.HEAD]["S"])
+                start = head.window_start(turns)
+            items.extend(found)
+            needed = _items_needed(items, start, head.seq, now_s)
+            if needed is not None or "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            if turns is not None:
+                request["Limit"] = _remaining_limit(items, start, head.seq)
+        if turns is not None and needed is not None:
+            in_window = sum(1 for t in head.turn_starts if t >= start)
+            self._window.observe(session_id, max(in_window, 1), needed)
+        events, first_seq = self._decode(session_id, items, start, head.seq, now_s)
+        return StoredSession(head, events, first_seq)
+
+    def _decode(self, session_id: str, items: _Items, start: int, seq: int,
+                now_s: int) -> tuple[builtins.list[Event], int]:
+        kept: builtins.list[lay.Slice] = []
+        for piece in reversed(lay.assemble(items, now_s)):
+            if piece.first_seq >= seq:
+                continue  # a leftover of an expired incarnation of this session id
+            if piece.expired:
+                break  # older history aged out (TTL): the ledger starts after it
+            if not piece.complete:
+                raise StoreError(f"session {session_id}: events at position {piece.first_seq} "
+                                 "are incomplete in the table")
+            kept.append(piece)
+            if piece.first_seq <= start:
+                break
+        kept.reverse()
+        first = max(start, kept[0].first_seq) if kept else seq
+        raw: builtins.list[Any] = []
+        for piece in kept:
+            for offset, value in enumerate(piece.decoded()):
+                if piece.first_seq + offset >= start:
+                    raw.append(self._offload().get(value) if is_pointer(value) else value)
+        return load_events(raw), first
+
+    def list(self, *, principal: str | None = None,
+             limit: int = 100) -> builtins.list[SessionSummary]:
+        now_s = int(self._clock())
+        if principal is not None:
+            request: dict[str, Any] = {
+                "TableName": self.table_name,
+                "IndexName": lay.INDEX_NAME,
+                "KeyConditionExpression": "#own = :own",
+                "ExpressionAttributeNames": {"#own": lay.OWNER},
+                "ExpressionAttributeValues": {":own": {"S": lay.owner_key(principal, "")}},
+                "ScanIndexForward": False,
+            }
+            read = self._client.query
+        else:
+            request = {"TableName": self.table_name, "IndexName": lay.INDEX_NAME}
+            read = self._client.scan  # type: ignore[assignment]
+        found: builtins.list[SessionSummary] = []
+        while True:
+            page = self._call("list sessions", principal or "*", read, **request)
+            found.extend(_summary(item) for item in page.get("Items", [])
+                         if not lay.expired(item, now_s))
+            if "LastEvaluatedKey" not in page or (principal is not None and len(found) >= limit):
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        found.sort(key=lambda s: s.updated_at, reverse=True)
+        return found[:limit]
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
+        written = commit_head(head, expected_version)
+        now_s = int(self._clock())
+        expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
+        head_item = self._head_item(written, expires_at)
+        items, uploads = self._event_items(written, events, head_item, expires_at)
+        put_head = _conditional_put(self.table_name, head_item, expected_version, now_s)
+        for key, text in uploads:
+            self._call("offload an event", head.session_id, self._offload().put, key, text)
+        if items:
+            result = self._transact(written, put_head, items, expected_version)
+        else:
+            result = self._put_head(written, put_head)
+        if result.conflict and uploads:
+            self._forget_uploads([key for key, _ in uploads])
+        return result
+
+    def _transact(self, written: Head, put_head: dict[str, Any], items: _Items,
+                  expected_version: int) -> CommitResult:
+        token = _request_token(self.table_name, written, expected_version)
+        actions: builtins.list[Any] = [{"Put": put_head}]
+        actions += [{"Put": {"TableName": self.table_name, "Item": item}} for item in items]
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                self._client.transact_write_items(TransactItems=actions,
+                                                  ClientRequestToken=token)
+                return CommitResult(ok=True, version=written.version)
+            except ClientError as error:
+                if _code(error) != "TransactionCanceledException":
+                    raise _store_error("commit", written.session_id, error) from error
+                reasons = error.response.get("CancellationReasons") or []
+                first = reasons[0] if reasons else {}
+                if first.get("Code") == "ConditionalCheckFailed":
+                    return self._refused(dict(first.get("Item") or {}) or None)
+                codes = {r.get("Code") for r in reasons} - {"None", None}
+                if not codes <= _RETRYABLE or attempt == TRANSACTION_ATTEMPTS:
+                    raise StoreError(
+                        f"commit to session {written.session_id} was cancelled "
+                        f"({', '.join(sorted(str(c) for c in codes))}) after {attempt} "
+                        "attempt(s); nothing was written") from error
+            except BotoCoreError as error:
+                raise _store_error("commit", written.session_id, error) from error
+            time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _put_head(self, written: Head, put_head: dict[str, Any]) -> CommitResult:
+        try:
+            self._client.put_item(**put_head)
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                old: Any = error.response.get("Item")
+                return self._refused(old)
+            raise _store_error("commit", written.session_id, error) from error
+        except BotoCoreError as error:
+            raise _store_error("commit", written.session_id, error) from error
+        return CommitResult(ok=True, version=written.version)
+
+    def _refused(self, old: dict[str, Any] | None) -> CommitResult:
+        """The version check failed: the current version is in the item DynamoDB returned."""
+        alive = old is not None and not lay.expired(old, int(self._clock()))
+        current = int(old[lay.VERSION]["N"]) if alive and old is not None else 0
+        return CommitResult(ok=False, conflict=True, current_version=current)
+
+    def _head_item(self, written: Head, expires_at: int | None) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            lay.PK: {"S": written.session_id},
+            lay.SK: {"S": lay.HEAD_SK},
+            lay.VERSION: {"N": str(written.version)},
+            lay.UPDATED: {"N": str(written.updated_at)},
+            lay.STATUS: {"S": "awaiting_input" if written.parked else "active"},
+            lay.OWNER: {"S": lay.owner_key(written.principal, written.session_id)},
+            lay.HEAD: {"S": written.model_dump_json()},
+        }
+        if expires_at is not None:
+            item[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
+        size = lay.item_size(item)
+        if size > lay.ITEM_LIMIT:
+            raise StoreError(
+                f"session {written.session_id}: its head (state and pending calls) is {size} "
+                f"bytes, over DynamoDB's {lay.ITEM_LIMIT}-byte item limit; keep large data in "
+                "events or tool results, not in session state")
+        return item
+
+    def _event_items(self, written: Head, events: Sequence[Event], head_item: dict[str, Any],
+                     expires_at: int | None) -> tuple[_Items, _Uploads]:
+        """The items of this commit's slice, and the events that go to S3 instead (key, JSON).
+
+        Chunking keeps any slice under the item limit; what would push the transaction past
+        100 actions or its byte limit is offloaded, largest event first.
+        """
+        if not events:
+            return [], []
+        sid = written.session_id
+        first_seq = written.seq - len(events)
+        texts = [event.model_dump_json() for event in events]
+        sizes = [len(text.encode()) for text in texts]
+        keys: dict[int, str] = {}
+        if self._offload_above is not None:
+            keys = {i: self._key(sid, first_seq + i, events[i].id)
+                    for i, size in enumerate(sizes) if size > self._offload_above}
+        budget = self._transaction_limit - lay.item_size(head_item)
+        while True:
+            shown = [self._offload().pointer(keys[i]) if i in keys else text
+                     for i, text in enumerate(texts)]
+            items = lay.slice_items(sid, first_seq, shown, [keys[i] for i in sorted(keys)],
+                                    expires_at)
+            if (len(items) < lay.TRANSACTION_ACTIONS
+                    and sum(lay.item_size(item) for item in items) <= budget):
+                return items, [(keys[i], texts[i]) for i in sorted(keys)]
+            rest = [i for i in range(len(texts)) if i not in keys]
+            if not rest or self.bucket is None:
+                raise StoreError(
+                    f"session {sid}: this commit's events ({sum(sizes)} bytes) do not fit one "
+                    f"DynamoDB transaction; configure an S3 bucket (DORMANT_BUCKET) for large "
+                    "events")
+            largest = max(rest, key=lambda i: sizes[i])
+            keys[largest] = self._key(sid, first_seq + largest, events[largest].id)
+
+    def _key(self, session_id: str, seq: int, event_id: str) -> str:
+        if self.bucket is None:
+            raise StoreError(f"session {session_id}: an event at position {seq} is too large "
+                             "for DynamoDB; configure an S3 bucket (DORMANT_BUCKET)")
+        return self._offload().key(session_id, seq, event_id)
+
+    def _forget_uploads(self, keys: builtins.list[str]) -> None:
+        """A refused commit leaves nothing behind: its offloaded events go too (best effort:
+        an object left over is unreachable, never read)."""
+        with contextlib.suppress(ClientError, BotoCoreError):
+            self._offload().delete(keys)
+
+    def _offload(self) -> Offloader:
+        if self._offloader is None:
+            if self.bucket is None:
+                raise StoreError("this ledger has events stored in S3 but the store has no "
+                                 "bucket; configure DORMANT_BUCKET")
+            client = self._s3_client if self._s3_client is not None else _s3_client(
+                self._region_name)
+            self._offloader = Offloader(client, self.bucket, self._prefix)
+        return self._offloader
+
+    # --- deleting ------------------------------------------------------------------------------
+
+    def delete(self, session_id: str) -> bool:
+        now_s = int(self._clock())
+        for _ in range(_DELETE_ATTEMPTS):
+            items = self._keys_of(session_id)
+            head = items[0] if items and lay.head_sk_is(items[0]) else None
+            if head is not None:
+                try:
+                    self._client.delete_item(
+                        TableName=self.table_name,
+                        Key={lay.PK: head[lay.PK], lay.SK: head[lay.SK]},
+                        ConditionExpression="ver = :v",
+                        ExpressionAttributeValues={":v": head[lay.VERSION]},
+                    )
+                except ClientError as error:
+                    if _code(error) == "ConditionalCheckFailedException":
+                        continue  # a commit landed meanwhile: list its items too
+                    raise _store_error("delete", session_id, error) from error
+                except BotoCoreError as error:
+                    raise _store_error("delete", session_id, error) from error
+            rest = items[1:] if head is not None else items
+            self._delete_items(session_id, rest)
+            offloaded = [key for item in rest for key in item.get(lay.OFFLOADED, {}).get("SS", [])]
+            if offloaded:
+                self._call("delete offloaded events", session_id, self._offload().delete,
+                           offloaded)
+            self._window.forget(session_id)
+            return head is not None and not lay.expired(head, now_s)
+        raise StoreError(f"session {session_id} kept changing while being deleted; retry")
+
+    def _keys_of(self, session_id: str) -> _Items:
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": session_id}},
+            "ProjectionExpression": "pk, sk, ver, #s3, #ttl",
+            "ExpressionAttributeNames": {"#s3": lay.OFFLOADED, "#ttl": lay.TTL_ATTRIBUTE},
+            "ScanIndexForward": False,
+            "ConsistentRead": True,
+        }
+        items: _Items = []
+        while True:
+            page = self._call("read session", session_id, self._client.query, **request)
+            items.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return items
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _delete_items(self, session_id: str, items: _Items) -> None:
+        for start in range(0, len(items), 25):
+            pending: Any = {self.table_name: [
+                {"DeleteRequest": {"Key": {lay.PK: item[lay.PK], lay.SK: item[lay.SK]}}}
+                for item in items[start:start + 25]]}
+            for attempt in range(5):
+                result = self._call("delete session", session_id, self._client.batch_write_item,
+                                    RequestItems=pending)
+                pending = result.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+                time.sleep(RETRY_BACKOFF * 2 ** attempt)
+            if pending:
+                raise StoreError(f"session {session_id}: some items could not be deleted "
+                                 "(throttled); retry the delete")
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _call(self, what: str, session_id: str, fn: Callable[..., Any], *args: Any,
+              **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ClientError, BotoCoreError) as error:
+            raise _store_error(what, session_id, error) from error
+
+    def __repr__(self) -> str:
+        return f"DynamoDBStore({self.table_name!r}, bucket={self.bucket!r})"
+
+
+def _items_needed(items: _Items, start: int, seq: int,
+                  now_s: int) -> int | None:
+    """How many of the event items read so far (newest first) the window needs, or None if
+    the window is not complete yet."""
+    if start >= seq:
+        return 0
+    for index, item in enumerate(items):
+        first, part = lay.parse_slice_key(item[lay.SK]["S"])
+        if lay.expired(item, now_s):
+            return index + 1  # older history has aged out: nothing further to read
+        if first <= start and part in (None, 0):
+            return index + 1
+    return None
+
+
+def _remaining_limit(items: _Items, start: int, seq: int) -> int:
+    """``Limit`` for the next page: at most one item per missing event, plus a spare."""
+    oldest = lay.parse_slice_key(items[-1][lay.SK]["S"])[0] if items else seq
+    return max(oldest - start, 1) + 1
+
+
+def _conditional_put(table: str, item: dict[str, Any], expected_version: int,
+                     now_s: int) -> dict[str, Any]:
+    """The head's Put: version ``expected_version`` must be current (0: no live session)."""
+    put: dict[str, Any] = {
+        "TableName": table,
+        "Item": item,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        "ExpressionAttributeNames": {"#v": lay.VERSION},
+    }
+    if expected_version == 0:
+        # An expired head that TTL has not removed yet does not count as a session.
+        put["ConditionExpression"] = "attribute_not_exists(#v) OR #ttl <= :now"
+        put["ExpressionAttributeNames"]["#ttl"] = lay.TTL_ATTRIBUTE
+        put["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
+    else:
+        put["ConditionExpression"] = "#v = :v"
+        put["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
+    return put
+
+
+def _request_token(table: str, written: Head, expected_version: int) -> str:
+    """A ClientRequestToken stable across this commit's retries, distinct for any other."""
+    seed = (f"{table}|{written.session_id}|{expected_version}|{written.last_event}|"
+            f"{written.seq}|{written.updated_at}")
+    return str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16]))
+
+
+def _summary(item: dict[str, Any]) -> SessionSummary:
+    return SessionSummary(
+        session_id=item[lay.PK]["S"],
+        version=int(item[lay.VERSION]["N"]),
+        status="awaiting_input" if item[lay.STATUS]["S"] == "awaiting_input" else "active",
+        updated_at=int(item[lay.UPDATED]["N"]),
+        principal=lay.principal_of(item[lay.OWNER]["S"]),
+    )
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _store_error(what: str, session_id: str, error: Exception) -> StoreError:
+    return StoreError(f"DynamoDB could not {what} for session {session_id}: {error}")
+
+
+def _dynamodb_client(region_name: str | None) -> DynamoDBClient:
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"mode": "standard", "max_attempts": 5},
+                    connect_timeout=3, read_timeout=10)
+    return boto3.client("dynamodb", region_name=region_name, config=config)
+
+
+def _s3_client(region_name: str | None) -> S3Client:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", region_name=region_name,
+                        config=Config(retries={"mode": "standard", "max_attempts": 5}))
