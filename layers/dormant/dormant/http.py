@@ -252,7 +252,7 @@ class _Resolver(APIGatewayRestResolver):
                 f"the request body is {size} bytes; the limit is {self.max_body_bytes}")
             return {"statusCode": response.status_code, "body": _json_text(response.body),
                     "headers": {"Content-Type": JSON}, "isBase64Encoded": False}
-        self.current_event = self._to_proxy_event(dict(event))
+        self.current_event = self._to_proxy_event(_json_content(event))
         self.lambda_context = context
         try:
             return self._build_response(self._resolve())
@@ -267,6 +267,24 @@ def _body_size(event: Mapping[str, Any]) -> int:
     if event.get("isBase64Encoded"):
         return len(base64.b64decode(body))
     return len(body.encode()) if isinstance(body, str) else len(body)
+
+
+def _json_content(event: Mapping[str, Any]) -> dict[str, Any]:
+    """The event with a form content type read as JSON: this API speaks only JSON, and
+    ``curl -d`` labels JSON bodies ``application/x-www-form-urlencoded`` by default."""
+    copy = dict(event)
+    for key in ("headers", "multiValueHeaders"):
+        headers = copy.get(key)
+        if not headers:
+            continue
+        fixed = dict(headers)
+        for name, value in headers.items():
+            first = value[0] if isinstance(value, list) and value else value
+            if name.lower() == "content-type" and isinstance(first, str) \
+                    and first.startswith("application/x-www-form-urlencoded"):
+                fixed[name] = [JSON] if isinstance(value, list) else JSON
+        copy[key] = fixed
+    return copy
 
 
 def _json_text(body: Any) -> str:

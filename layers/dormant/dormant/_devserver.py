@@ -1,0 +1,214 @@
+"""``dormant dev``'s HTTP server: the API resolver, served over plain HTTP on localhost.
+
+Each HTTP request becomes an API Gateway REST proxy event and goes through
+``resolver.resolve(event, context)`` — the same resolver the ``api`` Lambda runs, so there is one
+route table. The principal comes from the ``X-Principal`` header (default ``local``) and is put
+where API Gateway's authorizer puts it (``requestContext.authorizer.principalId``).
+
+``POST /agui`` streams: the Lambda context this server passes carries a writer
+(:data:`dormant.http.SSE_WRITER_ATTRIBUTE`); the ``/agui`` route, after validating the request
+like any other, hands each encoded event to that writer, which sends it as one HTTP chunk and
+flushes. Errors found before the first event (a bad body, an unknown session) still come back
+as ordinary JSON responses. On Lambda there is no writer and the route returns the whole body.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from dormant.http import SSE_WRITER_ATTRIBUTE
+
+__all__ = ["DEFAULT_PRINCIPAL", "DevServer", "to_proxy_event"]
+
+log = logging.getLogger("dormant.dev")
+
+DEFAULT_PRINCIPAL = "local"
+PRINCIPAL_HEADER = "X-Principal"
+#: Bodies past this are refused before being read (API Gateway's own payload limit).
+TRANSPORT_LIMIT = 10 * 1024 * 1024
+
+
+def to_proxy_event(method: str, target: str, headers: Mapping[str, str], body: bytes,
+                   *, principal: str, source_ip: str = "127.0.0.1") -> dict[str, Any]:
+    """The API Gateway REST proxy event (payload 1.0) for one HTTP request."""
+    url = urlsplit(target)
+    pairs = parse_qsl(url.query, keep_blank_values=True)
+    query: dict[str, str] = {}
+    multi_query: dict[str, list[str]] = {}
+    for key, value in pairs:
+        query[key] = value
+        multi_query.setdefault(key, []).append(value)
+    single = {k: v for k, v in headers.items()}
+    multi = {k: [v] for k, v in headers.items()}
+    try:
+        text: str | None = body.decode() if body else None
+        encoded = False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode(), True
+    path = url.path or "/"
+    return {
+        "resource": path,
+        "path": path,
+        "httpMethod": method,
+        "headers": single,
+        "multiValueHeaders": multi,
+        "queryStringParameters": query or None,
+        "multiValueQueryStringParameters": multi_query or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": path,
+            "httpMethod": method,
+            "path": path,
+            "stage": "local",
+            "requestId": str(uuid.uuid4()),
+            "identity": {"sourceIp": source_ip},
+            "authorizer": {"principalId": principal},
+        },
+        "body": text,
+        "isBase64Encoded": encoded,
+    }
+
+
+class _Context:
+    """A stand-in Lambda context; carries the SSE writer for the streamed route."""
+
+    function_name = "dormant-dev"
+    memory_limit_in_mb = 0
+    invoked_function_arn = "arn:aws:lambda:local:000000000000:function:dormant-dev"
+
+    def __init__(self, request_id: str, writer: _ChunkWriter) -> None:
+        self.aws_request_id = request_id
+        setattr(self, SSE_WRITER_ATTRIBUTE, writer)
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 15 * 60 * 1000
+
+
+class _ChunkWriter:
+    """Sends a streamed 200 response, one HTTP/1.1 chunk per call, flushed."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+        self._handler = handler
+        self.started = False
+
+    def __call__(self, text: str) -> None:
+        handler = self._handler
+        if not self.started:
+            self.started = True
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Cache-Control", "no-cache")
+            handler.send_header("Access-Control-Allow-Origin", "*")
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+        data = text.encode()
+        if data:
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            handler.wfile.flush()
+
+    def finish(self) -> None:
+        self._handler.wfile.write(b"0\r\n\r\n")
+        self._handler.wfile.flush()
+
+
+class DevServer(ThreadingHTTPServer):
+    """A threaded HTTP server answering every request with ``resolver.resolve``."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], resolver: Any) -> None:
+        self.resolver = resolver
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: DevServer
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_PATCH(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def do_OPTIONS(self) -> None:
+        self._serve()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.info("%s %s", self.address_string(), format % args)
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > TRANSPORT_LIMIT:
+            self._refuse_oversize(length)
+            return
+        body = self.rfile.read(length) if length else b""
+        principal = self.headers.get(PRINCIPAL_HEADER) or DEFAULT_PRINCIPAL
+        headers = {k: v for k, v in self.headers.items()}
+        event = to_proxy_event(self.command, self.path, headers, body, principal=principal,
+                               source_ip=self.client_address[0])
+        writer = _ChunkWriter(self)
+        context = _Context(event["requestContext"]["requestId"], writer)
+        try:
+            result = self.server.resolver.resolve(event, context)
+        except Exception:
+            log.exception("unhandled error serving %s %s", self.command, self.path)
+            if writer.started:
+                writer.finish()
+                return
+            result = {"statusCode": 500, "headers": {"Content-Type": "application/json"},
+                      "body": '{"code":"internal_error","message":"see the server log"}'}
+        if writer.started:
+            writer.finish()
+            return
+        self._reply(result)
+
+    def _reply(self, result: Mapping[str, Any]) -> None:
+        raw = result.get("body") or ""
+        data = base64.b64decode(raw) if result.get("isBase64Encoded") else raw.encode()
+        self.send_response(int(result.get("statusCode", 200)))
+        sent = set()
+        for name, values in (result.get("multiValueHeaders") or {}).items():
+            for value in values:
+                self.send_header(name, str(value))
+            sent.add(name.lower())
+        for name, value in (result.get("headers") or {}).items():
+            if name.lower() not in sent:
+                self.send_header(name, str(value))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _refuse_oversize(self, length: int) -> None:
+        body = (b'{"code":"payload_too_large","message":"the request body is %d bytes; the '
+                b'server accepts at most %d"}' % (length, TRANSPORT_LIMIT))
+        self.send_response(413)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True

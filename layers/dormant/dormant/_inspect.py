@@ -1,0 +1,132 @@
+"""Render sessions for people: the ``dormant sessions list|show`` views."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from dormant.events import Event
+from dormant.session import Session, SessionSummary
+
+__all__ = ["render_list", "render_session", "session_json"]
+
+_WIDTH = 72
+
+
+def _when(ms: int, *, date: bool = False) -> str:
+    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    if date:
+        return stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return stamp.strftime("%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}"
+
+
+def _short(value: Any, limit: int = _WIDTH) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_list(summaries: list[SessionSummary]) -> str:
+    """One line per session, newest first."""
+    if not summaries:
+        return "no sessions yet"
+    rows = [("SESSION", "VERSION", "STATUS", "PRINCIPAL", "UPDATED")]
+    rows += [(s.session_id, str(s.version), s.status.replace("_", " "), s.principal or "-",
+              _when(s.updated_at, date=True)) for s in summaries]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
+
+
+def _line(event: Event, waits: dict[str, str]) -> str:
+    match event.type:
+        case "invocation_start":
+            return f"▶ run {event.invocation_id} started (agent {event.agent or '?'})"
+        case "user":
+            return f"user: {_short(event.text)}"
+        case "assistant":
+            return f"assistant: {_short(event.text)}"
+        case "tool_call":
+            return f"→ {event.name} called with {_short(event.args, 48)}  [{event.call_id}]"
+        case "tool_yield":
+            waits[event.call_id] = event.name
+            return f"⏸ {event.name} yielded: waits for input on {_short(event.args, 40)}  " \
+                   f"[{event.call_id}]"
+        case "invocation_yield":
+            what = "tool input" if event.reason == "tool" else "the next user message"
+            return f"⏸ run paused, waiting for {what}"
+        case "tool_input":
+            name = waits.get(event.call_id, "call")
+            return f"← input for {name}: {_short(event.input, 48)}  [{event.call_id}]"
+        case "invocation_resume":
+            return f"▶ run {event.invocation_id} resumed"
+        case "tool_result":
+            if event.error is not None:
+                return f"✗ {event.name} failed: {_short(event.error, 56)}"
+            return f"✓ {event.name} returned {_short(event.result, 52)}"
+        case "state_delta":
+            return "state: " + "; ".join(_op(op) for op in event.patch)
+        case "error":
+            return f"error ({event.code}): {_short(event.message)}"
+        case "invocation_end":
+            return f"■ run ended ({event.status})"
+    return event.type  # pragma: no cover  (a type added later without a line here)
+
+
+def _op(op: dict[str, Any]) -> str:
+    path = str(op.get("path", "")).lstrip("/").replace("/", ".") or "(all)"
+    if op.get("op") == "remove":
+        return f"{path} removed"
+    return f"{path} = {_short(op.get('value'), 40)}"
+
+
+def render_session(session: Session, expects: dict[str, str] | None = None) -> str:
+    """A readable timeline: who said what, which tool yielded and what it waits for.
+
+    ``expects`` maps a yielding tool's name to a description of the input it takes."""
+    head = session.head
+    status = "awaiting input" if session.status == "awaiting_input" else "active"
+    out = [
+        f"{session.session_id}",
+        f"  version {session.version} · {status} · principal {head.principal or '-'} · "
+        f"{len(session.events)} events",
+        f"  created {_when(head.created_at, date=True)} · updated "
+        f"{_when(head.updated_at, date=True)}",
+        "",
+    ]
+    waits: dict[str, str] = {}
+    for event in session.events:
+        out.append(f"  {_when(event.ts)}  {_line(event, waits)}")
+    if session.state:
+        out += ["", f"  state: {_short(session.state, 100)}"]
+    pending = session.yielded_tools
+    out.append("")
+    if pending:
+        out.append("  pending:")
+        for call in pending:
+            out.append(f"    {call.name} [{call.call_id}] waits for input; it was asked "
+                       f"{_short(call.args, 48)}")
+            if expects and call.name in expects:
+                out.append(f"      expects input {expects[call.name]}")
+        example = {"sessionId": session.session_id,
+                   "tools": [{"callId": pending[0].call_id, "input": {"...": "..."}}]}
+        out.append(f"  answer with: POST /turns {json.dumps(example)}")
+    else:
+        out.append("  pending: nothing")
+    return "\n".join(out)
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    """The ``--json`` form of ``sessions show``."""
+    return {
+        "sessionId": session.session_id,
+        "version": session.version,
+        "status": session.status,
+        "principal": session.principal,
+        "state": session.state,
+        "yieldedTools": [c.model_dump(by_alias=True, mode="json")
+                         for c in session.yielded_tools],
+        "createdAt": session.head.created_at,
+        "updatedAt": session.head.updated_at,
+        "events": [e.model_dump(mode="json") for e in session.events],
+    }
