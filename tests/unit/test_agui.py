@@ -403,3 +403,29 @@ def test_a_bad_request_is_a_run_error_run(app, tools):
 
     assert types(events) == ["RUN_STARTED", "RUN_ERROR"]
     assert "invalid session id" in conformant(events)[-1]["message"]
+
+
+def test_a_superseded_turn_finishes_without_an_interrupt(tools):
+    ticks = iter(range(1_000, 2_000))
+    app = dormant.App(name="bookings", clock=lambda: next(ticks))
+    newer = app.handler.rest(agent=app.agent("fast", hooks=[
+        dormant.Hook(before_agent=lambda ctx: "fast answer")]))
+    overtaken: list[str] = []
+
+    def newer_message_lands(ctx: dormant.HookContext) -> None:
+        if not overtaken:
+            overtaken.append(newer({"session_id": "s-race",
+                                    "input": {"message": "newer"}}).status)
+
+    concierge = agent(app, tools, [{"tool_calls": [ASK]}],
+                      hooks=[dormant.Hook(before_model=newer_message_lands)])
+
+    events = run(app, concierge, {"session_id": "s-race", "input": {"message": "older"}})
+
+    data = conformant(events)
+    assert overtaken == ["completed"]
+    assert data[-1]["type"] == "RUN_FINISHED"
+    assert data[-1]["result"] == {"commitStatus": "superseded"}
+    assert "outcome" not in data[-1]
+    assert not [e for e in data if e["type"] == "CUSTOM"]
+    assert app.sessions.get("s-race").yielded_tools == []

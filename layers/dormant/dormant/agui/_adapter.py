@@ -181,11 +181,14 @@ class AgUIAdapter:
     # --- endings -------------------------------------------------------------------------------
 
     def finish(self, result: TurnResult) -> list[BaseEvent]:
-        """The run's ending for a turn result: interrupted when it yielded tools, an error
-        when it failed or was aborted, otherwise finished."""
+        """The run's ending for a turn result: interrupted when it yielded tools (and that
+        was stored), an error when it failed or was aborted, otherwise finished. A superseded
+        turn was dropped whole, so it finishes with ``commitStatus: "superseded"`` and no
+        interrupt: there is nothing to answer."""
         if result.status == "error":
             return self.run_error(result.error or "the turn failed", code=result.code)
-        if result.status == "yielded_tool" and result.yielded_tools:
+        if (result.status == "yielded_tool" and result.yielded_tools
+                and result.commit_status != "superseded"):
             return self.run_interrupted(result.yielded_tools, commit_status=result.commit_status,
                                         usage=result.usage)
         return self.run_finished(result.commit_status, usage=result.usage)
