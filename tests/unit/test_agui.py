@@ -429,3 +429,19 @@ def test_a_superseded_turn_finishes_without_an_interrupt(tools):
     assert "outcome" not in data[-1]
     assert not [e for e in data if e["type"] == "CUSTOM"]
     assert app.sessions.get("s-race").yielded_tools == []
+
+
+def test_an_agent_without_history_still_tells_the_client_about_the_parked_calls(app, tools):
+    concierge = app.agent("concierge", model=ScriptedModel([{"tool_calls": [ASK]}, "Done."]),
+                          context=[app.context.system("Be brief.")], tools=tools)
+    handle = app.handler.agui(agent=concierge)
+    first = wire(list(handle({"session_id": "s-nohist", "input": {"message": "book"}})))
+
+    events = list(handle({"session_id": "s-nohist", "input": {
+        "tools": [{"call_id": "call_ask", "input": {"answer": "Friday"}}]}}))
+
+    data = conformant(events)  # the result's call is known from the snapshot
+    [message] = one(data, "MESSAGES_SNAPSHOT")["messages"]
+    assert [call["id"] for call in message["toolCalls"]] == ["call_ask"]
+    assert json.loads(message["toolCalls"][0]["function"]["arguments"]) == {"q": "Which night?"}
+    assert data[0]["parentRunId"] == first[0]["runId"]
