@@ -76,6 +76,15 @@ class AgUIAdapter:
     :class:`~dormant.YieldedTool` whose return value is shown as that call's ``args`` in the
     interrupt; ``yield_schemas`` maps a yielding tool's name to the JSON Schema of the answer
     it expects (sent as the interrupt's ``responseSchema``).
+
+    The loop ``app.handler.agui`` runs, written by hand (seed 002)::
+
+        live = app.handler.turn(agent=concierge)(request)
+        adapter = AgUIAdapter(session_id, live.invocation_id, include_steps=True)
+        yield adapter.run_started()
+        for event in live:
+            yield from adapter.transform(event)
+        yield from adapter.finish(live.result)
     """
 
     def __init__(

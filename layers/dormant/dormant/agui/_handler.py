@@ -43,6 +43,7 @@ class AgUIRun(Iterator[BaseEvent]):
 
     @property
     def result(self) -> TurnResult | None:
+        """The turn's :class:`~dormant.TurnResult` once the run has ended, else None."""
         return self.turn.result
 
     def abort(self) -> None:
