@@ -34,6 +34,13 @@ when it serves AG-UI.
 
 from __future__ import annotations
 
+try:
+    import ag_ui.core  # noqa: F401
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "dormant.agui needs the AG-UI protocol package: pip install 'dormant[agui]'"
+    ) from error
+
 from dormant.agui._adapter import RUN_INTERRUPTED, AgUIAdapter, ToolTransformer
 from dormant.agui._handler import SSE_CONTENT_TYPE, AgUIRun, agui_handler, encode_sse, run_ids
 from dormant.agui._input import from_run_agent_input
