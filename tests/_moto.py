@@ -69,6 +69,9 @@ __all__ = [
 
 #: One lock for every call into moto, in-process and server alike.
 MOTO_LOCK = threading.RLock()
+#: Set on a request a FaultInjector answered. botocore calls *every* ``before-send`` handler
+#: (the first response wins), so in-process moto would otherwise still execute the request.
+_INJECTED = "_dormant_fault_injected"
 
 FAKE_AWS_ENV: dict[str, str] = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -102,6 +105,8 @@ def in_process_aws() -> Iterator[None]:
     original = BotocoreStubber.__call__
 
     def locked(self: Any, event_name: str, request: Any, **kwargs: Any) -> Any:
+        if getattr(request, _INJECTED, False):
+            return None  # a FaultInjector answered it: moto must not act on it too
         with MOTO_LOCK:
             return original(self, event_name, request, **kwargs)
 
@@ -256,7 +261,10 @@ class FaultInjector:
             self.sent.append((operation, body))
             queue = self._queued.get(operation)
             make = queue.pop(0) if queue else None
-        return make(request) if make is not None else None
+        if make is None:
+            return None
+        setattr(request, _INJECTED, True)
+        return make(request)
 
 
 def client_error(code: str, message: str = "injected", status: int = 400,

@@ -1,0 +1,401 @@
+"""DynamoDBStore beyond the shared contract: item layout, large events, retries, TTL, cost.
+
+Runs against moto in-process (calls into moto serialised, see ``tests/_moto.py``); faults
+moto never produces (throttling, TransactionConflict) are injected with a ``before-send``
+hook.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from pydantic import BaseModel
+
+import dormant
+from dormant.errors import StoreError
+from dormant.events import ToolResult, UserEvent
+from dormant.models import ScriptedModel
+from dormant.session import Session
+from dormant.stores import DynamoDBStore
+from dormant.stores._dynamodb import layout
+from tests._moto import (
+    FaultInjector,
+    aws_env,
+    client_error,
+    in_process_aws,
+    throttling,
+    transaction_conflict,
+)
+
+TABLE = "dormant-unit"
+BUCKET = "dormant-unit-ledger"
+ONE_MB = 1_000_000
+
+
+class Ref(BaseModel):
+    ref: str
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    aws_env(monkeypatch)
+    with in_process_aws():
+        boto3.client("s3").create_bucket(Bucket=BUCKET)
+        yield
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _store(**kwargs: Any) -> DynamoDBStore:
+    store = DynamoDBStore(TABLE, **kwargs)
+    store.ensure_table()
+    return store
+
+
+def _items(session_id: str) -> list[dict[str, Any]]:
+    pages = boto3.client("dynamodb").get_paginator("query").paginate(
+        TableName=TABLE, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": session_id}})
+    return [item for page in pages for item in page["Items"]]
+
+
+class Calls:
+    """Counts DynamoDB operations a client sends."""
+
+    def __init__(self, client: Any) -> None:
+        self.operations: list[str] = []
+        client.meta.events.register_first("before-send.dynamodb", self._record)
+
+    def _record(self, request: Any, **_: Any) -> None:
+        target = request.headers.get("X-Amz-Target", b"")
+        self.operations.append((target.decode() if isinstance(target, bytes) else target)
+                               .rpartition(".")[2])
+
+
+def _big_tool_turn(store: DynamoDBStore, size: int) -> tuple[dormant.App, str]:
+    """A real turn whose tool returns ``size`` characters."""
+    app = dormant.App(name="big", store=store)
+    fetch = app.tool(name="fetch", description="Fetch a document", schema=Ref,
+                     execute=lambda ctx: "é" + "x" * (size - 1))
+    model = ScriptedModel([{"tool_calls": [{"name": "fetch", "args": {"ref": "doc"}}]},
+                           "Read it."])
+    agent = app.agent(name="reader", model=model, tools=[fetch])
+    response = app.handler.rest(agent=agent)({"session_id": "big",
+                                              "input": {"message": "read the doc"}})
+    assert response.status == "completed" and response.commit_status == "committed"
+    return app, "session_big"
+
+
+def _result_of(app: dormant.App, session_id: str) -> Any:
+    session = app.sessions.get(session_id)
+    assert session is not None
+    return next(e.result for e in session.events if isinstance(e, ToolResult))
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def test_ensure_table_creates_the_declared_table_once(aws: None) -> None:
+    store = DynamoDBStore(TABLE)
+    assert store.ensure_table() is True
+    assert store.ensure_table() is False
+    client = boto3.client("dynamodb")
+    table = client.describe_table(TableName=TABLE)["Table"]
+    definition = DynamoDBStore.table_definition()
+    assert table["KeySchema"] == DynamoDBStore.TABLE_KEY_SCHEMA == definition["KeySchema"]
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert [i["IndexName"] for i in table["GlobalSecondaryIndexes"]] == ["by_owner"]
+    ttl = client.describe_time_to_live(TableName=TABLE)["TimeToLiveDescription"]
+    assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
+
+
+def test_from_env_reads_table_bucket_and_ttl(aws: None) -> None:
+    store = DynamoDBStore.from_env({"DORMANT_TABLE": TABLE, "DORMANT_BUCKET": BUCKET,
+                                    "DORMANT_SESSION_TTL_DAYS": "7"})
+    assert (store.table_name, store.bucket, store.ttl_seconds) == (TABLE, BUCKET, 7 * 86_400)
+    with pytest.raises(StoreError, match="DORMANT_TABLE"):
+        DynamoDBStore.from_env({})
+
+
+def test_a_commit_writes_one_slice_item_and_the_head(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    session = app.sessions.create("layout", principal="alice")
+    session.input.message("one")
+    session.input.message("two")
+    assert app.sessions.commit(session).ok
+    items = {item["sk"]["S"]: item for item in _items("session_layout")}
+    assert sorted(items) == ["e#000000000000", "~head"]
+    assert [e["text"] for e in json.loads(items["e#000000000000"]["ev"]["S"])] == ["one", "two"]
+    assert items["~head"]["ver"] == {"N": "2"}
+    assert items["~head"]["own"] == {"S": "p:alice"}
+
+
+# --- any event size ------------------------------------------------------------------------------
+
+
+def test_a_one_megabyte_tool_result_round_trips_in_chunks(aws: None) -> None:
+    store = _store()
+    app, sid = _big_tool_turn(store, ONE_MB)
+    assert _result_of(app, sid) == "é" + "x" * (ONE_MB - 1)
+    parts = [item for item in _items(sid) if item["sk"]["S"].count("#") == 2]
+    assert len(parts) == 3
+    assert all(layout.item_size(item) <= layout.ITEM_LIMIT for item in parts)
+    assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")
+
+
+def test_a_one_megabyte_tool_result_can_live_in_s3(aws: None) -> None:
+    store = _store(bucket=BUCKET, offload_above=100_000)
+    app, sid = _big_tool_turn(store, ONE_MB)
+    assert _result_of(app, sid) == "é" + "x" * (ONE_MB - 1)
+    objects = boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert len(objects) == 1 and objects[0]["Key"].startswith("ledger/session_big/")
+    assert all(layout.item_size(item) < 20_000 for item in _items(sid))
+    assert app.sessions.delete(sid) is True
+    assert _items(sid) == []
+    assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")
+
+
+def _big_commit(store: DynamoDBStore, sizes: list[int]) -> tuple[dormant.App, Session]:
+    app = dormant.App(store=store)
+    session = app.sessions.create("huge")
+    for n, size in enumerate(sizes):
+        session.input.message(f"{n}" + "y" * size)
+    return app, session
+
+
+def test_a_commit_over_the_transaction_limit_offloads_the_largest_events(aws: None) -> None:
+    store = _store(bucket=BUCKET)
+    app, session = _big_commit(store, [1_500_000, 2_000_000, 1_000_000, 10])
+    assert app.sessions.commit(session).ok
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert len(keys) == 1 and "/000000000001-" in keys[0]  # the 2 MB message, not the others
+    loaded = app.sessions.get("huge")
+    assert loaded is not None
+    assert [len(e.text) for e in loaded.events if isinstance(e, UserEvent)] == [
+        1_500_001, 2_000_001, 1_000_001, 11]
+
+
+def test_without_a_bucket_an_oversize_commit_fails_and_writes_nothing(aws: None) -> None:
+    store = _store()
+    app, session = _big_commit(store, [2_500_000, 2_500_000])
+    with pytest.raises(StoreError, match="DORMANT_BUCKET"):
+        app.sessions.commit(session)
+    loaded = app.sessions.get("huge")
+    assert loaded is not None and loaded.version == 1 and loaded.events == []
+
+
+def test_a_refused_commit_removes_what_it_offloaded(aws: None) -> None:
+    store = _store(bucket=BUCKET, offload_above=1_000)
+    app = dormant.App(store=store)
+    app.sessions.create("race")
+    one, two = app.sessions.get("race"), app.sessions.get("race")
+    assert one is not None and two is not None
+    one.input.message("short")
+    two.input.message("z" * 5_000)
+    assert app.sessions.commit(one).ok
+    assert app.sessions.commit(two).conflict
+    assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")
+
+
+def test_the_whole_ledger_reads_across_one_megabyte_query_pages(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    session = app.sessions.create("long")
+    for n in range(12):
+        session.input.message(f"{n}:" + "w" * 300_000)
+        assert app.sessions.commit(session).ok
+    calls = Calls(store._client)
+    loaded = app.sessions.get("long")
+    assert loaded is not None and len(loaded.events) == 12
+    assert [e.text.split(":")[0] for e in loaded.events if isinstance(e, UserEvent)] == [
+        str(n) for n in range(12)]
+    assert calls.operations.count("Query") >= 3  # 3.6 MB cannot come back in one page
+
+
+# --- conflicts and retries -----------------------------------------------------------------------
+
+
+def test_a_refused_commit_reports_the_version_without_a_second_read(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    app.sessions.create("stale")
+    one, two = app.sessions.get("stale"), app.sessions.get("stale")
+    assert one is not None and two is not None
+    one.input.message("first")
+    assert app.sessions.commit(one).ok
+    one.input.message("second")
+    assert app.sessions.commit(one).ok
+    calls = Calls(store._client)
+    two.input.message("late")
+    refused = app.sessions.commit(two)
+    assert refused.model_dump() == {"ok": False, "version": None, "conflict": True,
+                                    "current_version": 3}
+    assert calls.operations == ["TransactWriteItems"]
+
+
+def test_a_transaction_conflict_is_retried_with_the_same_token(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    session = app.sessions.create("busy")
+    faults = FaultInjector(store._client).fail(
+        "TransactWriteItems", transaction_conflict(), transaction_conflict())
+    session.input.message("hello")
+    assert app.sessions.commit(session).ok
+    sent = [json.loads(body) for op, body in faults.sent if op == "TransactWriteItems"]
+    assert len(sent) == 3
+    assert len({body["ClientRequestToken"] for body in sent}) == 1
+    loaded = app.sessions.get("busy")
+    assert loaded is not None and loaded.version == 2 and len(loaded.events) == 1
+
+
+def test_a_conflict_that_persists_fails_without_writing(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    session = app.sessions.create("jammed")
+    FaultInjector(store._client).fail("TransactWriteItems",
+                                      *[transaction_conflict() for _ in range(4)])
+    session.input.message("hello")
+    with pytest.raises(StoreError, match="TransactionConflict"):
+        app.sessions.commit(session)
+    loaded = app.sessions.get("jammed")
+    assert loaded is not None and loaded.version == 1 and loaded.events == []
+
+
+def test_throttling_is_retried_by_botocore(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    session = app.sessions.create("hot")
+    faults = FaultInjector(store._client)
+    faults.fail("Query", throttling()).fail("TransactWriteItems", throttling())
+    session.input.message("hello")
+    assert app.sessions.commit(session).ok
+    loaded = app.sessions.get("hot")
+    assert loaded is not None and loaded.version == 2
+    operations = [op for op, _ in faults.sent]
+    assert operations.count("TransactWriteItems") == 2 and operations.count("Query") == 2
+
+
+@pytest.mark.parametrize("operation,code", [
+    ("Query", "ResourceNotFoundException"),
+    ("TransactWriteItems", "ValidationException"),
+])
+def test_other_failures_raise_store_error(aws: None, operation: str, code: str) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    session = app.sessions.create("broken")
+    session.input.message("hello")
+    FaultInjector(store._client).fail(operation, client_error(code, "injected failure"))
+    with pytest.raises(StoreError, match="injected failure") as raised:
+        app.sessions.commit(session) if operation != "Query" else store.load("session_broken")
+    assert raised.value.__cause__ is not None
+
+
+def test_a_missing_table_is_a_store_error(aws: None) -> None:
+    store = DynamoDBStore("no-such-table")
+    with pytest.raises(StoreError, match="session_x"):
+        store.load("session_x")
+
+
+def test_a_turn_whose_commit_keeps_failing_reports_failed(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    rest = app.handler.rest(agent=app.agent(
+        name="echo", model=None, hooks=[dormant.Hook(before_agent=lambda ctx: "hi")]))
+    FaultInjector(store._client).fail(
+        "TransactWriteItems", *[client_error("ValidationException") for _ in range(10)])
+    response = rest({"session_id": "failing", "input": {"message": "hello"}})
+    assert response.commit_status == "failed" and response.status == "error"
+    assert store.load("session_failing") is None
+
+
+# --- TTL -----------------------------------------------------------------------------------------
+
+
+def test_an_idle_session_expires_and_its_id_can_be_reused(aws: None) -> None:
+    clock = Clock()
+    store = _store(ttl_seconds=100, clock=clock)
+    app = dormant.App(store=store)
+    session = app.sessions.create("idle", principal="alice")
+    session.input.message("hello")
+    assert app.sessions.commit(session).ok
+    assert all(int(item["expires_at"]["N"]) == int(clock.now) + 100
+               for item in _items("session_idle"))
+    clock.now += 99
+    assert store.load("session_idle") is not None
+    clock.now += 1
+    assert store.load("session_idle") is None
+    assert app.sessions.list(principal="alice") == []
+    again = app.sessions.create("idle")
+    assert again.version == 1
+    loaded = app.sessions.get("idle")
+    assert loaded is not None and loaded.events == []
+
+
+def test_history_older_than_the_ttl_ages_out_of_a_live_session(aws: None) -> None:
+    clock = Clock()
+    store = _store(ttl_seconds=100, clock=clock)
+    app = dormant.App(store=store)
+    session = app.sessions.create("aging")
+    for text in ("old", "older"):
+        session.input.message(text)
+    assert app.sessions.commit(session).ok
+    clock.now += 80
+    session.input.message("recent")
+    assert app.sessions.commit(session).ok
+    clock.now += 30
+    loaded = app.sessions.get("aging")
+    assert loaded is not None and loaded.version == 3
+    assert [e.text for e in loaded.events if isinstance(e, UserEvent)] == ["recent"]
+    assert loaded.first_seq == 2
+
+
+# --- reads are sized to the window ---------------------------------------------------------------
+
+
+def _chatty(store: DynamoDBStore, turns: int) -> dormant.App:
+    app = dormant.App(store=store)
+    session = app.sessions.create("chatty")
+    for turn in range(turns):
+        session.input.message(f"turn {turn}")
+        assert app.sessions.commit(session).ok
+    return app
+
+
+def test_a_windowed_load_is_one_query_once_the_window_is_learned(aws: None) -> None:
+    store = _store()
+    _chatty(store, 60)
+    first = store.load("session_chatty", turns=3)
+    calls = Calls(store._client)
+    again = store.load("session_chatty", turns=3)
+    assert first is not None and again is not None
+    assert [e.text for e in again.events if isinstance(e, UserEvent)] == [
+        "turn 57", "turn 58", "turn 59"]
+    assert again.first_seq == 57
+    assert calls.operations == ["Query"]
+
+
+def test_a_window_larger_than_the_guess_pages_until_complete(aws: None) -> None:
+    store = _store()
+    app = dormant.App(store=store)
+    session = app.sessions.create("wide")
+    for turn in range(6):
+        session.input.message(f"turn {turn}")
+        assert app.sessions.commit(session).ok
+        for step in range(6):  # six more commits inside the same turn (tool results)
+            session._append(ToolResult(call_id=f"c{turn}.{step}", name="t", result=step))
+            assert app.sessions.commit(session).ok
+    calls = Calls(store._client)
+    loaded = store.load("session_wide", turns=2)
+    assert loaded is not None and loaded.first_seq == 28 and len(loaded.events) == 14
+    assert calls.operations.count("Query") == 2
