@@ -7,9 +7,11 @@ no longer valid (an answer to a call somebody else answered) is caught.
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import TypeAdapter
 
 from dormant._patch import apply_patch
 from dormant.errors import InputError, PendingInputError, ResumeError
@@ -36,7 +38,8 @@ TURN_INDEX_SIZE = 64
 MESSAGE_ID_WINDOW = 64
 
 
-class PendingCall(BaseModel):
+@dataclass(slots=True)
+class PendingCall:
     """One tool call of the step the invocation is in."""
 
     call_id: str
@@ -49,28 +52,59 @@ class PendingCall(BaseModel):
     settled: bool = False
 
 
-class Head(BaseModel):
-    """A session's current fold. Stored with every commit; versioned with the ledger format."""
+@dataclass(slots=True)
+class Head:
+    """A session's current fold. Stored with every commit; versioned with the ledger format.
 
-    format: int = LEDGER_FORMAT
+    A slotted dataclass, not a pydantic model: the fold sets a few attributes per event on
+    the hot path. JSON goes through one pydantic ``TypeAdapter``; the ``model_*`` methods
+    keep pydantic's names so stores read and write it like any other wire type.
+    """
+
     session_id: str
+    format: int = LEDGER_FORMAT
     version: int = 0
-    seq: int = Field(default=0, description="Events in the ledger (the next event's position).")
-    state: dict[str, Any] = Field(default_factory=dict)
+    #: Events in the ledger (the next event's position).
+    seq: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
     principal: str | None = None
     created_at: int = 0
     updated_at: int = 0
     open_invocation: str | None = None
     agent: str | None = None
     parked: Literal["tool", "message"] | None = None
-    step: list[PendingCall] = Field(default_factory=list)
-    inbox: int = Field(default=0, description="User messages not yet taken up by a run.")
+    step: list[PendingCall] = field(default_factory=list)
+    #: User messages not yet taken up by a run.
+    inbox: int = 0
     last_user_ts: int = 0
-    turn_starts: list[int] = Field(default_factory=list)
-    message_ids: list[str] = Field(default_factory=list)
-    last_event: str | None = Field(
-        default=None, description="Id of the ledger's last event (detects a commit that landed)."
-    )
+    turn_starts: list[int] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)
+    #: Id of the ledger's last event (detects a commit that landed after all).
+    last_event: str | None = None
+
+    # --- JSON (pydantic-compatible names) ----------------------------------------------------
+
+    @classmethod
+    def model_validate_json(cls, data: str | bytes) -> Head:
+        return _ADAPTER.validate_json(data)
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Head:
+        return _ADAPTER.validate_python(data)
+
+    def model_dump_json(self) -> str:
+        return _ADAPTER.dump_json(self).decode()
+
+    def model_dump(self, *, mode: Literal["json", "python"] = "python") -> dict[str, Any]:
+        return _ADAPTER.dump_python(self, mode=mode)  # type: ignore[no-any-return]
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Head:
+        copied = copy.deepcopy(self) if deep else copy.copy(self)
+        for key, value in (update or {}).items():
+            setattr(copied, key, value)
+        return copied
+
+    # --- reading -------------------------------------------------------------------------------
 
     def window_start(self, turns: int | None) -> int:
         """Position of the first event a ``turns``-turn history window needs (0: everything)."""
@@ -91,6 +125,9 @@ class Head(BaseModel):
             if candidate.call_id == call_id:
                 return candidate
         return None
+
+
+_ADAPTER: TypeAdapter[Head] = TypeAdapter(Head)
 
 
 def apply(head: Head, event: Event) -> None:

@@ -72,6 +72,7 @@ Clock = Callable[[], int]
 Stream = Generator[StreamEvent, None, RunResult]
 
 _pool: ThreadPoolExecutor | None = None
+_NO_USAGE = Usage()
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -270,9 +271,10 @@ class _Run:
                                         delta=chunk.text)
             elif isinstance(chunk, ToolCallChunk):
                 calls.append(_parse_call(chunk))
-            elif isinstance(chunk, UsageChunk):
+            elif isinstance(chunk, UsageChunk) and chunk.usage != _NO_USAGE:
                 usage = usage + chunk.usage
-        self.usage = self.usage + usage
+        if usage != _NO_USAGE:
+            self.usage = self.usage + usage
         yield ModelEnd(invocation_id=self.invocation_id, step=step, usage=usage)
         text = "".join(parts)
         self._call_hooks("after_model", request=request, text=text)
@@ -448,14 +450,14 @@ class _Run:
         return self._result(YieldedToolResult(yielded_tools=self.session.yielded_tools))
 
     def _result(self, result: RunResult) -> RunResult:
-        items = [OutputItem(text=text) for text in self.said]
-        filled = result.model_copy(update={
-            "output": Output(items=items, text=self.said[-1] if self.said else ""),
-            "invocation_id": self.invocation_id,
-            "usage": self.usage,
-        })
-        filled._session = self.session
-        return filled
+        # Filled in place: the result was made a moment ago by this run and nobody holds it.
+        said = self.said
+        object.__setattr__(result, "output", Output(
+            items=[OutputItem(text=text) for text in said], text=said[-1] if said else ""))
+        object.__setattr__(result, "invocation_id", self.invocation_id)
+        object.__setattr__(result, "usage", self.usage)
+        result._session = self.session
+        return result
 
     def _hook_context(self, **fields: Any) -> HookContext:
         return HookContext(agent=self.agent, session=self.session,
@@ -472,8 +474,8 @@ class _Run:
     def _request(self, step: int) -> ModelRequest:
         system = [item.render(self.session) for item in self.agent.context
                   if isinstance(item, System)]
-        tools = [ToolSpec(t.name, t.description, t.parameters()) for t in self.agent.tools.values()]
-        has_history = any(isinstance(item, History) for item in self.agent.context)
+        tools = self.agent.tool_specs
+        has_history = self.agent.has_history
         limit = self.agent.history_turns
         session = self.session
         seen = session.head.seq  # the lazy read below must not see later events

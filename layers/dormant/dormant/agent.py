@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dormant.errors import ConfigError
+from dormant.models._base import ToolSpec
 from dormant.tools import Tool
 
 if TYPE_CHECKING:
@@ -115,17 +116,27 @@ class Agent:
     hooks: tuple[Hook, ...] = ()
     max_steps: int = DEFAULT_MAX_STEPS
     app_hooks: tuple[Hook, ...] = field(default=(), repr=False)
+    has_history: bool = field(init=False, repr=False)
+    history_turns: int | None = field(init=False, repr=False)
+    tool_specs: list[ToolSpec] = field(init=False, repr=False)
 
-    @property
-    def history_turns(self) -> int | None:
-        """How many recent turns the context needs loaded (None: all; 0: none)."""
-        turns: int | None = 0
-        for item in self.context:
-            if isinstance(item, History):
-                if item.limit is None:
-                    return None
-                turns = max(turns or 0, item.limit)
-        return turns
+    def __post_init__(self) -> None:
+        # Derived once: the turn path reads these on every model call.
+        self.has_history = any(isinstance(item, History) for item in self.context)
+        self.history_turns = _history_turns(self.context)
+        self.tool_specs = [ToolSpec(t.name, t.description, t.parameters())
+                           for t in self.tools.values()]
+
+
+def _history_turns(context: Sequence[ContextItem]) -> int | None:
+    """How many recent turns the context needs loaded (None: all; 0: none)."""
+    turns: int | None = 0
+    for item in context:
+        if isinstance(item, History):
+            if item.limit is None:
+                return None
+            turns = max(turns or 0, item.limit)
+    return turns
 
 
 def build_agent(

@@ -35,15 +35,21 @@ class Signal:
     __slots__ = ("_event", "deadline")
 
     def __init__(self, timeout: float | None = None) -> None:
-        self._event = threading.Event()
+        self._event: threading.Event | None = None  # made on first need: most turns never
         #: ``time.monotonic()`` past which the turn counts as aborted (its timeout).
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
     @property
+    def _flag(self) -> threading.Event:
+        if self._event is None:
+            self._event = threading.Event()
+        return self._event
+
+    @property
     def aborted(self) -> bool:
         if self.deadline is not None and time.monotonic() >= self.deadline:
-            self._event.set()
-        return self._event.is_set()
+            self._flag.set()
+        return self._event is not None and self._event.is_set()
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (None: no deadline)."""
@@ -52,7 +58,7 @@ class Signal:
         return max(0.0, self.deadline - time.monotonic())
 
     def abort(self) -> None:
-        self._event.set()
+        self._flag.set()
 
     def raise_if_aborted(self) -> None:
         if self.aborted:
@@ -62,9 +68,9 @@ class Signal:
         """Sleep up to ``timeout`` seconds, waking early on abort or deadline. True if aborted."""
         remaining = self.remaining()
         if remaining is not None and remaining < timeout:
-            self._event.wait(remaining)
+            self._flag.wait(remaining)
             return self.aborted
-        return self._event.wait(timeout)
+        return self._flag.wait(timeout)
 
 
 class Aborted(DormantError):

@@ -1,0 +1,158 @@
+"""Framework overhead per turn: dormant's handler with ScriptedModel and MemoryStore.
+
+Measures, side by side in one run, microseconds per turn for
+  - a text turn (message in, text out),
+  - a tool turn (model calls a tool, reads its result, answers),
+  - a pause + resume (a yielding tool parks the turn; a second request answers it),
+at history 1, 100 and 1,000 turns, through ``app.handler.rest`` (load, run, commit), and a
+hand-rolled ledger (a dict of lists with a version check) as the floor.
+
+    python bench/overhead.py            # full run
+    python bench/overhead.py --smoke    # one tiny iteration (CI keeps it from rotting)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+import dormant
+from dormant.models import ScriptedModel
+
+
+class Ref(BaseModel):
+    ref: str
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+def _agent(app: dormant.App, replies: list[Any], limit: int | None) -> dormant.Agent:
+    lookup = app.tool(name="lookup_stay", description="Look up a booking", schema=Ref,
+                      execute=lambda ctx: {"ref": ctx.args.ref, "nights": 3})
+    ask = app.tool(name="ask_guest", description="Ask the guest", schema=Ref, yield_schema=Answer)
+    return app.agent(name="bench", model=ScriptedModel(replies),
+                     context=[app.context.system("Answer booking questions."),
+                              app.context.history(limit)],
+                     tools=[lookup, ask])
+
+
+def _seed(history: int, limit: int | None, replies: list[Any]) -> tuple[Any, str]:
+    app = dormant.App(name="bench")
+    agent = _agent(app, ["ok"] * history + replies, limit)
+    rest = app.handler.rest(agent=agent)
+    for n in range(history):
+        rest({"session_id": "bench", "input": {"message": f"turn {n}"}})
+    return rest, "session_bench"
+
+
+def text_turn(history: int, turns: int, limit: int | None) -> float:
+    rest, sid = _seed(history, limit, ["Three nights."] * turns)
+    start = time.perf_counter()
+    for _ in range(turns):
+        response = rest({"session_id": sid, "input": {"message": "How long is my stay?"}})
+    elapsed = time.perf_counter() - start
+    assert response.status == "completed", response
+    return elapsed / turns
+
+
+def tool_turn(history: int, turns: int, limit: int | None) -> float:
+    replies: list[Any] = []
+    for _ in range(turns):
+        replies += [{"tool_calls": [{"name": "lookup_stay", "args": {"ref": "B-1"}}]},
+                    "Three nights."]
+    rest, sid = _seed(history, limit, replies)
+    start = time.perf_counter()
+    for _ in range(turns):
+        response = rest({"session_id": sid, "input": {"message": "How long is my stay?"}})
+    elapsed = time.perf_counter() - start
+    assert response.status == "completed", response
+    return elapsed / turns
+
+
+def pause_resume(history: int, turns: int, limit: int | None) -> float:
+    replies: list[Any] = []
+    for n in range(turns):
+        replies += [{"tool_calls": [{"name": "ask_guest", "args": {"ref": "night"},
+                                     "id": f"call_{n}"}]}, "Booked for Friday."]
+    rest, sid = _seed(history, limit, replies)
+    start = time.perf_counter()
+    for n in range(turns):
+        rest({"session_id": sid, "input": {"message": "Book me in"}})
+        response = rest({"session_id": sid, "input": {
+            "tools": [{"call_id": f"call_{n}", "input": {"answer": "Friday"}}]}})
+    elapsed = time.perf_counter() - start
+    assert response.status == "completed", response
+    return elapsed / turns
+
+
+def hand_rolled(history: int, turns: int, limit: int | None) -> float:
+    """The floor: append two dicts to a list under a version check, no framework at all."""
+    rows: dict[str, dict[str, Any]] = {"s": {"version": history,
+                                             "events": [{"type": "user"}] * history}}
+    start = time.perf_counter()
+    for n in range(turns):
+        row = rows["s"]
+        version = row["version"]
+        new = [{"type": "user", "text": "How long is my stay?", "ts": time.time()},
+               {"type": "assistant", "text": "Three nights.", "ts": time.time()}]
+        if rows["s"]["version"] != version:
+            raise RuntimeError("conflict")
+        row["events"].extend(new)
+        row["version"] = version + 1 + n * 0
+    return (time.perf_counter() - start) / turns
+
+
+SCENARIOS: dict[str, Callable[[int, int, int | None], float]] = {
+    "hand-rolled ledger": hand_rolled,
+    "text turn": text_turn,
+    "tool turn": tool_turn,
+    "pause + resume": pause_resume,
+}
+
+
+def measure(fn: Callable[[int, int, int | None], float], history: int, turns: int,
+            repeats: int, limit: int | None) -> float:
+    samples = []
+    for _ in range(repeats):
+        gc.collect()
+        samples.append(fn(history, turns, limit))
+    return statistics.median(samples) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="one tiny iteration")
+    parser.add_argument("--turns", type=int, default=300, help="turns per sample")
+    parser.add_argument("--repeats", type=int, default=5, help="samples (median is reported)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="use history(limit=N) instead of the whole history")
+    args = parser.parse_args()
+    histories = [1] if args.smoke else [1, 100, 1000]
+    turns, repeats = (1, 1) if args.smoke else (args.turns, args.repeats)
+
+    print(f"dormant {dormant.__version__}: µs per turn (median of {repeats} x {turns} turns), "
+          f"history({args.limit if args.limit else ''})")
+    header = f"{'scenario':<20}" + "".join(f"{f'history {h}':>14}" for h in histories)
+    print(header)
+    print("-" * len(header))
+    table: dict[str, list[float]] = {}
+    for name, fn in SCENARIOS.items():
+        table[name] = [measure(fn, h, turns, repeats, args.limit) for h in histories]
+        print(f"{name:<20}" + "".join(f"{v:>14.1f}" for v in table[name]))
+    floor = table["hand-rolled ledger"]
+    print()
+    print("ratio of a text turn to the hand-rolled ledger: " + ", ".join(
+        f"history {h}: {t / f:.0f}x" for h, t, f in zip(histories, table["text turn"], floor,
+                                                         strict=True)))
+
+
+if __name__ == "__main__":
+    main()
