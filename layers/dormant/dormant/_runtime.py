@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from dormant._ids import new_id, now_ms
 from dormant._patch import make_patch, to_json_value
-from dormant.agent import Agent, ErrorHandler, History, Hook, HookContext, System
+from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
 from dormant.errors import InputError, PendingInputError
 from dormant.events import (
     AssistantDelta,
@@ -50,7 +50,6 @@ from dormant.models._base import (
     ToolCallChunk,
     ToolCallPart,
     ToolMessage,
-    ToolSpec,
     UsageChunk,
     UserMessage,
 )
