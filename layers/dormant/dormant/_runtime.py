@@ -140,15 +140,17 @@ class _Run:
         """Check the input eagerly (so a refusal raises before anything is yielded)."""
         head = self.session.head
         if turn.message is not None:
+            # A message already in the session is a redelivery, whatever the session does now
+            # (e.g. it parked on a tool the message led to): say so before anything else.
+            if turn.message_id is not None and turn.message_id in head.message_ids:
+                raise InputError(
+                    f"message {turn.message_id} is already in session {head.session_id}"
+                )
             if head.parked == "tool":
                 pending = [(c.call_id, c.name) for c in head.pending_yields()]
                 raise PendingInputError(head.session_id, pending)
             if not isinstance(turn.message, str) or not turn.message:
                 raise InputError("a message must be a non-empty string")
-            if turn.message_id is not None and turn.message_id in head.message_ids:
-                raise InputError(
-                    f"message {turn.message_id} is already in session {head.session_id}"
-                )
         elif head.parked == "tool":
             if head.pending_yields():
                 return self._still_waiting()
