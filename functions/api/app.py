@@ -1,0 +1,39 @@
+"""The ``api`` function: API Gateway REST events -> the routes of SPEC §9 (``dormant.http``).
+
+Built once per cold start; ``handler`` is the resolver, wrapped in Powertools' Logger (Lambda
+context, API Gateway request id as correlation id), Tracer and Metrics (cold start, and a
+count of responses per status class: ``Responses2xx``/``4xx``/``5xx``).
+The principal is the Cognito user (``claims.sub``) the API's authorizer established.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from deployment import deployed_bookings
+
+from dormant.http import build_resolver
+
+__all__ = ["handler", "resolver"]
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+(app, concierge), settings = deployed_bookings()
+resolver = build_resolver(app, concierge, require_principal=True, timeout=settings.turn_timeout)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST)
+@tracer.capture_lambda_handler
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One API Gateway REST proxy event -> one proxy response."""
+    response = resolver.resolve(event, context)
+    metrics.add_metric(name=f"Responses{response['statusCode'] // 100}xx",
+                       unit=MetricUnit.Count, value=1)
+    return response

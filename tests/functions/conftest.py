@@ -1,0 +1,166 @@
+"""Fixtures for the Lambda functions' tests: their environment, fresh imports, events/, moto.
+
+Lambda puts the function's ``CodeUri`` (``functions/``) on ``sys.path`` and imports the handler
+as ``api.app`` / ``webhook.app``; the modules import ``deployment`` and ``bookings`` as
+top-level modules because that is how they are laid out in ``/var/task``. So this conftest puts
+``functions/`` on ``sys.path`` the same way, once, instead of a packaging trick that Lambda
+would not reproduce.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests._moto import MotoServer, aws_env, in_process_aws, shared_moto_server
+
+ROOT = Path(__file__).resolve().parents[2]
+FUNCTIONS = ROOT / "functions"
+EVENTS = ROOT / "events"
+
+if str(FUNCTIONS) not in sys.path:
+    sys.path.insert(0, str(FUNCTIONS))
+
+#: Modules a cold start imports from ``functions/``; dropped before each fresh import.
+_FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "deployment", "bookings")
+
+
+def load_event(name: str) -> dict[str, Any]:
+    """A sample event from ``events/`` (a deep copy: tests may edit it)."""
+    with (EVENTS / name).open() as file:
+        return copy.deepcopy(json.load(file))
+
+
+def api_body(response: dict[str, Any]) -> Any:
+    """The JSON body of an API Gateway proxy response."""
+    return json.loads(response["body"])
+
+
+def with_body(event: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    event = copy.deepcopy(event)
+    event["body"] = json.dumps(body)
+    return event
+
+
+def as_principal(event: dict[str, Any], sub: str | None) -> dict[str, Any]:
+    """The event as another Cognito user sends it (``None``: no authorizer claims at all)."""
+    event = copy.deepcopy(event)
+    if sub is None:
+        event["requestContext"].pop("authorizer", None)
+    else:
+        event["requestContext"]["authorizer"]["claims"]["sub"] = sub
+    return event
+
+
+@dataclass
+class FakeLambdaContext:
+    """What Powertools reads from the Lambda context object."""
+
+    function_name: str = "dormant-test"
+    function_version: str = "$LATEST"
+    memory_limit_in_mb: int = 1024
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test"
+    aws_request_id: str = ""
+    log_group_name: str = "/aws/lambda/dormant-test"
+    log_stream_name: str = "2026/11/30/[$LATEST]test"
+
+    def __post_init__(self) -> None:
+        self.aws_request_id = self.aws_request_id or str(uuid.uuid4())
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 29_000
+
+
+@dataclass
+class Deployment:
+    """The resources a deployed stack gives the functions, and a way to cold-start them."""
+
+    table: str
+    bucket: str
+    server: MotoServer | None = None
+
+    def cold_start(self, function: str) -> ModuleType:
+        """Import ``functions/<function>/app.py`` afresh, as a new execution environment does."""
+        for name in _FUNCTION_MODULES:
+            sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+        return importlib.import_module(f"{function}.app")
+
+    def session(self, session_id: str) -> Any:
+        """The stored session (whole ledger), read with a store of its own."""
+        from dormant import App
+        from dormant.stores import DynamoDBStore
+
+        return App(store=DynamoDBStore(self.table, bucket=self.bucket)).sessions.get(session_id)
+
+
+def _deployment_env(monkeypatch: pytest.MonkeyPatch) -> Deployment:
+    aws_env(monkeypatch)
+    suffix = uuid.uuid4().hex[:8]
+    deployment = Deployment(table=f"dormant-sessions-{suffix}", bucket=f"dormant-offload-{suffix}")
+    env = {
+        "DORMANT_TABLE": deployment.table,
+        "DORMANT_BUCKET": deployment.bucket,
+        "DORMANT_SESSION_TTL_DAYS": "30",
+        "DORMANT_TURN_TIMEOUT": "25",
+        "POWERTOOLS_SERVICE_NAME": "dormant",
+        "POWERTOOLS_METRICS_NAMESPACE": "Dormant",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "LOG_LEVEL": "INFO",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    # The sample serves its demo model: no key, no secret, never the network.
+    for name in ("OPENAI_API_KEY", "DORMANT_OPENAI_SECRET", "DORMANT_OPENAI_PARAMETER"):
+        monkeypatch.delenv(name, raising=False)
+    return deployment
+
+
+def _provision(deployment: Deployment) -> None:
+    import boto3
+
+    from dormant.stores import DynamoDBStore
+
+    DynamoDBStore(deployment.table).ensure_table()
+    boto3.client("s3").create_bucket(Bucket=deployment.bucket)
+
+
+@pytest.fixture
+def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    """A stack on in-process moto: table and bucket created, the functions' env set."""
+    deployment = _deployment_env(monkeypatch)
+    with in_process_aws():
+        _provision(deployment)
+        yield deployment
+    for name in _FUNCTION_MODULES:
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def deployed_over_http(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    """The same stack on the shared moto *server*: boto3 talks HTTP to 127.0.0.1, reached only
+    through the standard ``AWS_ENDPOINT_URL_*`` variables, as ``sam local`` would set them."""
+    deployment = _deployment_env(monkeypatch)
+    server = shared_moto_server()
+    for name, value in server.endpoint_env().items():
+        monkeypatch.setenv(name, value)
+    deployment.server = server
+    _provision(deployment)
+    yield deployment
+    for name in _FUNCTION_MODULES:
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def context() -> FakeLambdaContext:
+    return FakeLambdaContext()
