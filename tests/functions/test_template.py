@@ -1,0 +1,235 @@
+"""template.yaml says what the code assumes: the store's table, the functions' handlers and
+routes, least privilege, the queue settings, the environment names."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dormant.settings import ENV
+from dormant.stores import DynamoDBStore
+from tests.functions.conftest import EVENTS, ROOT
+
+FUNCTIONS = ("ApiFunction", "WebhookFunction")
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short-form intrinsics (``!Ref x`` -> ``{"Ref": x}``)."""
+
+
+def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+        if suffix == "GetAtt":
+            value = value.split(".", 1)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    return {name: value}
+
+
+_CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+@cache
+def template() -> dict[str, Any]:
+    with (ROOT / "template.yaml").open() as file:
+        return yaml.load(file, Loader=_CfnLoader)  # type: ignore[no-any-return]
+
+
+def resource(name: str) -> dict[str, Any]:
+    return template()["Resources"][name]  # type: ignore[no-any-return]
+
+
+def props(name: str) -> dict[str, Any]:
+    return resource(name)["Properties"]  # type: ignore[no-any-return]
+
+
+def statements(function: str) -> list[dict[str, Any]]:
+    return [s for policy in props(function)["Policies"] for s in policy["Statement"]]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# --- the table is the store's -----------------------------------------------------------------
+
+
+def test_table_keys_and_index_are_exactly_the_stores() -> None:
+    table = props("SessionsTable")
+    expected = DynamoDBStore.table_definition()
+
+    def by_name(items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {i.get("AttributeName", i.get("IndexName")): i for i in items}
+
+    assert table["KeySchema"] == DynamoDBStore.TABLE_KEY_SCHEMA == expected["KeySchema"]
+    assert by_name(table["AttributeDefinitions"]) == by_name(expected["AttributeDefinitions"])
+    assert by_name(table["GlobalSecondaryIndexes"]) == by_name(
+        expected["GlobalSecondaryIndexes"])
+    assert table["BillingMode"] == expected["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_table_has_ttl_on_the_stores_attribute_pitr_and_sse() -> None:
+    table = props("SessionsTable")
+    assert table["TimeToLiveSpecification"] == {
+        "AttributeName": DynamoDBStore.TTL_ATTRIBUTE, "Enabled": True}
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert table["SSESpecification"]["SSEEnabled"] is True
+    assert resource("SessionsTable")["DeletionPolicy"] == "Retain"
+
+
+def test_offload_bucket_is_encrypted_and_private() -> None:
+    bucket = props("OffloadBucket")
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert set(bucket["PublicAccessBlockConfiguration"].values()) == {True}
+    assert len(bucket["PublicAccessBlockConfiguration"]) == 4
+
+
+# --- the functions ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_handler_paths_resolve_to_a_handler_under_codeuri(function: str) -> None:
+    fn = props(function)
+    module, _, attribute = fn["Handler"].rpartition(".")
+    source = ROOT / fn["CodeUri"] / f"{module}.py"
+    assert source.is_file(), source
+    assert re.search(rf"^def {attribute}\(", source.read_text(), re.MULTILINE)
+    assert template()["Globals"]["Function"]["Runtime"] == "python3.13"
+    assert template()["Globals"]["Function"]["Layers"] == [{"Ref": "DormantLayer"}]
+
+
+def test_layer_is_built_from_layers_dormant_for_python313() -> None:
+    layer = resource("DormantLayer")
+    assert layer["Properties"]["ContentUri"] == "layers/dormant"
+    assert layer["Metadata"]["BuildMethod"] == "python3.13"
+    assert (ROOT / "layers/dormant/dormant/__init__.py").is_file()
+
+
+def test_api_routes_are_the_specs_and_all_but_docs_need_a_cognito_user() -> None:
+    events = props("ApiFunction")["Events"]
+    routes = {(e["Properties"]["Method"].upper(), e["Properties"]["Path"]): e["Properties"]
+              for e in events.values() if e["Type"] == "Api"}
+    assert set(routes) == {("POST", "/turns"), ("GET", "/sessions/{id}"),
+                           ("DELETE", "/sessions/{id}"), ("POST", "/agui"), ("GET", "/docs")}
+    open_routes = {r for r, p in routes.items() if p.get("Auth", {}).get("Authorizer") == "NONE"}
+    assert open_routes == {("GET", "/docs")}
+    auth = props("RestApi")["Auth"]
+    assert auth["DefaultAuthorizer"] == "CognitoAuthorizer"
+    assert auth["Authorizers"]["CognitoAuthorizer"]["UserPoolArn"] == {
+        "Fn::GetAtt": ["UserPool", "Arn"]}
+
+
+def test_webhook_reads_the_fifo_queue_reporting_partial_failures() -> None:
+    queue, dlq = props("WebhookQueue"), props("WebhookDeadLetterQueue")
+    [event] = props("WebhookFunction")["Events"].values()
+    assert event["Type"] == "SQS"
+    assert event["Properties"]["Queue"] == {"Fn::GetAtt": ["WebhookQueue", "Arn"]}
+    assert event["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert queue["FifoQueue"] is True and dlq["FifoQueue"] is True
+    assert queue["ContentBasedDeduplication"] is True
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "Fn::GetAtt": ["WebhookDeadLetterQueue", "Arn"]}
+    assert queue["VisibilityTimeout"] >= 6 * props("WebhookFunction")["Timeout"]
+
+
+# --- least privilege -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("function", "dynamodb", "s3"), [
+    ("ApiFunction", {"Query", "PutItem", "DeleteItem", "BatchWriteItem"},
+     {"GetObject", "PutObject", "DeleteObject"}),
+    ("WebhookFunction", {"Query", "PutItem"}, {"GetObject", "PutObject"}),
+])
+def test_each_function_may_do_only_what_it_does_on_its_own_resources(
+        function: str, dynamodb: set[str], s3: set[str]) -> None:
+    granted: dict[str, set[str]] = {}
+    for statement in statements(function):
+        assert statement["Effect"] == "Allow"
+        for action in _as_list(statement["Action"]):
+            assert "*" not in action, action
+            service, _, name = action.partition(":")
+            granted.setdefault(service, set()).add(name)
+        for target in _as_list(statement["Resource"]):
+            assert target != "*"
+        if any(a.startswith("dynamodb:") for a in _as_list(statement["Action"])):
+            assert statement["Resource"] == {"Fn::GetAtt": ["SessionsTable", "Arn"]}
+        if any(a.startswith("s3:") for a in _as_list(statement["Action"])):
+            assert statement["Resource"] == {"Fn::Sub": "${OffloadBucket.Arn}/ledger/*"}
+        if any(a.startswith("secretsmanager:") for a in _as_list(statement["Action"])):
+            assert "${OpenAISecretName}-??????" in statement["Resource"]["Fn::Sub"]
+    assert granted == {"dynamodb": dynamodb, "s3": s3, "secretsmanager": {"GetSecretValue"}}
+
+
+def test_the_granted_s3_prefix_is_where_the_store_offloads() -> None:
+    default = inspect.signature(DynamoDBStore).parameters["offload_prefix"].default
+    assert default == "ledger/"
+
+
+def test_the_openai_key_is_named_never_given() -> None:
+    text = (ROOT / "template.yaml").read_text()
+    assert not re.search(r"sk-[A-Za-z0-9]{8,}", text)
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert env[ENV.OPENAI_SECRET] == {"Ref": "OpenAISecretName"}
+    assert ENV.OPENAI_API_KEY not in env
+
+
+# --- configuration by environment ------------------------------------------------------------
+
+
+def test_environment_names_are_dormants_and_powertools() -> None:
+    names = set(template()["Globals"]["Function"]["Environment"]["Variables"])
+    for function in FUNCTIONS:
+        names |= set(props(function).get("Environment", {}).get("Variables", {}))
+    known = {v for k, v in vars(ENV).items() if k.isupper()}
+    dormant_names = {n for n in names if n.startswith("DORMANT_")}
+    assert dormant_names <= known, dormant_names - known
+    assert {ENV.TABLE, ENV.BUCKET, ENV.OPENAI_SECRET, ENV.TURN_TIMEOUT} <= names
+    assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL"} <= names
+
+
+def test_outputs_name_the_api_url_queue_and_table() -> None:
+    assert {"ApiUrl", "WebhookQueueUrl", "SessionsTableName"} <= set(template()["Outputs"])
+
+
+# --- the layer's requirements ----------------------------------------------------------------
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\[<>=!~ ;]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def test_layer_requirements_are_the_runtime_dependencies() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        project = tomllib.load(file)["project"]
+    runtime = {_name(r) for r in project["dependencies"]}
+    for extra in ("openai", "agui", "aws"):
+        runtime |= {_name(r) for r in project["optional-dependencies"][extra]}
+    lines = (ROOT / "layers/dormant/requirements.txt").read_text().splitlines()
+    layer = {_name(line) for line in lines if line.strip() and not line.startswith("#")}
+    assert layer == runtime
+
+
+def test_every_sample_event_is_an_event_of_the_function_it_is_named_for() -> None:
+    paths = sorted(Path(EVENTS).glob("*.json"))
+    kinds = set()
+    for path in paths:
+        event = json.loads(path.read_text())
+        if path.name.startswith("api_"):
+            assert event["httpMethod"] and event["path"] and "requestContext" in event
+        elif path.name.startswith("webhook_"):
+            assert {r["eventSource"] for r in event["Records"]} == {"aws:sqs"}
+            assert all(r["attributes"]["MessageGroupId"] for r in event["Records"])
+        kinds.add(path.name.split("_", 1)[0])
+    assert kinds == {"api", "webhook"}
