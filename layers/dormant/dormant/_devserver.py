@@ -115,8 +115,11 @@ class _ChunkWriter:
             handler.wfile.flush()
 
     def finish(self) -> None:
-        self._handler.wfile.write(b"0\r\n\r\n")
-        self._handler.wfile.flush()
+        try:
+            self._handler.wfile.write(b"0\r\n\r\n")
+            self._handler.wfile.flush()
+        except OSError:  # the client is gone; nothing left to tell it
+            self._handler.close_connection = True
 
 
 class DevServer(ThreadingHTTPServer):

@@ -125,10 +125,10 @@ def _dev(args: argparse.Namespace) -> int:
     except OSError as error:
         raise _CliError(f"cannot listen on {args.host}:{args.port}: {error}") from error
     signal.signal(signal.SIGTERM, _stop)
-    print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
-          f"(model: {model}; sessions in SQLite at {db}). "
-          f"API description: {server.url}/  Stop with Ctrl-C.", flush=True)
     try:
+        print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
+              f"(model: {model}; sessions in SQLite at {db}). "
+              f"API description: {server.url}/  Stop with Ctrl-C.", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass

@@ -1,0 +1,117 @@
+"""``dormant dev`` as a real subprocess: start it, restart it, stop it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOKINGS = ROOT / "functions" / "bookings.py"
+GATED = Path(__file__).with_name("gated_app.py")
+STARTUP_TIMEOUT = 30.0
+_READY = re.compile(r"^dormant dev: serving \S+ on (http://\S+) ")
+
+
+class DevServer:
+    """One ``dormant dev`` process on a SQLite file; ``restart()`` keeps the file and port."""
+
+    def __init__(self, db: Path, app: Path = BOOKINGS, *, env: dict[str, str] | None = None,
+                 log: Path | None = None) -> None:
+        self.db = db
+        self.app = app
+        self.env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+        self.env.update(env or {})
+        self.log = log or db.with_suffix(".log")
+        self.port = 0  # the first start picks a free port; restarts reuse it
+        self.url = ""
+        self.startup_line = ""
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> DevServer:
+        command = [sys.executable, "-m", "dormant.cli", "dev", "--host", "127.0.0.1",
+                   "--port", str(self.port), "--db", str(self.db), "--app", str(self.app),
+                   "--quiet"]
+        with self.log.open("a") as log:
+            self._proc = subprocess.Popen(command, cwd=ROOT, env=self.env, text=True,
+                                          stdout=subprocess.PIPE, stderr=log)
+        assert self._proc.stdout is not None
+        line = _first_line(self._proc.stdout, STARTUP_TIMEOUT)
+        match = _READY.match(line)
+        assert match, f"dormant dev did not start: {line!r}\n{self.log.read_text()}"
+        self.startup_line = line
+        self.url = match.group(1)
+        self.port = int(self.url.rsplit(":", 1)[1])
+        return self
+
+    def kill(self) -> None:
+        """Stop it the hard way (SIGKILL): only what was committed survives."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGKILL)
+            self._proc.wait(timeout=10)
+        self._proc = None
+
+    def stop(self) -> int:
+        """Stop it politely (SIGTERM) and return its exit status."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGTERM)
+        code = self._proc.wait(timeout=10)
+        self._proc = None
+        return code
+
+    def restart(self) -> DevServer:
+        self.kill()
+        return self.start()
+
+
+def _first_line(stream: IO[str], timeout: float) -> str:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:  # keep draining so the child never blocks on a full pipe
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        return lines.get(timeout=timeout).rstrip("\n")
+    except queue.Empty:
+        return "(no output within the startup timeout)"
+
+
+@pytest.fixture
+def dev_server(tmp_path: Path) -> Iterator[DevServer]:
+    server = DevServer(tmp_path / "dormant.db").start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = DevServer(tmp_path_factory.mktemp("dev") / "dormant.db").start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def gated_server(tmp_path: Path) -> Iterator[tuple[DevServer, Path]]:
+    gate = tmp_path / "gate"
+    server = DevServer(tmp_path / "gated.db", GATED,
+                       env={"DORMANT_TEST_GATE": str(gate)}).start()
+    try:
+        yield server, gate
+    finally:
+        server.kill()
