@@ -25,7 +25,7 @@ import base64
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, CORSConfig, Response
@@ -393,7 +393,7 @@ class _Routes:
         self.rest = rest
         self.require_principal = require_principal
         self.handler_config = handler_config
-        self._agui: Callable[[HandlerInput], Iterator[Any]] | None = None
+        self._agui: Callable[[HandlerInput], Any] | None = None
 
     def principal(self) -> str | None:
         principal = principal_of(self.resolver.current_event.raw_event)
@@ -461,18 +461,23 @@ class _Routes:
         principal = self.principal()
         try:
             request = from_run_agent_input(body, principal=principal)
-        except ValidationError as error:
-            return _validation_response(RequestValidationError(error.errors()))
         except InputError as error:
+            cause = error.__cause__
+            if isinstance(cause, ValidationError):  # not a RunAgentInput: name the fields
+                return _validation_response(RequestValidationError(cause.errors()))
             return error_response(error.code, str(error))
         if self._agui is None:
             self._agui = self.app.handler.agui(agent=self.agent, **self.handler_config)
-        chunks = encode_sse(self._agui(request))
+        run: Any = self._agui(request)  # an AgUIRun: iterable, and close() stops the turn
+        chunks = encode_sse(run)
         writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
         headers = {"Cache-Control": "no-cache"}
         if writer is not None:  # a local server streams each event as it is produced
-            for chunk in chunks:
-                writer(chunk)
+            try:
+                for chunk in chunks:
+                    writer(chunk)
+            except OSError:  # the client hung up: stop the turn; it writes nothing
+                run.close()
             return Response(status_code=200, content_type=SSE, body="", headers=headers)
         return Response(status_code=200, content_type=SSE, body="".join(chunks), headers=headers)
 
