@@ -329,11 +329,20 @@ class _Abortable:
         self._signal = signal
 
     def __iter__(self) -> Iterator[Any]:
-        for event in self._reply:
-            if self._signal.aborted:
-                self._reply.close()
-                raise Aborted("the turn was aborted")
+        events = iter(self._reply)
+        while True:
+            self._check()  # before blocking on the next read, and again after it
+            try:
+                event = next(events)
+            except StopIteration:
+                return
+            self._check()
             yield event
+
+    def _check(self) -> None:
+        if self._signal.aborted:
+            self._reply.close()
+            raise Aborted("the turn was aborted")
 
 
 # --- the key, in Lambda -----------------------------------------------------------------------

@@ -1,0 +1,421 @@
+"""A local stand-in for the OpenAI API: a real HTTP server on 127.0.0.1 that speaks the wire
+formats of the Responses API and Chat Completions (server-sent events over chunked HTTP/1.1,
+JSON bodies, error envelopes), replays scripted replies and records what it was sent.
+
+Every payload the builders produce is validated against the ``openai`` package's own types
+(``ResponseStreamEvent`` members, ``ChatCompletionChunk``, ``Response``, ``ChatCompletion``),
+so the fake cannot drift from the shapes the real client parses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import typing
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import BaseModel
+
+__all__ = [
+    "Call",
+    "FakeOpenAI",
+    "Reply",
+    "chat_json",
+    "chat_stream",
+    "error",
+    "responses_json",
+    "responses_stream",
+]
+
+CREATED = 1764460800
+MODEL = "gpt-5.6-luna"
+
+
+def _event_classes() -> dict[str, type[BaseModel]]:
+    union = typing.get_args(ResponseStreamEvent)[0]
+    classes: dict[str, type[BaseModel]] = {}
+    for cls in typing.get_args(union):
+        (name,) = typing.get_args(cls.model_fields["type"].annotation)
+        classes[name] = cls
+    return classes
+
+
+_EVENTS = _event_classes()
+
+
+def _checked_event(payload: dict[str, Any]) -> dict[str, Any]:
+    _EVENTS[payload["type"]].model_validate(payload)
+    return payload
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tool call the fake model makes."""
+
+    name: str
+    args: dict[str, Any] | str
+    call_id: str
+
+    @property
+    def arguments(self) -> str:
+        return self.args if isinstance(self.args, str) else json.dumps(self.args)
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP response: an SSE stream (``events``) or a JSON body."""
+
+    status: int = 200
+    body: Any = None
+    events: list[tuple[str | None, dict[str, Any]]] | None = None
+    done_marker: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    #: Pause after this many events until ``release`` is set (abort tests).
+    pause_after: int | None = None
+    release: threading.Event = field(default_factory=threading.Event)
+    paused: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+    disconnected: bool = False
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class FakeOpenAI:
+    """Start with ``FakeOpenAI()``; ``base_url`` for the client; ``script(...)`` replies;
+    ``requests`` holds what arrived; ``close()`` stops the server."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self._replies: list[Reply] = []
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(_Handler):
+            owner = fake
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    @property
+    def unused(self) -> int:
+        return len(self._replies)
+
+    def next_reply(self, recorded: Recorded) -> Reply | None:
+        with self._lock:
+            self.requests.append(recorded)
+            return self._replies.pop(0) if self._replies else None
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is fine
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    owner: FakeOpenAI
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        recorded = Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        reply = self.owner.next_reply(recorded)
+        if reply is None:
+            reply = error(500, "the fake server has no scripted reply for this request",
+                          code="unscripted")
+        if reply.events is None:
+            self._json(reply)
+        else:
+            self._sse(reply)
+        reply.finished.set()
+
+    def _json(self, reply: Reply) -> None:
+        data = json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse(self, reply: Reply) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("cache-control", "no-cache")
+        self.end_headers()
+        assert reply.events is not None
+        frames = [(f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n"
+                  for name, data in reply.events]
+        if reply.done_marker:
+            frames.append("data: [DONE]\n\n")
+        try:
+            for index, frame in enumerate(frames):
+                if reply.pause_after is not None and index == reply.pause_after:
+                    reply.paused.set()
+                    reply.release.wait(10)
+                    for _ in range(500):  # keep talking until the client's close shows
+                        self._chunk(": keep-alive\n\n")
+                self._chunk(frame)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            reply.disconnected = True
+            self.close_connection = True
+
+    def _chunk(self, text: str) -> None:
+        data = text.encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+
+# --- error envelopes --------------------------------------------------------------------------
+
+
+def error(status: int, message: str, *, code: str | None = None,
+          kind: str = "invalid_request_error", param: str | None = None,
+          headers: dict[str, str] | None = None) -> Reply:
+    """An error response as OpenAI sends it: ``{"error": {message, type, param, code}}``."""
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return Reply(status=status, body=body, headers=headers or {})
+
+
+# --- Responses API ----------------------------------------------------------------------------
+
+
+def _usage(usage: tuple[int, int, int]) -> dict[str, Any]:
+    prompt, completion, cached = usage
+    return {"input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion}
+
+
+def _response(status: str, output: list[dict[str, Any]],
+              usage: dict[str, Any] | None) -> dict[str, Any]:
+    body = {
+        "id": "resp_fake", "object": "response", "created_at": CREATED, "status": status,
+        "model": MODEL, "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+        "tools": [], "error": None, "incomplete_details": None, "instructions": None,
+        "metadata": {}, "temperature": 1.0, "top_p": 1.0, "usage": usage,
+        "text": {"format": {"type": "text"}}, "truncation": "disabled",
+    }
+    Response.model_validate(body)
+    return body
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _output_items(text: str, calls: list[Call], summary: list[str]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if summary:
+        items.append({"id": "rs_1", "type": "reasoning", "status": "completed",
+                      "summary": [{"type": "summary_text", "text": s} for s in summary]})
+    if text:
+        items.append({"id": "msg_1", "type": "message", "role": "assistant",
+                      "status": "completed",
+                      "content": [{"type": "output_text", "text": text, "annotations": [],
+                                   "logprobs": []}]})
+    items.extend({"id": f"fc_{c.call_id}", "type": "function_call", "status": "completed",
+                  "call_id": c.call_id, "name": c.name, "arguments": c.arguments}
+                 for c in calls)
+    return items
+
+
+def responses_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
+                     summary: list[str] | tuple[str, ...] = (),
+                     usage: tuple[int, int, int] = (12, 5, 4),
+                     interleave: bool = False, final: str = "response.completed") -> Reply:
+    """A Responses API stream: created, in_progress, reasoning summary parts, message text
+    deltas, function calls (argument deltas; ``interleave`` mixes parallel calls' deltas),
+    then ``final`` (completed / incomplete) carrying the usage."""
+    calls = list(calls)
+    items = _output_items(text, calls, list(summary))
+    seq = iter(range(10_000))
+    events: list[dict[str, Any]] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        events.append(_checked_event({"type": kind, "sequence_number": next(seq), **fields}))
+
+    emit("response.created", response=_response("in_progress", [], None))
+    emit("response.in_progress", response=_response("in_progress", [], None))
+    pending_args: list[tuple[int, str, list[str]]] = []
+    for index, item in enumerate(items):
+        if item["type"] == "reasoning":
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "summary": [], "status": "in_progress"})
+            for part_index, part in enumerate(item["summary"]):
+                emit("response.reasoning_summary_part.added", item_id=item["id"],
+                     output_index=index, summary_index=part_index,
+                     part={"type": "summary_text", "text": ""})
+                for piece in _pieces(part["text"], 6):
+                    emit("response.reasoning_summary_text.delta", item_id=item["id"],
+                         output_index=index, summary_index=part_index, delta=piece)
+                emit("response.reasoning_summary_text.done", item_id=item["id"],
+                     output_index=index, summary_index=part_index, text=part["text"])
+                emit("response.reasoning_summary_part.done", item_id=item["id"],
+                     output_index=index, summary_index=part_index, part=part)
+            emit("response.output_item.done", output_index=index, item=item)
+        elif item["type"] == "message":
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "content": [], "status": "in_progress"})
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            emit("response.content_part.added", item_id=item["id"], output_index=index,
+                 content_index=0, part=part)
+            for piece in _pieces(text, 5):
+                emit("response.output_text.delta", item_id=item["id"], output_index=index,
+                     content_index=0, delta=piece, logprobs=[])
+            emit("response.output_text.done", item_id=item["id"], output_index=index,
+                 content_index=0, text=text, logprobs=[])
+            emit("response.content_part.done", item_id=item["id"], output_index=index,
+                 content_index=0, part=item["content"][0])
+            emit("response.output_item.done", output_index=index, item=item)
+        else:
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "arguments": "", "status": "in_progress"})
+            pending_args.append((index, item["id"], _pieces(item["arguments"], 7)))
+            if not interleave:
+                _flush_args(emit, pending_args, items)
+    _flush_args(emit, pending_args, items)
+    usage_body = _usage(usage)
+    status = "completed" if final == "response.completed" else "incomplete"
+    emit(final, response=_response(status, items, usage_body))
+    return Reply(events=[(e["type"], e) for e in events])
+
+
+def _flush_args(emit: Any, pending: list[tuple[int, str, list[str]]],
+                items: list[dict[str, Any]]) -> None:
+    """Argument deltas of the pending calls, round-robin, then their done events."""
+    while any(pieces for _, _, pieces in pending):
+        for index, item_id, pieces in pending:
+            if pieces:
+                emit("response.function_call_arguments.delta", item_id=item_id,
+                     output_index=index, delta=pieces.pop(0))
+    for index, item_id, _ in pending:
+        emit("response.function_call_arguments.done", item_id=item_id, output_index=index,
+             arguments=items[index]["arguments"])
+        emit("response.output_item.done", output_index=index, item=items[index])
+    pending.clear()
+
+
+def responses_json(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
+                   summary: list[str] | tuple[str, ...] = (),
+                   usage: tuple[int, int, int] = (12, 5, 4)) -> Reply:
+    """An unstreamed Responses API result."""
+    items = _output_items(text, list(calls), list(summary))
+    return Reply(body=_response("completed", items, _usage(usage)))
+
+
+# --- Chat Completions -------------------------------------------------------------------------
+
+
+def _chat_usage(usage: tuple[int, int, int]) -> dict[str, Any]:
+    prompt, completion, cached = usage
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0,
+                                          "rejected_prediction_tokens": 0}}
+
+
+def _chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None,
+           include_usage: bool = True) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                            "created": CREATED, "model": MODEL, "service_tier": "default",
+                            "system_fingerprint": "fp_fake", "choices": choices}
+    if include_usage:
+        body["usage"] = usage
+    ChatCompletionChunk.model_validate(body)
+    return body
+
+
+def chat_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
+                usage: tuple[int, int, int] | None = (12, 5, 4), interleave: bool = False,
+                reasoning: str = "") -> Reply:
+    """A Chat Completions stream as OpenAI sends it with ``include_usage``: a role chunk,
+    content deltas, tool-call fragments (the first carries id and name; ``interleave`` mixes
+    parallel calls), a finish chunk, a usage chunk with no choices, then ``[DONE]``.
+    ``reasoning`` adds ``reasoning_content`` deltas as vLLM and DeepSeek send them."""
+    calls = list(calls)
+
+    def choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+    chunks = [_chunk([choice({"role": "assistant", "content": "", "refusal": None})])]
+    for piece in _pieces(reasoning, 6) if reasoning else ():
+        chunks.append(_chunk([choice({"reasoning_content": piece})]))
+    for piece in _pieces(text, 5) if text else ():
+        chunks.append(_chunk([choice({"content": piece})]))
+    fragments: list[list[dict[str, Any]]] = []
+    for index, call in enumerate(calls):
+        first = {"index": index, "id": call.call_id, "type": "function",
+                 "function": {"name": call.name, "arguments": ""}}
+        rest = [{"index": index, "function": {"arguments": p}}
+                for p in _pieces(call.arguments, 7)]
+        fragments.append([first, *rest])
+    order: list[dict[str, Any]] = []
+    if interleave:
+        while any(fragments):
+            for queue in fragments:
+                if queue:
+                    order.append(queue.pop(0))
+    else:
+        order = [f for queue in fragments for f in queue]
+    chunks.extend(_chunk([choice({"tool_calls": [f]})]) for f in order)
+    chunks.append(_chunk([choice({}, "tool_calls" if calls else "stop")]))
+    if usage is not None:
+        chunks.append(_chunk([], _chat_usage(usage)))
+    return Reply(events=[(None, c) for c in chunks], done_marker=True)
+
+
+def chat_json(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
+              usage: tuple[int, int, int] = (12, 5, 4)) -> Reply:
+    """An unstreamed Chat Completions result."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None,
+                               "annotations": []}
+    if calls:
+        message["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in calls]
+    body = {"id": "chatcmpl-fake", "object": "chat.completion", "created": CREATED,
+            "model": MODEL, "system_fingerprint": "fp_fake", "service_tier": "default",
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": _chat_usage(usage)}
+    ChatCompletion.model_validate(body)
+    return Reply(body=body)
