@@ -125,6 +125,7 @@ def _dev(args: argparse.Namespace) -> int:
     except OSError as error:
         raise _CliError(f"cannot listen on {args.host}:{args.port}: {error}") from error
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)  # even when started with SIGINT ignored (`cmd &`)
     try:
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
               f"(model: {model}; sessions in SQLite at {db}). "
