@@ -114,10 +114,12 @@ def build(store: Store | None = None, model: Model | None = None, *,
 def default_model(env: Mapping[str, str] | None = None) -> Model:
     """``OpenAIModel`` when ``OPENAI_API_KEY`` is set, else :class:`DemoModel`."""
     env = os.environ if env is None else env
-    if env.get(ENV.OPENAI_API_KEY):
+    key = env.get(ENV.OPENAI_API_KEY)
+    if key:
         from dormant.models import OpenAIModel
 
-        model: Model = OpenAIModel(Settings.from_env(env).openai_model)
+        model: Model = OpenAIModel(Settings.from_env(env).openai_model, api_key=key,
+                                   base_url=env.get(ENV.OPENAI_BASE_URL) or None)
         return model
     return DemoModel()
 

@@ -1,0 +1,83 @@
+"""The Bookings sample and its demo model: small, rule-based, and honest about what it does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import dormant
+
+
+@pytest.fixture
+def ask() -> Any:
+    import bookings
+
+    app, concierge = bookings.build(env={})
+    return app.handler.rest(agent=concierge, response={"events": True})
+
+
+def _turn(ask: Any, session_id: str, **input: Any) -> dict[str, Any]:
+    return ask({"session_id": session_id, "input": input}).wire()  # type: ignore[no-any-return]
+
+
+def test_booking_asks_which_night_then_books_the_answer(ask: Any) -> None:
+    paused = _turn(ask, "book", message="Can you book me in for one night?")
+    assert paused["status"] == "yielded_tool"
+    [call] = paused["yieldedTools"]
+    assert (call["name"], call["args"]) == ("ask_guest", {"q": "Which night?"})
+    done = _turn(ask, "book", tools=[{"call_id": call["callId"], "input": {"answer": "Friday"}}])
+    assert done["status"] == "completed"
+    assert done["output"]["text"] == "Booked for Friday."
+
+
+def test_a_question_about_the_stay_looks_it_up(ask: Any) -> None:
+    done = _turn(ask, "stay", message="How long is my stay BK-1042?")
+    assert [e["type"] for e in done["events"] if e["type"].startswith("tool")] == [
+        "tool_call", "tool_result"]
+    assert done["output"]["text"] == "Your stay BK-1042 is 3 nights."
+
+
+@pytest.mark.parametrize(("decision", "reply"), [
+    ({"approved": True}, "Done: cancel booking BK-7."),
+    ({"approved": False, "note": "not now"}, "Understood, I won't cancel booking BK-7."),
+])
+def test_a_cancellation_waits_for_approval(ask: Any, decision: dict[str, Any],
+                                           reply: str) -> None:
+    paused = _turn(ask, "cancel", message="Please cancel booking BK-7")
+    [call] = paused["yieldedTools"]
+    assert (call["name"], call["args"]) == ("request_approval",
+                                            {"action": "cancel booking BK-7"})
+    done = _turn(ask, "cancel", tools=[{"call_id": call["callId"], "input": decision}])
+    assert done["output"]["text"] == reply
+
+
+def test_a_reminder_is_declined_honestly(ask: Any) -> None:
+    done = _turn(ask, "remind", message="remind me in 30 seconds to check out")
+    assert done["status"] == "completed"
+    assert "not supported yet" in done["output"]["text"]
+    assert not any(e["type"] == "tool_call" for e in done["events"])
+
+
+def test_a_wrong_answer_reaches_the_model_as_invalid_input(ask: Any) -> None:
+    call = _turn(ask, "wrong", message="book me in")["yieldedTools"][0]
+    done = _turn(ask, "wrong", tools=[{"call_id": call["callId"], "input": {"night": "Fri"}}])
+    assert done["status"] == "completed"
+    assert "Invalid input" in done["output"]["text"]
+
+
+def test_anything_else_gets_help(ask: Any) -> None:
+    assert "book me in" in _turn(ask, "hi", message="hello")["output"]["text"]
+
+
+def test_the_model_is_openai_when_a_key_is_set_else_the_demo() -> None:
+    import bookings
+
+    from dormant.models import OpenAIModel
+
+    _, served = bookings.build(env={"OPENAI_API_KEY": "sk-test-not-a-real-key"})
+    _, demo = bookings.build(env={})
+    assert isinstance(served.model, OpenAIModel)
+    assert isinstance(demo.model, bookings.DemoModel)
+    assert "demo model" in bookings.describe_model(demo.model)
+    assert isinstance(demo, dormant.Agent)
