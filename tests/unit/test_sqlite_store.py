@@ -1,0 +1,81 @@
+"""What only the SQLite store has to prove: a file that outlives its process, shared safely by
+several processes, and a schema it refuses to misread."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import dormant
+from dormant.errors import StoreError
+from dormant.events import UserEvent
+from dormant.stores import SqliteStore
+
+WRITERS = 4
+
+
+def test_sessions_outlive_the_store_that_wrote_them(tmp_path: Path) -> None:
+    db = tmp_path / "durable.db"
+    first = SqliteStore(db)
+    session = dormant.App(store=first).sessions.create("kept", state={"n": 1})
+    session.input.message("remember me", id="m-1")
+    assert dormant.App(store=first).sessions.commit(session).ok
+    first.close()
+
+    reopened = dormant.App(store=SqliteStore(db)).sessions.get("kept")
+
+    assert reopened is not None and reopened.version == 2 and reopened.state == {"n": 1}
+    assert [e.text for e in reopened.events if isinstance(e, UserEvent)] == ["remember me"]
+    assert reopened.head.message_ids == ["m-1"]
+
+
+def test_the_file_is_in_wal_mode(tmp_path: Path) -> None:
+    SqliteStore(tmp_path / "wal.db").close()
+    with sqlite3.connect(tmp_path / "wal.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_file_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "future.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    with pytest.raises(StoreError, match="newer dormant"):
+        SqliteStore(db)
+
+
+def test_memory_is_not_a_path() -> None:
+    with pytest.raises(ValueError, match="MemoryStore"):
+        SqliteStore(":memory:")
+
+
+def _commit_from_another_process(db: str, barrier: multiprocessing.synchronize.Barrier,
+                                 results: multiprocessing.queues.Queue[bool]) -> None:
+    app = dormant.App(store=SqliteStore(db))
+    session = app.sessions.get("contended")
+    assert session is not None
+    session.input.message(f"from process {multiprocessing.current_process().pid}")
+    barrier.wait(timeout=30)
+    results.put(app.sessions.commit(session).ok)
+
+
+def test_processes_racing_on_one_version_have_exactly_one_winner(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    store = SqliteStore(db)
+    dormant.App(store=store).sessions.create("contended")
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(WRITERS)
+    results = context.Queue()
+    workers = [context.Process(target=_commit_from_another_process,
+                               args=(str(db), barrier, results)) for _ in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    outcomes = [results.get(timeout=60) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+
+    assert sorted(outcomes) == [False] * (WRITERS - 1) + [True]
+    final = dormant.App(store=store).sessions.get("contended")
+    assert final is not None and final.version == 2 and len(final.events) == 1
