@@ -109,5 +109,8 @@ def _redelivered(reply: RestResponse) -> bool:
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """An SQS FIFO batch -> ``{"batchItemFailures": [...]}`` (ReportBatchItemFailures)."""
-    return process_partial_response(event=event, record_handler=record_handler,
-                                    processor=processor, context=context)
+    response = process_partial_response(event=event, record_handler=record_handler,
+                                        processor=processor, context=context)
+    metrics.add_metric(name="WebhookRecordsFailed", unit=MetricUnit.Count,
+                       value=len(response["batchItemFailures"]))
+    return dict(response)
