@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +263,13 @@ def test_agui_events_are_flushed_one_by_one(gated_server: tuple[DevServer, Path]
     assert seen[0] == "RUN_STARTED" and seen[-1] == "RUN_FINISHED"
     assert seen.count("TEXT_MESSAGE_CONTENT") > 1
     assert "RUN_ERROR" not in seen
+
+
+def test_a_chunked_request_body_is_read_whole(shared_server: DevServer) -> None:
+    def pieces() -> Iterator[bytes]:
+        yield b'{"sessionId": "chunked", '
+        yield b'"message": "how long is my stay BK-77?"}'
+
+    reply = httpx.post(f"{shared_server.url}/turns", content=pieces(), headers=JSON, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["output"]["text"] == "Your stay BK-77 is 3 nights."

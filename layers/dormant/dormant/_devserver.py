@@ -163,11 +163,17 @@ class _Handler(BaseHTTPRequestHandler):
         log.info("%s %s", self.address_string(), format % args)
 
     def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > TRANSPORT_LIMIT:
-            self._refuse_oversize(length)
-            return
-        body = self.rfile.read(length) if length else b""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body = self._read_chunked()
+            if body is None:
+                self._refuse_oversize(TRANSPORT_LIMIT + 1)
+                return
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > TRANSPORT_LIMIT:
+                self._refuse_oversize(length)
+                return
+            body = self.rfile.read(length) if length else b""
         principal = self.headers.get(PRINCIPAL_HEADER) or DEFAULT_PRINCIPAL
         headers = {k: v for k, v in self.headers.items()}
         event = to_proxy_event(self.command, self.path, headers, body, principal=principal,
@@ -204,6 +210,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    def _read_chunked(self) -> bytes | None:
+        """A ``Transfer-Encoding: chunked`` request body (None past the transport limit)."""
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            total += size
+            if total > TRANSPORT_LIMIT:
+                return None
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()  # the CRLF after each chunk
 
     def _refuse_oversize(self, length: int) -> None:
         body = (b'{"code":"payload_too_large","message":"the request body is %d bytes; the '
