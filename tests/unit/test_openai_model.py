@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -549,6 +550,19 @@ def test_abort_closes_the_http_stream(fake: FakeOpenAI, api: str) -> None:
 
     assert reply.finished.wait(5)
     assert reply.disconnected
+
+
+def test_a_stalled_stream_cannot_outlive_the_turn(fake: FakeOpenAI) -> None:
+    reply = responses_stream("The server stops talking after this.")
+    reply.pause_after = 6  # after the first text delta, then silence
+    fake.script(reply)
+
+    started = time.monotonic()
+    with pytest.raises(Aborted):
+        _run(_model(fake), signal=Signal(timeout=0.5))
+    reply.release.set()
+
+    assert time.monotonic() - started < 5  # the server would stay silent for 10 s
 
 
 def test_an_abort_during_backoff_stops_waiting(fake: FakeOpenAI) -> None:

@@ -101,8 +101,10 @@ class OpenAIModel:
     otherwise; set it False for servers that reject ``strict``. Rate limits (429), 408/409
     and 5xx responses and connection errors are retried up to ``max_retries`` times with
     backoff, within the turn's time budget; the client's own retries are turned off so the
-    budget holds. Other ``settings`` (``temperature``, ``reasoning``, ``max_output_tokens``,
-    ``store``, ``parallel_tool_calls``...) are passed to the API call as they are.
+    budget holds. ``timeout`` caps each request (seconds; default the client's); a request
+    never outlives the turn's deadline either way. Other ``settings`` (``temperature``,
+    ``reasoning``, ``max_output_tokens``, ``store``, ``parallel_tool_calls``...) are passed to
+    the API call as they are.
 
     Failures raise :class:`~dormant.models.ModelError` with a ``code`` (``auth_failed``,
     ``context_overflow``, ``invalid_request``, ``rate_limited``, ``server_error``...) and the
@@ -222,7 +224,7 @@ class OpenAIModel:
         while True:
             signal.raise_if_aborted()
             try:
-                return cast(Any, create)(**body, timeout=self._timeout(signal))
+                return cast(Any, create)(**body, **self._timeout(signal))
             except openai.APIError as failure:
                 if signal.aborted:
                     raise Aborted("the turn was aborted") from failure
@@ -240,18 +242,21 @@ class OpenAIModel:
                     raise Aborted("the turn was aborted") from failure
                 attempt += 1
 
-    def _timeout(self, signal: Signal) -> float | None:
-        remaining = signal.remaining()
-        if remaining is None:
-            return self.timeout
-        return remaining if self.timeout is None else min(remaining, self.timeout)
+    def _timeout(self, signal: Signal) -> dict[str, float]:
+        """The request timeout: the turn's remaining time, the model's own, or (neither set)
+        nothing, leaving the client's default (``None`` would mean no timeout at all)."""
+        limits = [t for t in (signal.remaining(), self.timeout) if t is not None]
+        return {"timeout": min(limits)} if limits else {}
 
     def _openai(self) -> openai.OpenAI:
         with self._lock:
             if self._client is None:
                 try:
                     if self._given is not None:
-                        self._client = self._given.with_options(max_retries=0)
+                        self._client = self._given
+                        if isinstance(self._given, openai.OpenAI) and self._given.max_retries:
+                            # retries are ours, bounded by the turn's deadline
+                            self._client = self._given.with_options(max_retries=0)
                     else:
                         self._client = openai.OpenAI(api_key=self._api_key,
                                                      base_url=self._base_url, max_retries=0)
