@@ -52,7 +52,7 @@ class WebhookMessage(BaseModel):
 class WebhookRecord(SqsRecordModel):
     """An SQS record whose body is a JSON :class:`WebhookMessage`."""
 
-    body: Json[WebhookMessage]  # type: ignore[assignment]
+    body: Json[WebhookMessage]
 
 
 class RecordNotLanded(Exception):
