@@ -158,3 +158,20 @@ def test_the_resolver_keeps_each_threads_request_apart() -> None:
     for thread in threads:
         thread.join(timeout=20)
     assert answers == {"ann": {"principal": "ann"}, "bob": {"principal": "bob"}}
+
+
+def test_the_openapi_description_documents_bodies_and_errors() -> None:
+    app, agent = _app()
+    status, spec = _call(build_resolver(app, agent), _event("GET", "/"))
+    assert status == 200
+    turns = spec["paths"]["/turns"]["post"]
+    assert turns["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/TurnRequest")
+    answers = turns["responses"]
+    assert answers["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/RestResponse")
+    assert {"400", "404", "409", "413", "422"} <= set(answers)
+    assert answers["409"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/ErrorBody")
+    assert set(spec["components"]["schemas"]["TurnRequest"]["properties"]) == {
+        "sessionId", "message", "messageId", "tools", "approvals", "state"}

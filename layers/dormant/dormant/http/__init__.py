@@ -74,6 +74,16 @@ SSE_WRITER_ATTRIBUTE = "dormant_sse_writer"
 SSE = "text/event-stream"
 
 
+def _answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
+    """OpenAPI ``responses`` for a route: its 200 body and the error statuses it can give."""
+    answers: dict[int, Any] = {200: {"description": ok,
+                                     "content": {JSON: {"model": model}} if model else {}}}
+    for status in errors:
+        answers[status] = {"description": "an error (see `code`)",
+                           "content": {JSON: {"model": ErrorBody}}}
+    return answers
+
+
 def build_resolver(
     app: App,
     agent: Agent,
@@ -101,18 +111,22 @@ def build_resolver(
     @resolver.post("/turns", summary="Run one turn", tags=["turns"],
                    description="Start or continue a session: a message, or answers to the calls "
                    "it waits on. Answers the REST response (sessionId, status, output, "
-                   "yieldedTools...).")
+                   "yieldedTools...).",
+                   responses=_answers("the turn's outcome", RestResponse,
+                                      400, 401, 404, 409, 413, 422))
     def post_turn(request: Annotated[TurnRequest, Body(embed=False)]) -> Response[Any]:
         return routes.turn(request)
 
-    @resolver.get("/sessions/<session_id>", summary="Read a session", tags=["sessions"])
+    @resolver.get("/sessions/<session_id>", summary="Read a session", tags=["sessions"],
+                  responses=_answers("the session", SessionView, 400, 401, 404))
     def get_session(
         session_id: Annotated[str, Path(description="The session id")],
         events: Annotated[bool, Query(description="Include the ledger")] = False,
     ) -> Response[Any]:
         return routes.show(session_id, events)
 
-    @resolver.delete("/sessions/<session_id>", summary="Delete a session", tags=["sessions"])
+    @resolver.delete("/sessions/<session_id>", summary="Delete a session", tags=["sessions"],
+                     responses=_answers("deleted", None, 400, 401, 404))
     def delete_session(
         session_id: Annotated[str, Path(description="The session id")],
     ) -> Response[Any]:
@@ -121,7 +135,10 @@ def build_resolver(
     @resolver.post("/agui", summary="Run one turn as AG-UI events", tags=["agui"],
                    description="Body: an AG-UI RunAgentInput (threadId is the session, the last "
                    "user message the input, resume entries the tool answers). Answers "
-                   "text/event-stream.")
+                   "text/event-stream.",
+                   responses={**_answers("AG-UI events", None, 401, 413, 422),
+                              200: {"description": "AG-UI events, as server-sent events",
+                                    "content": {SSE: {"schema": {"type": "string"}}}}})
     def post_agui(body: Annotated[dict[str, Any], Body(embed=False)]) -> Response[Any]:
         return routes.agui(body)
 
