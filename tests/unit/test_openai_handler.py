@@ -196,3 +196,27 @@ def test_a_context_overflow_on_resume_leaves_the_session_parked(
 
     fake.script(_reply(api, "Archive deleted."))
     assert rest(answer).status == "completed"
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_an_aborted_turn_closes_the_stream_and_commits_nothing(
+        app: dormant.App, fake: FakeOpenAI, api: str) -> None:
+    turn = app.handler.turn(agent=_operator(app, fake, api))
+    reply = _reply(api, "A long answer that the user will not wait for.")
+    assert reply.events is not None
+    reply.pause_after = 1 + next(i for i, (kind, event) in enumerate(reply.events)
+                                 if kind == "response.output_text.delta"
+                                 or (kind is None and event["choices"][0]["delta"].get("content")))
+    fake.script(reply)
+    stream = turn({"session_id": "thread-7", "input": {"message": "Tell me everything"}})
+
+    first = next(e for e in stream if e.type == "assistant_delta")
+    stream.abort()
+    leftover = list(stream)
+    reply.release.set()
+
+    assert first.delta and all(e.type != "assistant" for e in leftover)
+    assert stream.result is not None and stream.result.status == "error"
+    assert stream.result.code == "aborted" and stream.result.commit_status is None
+    assert app.sessions.get("thread-7") is None
+    assert reply.finished.wait(5) and reply.disconnected

@@ -133,8 +133,9 @@ class OpenAIModel:
             raise ConfigError("OpenAIModel takes a client or api_key/base_url, not both")
         if max_retries < 0:
             raise ConfigError("OpenAIModel max_retries must be >= 0")
-        if "stream_options" in settings or "input" in settings or "messages" in settings:
-            raise ConfigError("OpenAIModel builds input/messages/stream_options itself")
+        if {"input", "messages", "instructions", "tools"} & set(settings):
+            raise ConfigError("OpenAIModel builds input/messages/instructions/tools from the "
+                              "agent's context and tools; pass those there")
         self.model = model
         self.api: Api = api
         self.streaming = stream
@@ -196,12 +197,12 @@ class OpenAIModel:
             body = responses_request(request, strict=self.strict_tools)
         else:
             body = chat_request(request, strict=self.strict_tools)
-            if self.streaming:
-                body["stream_options"] = {"include_usage": True}
         body.update(self.settings)
         body.update(request.settings)
         body["model"] = self.model
         body["stream"] = self.streaming
+        if self.api == "chat_completions" and self.streaming:  # usage arrives only if asked
+            body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
         return body
 
     def _translated(self, chunks: Iterator[ModelChunk], signal: Signal
