@@ -1,0 +1,69 @@
+"""The OpenAI key in Lambda: Secrets Manager or SSM through Powertools parameters.
+
+Free of the ``openai`` package, so deployment code can read the key without importing it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+from dormant.models._base import ModelError
+from dormant.settings import Settings
+
+__all__ = ["openai_api_key_from_settings"]
+
+_KEY_FIELDS = ("OPENAI_API_KEY", "openai_api_key", "api_key", "apiKey", "key")
+
+
+def openai_api_key_from_settings(settings: Settings | None = None, *,
+                                 max_age: int | None = None) -> str | None:
+    """The OpenAI key from Secrets Manager (``DORMANT_OPENAI_SECRET``) or SSM
+    (``DORMANT_OPENAI_PARAMETER``, a SecureString), or None when neither is configured.
+
+    Read through Powertools parameters, which cache the value in the execution environment
+    (``max_age`` seconds; default ``POWERTOOLS_PARAMETERS_MAX_AGE`` or 5 minutes), so warm
+    invocations make no AWS call. The secret may be the bare key or a JSON object holding it
+    under ``OPENAI_API_KEY`` / ``api_key`` (or as its only value).
+    """
+    settings = settings or Settings.from_env()
+    if not settings.openai_secret and not settings.openai_parameter:
+        return None
+    from aws_lambda_powertools.utilities import parameters
+    from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+
+    try:
+        if settings.openai_secret:
+            where = f"secret {settings.openai_secret}"
+            raw = parameters.get_secret(settings.openai_secret, max_age=max_age)
+        else:
+            where = f"SSM parameter {settings.openai_parameter}"
+            raw = parameters.get_parameter(cast(str, settings.openai_parameter), decrypt=True,
+                                           max_age=max_age)
+    except GetParameterError as error:
+        raise ModelError(f"cannot read the OpenAI key from {where}: {error}",
+                         code="auth_failed") from error
+    return _key_from(raw if isinstance(raw, str) else bytes(raw).decode(), where)
+
+
+def _key_from(raw: str, where: str) -> str:
+    text = raw.strip()
+    if not text.startswith("{"):
+        if not text:
+            raise ModelError(f"the {where} is empty", code="auth_failed")
+        return text
+    try:
+        data: Mapping[str, Any] = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ModelError(f"the {where} looks like JSON but does not parse: {error.msg}",
+                         code="auth_failed") from error
+    for name in _KEY_FIELDS:
+        if isinstance(data.get(name), str) and data[name]:
+            return str(data[name])
+    values = [v for v in data.values() if isinstance(v, str) and v]
+    if len(values) == 1:
+        return values[0]
+    raise ModelError(f"the {where} is a JSON object without a key field: expected one of "
+                     f"{', '.join(_KEY_FIELDS)} (found {', '.join(sorted(data)) or 'none'})",
+                     code="auth_failed")
