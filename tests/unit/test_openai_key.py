@@ -124,3 +124,13 @@ def test_from_settings_sends_the_secret_as_the_bearer_key() -> None:
     assert model.model == "gpt-test"
     assert "".join(c.text for c in chunks if isinstance(c, TextDelta)) == "Hello from Lambda."
     assert fake.requests[0].headers["authorization"] == "Bearer sk-lambda"
+
+
+@pytest.mark.usefixtures("aws")
+def test_from_settings_with_a_missing_secret_fails_the_model_call_clearly() -> None:
+    model = OpenAIModel.from_settings(_settings(DORMANT_OPENAI_SECRET="prod/missing"),
+                                      base_url="http://127.0.0.1:9/v1")
+    request = ModelRequest(system=[], tools=[], messages=[UserMessage("hi")])
+
+    with pytest.raises(ModelError, match="cannot read the OpenAI key from secret prod/missing"):
+        list(model.stream(request, signal=Signal()))
