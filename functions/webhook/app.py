@@ -55,6 +55,11 @@ class WebhookRecord(SqsRecordModel):
     body: Json[WebhookMessage]
 
 
+#: Turn budget when ``DORMANT_TURN_TIMEOUT`` is unset, and the time kept for commit + reply.
+DEFAULT_TURN_SECONDS = 60.0
+COMMIT_MARGIN_SECONDS = 5.0
+
+
 class RecordNotLanded(Exception):
     """The record's message is not in its session: report it so SQS delivers it again."""
 
@@ -67,10 +72,19 @@ processor = SqsFifoPartialProcessor(model=WebhookRecord, skip_group_on_error=Tru
 processor.raise_on_entire_batch_failure = False
 
 
+#: Time a record needs: the turn's budget plus room to commit and answer (ms).
+NEEDED_MS = int(((settings.turn_timeout or DEFAULT_TURN_SECONDS) + COMMIT_MARGIN_SECONDS) * 1000)
+
+
 @tracer.capture_method
-def record_handler(record: WebhookRecord) -> None:
+def record_handler(record: WebhookRecord, lambda_context: LambdaContext | None = None) -> None:
     """Append the record's message and run a turn; raise unless the message is in the session."""
     message = record.body
+    if lambda_context is not None and lambda_context.get_remaining_time_in_millis() < NEEDED_MS:
+        # Cut off mid-turn, the record would be redelivered anyway, after the whole visibility
+        # timeout; reported now, it comes back sooner and nothing half-done is left.
+        raise RecordNotLanded(f"message {message.message_id}: not enough time left in this "
+                              "invocation for a turn; SQS will deliver it again")
     with logger.append_context_keys(session_id=message.session_id,
                                     message_id=message.message_id):
         reply = turn(HandlerInput(session_id=message.session_id,

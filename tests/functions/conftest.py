@@ -73,12 +73,13 @@ class FakeLambdaContext:
     aws_request_id: str = ""
     log_group_name: str = "/aws/lambda/dormant-test"
     log_stream_name: str = "2026/11/30/[$LATEST]test"
+    remaining_ms: int = 300_000
 
     def __post_init__(self) -> None:
         self.aws_request_id = self.aws_request_id or str(uuid.uuid4())
 
     def get_remaining_time_in_millis(self) -> int:
-        return 29_000
+        return self.remaining_ms
 
 
 @dataclass

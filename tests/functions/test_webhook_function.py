@@ -126,3 +126,16 @@ def test_bodies_that_are_not_a_webhook_message_are_reported(
     response = webhook.handler({"Records": records}, context)
 
     assert _failures(response) == [r["messageId"] for r in records]
+
+
+def test_records_that_would_not_finish_in_the_time_left_are_handed_back(
+        deployed: Deployment) -> None:
+    webhook = deployed.cold_start("webhook")
+    event = load_event(BATCH)
+    short = FakeLambdaContext(remaining_ms=webhook.NEEDED_MS - 1)
+
+    response = webhook.handler(event, short)
+
+    assert _failures(response) == [r["messageId"] for r in event["Records"]]
+    assert deployed.session("thread-7") is None
+    assert deployed.session("thread-9") is None
