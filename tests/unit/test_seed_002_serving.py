@@ -269,3 +269,17 @@ def test_a_failing_store_is_retried_then_reported_failed(
     assert reply.code == "store_error"
     assert reply.warning is not None and reply.warning.startswith("failed")
     assert Broken.attempts == 3
+
+
+def test_a_model_failure_is_reported_with_a_stable_code_and_writes_nothing(
+        app: dormant.App) -> None:
+    class Down:
+        def stream(self, request: Any, *, signal: Any) -> Any:
+            raise dormant.models.ModelError("auth failed: check OPENAI_API_KEY",
+                                            code="auth_failed", status=401)
+
+    agent = app.agent(name="a", model=Down())  # type: ignore[arg-type]
+    reply = app.handler.rest(agent=agent)({"session_id": "m", "input": {"message": "hi"}})
+    assert reply.status == "error" and reply.code == "model_error"
+    assert reply.error == "auth failed: check OPENAI_API_KEY"
+    assert app.sessions.get("m") is None

@@ -19,6 +19,7 @@ from dormant._runtime import TurnInput, run_turn
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import DormantError, InputError, SessionNotFound
 from dormant.events import StreamEvent, Usage
+from dormant.models._base import ModelError
 from dormant.results import ErrorResult, Output, RunResult
 from dormant.session import (
     Session,
@@ -261,6 +262,10 @@ class TurnStream(Iterator[StreamEvent]):
             return
         except DormantError as error:
             self._fail(session.session_id, error)
+            return
+        except ModelError as error:  # the model provider failed for good (after retries)
+            log.warning("model call failed: %s", error, extra={"session_id": session.session_id})
+            self._fail(session.session_id, error, code="model_error")
             return
         except Exception as error:  # a tool/model/hook bug: report it, write nothing
             log.exception("turn failed", extra={"session_id": session.session_id})
