@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.functions.conftest import (
@@ -119,3 +120,19 @@ def test_a_client_mistake_is_a_4xx_with_a_code(
     assert 400 <= reply["statusCode"] < 500
     assert api_body(reply)["code"]
     assert deployed.session(SESSION) is None
+
+
+def test_agui_event_answers_a_buffered_event_stream(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    api = deployed.cold_start("api")
+
+    reply = api.handler(load_event("api_post_agui.json"), context)
+
+    assert reply["statusCode"] == 200, reply["body"]
+    assert reply["multiValueHeaders"]["Content-Type"] == ["text/event-stream"]
+    types = [json.loads(line[len("data: "):])["type"]
+             for line in reply["body"].splitlines() if line.startswith("data: ")]
+    assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED"
+    assert "TOOL_CALL_START" in types  # the concierge looked the stay up
+    session = deployed.session("thread-43")
+    assert session.principal == "7d9c2a5e-4f1b-4c3a-9e8d-1a2b3c4d5e6f"
