@@ -273,3 +273,13 @@ def test_a_chunked_request_body_is_read_whole(shared_server: DevServer) -> None:
     reply = httpx.post(f"{shared_server.url}/turns", content=pieces(), headers=JSON, timeout=30)
     assert reply.status_code == 200, reply.text
     assert reply.json()["output"]["text"] == "Your stay BK-77 is 3 nights."
+
+
+def test_with_an_openai_key_the_startup_line_names_openai(tmp_path: Path) -> None:
+    server = DevServer(tmp_path / "openai.db", env={"OPENAI_API_KEY": "sk-test-not-real"})
+    try:
+        server.start()  # no request is made: no model call, no network
+        assert "model: OpenAIModel(" in server.startup_line
+        assert "demo" not in server.startup_line
+    finally:
+        server.kill()

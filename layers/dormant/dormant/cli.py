@@ -36,8 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
-        parser.print_help()
-        return 2
+        return _usage(parser)
     try:
         code: int = args.run(args)
     except _CliError as error:
@@ -68,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sessions = commands.add_parser("sessions", help="inspect stored sessions")
     which = sessions.add_subparsers(title="sessions commands")
+    sessions.set_defaults(run=lambda _: _usage(sessions))
     listing = which.add_parser("list", help="sessions, newest first")
     listing.add_argument("--db", default=settings.db_path)
     listing.add_argument("--principal", default=None)
@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="app file, to describe what pending tools expect (optional)")
     show.set_defaults(run=_show)
     return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
 
 
 # --- dormant dev ------------------------------------------------------------------------------
@@ -119,7 +124,7 @@ def _dev(args: argparse.Namespace) -> int:
     app, agent = module.build(store=store)
     describe = getattr(module, "describe_model", None)
     model = describe(agent.model) if callable(describe) else type(agent.model).__name__
-    resolver = build_resolver(app, agent)
+    resolver = build_resolver(app, agent, timeout=Settings.from_env().turn_timeout)
     try:
         server = DevServer((args.host, args.port), resolver)
     except OSError as error:
