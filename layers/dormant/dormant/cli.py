@@ -116,9 +116,9 @@ def _dev(args: argparse.Namespace) -> int:
     from dormant.http import build_resolver
     from dormant.stores import SqliteStore
 
+    module = load_app_module(args.app)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    module = load_app_module(args.app)
     db = Path(args.db).resolve()
     store = SqliteStore(db)
     app, agent = module.build(store=store)

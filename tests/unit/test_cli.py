@@ -1,0 +1,93 @@
+"""``dormant sessions list|show``: the inspector, in-process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+import dormant
+from dormant.cli import main
+from dormant.models import ScriptedModel
+from dormant.stores import SqliteStore
+
+BOOKINGS = Path(__file__).resolve().parents[2] / "functions" / "bookings.py"
+
+
+class Question(BaseModel):
+    q: str
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A SQLite file with one session paused on ``ask_guest`` and one finished."""
+    path = tmp_path / "inspect.db"
+    store = SqliteStore(path)
+    app = dormant.App(name="cli", store=store)
+    ask = app.tool(name="ask_guest", description="Ask", schema=Question, yield_schema=Answer)
+    model = ScriptedModel([{"tool_calls": [{"name": "ask_guest", "args": {"q": "Which night?"},
+                                            "id": "call_1"}]}, "Hello there."])
+    agent = app.agent(name="concierge", model=model, tools=[ask])
+    rest = app.handler.rest(agent=agent)
+    rest({"session_id": "paused", "input": {"message": "book me in"}})
+    rest({"session_id": "done", "input": {"message": "hi"}})
+    store.close()
+    return path
+
+
+def test_list_shows_each_session_with_its_status(db: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions", "list", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["SESSION", "VERSION", "STATUS", "PRINCIPAL", "UPDATED"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert "awaiting input" in rows["session_paused"]
+    assert "active" in rows["session_done"]
+
+
+def test_show_tells_what_is_pending_and_how_to_answer(db: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions", "show", "paused", "--db", str(db), "--app", str(BOOKINGS)]) == 0
+    out = capsys.readouterr().out
+    assert "version 1 · awaiting input" in out
+    assert "user: book me in" in out
+    assert "ask_guest yielded: waits for input on {\"q\": \"Which night?\"}  [call_1]" in out
+    assert "ask_guest [call_1] waits for input" in out
+    assert "expects input {answer: string}" in out  # from the app file's yield_schema
+    assert '"callId": "call_1"' in out
+
+
+def test_show_json_is_the_whole_ledger(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions", "show", "session_done", "--db", str(db), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["sessionId"] == "session_done" and shown["status"] == "active"
+    assert [e["type"] for e in shown["events"]] == [
+        "invocation_start", "user", "assistant", "invocation_end"]
+
+
+def test_list_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions", "list", "--db", str(db), "--json"]) == 0
+    assert {row["sessionId"] for row in json.loads(capsys.readouterr().out)} == {
+        "session_paused", "session_done"}
+
+
+def test_an_unknown_session_is_exit_1(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions", "show", "nobody", "--db", str(db)]) == 1
+    assert "session_nobody not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["sessions", "list", "--db", "/nonexistent/dormant.db"],
+    ["sessions", "show", "bad id!", "--db", "/nonexistent/dormant.db"],
+    ["dev", "--app", "/nonexistent/app.py", "--db", "/tmp/unused.db"],
+])
+def test_command_line_mistakes_are_exit_2_with_a_message(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("dormant: ")
