@@ -1,0 +1,83 @@
+"""Every AWS call a function makes is one its role in template.yaml allows.
+
+The calls are recorded below botocore's client layer while the functions serve the sample
+events, then mapped to the IAM actions AWS authorises them as (a ``TransactWriteItems`` is
+authorised per action inside it: a ``Put`` as ``dynamodb:PutItem``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from botocore.client import BaseClient
+
+from tests.functions.conftest import Deployment, FakeLambdaContext, api_body, load_event, with_body
+from tests.functions.test_template import statements
+
+_TRANSACTION_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
+                        "ConditionCheck": "ConditionCheckItem"}
+_S3_ACTIONS = {"DeleteObjects": "DeleteObject"}
+
+
+def _record_calls(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Start recording the IAM actions of every AWS call; returns the (growing) set."""
+    actions: set[str] = set()
+    original: Callable[..., Any] = BaseClient._make_api_call
+
+    def recording(self: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+        service = self.meta.service_model.endpoint_prefix
+        if service == "dynamodb" and operation == "TransactWriteItems":
+            for item in params["TransactItems"]:
+                actions.update(f"dynamodb:{_TRANSACTION_ACTIONS[kind]}" for kind in item)
+        elif service == "s3":
+            actions.add(f"s3:{_S3_ACTIONS.get(operation, operation)}")
+        else:
+            actions.add(f"{service}:{operation}")
+        return original(self, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", recording)
+    return actions
+
+
+def _granted(function: str) -> set[str]:
+    granted: set[str] = set()
+    for statement in statements(function):
+        action = statement["Action"]
+        granted.update(action if isinstance(action, list) else [action])
+    return granted
+
+
+def test_the_api_function_calls_only_what_its_role_allows(
+        deployed: Deployment, context: FakeLambdaContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _record_calls(monkeypatch)
+    api = deployed.cold_start("api")
+
+    paused = api_body(api.handler(load_event("api_post_turn.json"), context))
+    resume = load_event("api_post_turn_resume.json")
+    body = api_body(resume)
+    body["tools"][0]["callId"] = paused["yieldedTools"][0]["callId"]
+    assert api.handler(with_body(resume, body), context)["statusCode"] == 200
+    assert api.handler(load_event("api_get_session.json"), context)["statusCode"] == 200
+    assert api.handler(load_event("api_post_agui.json"), context)["statusCode"] == 200
+    assert api.handler(load_event("api_delete_session.json"), context)["statusCode"] == 200
+
+    assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"} <= calls
+    assert calls <= _granted("ApiFunction"), calls - _granted("ApiFunction")
+
+
+def test_the_webhook_function_calls_only_what_its_role_allows(
+        deployed: Deployment, context: FakeLambdaContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _record_calls(monkeypatch)
+    webhook = deployed.cold_start("webhook")
+
+    batch = load_event("webhook_sqs_fifo_batch.json")
+    webhook.handler(batch, context)
+    webhook.handler(batch, FakeLambdaContext())  # the redelivery
+
+    assert deployed.session("thread-7") is not None
+    assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
+    assert calls <= _granted("WebhookFunction"), calls - _granted("WebhookFunction")
