@@ -81,3 +81,16 @@ def test_the_webhook_function_calls_only_what_its_role_allows(
     assert deployed.session("thread-7") is not None
     assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
     assert calls <= _granted("WebhookFunction"), calls - _granted("WebhookFunction")
+
+
+def test_with_the_secret_configured_the_concierge_is_openai_and_cold_start_reads_no_key(
+        deployed: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DORMANT_OPENAI_SECRET", "dormant/openai-api-key")
+    monkeypatch.setenv("DORMANT_OPENAI_MODEL", "gpt-test-model")
+    calls = _record_calls(monkeypatch)
+
+    api = deployed.cold_start("api")
+
+    model = api.concierge.model
+    assert (type(model).__name__, model.model) == ("OpenAIModel", "gpt-test-model")
+    assert calls == set()  # the key is read on the first model call, not at import
