@@ -33,8 +33,14 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 
+#: Turn budget when ``DORMANT_TURN_TIMEOUT`` is unset, and the time kept for commit + reply.
+DEFAULT_TURN_SECONDS = 60.0
+COMMIT_MARGIN_SECONDS = 5.0
+
 (app, concierge), settings = deployed_bookings()
 turn = app.handler.rest(agent=concierge, timeout=settings.turn_timeout)
+#: Time a record needs: the turn's budget plus room to commit and answer (ms).
+NEEDED_MS = int(((settings.turn_timeout or DEFAULT_TURN_SECONDS) + COMMIT_MARGIN_SECONDS) * 1000)
 
 
 class WebhookMessage(BaseModel):
@@ -55,11 +61,6 @@ class WebhookRecord(SqsRecordModel):
     body: Json[WebhookMessage]
 
 
-#: Turn budget when ``DORMANT_TURN_TIMEOUT`` is unset, and the time kept for commit + reply.
-DEFAULT_TURN_SECONDS = 60.0
-COMMIT_MARGIN_SECONDS = 5.0
-
-
 class RecordNotLanded(Exception):
     """The record's message is not in its session: report it so SQS delivers it again."""
 
@@ -70,10 +71,6 @@ processor = SqsFifoPartialProcessor(model=WebhookRecord, skip_group_on_error=Tru
 # would make the event source retry the batch as a whole (the FIFO constructor does not take
 # this option, hence the attribute).
 processor.raise_on_entire_batch_failure = False
-
-
-#: Time a record needs: the turn's budget plus room to commit and answer (ms).
-NEEDED_MS = int(((settings.turn_timeout or DEFAULT_TURN_SECONDS) + COMMIT_MARGIN_SECONDS) * 1000)
 
 
 @tracer.capture_method
