@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from dormant._ids import new_id, now_ms
 from dormant._patch import make_patch, to_json_value
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
-from dormant.errors import InputError, PendingInputError
+from dormant.errors import InputError, PendingInputError, describe_validation
 from dormant.events import (
     AssistantDelta,
     AssistantEvent,
@@ -352,7 +352,8 @@ class _Run:
                 try:
                     answer = call.tool.yield_schema.model_validate(pending.input)
                 except ValidationError as error:
-                    call.error = f"Invalid input for {call.name}: {_brief(error)}"
+                    reason = describe_validation(error, "(root)")
+                    call.error = f"Invalid input for {call.name}: {reason}"
                     self._finalize(call, work, None)
                 else:
                     self._execute(call, work, answer)
@@ -373,7 +374,8 @@ class _Run:
         try:
             call.parsed = tool.schema.model_validate(call.args)
         except ValidationError as error:
-            call.error = f"Invalid arguments for {call.name}: {_brief(error)}"
+            reason = describe_validation(error, "(root)")
+            call.error = f"Invalid arguments for {call.name}: {reason}"
 
     def _context(self, call: _Call, work: dict[str, Any], answer: Any) -> ToolContext:
         return ToolContext(args=call.parsed, state=work, call_id=call.call_id,
@@ -508,12 +510,6 @@ def _parse_call(chunk: ToolCallChunk) -> _Call:
     return _Call(chunk.call_id, chunk.name, to_json_value(args))
 
 
-def _brief(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"]) or "(root)"
-        parts.append(f"{where}: {item['msg']}")
-    return "; ".join(parts)
 
 
 def _window(session: Session, turns: int | None, until: int) -> list[Event]:

@@ -7,6 +7,10 @@ codes through :data:`HTTP_STATUS` (one table, not an ``isinstance`` chain).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "HTTP_STATUS",
@@ -17,6 +21,7 @@ __all__ = [
     "ResumeError",
     "SessionNotFound",
     "StoreError",
+    "describe_validation",
 ]
 
 
@@ -73,6 +78,15 @@ class StoreError(DormantError):
     """The store failed (not a version conflict: those are data, see ``CommitResult``)."""
 
     code = "store_error"
+
+
+def describe_validation(error: ValidationError, root: str = "body") -> str:
+    """``field.path: what is wrong; …`` for a pydantic error (``root`` names a top-level one)."""
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or root
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
 
 
 #: HTTP status per error code, for every HTTP surface (API function, local server).

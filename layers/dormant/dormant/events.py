@@ -155,7 +155,7 @@ class InvocationEnd(_Base):
     )
 
 
-Event = Annotated[
+_LedgerEvent = (
     InvocationStart
     | UserEvent
     | AssistantEvent
@@ -167,9 +167,10 @@ Event = Annotated[
     | ToolResult
     | StateDelta
     | ErrorEvent
-    | InvocationEnd,
-    Discriminator("type"),
-]
+    | InvocationEnd
+)
+
+Event = Annotated[_LedgerEvent, Discriminator("type")]
 """A persisted ledger event."""
 
 
@@ -225,23 +226,7 @@ class ModelEnd(_Base):
 
 
 StreamEvent = Annotated[
-    InvocationStart
-    | UserEvent
-    | AssistantEvent
-    | ToolCall
-    | ToolYield
-    | InvocationYield
-    | ToolInput
-    | InvocationResume
-    | ToolResult
-    | StateDelta
-    | ErrorEvent
-    | InvocationEnd
-    | ModelStart
-    | AssistantDelta
-    | ThoughtDelta
-    | ModelEnd,
-    Discriminator("type"),
+    _LedgerEvent | ModelStart | AssistantDelta | ThoughtDelta | ModelEnd, Discriminator("type")
 ]
 """Anything a turn stream yields: ledger events and the stream-only ones."""
 

@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 from dormant._ids import new_id
 from dormant._runtime import TurnInput, run_turn
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
-from dormant.errors import DormantError, InputError, SessionNotFound
+from dormant.errors import DormantError, InputError, SessionNotFound, describe_validation
 from dormant.events import StreamEvent, Usage
 from dormant.models._base import ModelError
 from dormant.results import ErrorResult, Output, RunResult
@@ -237,7 +237,8 @@ class TurnStream(Iterator[StreamEvent]):
                        else HandlerInput.model_validate(self._request))
             session = self._open(request)
         except ValidationError as error:
-            self._fail(self._request_session_id(), InputError(_describe(error)))
+            reason = "invalid request: " + describe_validation(error)
+            self._fail(self._request_session_id(), InputError(reason))
             return
         except DormantError as error:
             self._fail(self._request_session_id(), error)
@@ -321,7 +322,7 @@ class TurnStream(Iterator[StreamEvent]):
             return schema.model_validate(initial or {}).model_dump(mode="json")
         except ValidationError as error:
             raise InputError(f"initial_state does not fit the state schema: "
-                             f"{_describe(error)}") from error
+                             f"{describe_validation(error)}") from error
 
     def _check_state(self, session: Session) -> None:
         schema = self._config.schema
@@ -330,7 +331,7 @@ class TurnStream(Iterator[StreamEvent]):
                 schema.model_validate(session.state)
             except ValidationError as error:
                 raise InputError(f"state no longer fits the state schema: "
-                                 f"{_describe(error)}") from error
+                                 f"{describe_validation(error)}") from error
 
     def _fail(self, session_id: str, error: BaseException, code: str | None = None) -> None:
         self.result = TurnResult(
@@ -401,12 +402,6 @@ class TurnStream(Iterator[StreamEvent]):
                           state=dict(session.state), **fields)
 
 
-def _describe(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"]) or "body"
-        parts.append(f"{where}: {item['msg']}")
-    return "invalid request: " + "; ".join(parts)
 
 
 class Handlers:

@@ -7,7 +7,7 @@ from typing import Any
 from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from pydantic import ValidationError
 
-from dormant.errors import InputError
+from dormant.errors import InputError, describe_validation
 from dormant.handlers import HandlerInput, Input, ToolAnswer
 
 __all__ = ["from_run_agent_input"]
@@ -41,7 +41,8 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
         try:
             run = RunAgentInput.model_validate(body)
         except ValidationError as error:
-            raise InputError(f"invalid AG-UI RunAgentInput: {_brief(error)}") from error
+            reason = describe_validation(error)
+            raise InputError(f"invalid AG-UI RunAgentInput: {reason}") from error
     answers = [ToolAnswer(call_id=entry.interrupt_id,
                           input=entry.payload if entry.status == "resolved" else None)
                for entry in run.resume or ()]
@@ -68,9 +69,3 @@ def _last_user_message(run: RunAgentInput) -> tuple[str | None, str | None]:
     return (text or None), (message_id if text else None)
 
 
-def _brief(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"]) or "body"
-        parts.append(f"{where}: {item['msg']}")
-    return "; ".join(parts)
