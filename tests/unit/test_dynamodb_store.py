@@ -24,9 +24,11 @@ from dormant.stores import DynamoDBStore
 from dormant.stores._dynamodb import layout
 from tests._moto import (
     FaultInjector,
+    MotoServer,
     aws_env,
     client_error,
     in_process_aws,
+    shared_moto_server,
     throttling,
     transaction_conflict,
 )
@@ -338,8 +340,12 @@ def test_an_idle_session_expires_and_its_id_can_be_reused(aws: None) -> None:
     assert app.sessions.list(principal="alice") == []
     again = app.sessions.create("idle")
     assert again.version == 1
+    assert [item["sk"]["S"] for item in _items("session_idle")] == ["~head"]  # old ledger gone
+    again.input.message("new life")
+    assert app.sessions.commit(again).ok
     loaded = app.sessions.get("idle")
-    assert loaded is not None and loaded.events == []
+    assert loaded is not None and loaded.version == 2
+    assert [e.text for e in loaded.events if isinstance(e, UserEvent)] == ["new life"]
 
 
 def test_history_older_than_the_ttl_ages_out_of_a_live_session(aws: None) -> None:
@@ -399,3 +405,25 @@ def test_a_window_larger_than_the_guess_pages_until_complete(aws: None) -> None:
     loaded = store.load("session_wide", turns=2)
     assert loaded is not None and loaded.first_seq == 28 and len(loaded.events) == 14
     assert calls.operations.count("Query") == 2
+
+
+# --- over HTTP -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def http(monkeypatch: pytest.MonkeyPatch) -> MotoServer:
+    aws_env(monkeypatch)
+    server = shared_moto_server()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", server.url)
+    return server
+
+
+def test_over_http_the_endpoint_comes_from_the_environment(http: MotoServer) -> None:
+    store = DynamoDBStore("dormant-http-unit")
+    assert store._client.meta.endpoint_url == http.url
+    store.ensure_table()
+    try:
+        app, sid = _big_tool_turn(store, ONE_MB)
+        assert _result_of(app, sid) == "é" + "x" * (ONE_MB - 1)
+    finally:
+        http.client("dynamodb").delete_table(TableName=store.table_name)

@@ -170,7 +170,7 @@ class DynamoDBStore:
                 head = Head.model_validate_json(found.pop(0)[lay.HEAD]["S"])
                 start = head.window_start(turns)
             items.extend(found)
-            needed = _items_needed(items, start, head.seq, now_s)
+            needed = _items_needed(items, start, head.seq)
             if needed is not None or "LastEvaluatedKey" not in page:
                 break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -216,6 +216,7 @@ class DynamoDBStore:
                 "ExpressionAttributeNames": {"#own": lay.OWNER},
                 "ExpressionAttributeValues": {":own": {"S": lay.owner_key(principal, "")}},
                 "ScanIndexForward": False,
+                "Limit": limit,
             }
             read = self._client.query
         else:
@@ -240,20 +241,29 @@ class DynamoDBStore:
         expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
         head_item = self._head_item(written, expires_at)
         items, uploads = self._event_items(written, events, head_item, expires_at)
-        put_head = _conditional_put(self.table_name, head_item, expected_version, now_s)
+        put_head = _conditional_put(self.table_name, head_item, expected_version)
         for key, text in uploads:
             self._call("offload an event", head.session_id, self._offload().put, key, text)
-        if items:
-            result = self._transact(written, put_head, items, expected_version)
+        for round_ in range(2):
+            try:
+                if items:
+                    result = self._transact(written, put_head, items, expected_version, round_)
+                else:
+                    result = self._put_head(written, put_head, expected_version)
+                break
+            except _ExpiredIncarnation:
+                # The id is free (its session expired) but TTL has not removed the items yet:
+                # clear them, so the new session's ledger never interleaves with the old one.
+                self._purge_expired(head.session_id, now_s)
         else:
-            result = self._put_head(written, put_head)
+            result = CommitResult(ok=False, conflict=True, current_version=0)
         if result.conflict and uploads:
             self._forget_uploads([key for key, _ in uploads])
         return result
 
     def _transact(self, written: Head, put_head: dict[str, Any], items: _Items,
-                  expected_version: int) -> CommitResult:
-        token = _request_token(self.table_name, written, expected_version)
+                  expected_version: int, round_: int) -> CommitResult:
+        token = _request_token(self.table_name, written, expected_version, round_)
         actions: builtins.list[Any] = [{"Put": put_head}]
         actions += [{"Put": {"TableName": self.table_name, "Item": item}} for item in items]
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
@@ -267,7 +277,8 @@ class DynamoDBStore:
                 reasons = error.response.get("CancellationReasons") or []
                 first = reasons[0] if reasons else {}
                 if first.get("Code") == "ConditionalCheckFailed":
-                    return self._refused(dict(first.get("Item") or {}) or None)
+                    return self._refused(dict(first.get("Item") or {}) or None,
+                                         expected_version)
                 codes = {r.get("Code") for r in reasons} - {"None", None}
                 if not codes <= _RETRYABLE or attempt == TRANSACTION_ATTEMPTS:
                     raise StoreError(
@@ -279,23 +290,28 @@ class DynamoDBStore:
             time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _put_head(self, written: Head, put_head: dict[str, Any]) -> CommitResult:
+    def _put_head(self, written: Head, put_head: dict[str, Any],
+                  expected_version: int) -> CommitResult:
         try:
             self._client.put_item(**put_head)
         except ClientError as error:
             if _code(error) == "ConditionalCheckFailedException":
                 old: Any = error.response.get("Item")
-                return self._refused(old)
+                return self._refused(old, expected_version)
             raise _store_error("commit", written.session_id, error) from error
         except BotoCoreError as error:
             raise _store_error("commit", written.session_id, error) from error
         return CommitResult(ok=True, version=written.version)
 
-    def _refused(self, old: dict[str, Any] | None) -> CommitResult:
+    def _refused(self, old: dict[str, Any] | None, expected_version: int) -> CommitResult:
         """The version check failed: the current version is in the item DynamoDB returned."""
-        alive = old is not None and not lay.expired(old, int(self._clock()))
-        current = int(old[lay.VERSION]["N"]) if alive and old is not None else 0
-        return CommitResult(ok=False, conflict=True, current_version=current)
+        if old is None:
+            return CommitResult(ok=False, conflict=True, current_version=0)
+        if lay.expired(old, int(self._clock())):
+            if expected_version == 0:
+                raise _ExpiredIncarnation
+            return CommitResult(ok=False, conflict=True, current_version=0)
+        return CommitResult(ok=False, conflict=True, current_version=int(old[lay.VERSION]["N"]))
 
     def _head_item(self, written: Head, expires_at: int | None) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -405,6 +421,30 @@ class DynamoDBStore:
             return head is not None and not lay.expired(head, now_s)
         raise StoreError(f"session {session_id} kept changing while being deleted; retry")
 
+    def _purge_expired(self, session_id: str, now_s: int) -> None:
+        """Delete the items of an expired session (each only if it is still expired, so a
+        session created meanwhile under the same id loses nothing)."""
+        offloaded: builtins.list[str] = []
+        for item in self._keys_of(session_id):
+            if not lay.expired(item, now_s):
+                continue
+            try:
+                self._client.delete_item(
+                    TableName=self.table_name,
+                    Key={lay.PK: item[lay.PK], lay.SK: item[lay.SK]},
+                    ConditionExpression="#ttl <= :now",
+                    ExpressionAttributeNames={"#ttl": lay.TTL_ATTRIBUTE},
+                    ExpressionAttributeValues={":now": {"N": str(now_s)}},
+                )
+            except ClientError as error:
+                if _code(error) != "ConditionalCheckFailedException":
+                    raise _store_error("clear an expired session", session_id, error) from error
+            except BotoCoreError as error:
+                raise _store_error("clear an expired session", session_id, error) from error
+            offloaded += item.get(lay.OFFLOADED, {}).get("SS", [])
+        if offloaded:
+            self._forget_uploads(offloaded)
+
     def _keys_of(self, session_id: str) -> _Items:
         request: dict[str, Any] = {
             "TableName": self.table_name,
@@ -452,16 +492,17 @@ class DynamoDBStore:
         return f"DynamoDBStore({self.table_name!r}, bucket={self.bucket!r})"
 
 
-def _items_needed(items: _Items, start: int, seq: int,
-                  now_s: int) -> int | None:
+class _ExpiredIncarnation(Exception):
+    """A version-0 commit met the head of an expired session that TTL has not deleted yet."""
+
+
+def _items_needed(items: _Items, start: int, seq: int) -> int | None:
     """How many of the event items read so far (newest first) the window needs, or None if
     the window is not complete yet."""
     if start >= seq:
         return 0
     for index, item in enumerate(items):
         first, part = lay.parse_slice_key(item[lay.SK]["S"])
-        if lay.expired(item, now_s):
-            return index + 1  # older history has aged out: nothing further to read
         if first <= start and part in (None, 0):
             return index + 1
     return None
@@ -473,9 +514,9 @@ def _remaining_limit(items: _Items, start: int, seq: int) -> int:
     return max(oldest - start, 1) + 1
 
 
-def _conditional_put(table: str, item: dict[str, Any], expected_version: int,
-                     now_s: int) -> dict[str, Any]:
-    """The head's Put: version ``expected_version`` must be current (0: no live session)."""
+def _conditional_put(table: str, item: dict[str, Any], expected_version: int) -> dict[str, Any]:
+    """The head's Put: version ``expected_version`` must be current (0: no head at all; an
+    expired head is cleared first, see ``append``)."""
     put: dict[str, Any] = {
         "TableName": table,
         "Item": item,
@@ -483,20 +524,17 @@ def _conditional_put(table: str, item: dict[str, Any], expected_version: int,
         "ExpressionAttributeNames": {"#v": lay.VERSION},
     }
     if expected_version == 0:
-        # An expired head that TTL has not removed yet does not count as a session.
-        put["ConditionExpression"] = "attribute_not_exists(#v) OR #ttl <= :now"
-        put["ExpressionAttributeNames"]["#ttl"] = lay.TTL_ATTRIBUTE
-        put["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
+        put["ConditionExpression"] = "attribute_not_exists(#v)"
     else:
         put["ConditionExpression"] = "#v = :v"
         put["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
     return put
 
 
-def _request_token(table: str, written: Head, expected_version: int) -> str:
+def _request_token(table: str, written: Head, expected_version: int, round_: int) -> str:
     """A ClientRequestToken stable across this commit's retries, distinct for any other."""
     seed = (f"{table}|{written.session_id}|{expected_version}|{written.last_event}|"
-            f"{written.seq}|{written.updated_at}")
+            f"{written.seq}|{written.updated_at}|{round_}")
     return str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16]))
 
 
