@@ -25,6 +25,7 @@ from deployment import deployed_bookings
 from pydantic import BaseModel, ConfigDict, Field, Json
 from pydantic.alias_generators import to_camel
 
+from dormant.errors import DuplicateMessage
 from dormant.handlers import HandlerInput, Input, RestResponse
 
 __all__ = ["RecordNotLanded", "WebhookMessage", "WebhookRecord", "handler", "record_handler"]
@@ -111,8 +112,7 @@ def _landed(reply: RestResponse) -> bool:
 
 
 def _redelivered(reply: RestResponse) -> bool:
-    return (reply.status == "error" and reply.code == "invalid_input"
-            and "already in session" in (reply.error or ""))
+    return reply.status == "error" and reply.code == DuplicateMessage.code
 
 
 @logger.inject_lambda_context

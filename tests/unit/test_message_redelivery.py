@@ -29,6 +29,6 @@ def test_a_redelivered_message_to_a_session_it_parked_is_already_in_session() ->
 
     again = rest(request)
 
-    assert (again.status, again.code) == ("error", "invalid_input")
+    assert (again.status, again.code) == ("error", "duplicate_message")
     assert "already in session" in (again.error or "")
     assert app.sessions.get("s-1").version == version  # type: ignore[union-attr]

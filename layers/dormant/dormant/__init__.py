@@ -11,6 +11,7 @@ from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
 from dormant.errors import (
     DormantError,
+    DuplicateMessage,
     InputError,
     PendingInputError,
     ResumeError,
@@ -42,6 +43,7 @@ __all__ = [
     "CommitResult",
     "CompletedResult",
     "DormantError",
+    "DuplicateMessage",
     "ErrorResult",
     "HandlerInput",
     "Hook",

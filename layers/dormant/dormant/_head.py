@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 
 from dormant._patch import apply_patch
-from dormant.errors import InputError, PendingInputError, ResumeError
+from dormant.errors import DuplicateMessage, InputError, PendingInputError, ResumeError
 from dormant.events import (
     LEDGER_FORMAT,
     Event,
@@ -179,7 +179,7 @@ def _refuse_if_parked_on_tools(head: Head) -> None:
 def _user(head: Head, event: UserEvent) -> None:
     _refuse_if_parked_on_tools(head)
     if event.message_id in head.message_ids:
-        raise InputError(f"message {event.message_id} is already in session {head.session_id}")
+        raise DuplicateMessage(head.session_id, event.message_id)
     head.message_ids.append(event.message_id)
     del head.message_ids[:-MESSAGE_ID_WINDOW]
     head.turn_starts.append(head.seq)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from dormant._ids import new_id, now_ms
 from dormant._patch import make_patch, to_json_value
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
-from dormant.errors import InputError, PendingInputError, describe_validation
+from dormant.errors import DuplicateMessage, InputError, PendingInputError, describe_validation
 from dormant.events import (
     AssistantDelta,
     AssistantEvent,
@@ -143,9 +143,7 @@ class _Run:
             # A message already in the session is a redelivery, whatever the session does now
             # (e.g. it parked on a tool the message led to): say so before anything else.
             if turn.message_id is not None and turn.message_id in head.message_ids:
-                raise InputError(
-                    f"message {turn.message_id} is already in session {head.session_id}"
-                )
+                raise DuplicateMessage(head.session_id, turn.message_id)
             if head.parked == "tool":
                 pending = [(c.call_id, c.name) for c in head.pending_yields()]
                 raise PendingInputError(head.session_id, pending)

@@ -16,6 +16,7 @@ __all__ = [
     "HTTP_STATUS",
     "ConfigError",
     "DormantError",
+    "DuplicateMessage",
     "InputError",
     "PendingInputError",
     "ResumeError",
@@ -58,6 +59,17 @@ class PendingInputError(InputError):
         )
 
 
+class DuplicateMessage(InputError):
+    """A message whose id the session already holds: a redelivery, which lands once."""
+
+    code = "duplicate_message"
+
+    def __init__(self, session_id: str, message_id: str) -> None:
+        self.session_id = session_id
+        self.message_id = message_id
+        super().__init__(f"message {message_id} is already in session {session_id}")
+
+
 class ResumeError(DormantError):
     """A ledger was asked to resume while some yields have no input."""
 
@@ -94,6 +106,7 @@ HTTP_STATUS: dict[str, int] = {
     InputError.code: 400,
     ConfigError.code: 500,
     PendingInputError.code: 409,
+    DuplicateMessage.code: 409,
     ResumeError.code: 409,
     SessionNotFound.code: 404,
     StoreError.code: 503,
