@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant.errors import StoreError
+from dormant.errors import ConfigError, StoreError
 from dormant.events import ToolResult, UserEvent
 from dormant.models import ScriptedModel
 from dormant.session import Session
@@ -125,7 +125,7 @@ def test_from_env_reads_table_bucket_and_ttl(aws: None) -> None:
     store = DynamoDBStore.from_env({"DORMANT_TABLE": TABLE, "DORMANT_BUCKET": BUCKET,
                                     "DORMANT_SESSION_TTL_DAYS": "7"})
     assert (store.table_name, store.bucket, store.ttl_seconds) == (TABLE, BUCKET, 7 * 86_400)
-    with pytest.raises(StoreError, match="DORMANT_TABLE"):
+    with pytest.raises(ConfigError, match="DORMANT_TABLE"):
         DynamoDBStore.from_env({})
 
 

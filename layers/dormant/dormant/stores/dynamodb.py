@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from dormant._head import Head
-from dormant.errors import StoreError
-from dormant.events import Event, load_events
+from dormant.errors import ConfigError, StoreError
+from dormant.events import Event
 from dormant.session import CommitResult, SessionSummary, StoredSession
 from dormant.settings import Settings
 from dormant.stores._base import commit_head
 from dormant.stores._dynamodb import layout as lay
-from dormant.stores._dynamodb.offload import Offloader, is_pointer
+from dormant.stores._dynamodb import reads, writes
+from dormant.stores._dynamodb.offload import Offloader
 from dormant.stores._dynamodb.window import WindowEstimator
 
 if TYPE_CHECKING:
@@ -48,8 +47,6 @@ _RETRYABLE = frozenset({
 _DELETE_ATTEMPTS = 3
 
 _Items = list[dict[str, Any]]
-#: Offloaded events of a commit: (S3 key, event JSON).
-_Uploads = list[tuple[str, str]]
 
 
 class DynamoDBStore:
@@ -89,21 +86,20 @@ class DynamoDBStore:
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not table_name:
-            raise StoreError("DynamoDBStore needs a table name (DORMANT_TABLE)")
+            raise ConfigError("DynamoDBStore needs a table name (DORMANT_TABLE)")
         if ttl_seconds is not None and ttl_seconds <= 0:
-            raise StoreError(f"ttl_seconds must be positive, got {ttl_seconds}")
+            raise ConfigError(f"ttl_seconds must be positive, got {ttl_seconds}")
         self.table_name = table_name
         self.bucket = bucket
         self.ttl_seconds = ttl_seconds
         self._client = client if client is not None else _dynamodb_client(region_name)
-        self._s3_client = s3_client
-        self._region_name = region_name
-        self._prefix = offload_prefix
         self._offload_above = offload_above
         self._transaction_limit = transaction_limit
         self._clock = clock
         self._window = WindowEstimator()
-        self._offloader: Offloader | None = None
+        self._offloader = None if bucket is None else Offloader(
+            bucket, offload_prefix,
+            (lambda: s3_client) if s3_client is not None else (lambda: _s3_client(region_name)))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -113,7 +109,7 @@ class DynamoDBStore:
         ``DORMANT_SESSION_TTL_DAYS``."""
         settings = Settings.from_env(env)
         if not settings.table:
-            raise StoreError("DORMANT_TABLE is not set: name the DynamoDB table to use")
+            raise ConfigError("DORMANT_TABLE is not set: name the DynamoDB table to use")
         ttl = settings.session_ttl_days * 86_400 if settings.session_ttl_days else None
         return cls(settings.table, client, bucket=settings.bucket, s3_client=s3_client,
                    ttl_seconds=ttl)
@@ -170,40 +166,18 @@ class DynamoDBStore:
                 head = Head.model_validate_json(found.pop(0)[lay.HEAD]["S"])
                 start = head.window_start(turns)
             items.extend(found)
-            needed = _items_needed(items, start, head.seq)
+            needed = reads.items_needed(items, start, head.seq)
             if needed is not None or "LastEvaluatedKey" not in page:
                 break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
             if turns is not None:
-                request["Limit"] = _remaining_limit(items, start, head.seq)
+                request["Limit"] = reads.remaining_limit(items, start, head.seq)
         if turns is not None and needed is not None:
             in_window = sum(1 for t in head.turn_starts if t >= start)
             self._window.observe(session_id, max(in_window, 1), needed)
-        events, first_seq = self._decode(session_id, items, start, head.seq, now_s)
+        fetch = self._offloader.get if self._offloader else _no_bucket(session_id)
+        events, first_seq = reads.decode(session_id, items, start, head.seq, now_s, fetch)
         return StoredSession(head, events, first_seq)
-
-    def _decode(self, session_id: str, items: _Items, start: int, seq: int,
-                now_s: int) -> tuple[builtins.list[Event], int]:
-        kept: builtins.list[lay.Slice] = []
-        for piece in reversed(lay.assemble(items, now_s)):
-            if piece.first_seq >= seq:
-                continue  # a leftover of an expired incarnation of this session id
-            if piece.expired:
-                break  # older history aged out (TTL): the ledger starts after it
-            if not piece.complete:
-                raise StoreError(f"session {session_id}: events at position {piece.first_seq} "
-                                 "are incomplete in the table")
-            kept.append(piece)
-            if piece.first_seq <= start:
-                break
-        kept.reverse()
-        first = max(start, kept[0].first_seq) if kept else seq
-        raw: builtins.list[Any] = []
-        for piece in kept:
-            for offset, value in enumerate(piece.decoded()):
-                if piece.first_seq + offset >= start:
-                    raw.append(self._offload().get(value) if is_pointer(value) else value)
-        return load_events(raw), first
 
     def list(self, *, principal: str | None = None,
              limit: int = 100) -> builtins.list[SessionSummary]:
@@ -225,7 +199,7 @@ class DynamoDBStore:
         found: builtins.list[SessionSummary] = []
         while True:
             page = self._call("list sessions", principal or "*", read, **request)
-            found.extend(_summary(item) for item in page.get("Items", [])
+            found.extend(reads.summary(item) for item in page.get("Items", [])
                          if not lay.expired(item, now_s))
             if "LastEvaluatedKey" not in page or (principal is not None and len(found) >= limit):
                 break
@@ -239,9 +213,11 @@ class DynamoDBStore:
         written = commit_head(head, expected_version)
         now_s = int(self._clock())
         expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
-        head_item = self._head_item(written, expires_at)
-        items, uploads = self._event_items(written, events, head_item, expires_at)
-        put_head = _conditional_put(self.table_name, head_item, expected_version)
+        head_item = writes.head_item(written, expires_at)
+        items, uploads = writes.plan_slice(
+            written, events, head_item, expires_at, self._offloader, self._offload_above,
+            self._transaction_limit)
+        put_head = writes.conditional_put(self.table_name, head_item, expected_version)
         for key, text in uploads:
             self._call("offload an event", head.session_id, self._offload().put, key, text)
         for round_ in range(2):
@@ -263,7 +239,7 @@ class DynamoDBStore:
 
     def _transact(self, written: Head, put_head: dict[str, Any], items: _Items,
                   expected_version: int, round_: int) -> CommitResult:
-        token = _request_token(self.table_name, written, expected_version, round_)
+        token = writes.request_token(self.table_name, written, expected_version, round_)
         actions: builtins.list[Any] = [{"Put": put_head}]
         actions += [{"Put": {"TableName": self.table_name, "Item": item}} for item in items]
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
@@ -313,81 +289,17 @@ class DynamoDBStore:
             return CommitResult(ok=False, conflict=True, current_version=0)
         return CommitResult(ok=False, conflict=True, current_version=int(old[lay.VERSION]["N"]))
 
-    def _head_item(self, written: Head, expires_at: int | None) -> dict[str, Any]:
-        item: dict[str, Any] = {
-            lay.PK: {"S": written.session_id},
-            lay.SK: {"S": lay.HEAD_SK},
-            lay.VERSION: {"N": str(written.version)},
-            lay.UPDATED: {"N": str(written.updated_at)},
-            lay.STATUS: {"S": "awaiting_input" if written.parked else "active"},
-            lay.OWNER: {"S": lay.owner_key(written.principal, written.session_id)},
-            lay.HEAD: {"S": written.model_dump_json()},
-        }
-        if expires_at is not None:
-            item[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
-        size = lay.item_size(item)
-        if size > lay.ITEM_LIMIT:
-            raise StoreError(
-                f"session {written.session_id}: its head (state and pending calls) is {size} "
-                f"bytes, over DynamoDB's {lay.ITEM_LIMIT}-byte item limit; keep large data in "
-                "events or tool results, not in session state")
-        return item
-
-    def _event_items(self, written: Head, events: Sequence[Event], head_item: dict[str, Any],
-                     expires_at: int | None) -> tuple[_Items, _Uploads]:
-        """The items of this commit's slice, and the events that go to S3 instead (key, JSON).
-
-        Chunking keeps any slice under the item limit; what would push the transaction past
-        100 actions or its byte limit is offloaded, largest event first.
-        """
-        if not events:
-            return [], []
-        sid = written.session_id
-        first_seq = written.seq - len(events)
-        texts = [event.model_dump_json() for event in events]
-        sizes = [len(text.encode()) for text in texts]
-        keys: dict[int, str] = {}
-        if self._offload_above is not None:
-            keys = {i: self._key(sid, first_seq + i, events[i].id)
-                    for i, size in enumerate(sizes) if size > self._offload_above}
-        budget = self._transaction_limit - lay.item_size(head_item)
-        while True:
-            shown = [self._offload().pointer(keys[i]) if i in keys else text
-                     for i, text in enumerate(texts)]
-            items = lay.slice_items(sid, first_seq, shown, [keys[i] for i in sorted(keys)],
-                                    expires_at)
-            if (len(items) < lay.TRANSACTION_ACTIONS
-                    and sum(lay.item_size(item) for item in items) <= budget):
-                return items, [(keys[i], texts[i]) for i in sorted(keys)]
-            rest = [i for i in range(len(texts)) if i not in keys]
-            if not rest or self.bucket is None:
-                raise StoreError(
-                    f"session {sid}: this commit's events ({sum(sizes)} bytes) do not fit one "
-                    f"DynamoDB transaction; configure an S3 bucket (DORMANT_BUCKET) for large "
-                    "events")
-            largest = max(rest, key=lambda i: sizes[i])
-            keys[largest] = self._key(sid, first_seq + largest, events[largest].id)
-
-    def _key(self, session_id: str, seq: int, event_id: str) -> str:
-        if self.bucket is None:
-            raise StoreError(f"session {session_id}: an event at position {seq} is too large "
-                             "for DynamoDB; configure an S3 bucket (DORMANT_BUCKET)")
-        return self._offload().key(session_id, seq, event_id)
-
     def _forget_uploads(self, keys: builtins.list[str]) -> None:
         """A refused commit leaves nothing behind: its offloaded events go too (best effort:
         an object left over is unreachable, never read)."""
-        with contextlib.suppress(ClientError, BotoCoreError):
-            self._offload().delete(keys)
+        if self._offloader is not None:
+            with contextlib.suppress(ClientError, BotoCoreError):
+                self._offloader.delete(keys)
 
     def _offload(self) -> Offloader:
         if self._offloader is None:
-            if self.bucket is None:
-                raise StoreError("this ledger has events stored in S3 but the store has no "
-                                 "bucket; configure DORMANT_BUCKET")
-            client = self._s3_client if self._s3_client is not None else _s3_client(
-                self._region_name)
-            self._offloader = Offloader(client, self.bucket, self._prefix)
+            raise StoreError(f"table {self.table_name} holds events in S3 but the store has no "
+                             "bucket; configure DORMANT_BUCKET")
         return self._offloader
 
     # --- deleting ------------------------------------------------------------------------------
@@ -496,64 +408,20 @@ class _ExpiredIncarnation(Exception):
     """A version-0 commit met the head of an expired session that TTL has not deleted yet."""
 
 
-def _items_needed(items: _Items, start: int, seq: int) -> int | None:
-    """How many of the event items read so far (newest first) the window needs, or None if
-    the window is not complete yet."""
-    if start >= seq:
-        return 0
-    for index, item in enumerate(items):
-        first, part = lay.parse_slice_key(item[lay.SK]["S"])
-        if first <= start and part in (None, 0):
-            return index + 1
-    return None
-
-
-def _remaining_limit(items: _Items, start: int, seq: int) -> int:
-    """``Limit`` for the next page: at most one item per missing event, plus a spare."""
-    oldest = lay.parse_slice_key(items[-1][lay.SK]["S"])[0] if items else seq
-    return max(oldest - start, 1) + 1
-
-
-def _conditional_put(table: str, item: dict[str, Any], expected_version: int) -> dict[str, Any]:
-    """The head's Put: version ``expected_version`` must be current (0: no head at all; an
-    expired head is cleared first, see ``append``)."""
-    put: dict[str, Any] = {
-        "TableName": table,
-        "Item": item,
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        "ExpressionAttributeNames": {"#v": lay.VERSION},
-    }
-    if expected_version == 0:
-        put["ConditionExpression"] = "attribute_not_exists(#v)"
-    else:
-        put["ConditionExpression"] = "#v = :v"
-        put["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
-    return put
-
-
-def _request_token(table: str, written: Head, expected_version: int, round_: int) -> str:
-    """A ClientRequestToken stable across this commit's retries, distinct for any other."""
-    seed = (f"{table}|{written.session_id}|{expected_version}|{written.last_event}|"
-            f"{written.seq}|{written.updated_at}|{round_}")
-    return str(uuid.UUID(bytes=hashlib.sha256(seed.encode()).digest()[:16]))
-
-
-def _summary(item: dict[str, Any]) -> SessionSummary:
-    return SessionSummary(
-        session_id=item[lay.PK]["S"],
-        version=int(item[lay.VERSION]["N"]),
-        status="awaiting_input" if item[lay.STATUS]["S"] == "awaiting_input" else "active",
-        updated_at=int(item[lay.UPDATED]["N"]),
-        principal=lay.principal_of(item[lay.OWNER]["S"]),
-    )
-
-
 def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _store_error(what: str, session_id: str, error: Exception) -> StoreError:
     return StoreError(f"DynamoDB could not {what} for session {session_id}: {error}")
+
+
+def _no_bucket(session_id: str) -> Callable[[dict[str, Any]], Any]:
+    def fail(_: dict[str, Any]) -> Any:
+        raise StoreError(f"session {session_id} has events stored in S3 but the store has no "
+                         "bucket; configure DORMANT_BUCKET")
+
+    return fail
 
 
 def _dynamodb_client(region_name: str | None) -> DynamoDBClient:

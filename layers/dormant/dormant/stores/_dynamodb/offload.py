@@ -2,12 +2,13 @@
 
 Objects are keyed by session, position and event id, so two writers racing for one position
 never overwrite each other's object; the loser's object is deleted when its commit is refused.
+The S3 client is built on first use: a store that never offloads never imports it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,10 +23,17 @@ POINTER = "$s3"
 class Offloader:
     """Puts and gets offloaded events in ``bucket`` under ``prefix``."""
 
-    def __init__(self, client: S3Client, bucket: str, prefix: str) -> None:
-        self.client = client
+    def __init__(self, bucket: str, prefix: str, client: Callable[[], S3Client]) -> None:
         self.bucket = bucket
         self.prefix = prefix
+        self._make_client = client
+        self._client: S3Client | None = None
+
+    @property
+    def client(self) -> S3Client:
+        if self._client is None:
+            self._client = self._make_client()
+        return self._client
 
     def key(self, session_id: str, seq: int, event_id: str) -> str:
         return f"{self.prefix}{session_id}/{seq:012d}-{event_id}.json"
