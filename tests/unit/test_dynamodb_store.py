@@ -156,6 +156,19 @@ def test_a_one_megabyte_tool_result_round_trips_in_chunks(aws: None) -> None:
     assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")
 
 
+def test_chunks_never_split_a_character(aws: None) -> None:
+    text = "é✓" * 150_000  # 750 KB of two- and three-byte characters
+    pieces = layout.split_utf8(text, 1_000)
+    assert "".join(pieces) == text
+    assert all(len(piece.encode()) <= 1_000 for piece in pieces)
+    app = dormant.App(store=_store())
+    session = app.sessions.create("utf8")
+    session.input.message(text)
+    assert app.sessions.commit(session).ok
+    loaded = app.sessions.get("utf8")
+    assert loaded is not None and loaded.events[0].model_dump() == session.events[0].model_dump()
+
+
 def test_a_one_megabyte_tool_result_can_live_in_s3(aws: None) -> None:
     store = _store(bucket=BUCKET, offload_above=100_000)
     app, sid = _big_tool_turn(store, ONE_MB)
