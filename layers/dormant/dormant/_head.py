@@ -8,6 +8,7 @@ no longer valid (an answer to a call somebody else answered) is caught.
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,6 +79,8 @@ class Head:
     inbox: int = 0
     last_user_ts: int = 0
     turn_starts: list[int] = field(default_factory=list)
+    #: Short digests of the most recent message ids (the head is rewritten on every commit:
+    #: digests keep it small whatever ids clients choose).
     message_ids: list[str] = field(default_factory=list)
     #: Id of the ledger's last event (detects a commit that landed after all).
     last_event: str | None = None
@@ -116,6 +119,10 @@ class Head:
             return 0
         return self.turn_starts[-turns]
 
+    def has_message(self, message_id: str) -> bool:
+        """Whether a recent message carried ``message_id`` (the redelivery window)."""
+        return message_digest(message_id) in self.message_ids
+
     def pending_yields(self) -> list[PendingCall]:
         """Yielded calls that have no input yet, in call order."""
         return [c for c in self.step if c.yielded and not c.answered and not c.settled]
@@ -128,6 +135,11 @@ class Head:
 
 
 _ADAPTER: TypeAdapter[Head] = TypeAdapter(Head)
+
+
+def message_digest(message_id: str) -> str:
+    """A 64-bit digest of a message id: collisions within a 64-id window are negligible."""
+    return hashlib.blake2b(message_id.encode(), digest_size=8).hexdigest()
 
 
 def apply(head: Head, event: Event) -> None:
@@ -178,9 +190,10 @@ def _refuse_if_parked_on_tools(head: Head) -> None:
 
 def _user(head: Head, event: UserEvent) -> None:
     _refuse_if_parked_on_tools(head)
-    if event.message_id in head.message_ids:
+    digest = message_digest(event.message_id)
+    if digest in head.message_ids:
         raise DuplicateMessage(head.session_id, event.message_id)
-    head.message_ids.append(event.message_id)
+    head.message_ids.append(digest)
     del head.message_ids[:-MESSAGE_ID_WINDOW]
     head.turn_starts.append(head.seq)
     del head.turn_starts[:-TURN_INDEX_SIZE]

@@ -142,7 +142,7 @@ class _Run:
         if turn.message is not None:
             # A message already in the session is a redelivery, whatever the session does now
             # (e.g. it parked on a tool the message led to): say so before anything else.
-            if turn.message_id is not None and turn.message_id in head.message_ids:
+            if turn.message_id is not None and head.has_message(turn.message_id):
                 raise DuplicateMessage(head.session_id, turn.message_id)
             if head.parked == "tool":
                 pending = [(c.call_id, c.name) for c in head.pending_yields()]
