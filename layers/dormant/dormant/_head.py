@@ -102,10 +102,30 @@ class Head:
         return _ADAPTER.dump_python(self, mode=mode)  # type: ignore[no-any-return]
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Head:
-        copied = copy.deepcopy(self) if deep else copy.copy(self)
+        copied = self.clone() if deep else self._copy(self.state, self.step, self.turn_starts,
+                                                      self.message_ids)
         for key, value in (update or {}).items():
             setattr(copied, key, value)
         return copied
+
+    def clone(self) -> Head:
+        """An independent copy (what a fold may mutate is copied; strings are shared)."""
+        return self._copy(
+            copy.deepcopy(self.state) if self.state else {},
+            [PendingCall(c.call_id, c.name, copy.deepcopy(c.args), c.yielded,
+                         copy.deepcopy(c.prepared), c.answered, copy.deepcopy(c.input),
+                         c.settled) for c in self.step],
+            list(self.turn_starts),
+            list(self.message_ids),
+        )
+
+    def _copy(self, state: dict[str, Any], step: list[PendingCall], turn_starts: list[int],
+              message_ids: list[str]) -> Head:
+        # Spelled out: dataclasses.replace re-inspects the fields on every call (hot path).
+        return Head(self.session_id, self.format, self.version, self.seq, state, self.principal,
+                    self.created_at, self.updated_at, self.open_invocation, self.agent,
+                    self.parked, step, self.inbox, self.last_user_ts, turn_starts,
+                    message_ids, self.last_event)
 
     # --- reading -------------------------------------------------------------------------------
 

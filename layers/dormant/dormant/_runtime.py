@@ -71,7 +71,10 @@ Clock = Callable[[], int]
 Stream = Generator[StreamEvent, None, RunResult]
 
 _pool: ThreadPoolExecutor | None = None
-_NO_USAGE = Usage()
+
+
+def _counts(usage: Usage) -> bool:
+    return bool(usage.input_tokens or usage.output_tokens or usage.cached_tokens)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -270,9 +273,9 @@ class _Run:
                                         delta=chunk.text)
             elif isinstance(chunk, ToolCallChunk):
                 calls.append(_parse_call(chunk))
-            elif isinstance(chunk, UsageChunk) and chunk.usage != _NO_USAGE:
+            elif isinstance(chunk, UsageChunk) and _counts(chunk.usage):
                 usage = usage + chunk.usage
-        if usage != _NO_USAGE:
+        if _counts(usage):
             self.usage = self.usage + usage
         yield ModelEnd(invocation_id=self.invocation_id, step=step, usage=usage)
         text = "".join(parts)
@@ -457,7 +460,7 @@ class _Run:
             items=[OutputItem(text=text) for text in said], text=said[-1] if said else ""))
         object.__setattr__(result, "invocation_id", self.invocation_id)
         object.__setattr__(result, "usage", self.usage)
-        result._session = self.session
+        object.__setattr__(result, "session_", self.session)
         return result
 
     def _hook_context(self, **fields: Any) -> HookContext:

@@ -20,7 +20,13 @@ from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import DormantError, InputError, SessionNotFound, describe_validation
 from dormant.events import StreamEvent, Usage
 from dormant.models._base import ModelError
-from dormant.results import ErrorResult, Output, RunResult
+from dormant.results import (
+    ErrorResult,
+    Output,
+    RunResult,
+    YieldedMessageResult,
+    YieldedToolResult,
+)
 from dormant.session import (
     Session,
     YieldedTool,
@@ -387,19 +393,25 @@ class TurnStream(Iterator[StreamEvent]):
 
     def _turn_result(self, session: Session, result: RunResult, commit: CommitStatus,
                      version: int | None) -> TurnResult:
-        data = result.model_dump()
-        fields = {k: data.get(k) for k in ("status", "output", "invocation_id", "usage",
-                                           "yielded_tools", "yielded_invocation_id", "error")}
+        status: Any = result.status
+        error = code = yielded_invocation_id = None
+        yielded_tools: list[YieldedTool] | None = None
         if isinstance(result, ErrorResult):
-            fields["code"] = result.code
+            error, code = result.error, result.code
+        elif isinstance(result, YieldedToolResult):
+            yielded_tools = result.yielded_tools
+        elif isinstance(result, YieldedMessageResult):
+            yielded_invocation_id = result.yielded_invocation_id
         if commit == "failed":
-            fields["status"] = "error"
-            fields["error"] = fields.get("error") or (
+            status, code = "error", "store_error"
+            error = error or (
                 f"the turn ran but session {session.session_id} could not be written after "
                 f"{STORE_ATTEMPTS} attempts; retry the request")
-            fields["code"] = "store_error"
-        return TurnResult(session_id=session.session_id, commit_status=commit, version=version,
-                          state=dict(session.state), **fields)
+        return TurnResult(
+            session_id=session.session_id, status=status, output=result.output,
+            commit_status=commit, invocation_id=result.invocation_id, usage=result.usage,
+            yielded_tools=yielded_tools, yielded_invocation_id=yielded_invocation_id,
+            error=error, code=code, version=version, state=dict(session.state))
 
 
 

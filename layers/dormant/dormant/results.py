@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, PrivateAttr
+from pydantic import Discriminator, Field
 
 from dormant.events import Usage
 from dormant.session import YieldedTool, _Wire
@@ -41,12 +41,12 @@ class _Result(_Wire):
     output: Output = Field(default_factory=Output)
     invocation_id: str | None = None
     usage: Usage = Field(default_factory=Usage)
-    _session: Any = PrivateAttr(default=None)
+    session_: Any = Field(default=None, exclude=True, repr=False)
 
     @property
     def session(self) -> Session:
         """The session the run worked on, holding its uncommitted events (``app.run``)."""
-        return self._session  # type: ignore[no-any-return]
+        return self.session_  # type: ignore[no-any-return]
 
 
 class CompletedResult(_Result):

@@ -7,16 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dormant._head import Head
+from dormant._ids import now_ms
 from dormant.events import Event
 from dormant.session import CommitResult, SessionSummary, StoredSession
-from dormant.stores._base import commit_head
 
 __all__ = ["MemoryStore"]
 
 
 @dataclass
 class _Row:
-    head_json: bytes
+    head: Head
     version: int
     updated_at: int
     status: str
@@ -26,7 +26,8 @@ class _Row:
 
 class MemoryStore:
     """Sessions in a dict, guarded by a lock. Events are immutable, so reads share them;
-    heads are kept as JSON so no caller can mutate what is stored."""
+    heads are cloned on the way in and out, so no caller can mutate what is stored. (The
+    JSON form of heads and events is exercised by the SQLite and DynamoDB stores.)"""
 
     def __init__(self) -> None:
         self._rows: dict[str, _Row] = {}
@@ -37,25 +38,24 @@ class MemoryStore:
             row = self._rows.get(session_id)
             if row is None:
                 return None
-            head_json, events = row.head_json, row.events
-            head = Head.model_validate_json(head_json)
+            head, events = row.head.clone(), row.events
             start = head.window_start(turns)
             window = events[start:] if start else list(events)
         return StoredSession(head, window, start)
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
-        written = commit_head(head, expected_version)
-        head_json = written.model_dump_json().encode()
+        written = head.clone()
+        written.version, written.updated_at = expected_version + 1, now_ms()
         with self._lock:
             row = self._rows.get(head.session_id)
             current = row.version if row is not None else 0
             if current != expected_version:
                 return CommitResult(ok=False, conflict=True, current_version=current)
             if row is None:
-                row = _Row(head_json, written.version, written.updated_at, "", head.principal)
+                row = _Row(written, written.version, written.updated_at, "", head.principal)
                 self._rows[head.session_id] = row
             row.events.extend(events)
-            row.head_json = head_json
+            row.head = written
             row.version = written.version
             row.updated_at = written.updated_at
             row.status = "awaiting_input" if written.parked else "active"
