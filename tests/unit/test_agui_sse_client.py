@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 import httpx
 from httpx_sse import connect_sse
 from pydantic import BaseModel
