@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from dormant._context import history_window, to_messages
 from dormant._ids import new_id, now_ms
 from dormant._patch import make_patch, to_json_value
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
@@ -42,16 +43,12 @@ from dormant.events import (
 )
 from dormant.events import ThoughtDelta as ThoughtDeltaEvent
 from dormant.models._base import (
-    AssistantMessage,
     Message,
     ModelRequest,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
-    ToolCallPart,
-    ToolMessage,
     UsageChunk,
-    UserMessage,
 )
 from dormant.results import (
     CompletedResult,
@@ -487,7 +484,7 @@ class _Run:
         def messages() -> list[Message]:
             if not has_history:
                 return []
-            return to_messages(_window(session, limit, seen))
+            return to_messages(history_window(session, limit, seen))
 
         return ModelRequest(system=system, tools=tools, messages=messages, step=step)
 
@@ -509,50 +506,3 @@ def _parse_call(chunk: ToolCallChunk) -> _Call:
             return _Call(chunk.call_id, chunk.name, args,
                          error=f"Invalid arguments for {chunk.name}: not JSON ({error.msg})")
     return _Call(chunk.call_id, chunk.name, to_json_value(args))
-
-
-
-
-def _window(session: Session, turns: int | None, until: int) -> list[Event]:
-    """The ledger events of the last ``turns`` turns (all for None), up to position ``until``."""
-    events = session.events[: until - session.first_seq]
-    if turns is None:
-        return events
-    start = session.head.window_start(turns) - session.first_seq
-    return events[max(start, 0):]
-
-
-def to_messages(events: Iterable[Event]) -> list[Message]:
-    """Translate ledger events into the neutral messages a model adapter maps to its API."""
-    messages: list[Message] = []
-    pending_text: str | None = None
-    pending_calls: list[ToolCallPart] = []
-
-    def flush() -> None:
-        nonlocal pending_text
-        if pending_text is not None or pending_calls:
-            messages.append(AssistantMessage(text=pending_text or "",
-                                             tool_calls=tuple(pending_calls)))
-        pending_text = None
-        pending_calls.clear()
-
-    for event in events:
-        match event:
-            case AssistantEvent():
-                if pending_calls:
-                    flush()
-                pending_text = event.text if pending_text is None else pending_text + event.text
-            case ToolCall():
-                pending_calls.append(ToolCallPart(event.call_id, event.name, event.args))
-            case UserEvent():
-                flush()
-                messages.append(UserMessage(event.text))
-            case ToolResult():
-                flush()
-                if event.error is not None:
-                    messages.append(ToolMessage(event.call_id, event.name, event.error, True))
-                else:
-                    messages.append(ToolMessage(event.call_id, event.name,
-                                                json.dumps(event.result, ensure_ascii=False)))
-    flush()
-    return messages
