@@ -157,7 +157,8 @@ class DemoModel:
         results = [m for m in messages[last_user + 1:] if isinstance(m, ToolMessage)]
         if results:
             return _say(_after_tool(results[-1]))
-        text = messages[last_user].text if last_user >= 0 else ""
+        asked = messages[last_user] if last_user >= 0 else None
+        text = asked.text if isinstance(asked, UserMessage) else ""
         return _reply_to(text.lower(), text)
 
 
