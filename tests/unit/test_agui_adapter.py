@@ -143,7 +143,7 @@ def test_a_tool_transformer_rewrites_what_the_interrupt_shows(app, ask_guest):
 
 
 def test_run_interrupted_needs_a_yielded_tool():
-    with pytest.raises(ValueError, match="at least one"):
+    with pytest.raises(ValueError, match="needs a yielded tool or a pending approval"):
         AgUIAdapter("session_x", "inv_x").run_interrupted([])
 
 

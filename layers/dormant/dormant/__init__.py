@@ -34,7 +34,7 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
-from dormant.session import CommitResult, Session, YieldedTool
+from dormant.session import CommitResult, PendingApproval, Session, YieldedTool
 from dormant.tools import Signal, Tool, ToolContext, handler_context, run_with_handler_context
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "Input",
     "InputError",
     "Output",
+    "PendingApproval",
     "PendingInputError",
     "ResponseOptions",
     "RestResponse",

@@ -18,6 +18,8 @@ from dormant._patch import apply_patch
 from dormant.errors import DuplicateMessage, InputError, PendingInputError, ResumeError
 from dormant.events import (
     LEDGER_FORMAT,
+    ApprovalDecided,
+    ApprovalRequested,
     Event,
     InvocationEnd,
     InvocationResume,
@@ -51,6 +53,11 @@ class PendingCall:
     answered: bool = False
     input: Any = None
     settled: bool = False
+    #: Set when the call waits for a human decision (a ``"user-approval"`` policy).
+    approval_id: str | None = None
+    decided: bool = False
+    approved: bool = False
+    reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -114,7 +121,8 @@ class Head:
             copy.deepcopy(self.state) if self.state else {},
             [PendingCall(c.call_id, c.name, copy.deepcopy(c.args), c.yielded,
                          copy.deepcopy(c.prepared), c.answered, copy.deepcopy(c.input),
-                         c.settled) for c in self.step],
+                         c.settled, c.approval_id, c.decided, c.approved, c.reason)
+             for c in self.step],
             list(self.turn_starts),
             list(self.message_ids),
         )
@@ -146,6 +154,22 @@ class Head:
     def pending_yields(self) -> list[PendingCall]:
         """Yielded calls that have no input yet, in call order."""
         return [c for c in self.step if c.yielded and not c.answered and not c.settled]
+
+    def pending_approvals(self) -> list[PendingCall]:
+        """Calls whose approval request has no decision yet, in call order."""
+        return [c for c in self.step
+                if c.approval_id is not None and not c.decided and not c.settled]
+
+    def unresolved(self) -> list[PendingCall]:
+        """Everything the parked step waits for: unanswered yields and undecided approvals."""
+        return [c for c in self.step if not c.settled and (
+            (c.yielded and not c.answered) or (c.approval_id is not None and not c.decided))]
+
+    def approval(self, approval_id: str) -> PendingCall | None:
+        for candidate in self.step:
+            if candidate.approval_id == approval_id:
+                return candidate
+        return None
 
     def call(self, call_id: str) -> PendingCall | None:
         for candidate in self.step:
@@ -187,6 +211,10 @@ def apply(head: Head, event: Event) -> None:
             head.parked = event.reason
         case ToolInput():
             _tool_input(head, event)
+        case ApprovalRequested():
+            _known_call(head, event.call_id).approval_id = event.approval_id
+        case ApprovalDecided():
+            _decide(head, event)
         case InvocationResume():
             _resume(head, event)
         case ToolResult():
@@ -205,7 +233,7 @@ def apply(head: Head, event: Event) -> None:
 
 def _refuse_if_parked_on_tools(head: Head) -> None:
     if head.parked == "tool":
-        pending = [(c.call_id, c.name) for c in head.pending_yields()]
+        pending = [(c.call_id, c.name) for c in head.unresolved()]
         raise PendingInputError(head.session_id, pending)
 
 
@@ -236,13 +264,29 @@ def _tool_input(head: Head, event: ToolInput) -> None:
     call.input = event.input
 
 
+def _decide(head: Head, event: ApprovalDecided) -> None:
+    call = head.approval(event.approval_id)
+    if call is None or call.settled:
+        pending = ", ".join(f"{c.approval_id} ({c.name})" for c in head.pending_approvals())
+        raise InputError(
+            f"approval {event.approval_id} is not pending in session {head.session_id}"
+            + (f" (pending: {pending})" if pending else " (no approval is pending)")
+        )
+    if call.decided:
+        raise InputError(f"approval {event.approval_id} in session {head.session_id} "
+                         "was already decided")
+    call.decided = True
+    call.approved = event.approved
+    call.reason = event.reason
+
+
 def _resume(head: Head, event: InvocationResume) -> None:
     if head.parked is None or head.open_invocation != event.invocation_id:
         raise ResumeError(
             f"invocation {event.invocation_id} of session {head.session_id} is not parked"
         )
-    if head.parked == "tool" and head.pending_yields():
-        names = ", ".join(c.call_id for c in head.pending_yields())
+    if head.parked == "tool" and head.unresolved():
+        names = ", ".join(c.call_id for c in head.unresolved())
         raise ResumeError(f"session {head.session_id} still awaits input for {names}")
     head.parked = None
     head.inbox = 0

@@ -60,7 +60,17 @@ def _line(event: Event, waits: dict[str, str]) -> str:
             return f"← input for {name}: {_short(event.input, 48)}  [{event.call_id}]"
         case "invocation_resume":
             return f"▶ run {event.invocation_id} resumed"
+        case "approval_requested":
+            waits[event.call_id] = event.name
+            return f"⏸ {event.name} needs approval: {_short(event.args, 40)}  " \
+                   f"[{event.approval_id}]"
+        case "approval_decided":
+            verdict = "approved" if event.approved else "denied"
+            why = f" ({_short(event.reason, 40)})" if event.reason else ""
+            return f"← {waits.get(event.call_id, 'call')} {verdict}{why}  [{event.approval_id}]"
         case "tool_result":
+            if event.denied:
+                return f"✗ {event.name} denied: {_short(event.error, 56)}"
             if event.error is not None:
                 return f"✗ {event.name} failed: {_short(event.error, 56)}"
             return f"✓ {event.name} returned {_short(event.result, 52)}"
@@ -100,18 +110,28 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
     if session.state:
         out += ["", f"  state: {_short(session.state, 100)}"]
     pending = session.yielded_tools
+    approvals = session.pending_approvals
     out.append("")
-    if pending:
+    if pending or approvals:
         out.append("  pending:")
-        for call in pending:
-            out.append(f"    {call.name} [{call.call_id}] waits for input; it was asked "
-                       f"{_short(call.args, 48)}")
-            if expects and call.name in expects:
-                out.append(f"      expects input {expects[call.name]}")
-        example = {"sessionId": session.session_id,
-                   "tools": [{"callId": pending[0].call_id, "input": {"...": "..."}}]}
+    for call in pending:
+        out.append(f"    {call.name} [{call.call_id}] waits for input; it was asked "
+                   f"{_short(call.args, 48)}")
+        if expects and call.name in expects:
+            out.append(f"      expects input {expects[call.name]}")
+    if pending:
+        example: dict[str, Any] = {
+            "sessionId": session.session_id,
+            "tools": [{"callId": pending[0].call_id, "input": {"...": "..."}}]}
         out.append(f"  answer with: POST /turns {json.dumps(example)}")
-    else:
+    for request in approvals:
+        out.append(f"    {request.tool} [{request.call_id}] needs approval "
+                   f"{request.approval_id}; it would run with {_short(request.args, 40)}")
+    if approvals:
+        example = {"sessionId": session.session_id, "approvals": [
+            {"approvalId": approvals[0].approval_id, "approved": True}]}
+        out.append(f"  decide with: POST /turns {json.dumps(example)}")
+    if not pending and not approvals:
         out.append("  pending: nothing")
     return "\n".join(out)
 
@@ -126,6 +146,8 @@ def session_json(session: Session) -> dict[str, Any]:
         "state": session.state,
         "yieldedTools": [c.model_dump(by_alias=True, mode="json")
                          for c in session.yielded_tools],
+        "pendingApprovals": [a.model_dump(by_alias=True, mode="json")
+                             for a in session.pending_approvals],
         "createdAt": session.head.created_at,
         "updatedAt": session.head.updated_at,
         "events": [e.model_dump(mode="json") for e in session.events],

@@ -8,13 +8,20 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from dormant.errors import ResumeError
-from dormant.events import Event
+from dormant.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    ToolInput,
+    ToolResult,
+    ToolYield,
+)
 
 __all__ = ["UnresolvedYield", "assert_ready_to_resume", "validate_resume_state"]
 
 
 class UnresolvedYield(BaseModel):
-    """A yield with no input yet."""
+    """A yield with no input yet, or an approval request with no decision (``approval_id``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -22,18 +29,29 @@ class UnresolvedYield(BaseModel):
     name: str
     args: Any = None
     invocation_id: str | None = None
+    approval_id: str | None = None
 
 
 def validate_resume_state(events: Iterable[Event]) -> list[UnresolvedYield]:
-    """One entry per ``tool_yield`` that has neither a ``tool_input`` nor a ``tool_result``."""
+    """One entry per ``tool_yield`` with neither a ``tool_input`` nor a ``tool_result``, and per
+    ``approval_requested`` with neither an ``approval_decided`` nor a ``tool_result``."""
     waiting: dict[str, UnresolvedYield] = {}
     for event in events:
-        if event.type == "tool_yield":
-            waiting[event.call_id] = UnresolvedYield(call_id=event.call_id, name=event.name,
-                                                     args=event.args,
-                                                     invocation_id=event.invocation_id)
-        elif event.type in ("tool_input", "tool_result"):
-            waiting.pop(event.call_id, None)
+        match event:
+            case ToolYield():
+                waiting[event.call_id] = UnresolvedYield(
+                    call_id=event.call_id, name=event.name, args=event.args,
+                    invocation_id=event.invocation_id)
+            case ApprovalRequested():
+                waiting[event.call_id] = UnresolvedYield(
+                    call_id=event.call_id, name=event.name, args=event.args,
+                    invocation_id=event.invocation_id, approval_id=event.approval_id)
+            case ToolInput() | ToolResult():
+                waiting.pop(event.call_id, None)
+            case ApprovalDecided():
+                for call_id, unresolved in list(waiting.items()):
+                    if unresolved.approval_id == event.approval_id:
+                        del waiting[call_id]
     return list(waiting.values())
 
 
@@ -41,5 +59,6 @@ def assert_ready_to_resume(events: Iterable[Event]) -> None:
     """Raise :class:`ResumeError` naming every unresolved yield."""
     unresolved = validate_resume_state(events)
     if unresolved:
-        names = ", ".join(f"{u.name} ({u.call_id})" for u in unresolved)
-        raise ResumeError(f"cannot resume: {len(unresolved)} yield(s) await input: {names}")
+        names = ", ".join(f"{u.name} ({u.approval_id or u.call_id})" for u in unresolved)
+        raise ResumeError(f"cannot resume: {len(unresolved)} call(s) await input or a "
+                          f"decision: {names}")

@@ -23,6 +23,7 @@ from dormant._patch import make_patch, to_json_value
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
 from dormant.errors import DuplicateMessage, InputError, PendingInputError, describe_validation
 from dormant.events import (
+    ApprovalRequested,
     AssistantDelta,
     AssistantEvent,
     ErrorEvent,
@@ -103,6 +104,8 @@ class _Call:
     error: str | None = None
     result: Any = None
     prepared: Any = None
+    approval_id: str | None = None
+    denied: bool = False
 
 
 def run_turn(
@@ -145,12 +148,12 @@ class _Run:
             if turn.message_id is not None and head.has_message(turn.message_id):
                 raise DuplicateMessage(head.session_id, turn.message_id)
             if head.parked == "tool":
-                pending = [(c.call_id, c.name) for c in head.pending_yields()]
+                pending = [(c.call_id, c.name) for c in head.unresolved()]
                 raise PendingInputError(head.session_id, pending)
             if not isinstance(turn.message, str) or not turn.message:
                 raise InputError("a message must be a non-empty string")
         elif head.parked == "tool":
-            if head.pending_yields():
+            if head.unresolved():
                 return self._still_waiting()
         elif head.inbox == 0:
             raise InputError(
@@ -304,7 +307,8 @@ class _Run:
     # --- tools ---------------------------------------------------------------------------------
 
     def _run_tools(self, calls: list[_Call]) -> Generator[StreamEvent, None, bool]:
-        """Validate, prepare yielding calls, execute the others; results in call order."""
+        """Validate, hold calls for approval, prepare yielding calls, execute the others;
+        events in call order. True if the step parks (a yield or an approval request)."""
         work = copy.deepcopy(self.session.state)
         runnable: list[_Call] = []
         for call in calls:
@@ -314,8 +318,29 @@ class _Run:
             assert call.tool is not None
             if call.tool.yields:
                 self._prepare(call, work)
+            elif self._needs_approval(call):
+                call.approval_id = new_id("apr")
             else:
                 runnable.append(call)
+        self._execute_all(runnable, work)
+        yield from self._state_delta(work)
+        parks = False
+        for call in calls:
+            if call.approval_id is not None:
+                parks = True
+                yield self._emit(ApprovalRequested(
+                    invocation_id=self.invocation_id, approval_id=call.approval_id,
+                    call_id=call.call_id, name=call.name, args=call.args))
+            elif call.error is None and call.tool is not None and call.tool.yields:
+                parks = True
+                yield self._emit(ToolYield(invocation_id=self.invocation_id, call_id=call.call_id,
+                                           name=call.name, args=call.prepared))
+            else:
+                yield self._emit(self._tool_result(call))
+        return parks
+
+    def _execute_all(self, runnable: list[_Call], work: dict[str, Any]) -> None:
+        """Independent calls run concurrently (each in a copy of this context)."""
         if len(runnable) > 1:
             futures = [_executor().submit(copy_context().run, self._execute, c, work, None)
                        for c in runnable]
@@ -324,23 +349,40 @@ class _Run:
         else:
             for call in runnable:
                 self._execute(call, work, None)
-        yield from self._state_delta(work)
-        yielded = False
-        for call in calls:
-            if call.error is None and call.tool is not None and call.tool.yields:
-                yielded = True
-                yield self._emit(ToolYield(invocation_id=self.invocation_id, call_id=call.call_id,
-                                           name=call.name, args=call.prepared))
-            else:
-                yield self._emit(self._tool_result(call))
-        return yielded
+
+    def _needs_approval(self, call: _Call) -> bool:
+        policy = (self.agent.tool_approval or {}).get(call.name)
+        if policy is None:
+            return False
+        decision = policy(call.parsed) if callable(policy) else policy
+        if decision not in ("user-approval", "approved"):
+            call.error = (f"the approval policy for {call.name} returned {decision!r}; "
+                          "expected 'user-approval' or 'approved'")
+            return False
+        return bool(decision == "user-approval")
 
     def _resume_tools(self) -> Generator[StreamEvent, None, None]:
-        """Run execute/finalize for the answered yields of the parked step, in call order."""
+        """Settle the parked step in call order: execute/finalize answered yields, run approved
+        calls, record denials."""
         work = copy.deepcopy(self.session.state)
         done: list[_Call] = []
+        approved: list[_Call] = []
         for pending in self.session.head.step:
-            if not pending.yielded or pending.settled:
+            if pending.settled:
+                continue
+            if pending.approval_id is not None:
+                call = _Call(call_id=pending.call_id, name=pending.name, args=pending.args)
+                if pending.approved:
+                    self._resolve(call)
+                    if call.error is None:
+                        approved.append(call)
+                else:
+                    call.denied = True
+                    call.error = "Denied by the user" + (
+                        f": {pending.reason}" if pending.reason else "")
+                done.append(call)
+                continue
+            if not pending.yielded:
                 continue
             args = pending.prepared if pending.prepared is not None else pending.args
             call = _Call(call_id=pending.call_id, name=pending.name, args=args)
@@ -356,8 +398,9 @@ class _Run:
                 else:
                     self._execute(call, work, answer)
             done.append(call)
+        self._execute_all(approved, work)
         yield from self._state_delta(work)
-        for call in done:
+        for call in done:  # already in call order: the loop walked the step
             yield self._emit(self._tool_result(call))
 
     def _resolve(self, call: _Call) -> None:
@@ -438,7 +481,8 @@ class _Run:
 
     def _tool_result(self, call: _Call) -> ToolResult:
         return ToolResult(invocation_id=self.invocation_id, call_id=call.call_id, name=call.name,
-                          result=None if call.error else call.result, error=call.error)
+                          result=None if call.error else call.result, error=call.error,
+                          denied=call.denied)
 
     def _state_delta(self, work: dict[str, Any]) -> Generator[StreamEvent, None, None]:
         patch = make_patch(self.session.state, work)
@@ -448,7 +492,8 @@ class _Run:
     # --- results and context -------------------------------------------------------------------
 
     def _finish_yield_tool(self) -> RunResult:
-        return self._result(YieldedToolResult(yielded_tools=self.session.yielded_tools))
+        return self._result(YieldedToolResult(yielded_tools=self.session.yielded_tools,
+                                              pending_approvals=self.session.pending_approvals))
 
     def _result(self, result: RunResult) -> RunResult:
         # Filled in place: the result was made a moment ago by this run and nobody holds it.

@@ -112,6 +112,8 @@ class Agent:
     context: Sequence[ContextItem]
     tools: dict[str, Tool]
     yields: bool = False
+    #: Tool name -> ``"user-approval"`` | ``"approved"`` | a function of the validated args
+    #: returning one of those (it must be deterministic over its input).
     tool_approval: dict[str, Any] | None = None
     hooks: tuple[Hook, ...] = ()
     max_steps: int = DEFAULT_MAX_STEPS
@@ -166,11 +168,16 @@ def build_agent(
     for item in items:
         if not isinstance(item, System | History):
             raise ConfigError(f"agent {name!r}: unknown context item {item!r}")
-    if tool_approval:
-        raise ConfigError(
-            f"agent {name!r}: tool_approval is not supported in this release; "
-            "use a yielding tool (yield_schema) to ask a human"
-        )
+    for tool_name, policy in (tool_approval or {}).items():
+        if tool_name not in by_name:
+            raise ConfigError(f"agent {name!r}: tool_approval names {tool_name!r}, which is not "
+                              f"one of its tools ({', '.join(sorted(by_name)) or 'none'})")
+        if by_name[tool_name].yields:
+            raise ConfigError(f"agent {name!r}: {tool_name!r} yields (it already waits for a "
+                              "human); approval policies apply to tools that run directly")
+        if not callable(policy) and policy not in ("user-approval", "approved"):
+            raise ConfigError(f"agent {name!r}: the policy for {tool_name!r} must be "
+                              "'user-approval', 'approved' or a function of the arguments")
     return Agent(name=name, model=model, context=items, tools=by_name, yields=yields,
                  tool_approval=tool_approval, hooks=tuple(Hook.coerce(h) for h in hooks or ()),
                  max_steps=max_steps, app_hooks=app_hooks)

@@ -17,6 +17,8 @@ from dormant._ids import new_id, now_ms
 __all__ = [
     "LEDGER_FORMAT",
     "STREAM_ONLY_TYPES",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "AssistantDelta",
     "AssistantEvent",
     "ErrorEvent",
@@ -129,6 +131,27 @@ class ToolResult(_Base):
     name: str = Field(description="Tool name.")
     result: Any = Field(default=None, description="The tool's return value (JSON).")
     error: str | None = Field(default=None, description="Why the call failed, if it did.")
+    denied: bool = Field(default=False, description="True when a human denied the call.")
+
+
+class ApprovalRequested(_Base):
+    """A call under a ``"user-approval"`` policy waits for a human decision instead of running."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    approval_id: str = Field(description="Id of this request: decide it by this id, once.")
+    call_id: str = Field(description="The call it would authorise (one call, one model step).")
+    name: str = Field(description="Tool name.")
+    args: Any = Field(default=None, description="The validated arguments (JSON).")
+
+
+class ApprovalDecided(_Base):
+    """A human approved or denied a pending approval request."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    approval_id: str = Field(description="The request decided.")
+    call_id: str = Field(default="", description="The call it authorises or refuses.")
+    approved: bool = Field(description="True: the tool runs. False: the model reads a denial.")
+    reason: str | None = Field(default=None, description="Why (shown to the model on denial).")
 
 
 class StateDelta(_Base):
@@ -168,6 +191,8 @@ _LedgerEvent = (
     | StateDelta
     | ErrorEvent
     | InvocationEnd
+    | ApprovalRequested
+    | ApprovalDecided
 )
 
 Event = Annotated[_LedgerEvent, Discriminator("type")]

@@ -28,6 +28,7 @@ from dormant.results import (
     YieldedToolResult,
 )
 from dormant.session import (
+    PendingApproval,
     Session,
     YieldedTool,
     mint_session_id,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from dormant.app import App
 
 __all__ = [
+    "ApprovalDecision",
     "CommitStatus",
     "HandlerInput",
     "Handlers",
@@ -73,13 +75,21 @@ class ToolAnswer(_In):
     input: Any = None
 
 
+class ApprovalDecision(_In):
+    """A decision on one pending approval request."""
+
+    approval_id: str = Field(min_length=1)
+    approved: bool
+    reason: str | None = None
+
+
 class Input(_In):
     """What a request brings: a message, answers to yields, state."""
 
     message: str | None = Field(default=None, min_length=1)
     message_id: str | None = Field(default=None, min_length=1, max_length=128)
     tools: list[ToolAnswer] | None = None
-    approvals: list[dict[str, Any]] | None = None
+    approvals: list[ApprovalDecision] | None = None
     state: dict[str, Any] | None = None
     initial_state: dict[str, Any] | None = None
 
@@ -115,6 +125,7 @@ class TurnResult(BaseModel):
     commit_status: CommitStatus | None = None
     invocation_id: str | None = None
     yielded_tools: list[YieldedTool] | None = None
+    pending_approvals: list[PendingApproval] | None = None
     yielded_invocation_id: str | None = None
     error: str | None = None
     code: str | None = None
@@ -147,7 +158,7 @@ class RestResponse(BaseModel):
     status: Literal["completed", "yielded_tool", "yielded_message", "error"]
     output: Output
     yielded_tools: list[YieldedTool] | None = None
-    pending_approvals: list[Any] | None = None
+    pending_approvals: list[PendingApproval] | None = None
     error: str | None = None
     code: str | None = None
     warning: str | None = None
@@ -314,8 +325,9 @@ class TurnStream(Iterator[StreamEvent]):
         elif (request.principal is not None and session.principal is not None
               and session.principal != request.principal):
             raise SessionNotFound(sid)
-        if request.input.approvals:
-            raise InputError("this agent has no tools under approval: nothing to decide")
+        for decision in request.input.approvals or ():
+            session.input.approval(decision.approval_id, approved=decision.approved,
+                                   reason=decision.reason)
         for answer in request.input.tools or ():
             session.input.tool(call_id=answer.call_id, input=answer.input)
         return session
@@ -396,10 +408,11 @@ class TurnStream(Iterator[StreamEvent]):
         status: Any = result.status
         error = code = yielded_invocation_id = None
         yielded_tools: list[YieldedTool] | None = None
+        approvals: list[PendingApproval] | None = None
         if isinstance(result, ErrorResult):
             error, code = result.error, result.code
         elif isinstance(result, YieldedToolResult):
-            yielded_tools = result.yielded_tools
+            yielded_tools, approvals = result.yielded_tools, result.pending_approvals
         elif isinstance(result, YieldedMessageResult):
             yielded_invocation_id = result.yielded_invocation_id
         if commit == "failed":
@@ -410,7 +423,8 @@ class TurnStream(Iterator[StreamEvent]):
         return TurnResult(
             session_id=session.session_id, status=status, output=result.output,
             commit_status=commit, invocation_id=result.invocation_id, usage=result.usage,
-            yielded_tools=yielded_tools, yielded_invocation_id=yielded_invocation_id,
+            yielded_tools=yielded_tools, pending_approvals=approvals,
+            yielded_invocation_id=yielded_invocation_id,
             error=error, code=code, version=version, state=dict(session.state))
 
 
@@ -455,6 +469,7 @@ def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) ->
         status=result.status,
         output=result.output,
         yielded_tools=result.yielded_tools if result.status == "yielded_tool" else None,
+        pending_approvals=result.pending_approvals or None,
         error=result.error,
         code=result.code if result.status == "error" else None,
         warning=result.warning,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Discriminator, Field
 
 from dormant.events import Usage
-from dormant.session import YieldedTool, _Wire
+from dormant.session import PendingApproval, YieldedTool, _Wire
 
 if TYPE_CHECKING:
     from dormant.session import Session
@@ -56,6 +56,7 @@ class CompletedResult(_Result):
 class YieldedToolResult(_Result):
     status: Literal["yielded_tool"] = "yielded_tool"
     yielded_tools: list[YieldedTool]
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
 
 
 class YieldedMessageResult(_Result):

@@ -14,10 +14,11 @@ from dormant._head import Head, apply
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant.errors import InputError
-from dormant.events import Event, ToolInput, UserEvent
+from dormant.events import ApprovalDecided, Event, ToolInput, UserEvent
 
 __all__ = [
     "CommitResult",
+    "PendingApproval",
     "Session",
     "SessionInput",
     "SessionSummary",
@@ -64,6 +65,15 @@ class YieldedTool(_Wire):
     args: Any = None
 
 
+class PendingApproval(_Wire):
+    """A call waiting for a human decision: decide it by ``approval_id``."""
+
+    approval_id: str
+    call_id: str
+    tool: str
+    args: Any = None
+
+
 class CommitResult(_Wire):
     """What a commit did. A refusal is data: ``ok=False, conflict=True, current_version=N``."""
 
@@ -104,6 +114,20 @@ class SessionInput:
             input=to_json_value(input),
             invocation_id=self._session._head.open_invocation,
         )
+        self._session._append(event)
+        return event
+
+    def approval(self, approval_id: str, *, approved: bool,
+                 reason: str | None = None) -> ApprovalDecided:
+        """Decide a pending approval request. A decision for an id that is not pending (a
+        stale click, a later step, one already decided) raises and writes nothing."""
+        if not isinstance(approved, bool):
+            raise InputError(f"approval {approval_id}: approved must be true or false")
+        head = self._session._head
+        call = head.approval(approval_id)
+        event = ApprovalDecided(approval_id=approval_id, approved=approved, reason=reason,
+                                call_id=call.call_id if call is not None else "",
+                                invocation_id=head.open_invocation)
         self._session._append(event)
         return event
 
@@ -200,9 +224,11 @@ class Session:
                 for c in self._head.pending_yields()]
 
     @property
-    def pending_approvals(self) -> list[Any]:
-        """Approvals awaiting a decision (approval policies are not part of this release)."""
-        return []
+    def pending_approvals(self) -> list[PendingApproval]:
+        """Approval requests awaiting a decision, in call order."""
+        return [PendingApproval(approval_id=c.approval_id, call_id=c.call_id, tool=c.name,
+                                args=c.args)
+                for c in self._head.pending_approvals() if c.approval_id is not None]
 
     @property
     def principal(self) -> str | None:

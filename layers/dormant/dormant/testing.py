@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from dormant._runtime import TurnInput, run_turn
 from dormant.agent import Agent
-from dormant.events import Event
+from dormant.events import Event, ToolResult
 from dormant.models.scripted import ScriptedModel, ScriptError
 from dormant.results import RunResult
 from dormant.session import Session, mint_session_id
@@ -25,6 +25,7 @@ __all__ = [
     "ScriptError",
     "TestRun",
     "ToolOutcome",
+    "approval",
     "get_tool_results",
     "model",
     "run_test",
@@ -49,7 +50,12 @@ class _ToolInput:
     answers: dict[str, Any]
 
 
-Step = _User | _Model | _ToolInput
+@dataclass(frozen=True)
+class _Approval:
+    decisions: dict[str, Any]
+
+
+Step = _User | _Model | _ToolInput | _Approval
 
 
 def user(text: str, *, id: str | None = None) -> _User:
@@ -75,6 +81,12 @@ def model(text: str | None = None, *, tool_calls: Sequence[dict[str, Any]] | Non
 def tool_input(answers: dict[str, Any]) -> _ToolInput:
     """Answers for the calls that yielded, keyed by tool name or by call id."""
     return _ToolInput(dict(answers))
+
+
+def approval(decisions: dict[str, bool | dict[str, Any]]) -> _Approval:
+    """Decisions on pending approval requests, keyed by tool name, call id or approval id:
+    ``True`` / ``False``, or ``{"approved": False, "reason": "not today"}``."""
+    return _Approval(dict(decisions))
 
 
 class TestRun:
@@ -127,6 +139,9 @@ def run_test(agent: Agent, steps: Iterable[Step]) -> TestRun:
         elif isinstance(step, _ToolInput):
             _answer(session, step.answers)
             run(TurnInput())
+        elif isinstance(step, _Approval):
+            _decide(session, step.decisions)
+            run(TurnInput())
     scripted.assert_consumed()
     if not results:
         raise ScriptError("the script has no user(...) step, so nothing ran")
@@ -151,6 +166,20 @@ def _answer(session: Session, answers: dict[str, Any]) -> None:
         session.input.tool(call_id=target.call_id, input=value)
 
 
+def _decide(session: Session, decisions: dict[str, Any]) -> None:
+    pending = session.pending_approvals
+    for key, value in decisions.items():
+        matches = [p for p in pending if key in (p.approval_id, p.call_id)] or \
+            [p for p in pending if p.tool == key]
+        if len(matches) != 1:
+            waiting = ", ".join(f"{p.tool} ({p.approval_id})" for p in pending) or "nothing"
+            raise ScriptError(f"approval for {key!r} matches {len(matches)} pending requests; "
+                              f"pending: {waiting}")
+        decision = value if isinstance(value, dict) else {"approved": value}
+        session.input.approval(matches[0].approval_id, approved=decision["approved"],
+                               reason=decision.get("reason"))
+
+
 class ToolOutcome(BaseModel):
     """One settled tool call."""
 
@@ -160,9 +189,11 @@ class ToolOutcome(BaseModel):
     name: str
     result: Any = None
     error: str | None = None
+    denied: bool = False
 
 
 def get_tool_results(events: Iterable[Event]) -> list[ToolOutcome]:
     """Every ``tool_result`` in the ledger, in order."""
-    return [ToolOutcome(call_id=e.call_id, name=e.name, result=e.result, error=e.error)
-            for e in events if e.type == "tool_result"]
+    return [ToolOutcome(call_id=e.call_id, name=e.name, result=e.result, error=e.error,
+                        denied=e.denied)
+            for e in events if isinstance(e, ToolResult)]

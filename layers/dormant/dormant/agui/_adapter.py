@@ -48,11 +48,18 @@ from dormant.events import (
     Usage,
 )
 from dormant.handlers import TurnResult
-from dormant.session import YieldedTool
+from dormant.session import PendingApproval, YieldedTool
 
 __all__ = ["RUN_INTERRUPTED", "AgUIAdapter", "ToolTransformer"]
 
 #: Name of the ``CUSTOM`` event a run that parked on yielded tools sends before it finishes.
+#: The answer an approval interrupt expects (``resume`` payload).
+_DECISION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["approved"],
+}
+
 RUN_INTERRUPTED = "RUN_INTERRUPTED"
 
 #: Rewrites what the client is shown of a yielded call (its ``args``) in the interrupt.
@@ -196,10 +203,12 @@ class AgUIAdapter:
         interrupt: there is nothing to answer."""
         if result.status == "error":
             return self.run_error(result.error or "the turn failed", code=result.code)
-        if (result.status == "yielded_tool" and result.yielded_tools
+        if (result.status == "yielded_tool"
+                and (result.yielded_tools or result.pending_approvals)
                 and result.commit_status != "superseded"):
-            return self.run_interrupted(result.yielded_tools, commit_status=result.commit_status,
-                                        usage=result.usage)
+            return self.run_interrupted(result.yielded_tools or [],
+                                        approvals=result.pending_approvals or [],
+                                        commit_status=result.commit_status, usage=result.usage)
         return self.run_finished(result.commit_status, usage=result.usage)
 
     def run_finished(self, commit_status: str | None = None, *,
@@ -211,20 +220,25 @@ class AgUIAdapter:
                                     usage=_usage(usage), timestamp=now_ms()))
         return out
 
-    def run_interrupted(self, yielded: Sequence[YieldedTool], *, commit_status: str | None = None,
+    def run_interrupted(self, yielded: Sequence[YieldedTool], *,
+                        approvals: Sequence[PendingApproval] = (),
+                        commit_status: str | None = None,
                         usage: Usage | None = None) -> list[BaseEvent]:
         """A ``CUSTOM`` named ``RUN_INTERRUPTED`` whose value names the waiting calls
-        (``callIds``, and ``yieldedTools`` with ``callId``, ``name``, ``args``), then
-        ``RUN_FINISHED`` with an interrupt outcome: one interrupt per call, its id the call
-        id (answer it with a ``resume`` entry of that ``interruptId``)."""
-        if not yielded:
-            raise ValueError("run_interrupted needs at least one yielded tool")
+        (``callIds``; ``yieldedTools`` with ``callId``, ``name``, ``args``; ``pendingApprovals``
+        with ``approvalId``, ``callId``, ``tool``, ``args``), then ``RUN_FINISHED`` with an
+        interrupt outcome: one interrupt per yielded call (its id the call id) and one per
+        approval request (its id the approval id). Answer with ``resume`` entries of those
+        ``interruptId``s (an approval's payload: ``{"approved": bool, "reason"?: str}``)."""
+        if not yielded and not approvals:
+            raise ValueError("run_interrupted needs a yielded tool or a pending approval")
         out = self._close_all()
         shown = [(tool, self._shown_args(tool)) for tool in yielded]
         out.append(CustomEvent(name=RUN_INTERRUPTED, timestamp=now_ms(), value={
-            "callIds": [tool.call_id for tool in yielded],
+            "callIds": [tool.call_id for tool in yielded] + [a.call_id for a in approvals],
             "yieldedTools": [{"callId": tool.call_id, "name": tool.name, "args": args}
                              for tool, args in shown],
+            "pendingApprovals": [a.model_dump(by_alias=True, mode="json") for a in approvals],
             "commitStatus": commit_status,
         }))
         interrupts = [
@@ -233,6 +247,13 @@ class AgUIAdapter:
                       response_schema=self.yield_schemas.get(tool.name),
                       metadata={"toolName": tool.name, "args": args})
             for tool, args in shown
+        ] + [
+            Interrupt(id=request.approval_id, reason="tool_approval",
+                      tool_call_id=request.call_id,
+                      message=f"{request.tool} needs approval before it runs",
+                      response_schema=_DECISION_SCHEMA,
+                      metadata={"toolName": request.tool, "args": request.args})
+            for request in approvals
         ]
         out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
                                     result={"commitStatus": commit_status},

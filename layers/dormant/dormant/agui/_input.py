@@ -8,7 +8,7 @@ from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from pydantic import ValidationError
 
 from dormant.errors import InputError, describe_validation
-from dormant.handlers import HandlerInput, Input, ToolAnswer
+from dormant.handlers import ApprovalDecision, HandlerInput, Input, ToolAnswer
 
 __all__ = ["from_run_agent_input"]
 
@@ -43,16 +43,42 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
         except ValidationError as error:
             reason = describe_validation(error)
             raise InputError(f"invalid AG-UI RunAgentInput: {reason}") from error
-    answers = [ToolAnswer(call_id=entry.interrupt_id,
-                          input=entry.payload if entry.status == "resolved" else None)
-               for entry in run.resume or ()]
-    message, message_id = (None, None) if answers else _last_user_message(run)
+    answers: list[ToolAnswer] = []
+    decisions: list[ApprovalDecision] = []
+    for entry in run.resume or ():
+        if entry.interrupt_id.startswith(APPROVAL_PREFIX):
+            decisions.append(_decision(entry.interrupt_id, entry.status, entry.payload))
+        else:
+            answers.append(ToolAnswer(
+                call_id=entry.interrupt_id,
+                input=entry.payload if entry.status == "resolved" else None))
+    resuming = bool(answers or decisions)
+    message, message_id = (None, None) if resuming else _last_user_message(run)
     state = run.state if isinstance(run.state, dict) and run.state else None
     return HandlerInput(
         session_id=run.thread_id,
-        input=Input(message=message, message_id=message_id, tools=answers or None, state=state),
+        input=Input(message=message, message_id=message_id, tools=answers or None,
+                    approvals=decisions or None, state=state),
         principal=principal,
     )
+
+
+#: Approval ids are minted ``apr_…`` by the runtime: that is how a resume entry is told apart.
+APPROVAL_PREFIX = "apr_"
+
+
+def _decision(approval_id: str, status: str, payload: Any) -> ApprovalDecision:
+    """A resume entry for an approval interrupt: ``{"approved": bool, "reason"?}``; a
+    cancelled interrupt is a denial."""
+    if status != "resolved":
+        return ApprovalDecision(approval_id=approval_id, approved=False,
+                                reason="cancelled by the user")
+    if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
+        raise InputError(f"resume for approval {approval_id} needs a payload "
+                         '{"approved": true|false, "reason"?: "..."}')
+    reason = payload.get("reason")
+    return ApprovalDecision(approval_id=approval_id, approved=payload["approved"],
+                            reason=reason if isinstance(reason, str) else None)
 
 
 def _last_user_message(run: RunAgentInput) -> tuple[str | None, str | None]:
