@@ -175,3 +175,34 @@ def test_the_openapi_description_documents_bodies_and_errors() -> None:
         "/ErrorBody")
     assert set(spec["components"]["schemas"]["TurnRequest"]["properties"]) == {
         "sessionId", "message", "messageId", "tools", "approvals", "state"}
+
+
+def test_an_approval_is_pending_in_the_api_and_decided_by_post_turns() -> None:
+    class Ticket(BaseModel):
+        ticket_id: str
+
+    app = dormant.App(name="http-approvals")
+    closed: list[str] = []
+    close = app.tool(name="close_ticket", description="Close", schema=Ticket,
+                     execute=lambda ctx: closed.append(ctx.args.ticket_id) or {"closed": True})
+    agent = app.agent(name="support", tools=[close],
+                      tool_approval={"close_ticket": "user-approval"},
+                      model=ScriptedModel([{"tool_calls": [
+                          {"name": "close_ticket", "args": {"ticket_id": "T-7"}}]}, "Closed."]))
+    resolver = build_resolver(app, agent)
+
+    status, paused = _call(resolver, _event("POST", "/turns", {"sessionId": "a1",
+                                                               "message": "close T-7"},
+                                            authorizer=COGNITO))
+    assert status == 200 and paused["status"] == "yielded_tool"
+    (request,) = paused["pendingApprovals"]
+    status, view = _call(resolver, _event("GET", "/sessions/a1", authorizer=COGNITO))
+    assert status == 200 and view["pendingApprovals"] == [request]
+
+    status, stale = _call(resolver, _event("POST", "/turns", {"sessionId": "a1", "approvals": [
+        {"approvalId": "apr_stale", "approved": True}]}, authorizer=COGNITO))
+    assert status == 400 and stale["code"] == "invalid_input" and closed == []
+
+    status, done = _call(resolver, _event("POST", "/turns", {"sessionId": "a1", "approvals": [
+        {"approvalId": request["approvalId"], "approved": True}]}, authorizer=COGNITO))
+    assert status == 200 and done["status"] == "completed" and closed == ["T-7"]
