@@ -41,7 +41,7 @@ def test_post_turns_yields_and_the_resume_event_finishes_the_booking(
     assert second["statusCode"] == 200, second["body"]
     done = api_body(second)
     assert (done["status"], done["output"]["text"]) == ("completed", "Booked for Friday.")
-    assert done["commitStatus"] == "committed"
+    assert "warning" not in done  # a clean commit
 
 
 def test_get_session_event_shows_the_ledger_to_its_owner_only(

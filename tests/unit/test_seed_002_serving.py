@@ -51,12 +51,12 @@ def test_step2_the_rest_handler(app: dormant.App, concierge: dormant.Agent) -> N
     reply = ask({"session_id": "thread-42",
                  "input": {"message": "How long is my stay?", "state": {"channel": "sms"}}})
 
+    assert reply.commit_status == "committed"
     assert reply.wire() == {
         "sessionId": "session_thread-42",
         "status": "completed",
         "output": {"items": [{"type": "text", "text": "Three nights, checking out Friday."}],
                    "text": "Three nights, checking out Friday."},
-        "commitStatus": "committed",
         "state": {"channel": "sms"},
     }
 

@@ -162,7 +162,9 @@ class RestResponse(BaseModel):
     error: str | None = None
     code: str | None = None
     warning: str | None = None
-    commit_status: CommitStatus | None = None
+    #: How the turn reached the store (also in Python; not on the wire, where ``warning``
+    #: says when the commit was not clean).
+    commit_status: CommitStatus | None = Field(default=None, exclude=True)
     events: list[dict[str, Any]] | None = None
     usage: Usage | None = None
     state: dict[str, Any] | None = None
