@@ -212,3 +212,16 @@ def test_step6_the_same_protocol_across_requests(operator: dormant.Agent,
     assert done.status == "completed"
     assert done.output.text == "Archive deleted."
     scripted.assert_consumed()
+
+
+def test_the_seed_spellings_of_the_test_steps_work_too(operator: dormant.Agent) -> None:
+    from dormant.testing import input as seed_input
+
+    resumed = run_test(operator, [
+        user("Delete the 2019 archive"),
+        model({"toolCalls": [DELETE]}),
+        seed_input({"request_approval": {"approved": True, "note": "Owner signed off"}}),
+        model("Archive deleted."),
+    ])
+    assert resumed.status == "completed"
+    assert get_tool_results(resumed.events)[0].result["status"] == "performed"

@@ -63,9 +63,15 @@ def user(text: str, *, id: str | None = None) -> _User:
     return _User(text, id)
 
 
-def model(text: str | None = None, *, tool_calls: Sequence[dict[str, Any]] | None = None,
+def model(text: str | dict[str, Any] | None = None, *,
+          tool_calls: Sequence[dict[str, Any]] | None = None,
           thought: str | None = None) -> _Model:
-    """One model reply: text, tool calls (``[{"name": ..., "args": {...}}]``) or both."""
+    """One model reply: text, tool calls (``[{"name": ..., "args": {...}}]``) or both.
+
+    A dict in the seeds' shape is accepted too: ``model({"tool_calls": [...]})``."""
+    if isinstance(text, dict):
+        calls = text.get("tool_calls", text.get("toolCalls"))
+        return model(text.get("text"), tool_calls=calls, thought=text.get("thought"))
     if text is None and not tool_calls:
         raise ScriptError("model(...) needs text or tool_calls")
     if tool_calls is None and thought is None:
@@ -81,6 +87,11 @@ def model(text: str | None = None, *, tool_calls: Sequence[dict[str, Any]] | Non
 def tool_input(answers: dict[str, Any]) -> _ToolInput:
     """Answers for the calls that yielded, keyed by tool name or by call id."""
     return _ToolInput(dict(answers))
+
+
+#: The seeds call this step ``input(...)``; importing it by that name shadows the builtin only
+#: where you ask for it (``from dormant.testing import input``).
+input = tool_input
 
 
 def approval(decisions: dict[str, bool | dict[str, Any]]) -> _Approval:
