@@ -15,7 +15,13 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 
 from dormant._patch import apply_patch
-from dormant.errors import DuplicateMessage, InputError, PendingInputError, ResumeError
+from dormant.errors import (
+    DuplicateMessage,
+    InputError,
+    PendingInputError,
+    ResumeError,
+    StaleTimer,
+)
 from dormant.events import (
     LEDGER_FORMAT,
     ApprovalDecided,
@@ -26,6 +32,9 @@ from dormant.events import (
     InvocationStart,
     InvocationYield,
     StateDelta,
+    TimerCancelled,
+    TimerFired,
+    TimerSet,
     ToolCall,
     ToolInput,
     ToolResult,
@@ -91,6 +100,8 @@ class Head:
     message_ids: list[str] = field(default_factory=list)
     #: Id of the ledger's last event (detects a commit that landed after all).
     last_event: str | None = None
+    #: Timers set and not yet fired or cancelled: name -> the ``timer_set`` event's JSON.
+    timers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -133,7 +144,8 @@ class Head:
         return Head(self.session_id, self.format, self.version, self.seq, state, self.principal,
                     self.created_at, self.updated_at, self.open_invocation, self.agent,
                     self.parked, step, self.inbox, self.last_user_ts, turn_starts,
-                    message_ids, self.last_event)
+                    message_ids, self.last_event,
+                    {name: dict(timer) for name, timer in self.timers.items()})
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -215,6 +227,13 @@ def apply(head: Head, event: Event) -> None:
             _known_call(head, event.call_id).approval_id = event.approval_id
         case ApprovalDecided():
             _decide(head, event)
+        case TimerSet():
+            head.timers[event.name] = event.model_dump(
+                mode="json", include={"name", "fire_at", "message", "message_id", "tool_input"})
+        case TimerCancelled():
+            head.timers.pop(event.name, None)
+        case TimerFired():
+            _fire(head, event)
         case InvocationResume():
             _resume(head, event)
         case ToolResult():
@@ -278,6 +297,13 @@ def _decide(head: Head, event: ApprovalDecided) -> None:
     call.decided = True
     call.approved = event.approved
     call.reason = event.reason
+
+
+def _fire(head: Head, event: TimerFired) -> None:
+    timer = head.timers.get(event.name)
+    if timer is None or timer["fire_at"] != event.fire_at:
+        raise StaleTimer(head.session_id, event.name)
+    del head.timers[event.name]
 
 
 def _resume(head: Head, event: InvocationResume) -> None:

@@ -168,6 +168,7 @@ class _Run:
         yield  # pragma: no cover  (makes this a generator)
 
     def _guarded(self, turn: TurnInput) -> Stream:
+        self.session._deferred = []  # timers tools ask for wait for _flush (call order)
         try:
             return (yield from self._body(turn))
         except Aborted:
@@ -177,6 +178,13 @@ class _Run:
             if recovered is None:
                 raise
             return (yield from self._reply_and_end(recovered))
+        finally:
+            self.session._deferred = None
+
+    def _flush(self) -> Generator[StreamEvent, None, None]:
+        """Emit what tools and hooks recorded on the session (``schedule``) since last time."""
+        for event in self.session._take_deferred():
+            yield self._emit(event)
 
     def _recover(self, error: Exception) -> str | None:
         for handler in self.error_handlers:
@@ -214,6 +222,7 @@ class _Run:
             yield from self._state_delta({**self.session.state, **turn.state})
         if resuming_tools:
             yield from self._resume_tools()
+            yield from self._flush()
         for hook in self.hooks:
             if hook.before_agent is not None:
                 replaced = hook.before_agent(self._hook_context())
@@ -244,6 +253,7 @@ class _Run:
             if not calls:
                 return (yield from self._settle())
             yielded = yield from self._run_tools(calls)
+            yield from self._flush()
             if yielded:
                 yield self._emit(InvocationYield(invocation_id=self.invocation_id, reason="tool"))
                 return self._finish_yield_tool()
@@ -292,6 +302,7 @@ class _Run:
     def _settle(self) -> Stream:
         """The model answered without tools: end, or park for the next message."""
         self._call_hooks("after_agent")
+        yield from self._flush()
         if self.agent.yields:
             yield self._emit(InvocationYield(invocation_id=self.invocation_id, reason="message"))
             assert self.invocation_id is not None

@@ -21,6 +21,7 @@ from dormant.agent import (
 )
 from dormant.errors import InputError
 from dormant.results import RunResult
+from dormant.scheduling import Scheduler
 from dormant.session import (
     CommitResult,
     Session,
@@ -117,6 +118,7 @@ class App:
         store: Store | None = None,
         hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
         clock: Callable[[], int] | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.name = name
         self.store: Store = store if store is not None else MemoryStore()
@@ -124,6 +126,9 @@ class App:
         self.context = ContextBuilders()
         self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
         self.clock: Callable[[], int] = clock or now_ms
+        #: Where timers of committed turns go (``EventBridgeScheduler`` on AWS, the local
+        #: scheduler under ``dormant dev``); None: timers are recorded, not set.
+        self.scheduler = scheduler
         self._handler: Handlers | None = None
 
     # --- declarations --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ __all__ = [
     "PendingInputError",
     "ResumeError",
     "SessionNotFound",
+    "StaleTimer",
     "StoreError",
     "describe_validation",
 ]
@@ -70,6 +71,18 @@ class DuplicateMessage(InputError):
         super().__init__(f"message {message_id} is already in session {session_id}")
 
 
+class StaleTimer(InputError):
+    """A timer delivery for a timer that was cancelled, replaced or already delivered."""
+
+    code = "stale_timer"
+
+    def __init__(self, session_id: str, name: str) -> None:
+        self.session_id = session_id
+        self.name = name
+        super().__init__(f"timer {name!r} of session {session_id} is not pending (cancelled, "
+                         "replaced or already delivered): nothing to deliver")
+
+
 class ResumeError(DormantError):
     """A ledger was asked to resume while some yields have no input."""
 
@@ -107,6 +120,7 @@ HTTP_STATUS: dict[str, int] = {
     ConfigError.code: 500,
     PendingInputError.code: 409,
     DuplicateMessage.code: 409,
+    StaleTimer.code: 409,
     ResumeError.code: 409,
     SessionNotFound.code: 404,
     StoreError.code: 503,

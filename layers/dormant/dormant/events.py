@@ -32,6 +32,9 @@ __all__ = [
     "StateDelta",
     "StreamEvent",
     "ThoughtDelta",
+    "TimerCancelled",
+    "TimerFired",
+    "TimerSet",
     "ToolCall",
     "ToolInput",
     "ToolResult",
@@ -154,6 +157,36 @@ class ApprovalDecided(_Base):
     reason: str | None = Field(default=None, description="Why (shown to the model on denial).")
 
 
+class TimerSet(_Base):
+    """A timer asked for by this turn (it takes effect only if the turn commits).
+
+    Setting a name again replaces that timer: a retried turn converges on one timer."""
+
+    type: Literal["timer_set"] = "timer_set"
+    name: str = Field(description="The timer's name, unique within the session.")
+    fire_at: int = Field(description="When it fires, epoch milliseconds.")
+    message: str | None = Field(default=None, description="A user message it delivers...")
+    message_id: str | None = Field(
+        default=None, description="...with this stable id, so a redelivery lands once.")
+    tool_input: dict[str, Any] | None = Field(
+        default=None, description="...or an answer it delivers: {call_id, input}.")
+
+
+class TimerCancelled(_Base):
+    """A timer cancelled by this turn."""
+
+    type: Literal["timer_cancelled"] = "timer_cancelled"
+    name: str = Field(description="The timer cancelled.")
+
+
+class TimerFired(_Base):
+    """A timer was delivered (what it delivers follows: a user message or a tool input)."""
+
+    type: Literal["timer_fired"] = "timer_fired"
+    name: str = Field(description="The timer delivered.")
+    fire_at: int = Field(description="The firing it delivers (a stale one is refused).")
+
+
 class StateDelta(_Base):
     """A change to the session state, as an RFC 6902 JSON Patch."""
 
@@ -193,6 +226,9 @@ _LedgerEvent = (
     | InvocationEnd
     | ApprovalRequested
     | ApprovalDecided
+    | TimerSet
+    | TimerCancelled
+    | TimerFired
 )
 
 Event = Annotated[_LedgerEvent, Discriminator("type")]

@@ -18,7 +18,7 @@ from dormant._ids import new_id
 from dormant._runtime import TurnInput, run_turn
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import DormantError, InputError, SessionNotFound, describe_validation
-from dormant.events import StreamEvent, Usage
+from dormant.events import StreamEvent, TimerCancelled, TimerFired, TimerSet, Usage
 from dormant.models._base import ModelError
 from dormant.results import (
     ErrorResult,
@@ -27,6 +27,7 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
+from dormant.scheduling import Scheduler, TimerDelivery
 from dormant.session import (
     PendingApproval,
     Session,
@@ -83,8 +84,17 @@ class ApprovalDecision(_In):
     reason: str | None = None
 
 
+class TimerRef(_In):
+    """Which timer firing a wake request delivers (server-only: never from a public body)."""
+
+    name: str = Field(min_length=1)
+    fire_at: int
+
+
 class Input(_In):
-    """What a request brings: a message, answers to yields, state."""
+    """What a request brings: a message, answers to yields, decisions, state.
+
+    ``initial_state`` and ``timer`` are for trusted server code; the HTTP API refuses them."""
 
     message: str | None = Field(default=None, min_length=1)
     message_id: str | None = Field(default=None, min_length=1, max_length=128)
@@ -92,6 +102,7 @@ class Input(_In):
     approvals: list[ApprovalDecision] | None = None
     state: dict[str, Any] | None = None
     initial_state: dict[str, Any] | None = None
+    timer: TimerRef | None = None
 
 
 class HandlerInput(_In):
@@ -291,7 +302,10 @@ class TurnStream(Iterator[StreamEvent]):
             log.exception("turn failed", extra={"session_id": session.session_id})
             self._fail(session.session_id, error, code="run_error")
             return
+        timers = [e for e in session.new_events if isinstance(e, TimerSet | TimerCancelled)]
         commit, version = self._commit(session, result)
+        if timers and commit in ("committed", "merged"):
+            _hand_to_scheduler(config.app.scheduler, session.session_id, timers)
         self.result = self._turn_result(session, result, commit, version)
 
     def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
@@ -327,6 +341,9 @@ class TurnStream(Iterator[StreamEvent]):
         elif (request.principal is not None and session.principal is not None
               and session.principal != request.principal):
             raise SessionNotFound(sid)
+        if request.input.timer is not None:  # a wake delivery: consume the firing first
+            session._append(TimerFired(name=request.input.timer.name,
+                                       fire_at=request.input.timer.fire_at))
         for decision in request.input.approvals or ():
             session.input.approval(decision.approval_id, approved=decision.approved,
                                    reason=decision.reason)
@@ -458,11 +475,56 @@ class Handlers:
 
         return handle
 
+    def wake(self, **config: Any) -> Callable[[TimerDelivery | dict[str, Any]], TurnResult]:
+        """``handler(delivery) -> TurnResult``: a fired timer appends its message (or tool
+        input) and runs a turn. A delivery for a timer that is no longer pending (cancelled,
+        replaced, already delivered) is refused with code ``stale_timer`` and writes nothing."""
+        cfg = _Config(self._app, **config)
+
+        def handle(delivery: TimerDelivery | dict[str, Any]) -> TurnResult:
+            fired = (delivery if isinstance(delivery, TimerDelivery)
+                     else TimerDelivery.model_validate(delivery))
+            answers = ([ToolAnswer(call_id=str(fired.tool_input["call_id"]),
+                                   input=fired.tool_input.get("input"))]
+                       if fired.tool_input else None)
+            request = HandlerInput(session_id=fired.session_id, input=Input(
+                message=fired.message, message_id=fired.message_id, tools=answers,
+                timer=TimerRef(name=fired.name, fire_at=fired.fire_at)))
+            return TurnStream(cfg, request).run()
+
+        return handle
+
     def agui(self, **config: Any) -> Callable[[HandlerInput | dict[str, Any]], Iterator[Any]]:
         """``handler(input) -> iterator of ag_ui.core events`` (needs ``ag-ui-protocol``)."""
         from dormant.agui import agui_handler
 
         return agui_handler(_Config(self._app, **config))
+
+
+def _hand_to_scheduler(scheduler: Scheduler | None, session_id: str,
+                       events: list[TimerSet | TimerCancelled]) -> None:
+    """The outbox step: timers of a committed turn go to the scheduler, in ledger order."""
+    if scheduler is None:
+        log.warning("session %s asked for timers but the app has no scheduler: they are "
+                    "recorded in the session, not set", session_id)
+        return
+    for event in events:
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                if isinstance(event, TimerSet):
+                    scheduler.set(TimerDelivery(session_id=session_id, name=event.name,
+                                                fire_at=event.fire_at, message=event.message,
+                                                message_id=event.message_id,
+                                                tool_input=event.tool_input))
+                else:
+                    scheduler.cancel(session_id, event.name)
+                break
+            except Exception:
+                if attempt == STORE_ATTEMPTS:
+                    log.exception("could not hand timer %r of session %s to the scheduler; it "
+                                  "stays listed in the session", event.name, session_id)
+                else:
+                    time.sleep(STORE_BACKOFF * 2 ** (attempt - 1))
 
 
 def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) -> RestResponse:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -14,7 +16,15 @@ from dormant._head import Head, apply
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant.errors import InputError
-from dormant.events import ApprovalDecided, Event, ToolInput, UserEvent
+from dormant.events import (
+    ApprovalDecided,
+    Event,
+    TimerCancelled,
+    TimerSet,
+    ToolInput,
+    UserEvent,
+)
+from dormant.scheduling import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
 
 __all__ = [
     "CommitResult",
@@ -159,6 +169,9 @@ class Session:
         self._base_version = head.version
         self._base_seq = head.seq
         self._new: list[Event] = []
+        self._lock = threading.Lock()
+        #: Not None while a run is active: events recorded by tools wait here.
+        self._deferred: list[Event] | None = None
         self.input = SessionInput(self)
 
     @classmethod
@@ -241,6 +254,64 @@ class Session:
     @property
     def dirty(self) -> bool:
         return bool(self._new) or self._base_seq != self._head.seq
+
+    # --- timers (SPEC §7) ----------------------------------------------------------------------
+
+    def schedule(self, name: str, *, at: datetime | None = None,
+                 delay: timedelta | str | float | None = None, message: str | None = None,
+                 tool_input: dict[str, Any] | None = None,
+                 message_id: str | None = None) -> TimerSet:
+        """Ask for a timer that delivers ``message`` (a user message) or ``tool_input``
+        (``{"call_id": ..., "input": ...}``: an answer to a yielded call) at ``at`` or after
+        ``delay`` (``"90s"``, ``"5m"``, a ``timedelta``…).
+
+        It takes effect only if this session's turn commits. Naming a timer again replaces it,
+        so a retried turn converges on one timer; the message carries a stable id
+        (``message_id``, default derived from the session, the name and the time) so a
+        redelivered timer lands it once.
+        """
+        if not isinstance(name, str) or not name or len(name) > MAX_TIMER_NAME:
+            raise InputError(f"a timer needs a name of 1-{MAX_TIMER_NAME} characters")
+        if (message is None) == (tool_input is None):
+            raise InputError(f"timer {name!r} needs exactly one of message= and tool_input=")
+        if tool_input is not None and (not isinstance(tool_input, dict)
+                                       or "call_id" not in tool_input):
+            raise InputError(f"timer {name!r}: tool_input must be {{'call_id': ..., "
+                             "'input': ...}")
+        fire_at = fire_at_ms(at=at, delay=delay, now_ms=now_ms())
+        if message is not None and message_id is None:
+            message_id = f"timer:{name}:{fire_at}"
+        event = TimerSet(name=name, fire_at=fire_at, message=message, message_id=message_id,
+                         tool_input=to_json_value(tool_input) if tool_input else None,
+                         invocation_id=self._head.open_invocation)
+        self._record(event)
+        return event
+
+    def cancel_schedule(self, name: str) -> TimerCancelled:
+        """Cancel a timer (no error if there is none; it takes effect when the turn commits)."""
+        event = TimerCancelled(name=name, invocation_id=self._head.open_invocation)
+        self._record(event)
+        return event
+
+    @property
+    def timers(self) -> list[TimerDelivery]:
+        """Timers set and not yet delivered or cancelled, earliest first."""
+        return sorted((TimerDelivery.of(self.session_id, t) for t in self._head.timers.values()),
+                      key=lambda t: t.fire_at)
+
+    def _record(self, event: Event) -> None:
+        """During a run (a tool calling ``schedule``) events wait for the runtime, which
+        emits them in order after the tool phase; otherwise they are appended now."""
+        with self._lock:
+            if self._deferred is not None:
+                self._deferred.append(event)
+                return
+        self._append(event)
+
+    def _take_deferred(self) -> list[Event]:
+        with self._lock:
+            taken, self._deferred = self._deferred or [], []
+        return taken
 
     # --- internals ---------------------------------------------------------------------------
 

@@ -1,0 +1,203 @@
+"""SPEC §7 / seed 003: timers a turn asks for, set only if it commits, delivered once."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import dormant
+from dormant.models import ScriptedModel
+from dormant.scheduling import RecordingScheduler, TimerDelivery, parse_delay
+
+
+class Reminder(BaseModel):
+    delay_seconds: int
+    reminder: str
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+def set_reminder(ctx: dormant.ToolContext) -> dict[str, Any]:
+    hctx = dormant.handler_context()  # as the seed does: the running tool's context
+    hctx.session.schedule(f"reminder:{ctx.call_id}", delay=f"{ctx.args.delay_seconds}s",
+                          message=f"Reminder: {ctx.args.reminder}")
+    return {"scheduled": True, "delaySeconds": ctx.args.delay_seconds}
+
+
+REMIND = {"name": "set_reminder", "args": {"delay_seconds": 90, "reminder": "call Ana"},
+          "id": "call_r1"}
+
+
+@pytest.fixture()
+def scheduler() -> RecordingScheduler:
+    return RecordingScheduler()
+
+
+@pytest.fixture()
+def app(scheduler: RecordingScheduler) -> dormant.App:
+    return dormant.App(name="timers", scheduler=scheduler)
+
+
+def _agent(app: dormant.App, replies: list[Any], **extra: Any) -> dormant.Agent:
+    tool = app.tool(name="set_reminder", description="Set a reminder", schema=Reminder,
+                    execute=set_reminder)
+    return app.agent(name="assistant", tools=[tool], model=ScriptedModel(replies), **extra)
+
+
+def test_a_committed_turn_hands_its_timer_to_the_scheduler(
+        app: dormant.App, scheduler: RecordingScheduler) -> None:
+    rest = app.handler.rest(agent=_agent(app, [{"tool_calls": [REMIND]}, "I'll remind you."]))
+    before = datetime.now(UTC)
+    reply = rest({"session_id": "s1", "input": {"message": "remind me in 90s to call Ana"}})
+
+    assert reply.status == "completed"
+    (timer,) = scheduler.timers.values()
+    assert (timer.session_id, timer.name) == ("session_s1", "reminder:call_r1")
+    assert timer.message == "Reminder: call Ana"
+    assert timer.message_id == f"timer:reminder:call_r1:{timer.fire_at}"
+    expected = before + timedelta(seconds=90)
+    assert abs(timer.fire_at - expected.timestamp() * 1000) < 5_000
+    session = app.sessions.get("s1")
+    assert session is not None
+    types = [e.type for e in session.events]
+    assert types.index("timer_set") == types.index("tool_result") + 1
+    assert [t.name for t in session.timers] == ["reminder:call_r1"]
+
+
+def test_timers_take_effect_only_if_the_turn_commits(
+        app: dormant.App, scheduler: RecordingScheduler) -> None:
+    def broken(ctx: dormant.HookContext) -> None:
+        raise RuntimeError("provider down")
+
+    agent = _agent(app, [{"tool_calls": [REMIND]}, "never"],
+                   hooks=[dormant.Hook(after_tool=lambda ctx: None,
+                                       before_model=lambda ctx: broken(ctx)
+                                       if ctx.request and ctx.request.step == 2 else None)])
+    reply = app.handler.rest(agent=agent)({"session_id": "s2", "input": {"message": "remind"}})
+
+    assert reply.status == "error" and reply.commit_status is None
+    assert scheduler.calls == []
+    assert app.sessions.get("s2") is None
+
+
+def test_a_superseded_turn_sets_no_timer(scheduler: RecordingScheduler) -> None:
+    ticks = itertools.count(1_700_000_000_000)  # each user message strictly newer
+    app = dormant.App(name="timers", scheduler=scheduler, clock=lambda: next(ticks))
+    thinking, release = threading.Event(), threading.Event()
+
+    def slow(ctx: dormant.HookContext) -> None:
+        if ctx.request is not None and ctx.request.step == 2:
+            thinking.set()
+            assert release.wait(10)
+
+    slow_agent = _agent(app, [{"tool_calls": [REMIND]}, "later"],
+                        hooks=[dormant.Hook(before_model=slow)])
+    fast_agent = app.agent(name="fast", hooks=[dormant.Hook(before_agent=lambda c: "ok")])
+    outcome: list[Any] = []
+    worker = threading.Thread(target=lambda: outcome.append(app.handler.rest(
+        agent=slow_agent)({"session_id": "s3", "input": {"message": "remind me"}})))
+    worker.start()
+    assert thinking.wait(10)
+    app.handler.rest(agent=fast_agent)({"session_id": "s3", "input": {"message": "newer"}})
+    release.set()
+    worker.join(10)
+
+    assert outcome[0].commit_status == "superseded"
+    assert scheduler.calls == []
+
+
+def test_a_fired_timer_lands_its_message_once_and_runs_a_turn(
+        app: dormant.App, scheduler: RecordingScheduler) -> None:
+    agent = _agent(app, [{"tool_calls": [REMIND]}, "I'll remind you.", "Time to call Ana!"])
+    app.handler.rest(agent=agent)({"session_id": "s4", "input": {"message": "remind me"}})
+    (delivery,) = scheduler.timers.values()
+    wake = app.handler.wake(agent=agent)
+
+    woke = wake(delivery.model_dump(by_alias=True))   # the scheduler's JSON payload
+    again = wake(delivery)                            # at-least-once delivery
+
+    assert woke.status == "completed" and woke.output.text == "Time to call Ana!"
+    assert again.status == "error" and again.code == "stale_timer"
+    session = app.sessions.get("s4")
+    assert session is not None
+    assert [e.text for e in session.events if e.type == "user"] == [
+        "remind me", "Reminder: call Ana"]
+    assert session.timers == []
+    assert session.version == 2
+
+
+def test_naming_a_timer_twice_converges_and_cancel_removes_it(
+        app: dormant.App, scheduler: RecordingScheduler) -> None:
+    session = app.sessions.create("s5")
+    session.schedule("nudge", delay="5m", message="first")
+    session.schedule("nudge", delay=timedelta(minutes=10), message="second")
+    assert app.sessions.commit(session).ok
+    assert [t.message for t in session.timers] == ["second"]
+
+    stale = TimerDelivery(session_id="session_s5", name="nudge", fire_at=1, message="first")
+    wake = app.handler.wake(agent=app.agent(name="a", hooks=[
+        dormant.Hook(before_agent=lambda c: "ok")]))
+    assert wake(stale).code == "stale_timer"
+
+    session.cancel_schedule("nudge")
+    assert app.sessions.commit(session).ok
+    assert app.sessions.get("s5").timers == []  # type: ignore[union-attr]
+
+
+def test_a_timer_can_answer_a_yielded_tool(app: dormant.App,
+                                           scheduler: RecordingScheduler) -> None:
+    """'Wait until Friday': a resume that answers a yielded call at a time."""
+    ask = app.tool(name="wait_until", description="Wait", schema=Answer, yield_schema=Answer)
+
+    def schedule_answer(ctx: dormant.HookContext) -> None:
+        (pending,) = ctx.session.yielded_tools
+        ctx.session.schedule("friday", at=datetime(2030, 1, 4, 9, tzinfo=UTC),
+                             tool_input={"call_id": pending.call_id,
+                                         "input": {"answer": "it is Friday"}})
+
+    agent = app.agent(name="a", tools=[ask], model=ScriptedModel([
+        {"tool_calls": [{"name": "wait_until", "args": {"answer": "friday"}}]},
+        "Friday came."]))
+    rest = app.handler.rest(agent=agent)
+    paused = rest({"session_id": "s6", "input": {"message": "wait until Friday"}})
+    session = app.sessions.get("s6")
+    assert paused.status == "yielded_tool" and session is not None
+    schedule_answer(dormant.HookContext(agent=agent, session=session, invocation_id=None,
+                                        state=session.state))
+    assert app.sessions.commit(session).ok
+
+    (timer,) = session.timers
+    assert timer.fire_at == int(datetime(2030, 1, 4, 9, tzinfo=UTC).timestamp() * 1000)
+    done = app.handler.wake(agent=agent)(timer)
+    assert done.status == "completed" and done.output.text == "Friday came."
+
+
+@pytest.mark.parametrize(("delay", "seconds"), [
+    ("90s", 90), ("5m", 300), ("2h", 7200), ("1d", 86400), (12, 12), ("250ms", 0.25),
+    (timedelta(minutes=1), 60)])
+def test_delays_parse(delay: Any, seconds: float) -> None:
+    assert parse_delay(delay).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("bad", ["soon", "-5s", "5 weeks", True])
+def test_bad_delays_are_refused(bad: Any) -> None:
+    with pytest.raises(dormant.InputError):
+        parse_delay(bad)
+
+
+def test_schedule_checks_its_arguments() -> None:
+    session = dormant.Session.new("session_x")
+    with pytest.raises(dormant.InputError, match="exactly one of at= and delay="):
+        session.schedule("t", message="m")
+    with pytest.raises(dormant.InputError, match="exactly one of message= and tool_input="):
+        session.schedule("t", delay="1s")
+    with pytest.raises(dormant.InputError, match="timezone-aware"):
+        session.schedule("t", at=datetime(2030, 1, 1), message="m")
+    assert session.new_events == []
