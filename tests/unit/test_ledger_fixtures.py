@@ -21,6 +21,8 @@ EXPECTED = {
                 "tool_input", "invocation_resume", "tool_result", "assistant", "invocation_end"],
     "message-yield": ["invocation_start", "user", "assistant", "invocation_yield", "user",
                       "invocation_resume", "assistant", "invocation_yield"],
+    "timer-set": ["invocation_start", "user", "tool_call", "tool_result", "timer_set",
+                  "assistant", "invocation_end"],
     "approval-paused": ["invocation_start", "user", "tool_call", "approval_requested",
                         "invocation_yield"],
     "approval-denied": ["invocation_start", "user", "tool_call", "approval_requested",
