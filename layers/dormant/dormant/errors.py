@@ -20,6 +20,7 @@ __all__ = [
     "InputError",
     "PendingInputError",
     "ResumeError",
+    "SchedulerError",
     "SessionNotFound",
     "StaleTimer",
     "StoreError",
@@ -105,6 +106,12 @@ class StoreError(DormantError):
     code = "store_error"
 
 
+class SchedulerError(DormantError):
+    """The timer backend (e.g. EventBridge Scheduler) refused or failed a set or cancel."""
+
+    code = "scheduler_error"
+
+
 def describe_validation(error: ValidationError, root: str = "body") -> str:
     """``field.path: what is wrong; …`` for a pydantic error (``root`` names a top-level one)."""
     parts = []
@@ -124,6 +131,7 @@ HTTP_STATUS: dict[str, int] = {
     ResumeError.code: 409,
     SessionNotFound.code: 404,
     StoreError.code: 503,
+    SchedulerError.code: 503,
     DormantError.code: 500,
     # Codes the HTTP layer (dormant.http) and the run itself report; one table for all of them.
     "invalid_json": 400,

@@ -14,15 +14,21 @@ from __future__ import annotations
 import re
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dormant.errors import InputError
 
+if TYPE_CHECKING:
+    from dormant.schedulers.eventbridge import EventBridgeScheduler
+    from dormant.schedulers.local import LocalScheduler
+
 __all__ = [
     "MAX_TIMER_NAME",
+    "EventBridgeScheduler",
+    "LocalScheduler",
     "RecordingScheduler",
     "Scheduler",
     "TimerDelivery",
@@ -117,3 +123,17 @@ def fire_at_ms(*, at: datetime | None, delay: timedelta | str | float | None,
         return int(at.astimezone(UTC).timestamp() * 1000)
     assert delay is not None
     return now_ms + int(parse_delay(delay).total_seconds() * 1000)
+
+
+def __getattr__(name: str) -> Any:
+    # Backends load on first use: the Lambda import path never pays for the local thread,
+    # and boto3 loads only where EventBridge is used.
+    if name == "LocalScheduler":
+        from dormant.schedulers.local import LocalScheduler
+
+        return LocalScheduler
+    if name == "EventBridgeScheduler":
+        from dormant.schedulers.eventbridge import EventBridgeScheduler
+
+        return EventBridgeScheduler
+    raise AttributeError(f"module 'dormant.scheduling' has no attribute {name!r}")

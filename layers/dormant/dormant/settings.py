@@ -26,6 +26,10 @@ class ENV:
     OPENAI_BASE_URL = "OPENAI_BASE_URL"
     TURN_TIMEOUT = "DORMANT_TURN_TIMEOUT"
     DB_PATH = "DORMANT_DB"
+    SCHEDULE_GROUP = "DORMANT_SCHEDULE_GROUP"  # EventBridge Scheduler group for timers
+    WAKE_TARGET_ARN = "DORMANT_WAKE_TARGET_ARN"  # the wake function's ARN (schedules' target)
+    SCHEDULER_ROLE_ARN = "DORMANT_SCHEDULER_ROLE_ARN"  # role Scheduler assumes to invoke it
+    SCHEDULE_DLQ_ARN = "DORMANT_SCHEDULE_DLQ_ARN"  # SQS queue for deliveries that failed
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,10 @@ class Settings:
     openai_parameter: str | None = None
     turn_timeout: float | None = None
     db_path: str = "dormant.db"
+    schedule_group: str | None = None
+    wake_target_arn: str | None = None
+    scheduler_role_arn: str | None = None
+    schedule_dlq_arn: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -55,4 +63,8 @@ class Settings:
             openai_parameter=env.get(ENV.OPENAI_PARAMETER) or None,
             turn_timeout=float(timeout) if timeout else None,
             db_path=env.get(ENV.DB_PATH) or cls.db_path,
+            schedule_group=env.get(ENV.SCHEDULE_GROUP) or None,
+            wake_target_arn=env.get(ENV.WAKE_TARGET_ARN) or None,
+            scheduler_role_arn=env.get(ENV.SCHEDULER_ROLE_ARN) or None,
+            schedule_dlq_arn=env.get(ENV.SCHEDULE_DLQ_ARN) or None,
         )
