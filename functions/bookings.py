@@ -1,9 +1,9 @@
 """The Bookings concierge of the seeds: the sample app the ``api``/``webhook`` functions and
 ``dormant dev`` serve.
 
-``build(store=None, model=None)`` returns the app and its ``concierge`` agent. The model is
-``OpenAIModel`` when ``OPENAI_API_KEY`` is set, otherwise :class:`DemoModel`: a small, honest,
-rule-based model (no network) that exercises the same tools a real model would.
+``build(store=None, model=None, scheduler=None)`` returns the app and its ``concierge`` agent.
+The model is ``OpenAIModel`` when ``OPENAI_API_KEY`` is set, otherwise :class:`DemoModel`: a
+small, honest, rule-based model (no network) that exercises the same tools a real model would.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dormant.models import (
     ToolMessage,
     UserMessage,
 )
+from dormant.scheduling import Scheduler
 from dormant.settings import ENV, Settings
 from dormant.stores import Store
 from dormant.tools import Signal, ToolContext
@@ -34,8 +35,12 @@ __all__ = ["Bookings", "DemoModel", "build", "describe_model"]
 
 SYSTEM = ("You are a hotel booking concierge. Use lookup_stay for questions about an existing "
           "booking, ask_guest when you need something only the guest knows (e.g. which night), "
-          "and request_approval before cancelling or changing a booking.")
+          "request_approval before cancelling or changing a booking, and set_reminder when the "
+          "guest asks to be reminded of something later. A message starting with 'Reminder:' is "
+          "a reminder you set coming due: pass it on to the guest.")
 HISTORY_TURNS = 20
+#: The longest reminder (six days, the seed's limit; EventBridge one-time schedules allow more).
+MAX_REMINDER_SECONDS = 6 * 24 * 60 * 60
 
 
 # --- tools ------------------------------------------------------------------------------------
@@ -62,6 +67,12 @@ class Decision(BaseModel):
     note: str | None = None
 
 
+class ReminderRequest(BaseModel):
+    delay_seconds: int = Field(ge=1, le=MAX_REMINDER_SECONDS,
+                               description="Seconds from now until the reminder (at most 6 days)")
+    reminder: str = Field(min_length=1, max_length=500, description="What to remind the guest of")
+
+
 def _lookup_stay(ctx: ToolContext) -> dict[str, Any]:
     return {"ref": ctx.args.ref, "nights": 3}
 
@@ -81,6 +92,15 @@ def _finalize_approval(ctx: ToolContext) -> None:
     ctx.state.pop("pending_action", None)
 
 
+def _set_reminder(ctx: ToolContext) -> dict[str, Any]:
+    # Named after the call id (the seed's idempotency key): a retried turn converges on one
+    # timer, and the reminder arrives as a user message when it comes due (SPEC §7).
+    seconds, text = ctx.args.delay_seconds, ctx.args.reminder
+    dormant.handler_context().session.schedule(
+        f"reminder:{ctx.call_id}", delay=f"{seconds}s", message=f"Reminder: {text}")
+    return {"scheduled": True, "delaySeconds": seconds, "reminder": text}
+
+
 class Bookings(NamedTuple):
     """The sample: ``app, concierge = build()``."""
 
@@ -89,9 +109,10 @@ class Bookings(NamedTuple):
 
 
 def build(store: Store | None = None, model: Model | None = None, *,
-          env: Mapping[str, str] | None = None) -> Bookings:
-    """The Bookings app on ``store`` (memory when None), served by ``model`` (see module doc)."""
-    app = dormant.App(name="bookings", store=store)
+          env: Mapping[str, str] | None = None, scheduler: Scheduler | None = None) -> Bookings:
+    """The Bookings app on ``store`` (memory when None), served by ``model`` (see module doc);
+    reminders go to ``scheduler`` (``dormant dev`` sets its local one on ``app.scheduler``)."""
+    app = dormant.App(name="bookings", store=store, scheduler=scheduler)
     lookup_stay = app.tool(name="lookup_stay", description="Look up a booking by its reference",
                            schema=StayRef, execute=_lookup_stay)
     ask_guest = app.tool(name="ask_guest", description="Ask the guest a question and wait for "
@@ -102,11 +123,14 @@ def build(store: Store | None = None, model: Model | None = None, *,
         schema=Action, yield_schema=Decision,
         prepare=_prepare_approval, execute=_execute_approval, finalize=_finalize_approval,
     )
+    set_reminder = app.tool(name="set_reminder", description="Remind the guest of something "
+                            "later: the reminder arrives as a message", schema=ReminderRequest,
+                            execute=_set_reminder)
     concierge = app.agent(
         name="concierge",
         model=model if model is not None else default_model(env),
         context=[app.context.system(SYSTEM), app.context.history(limit=HISTORY_TURNS)],
-        tools=[lookup_stay, ask_guest, request_approval],
+        tools=[lookup_stay, ask_guest, request_approval, set_reminder],
     )
     return Bookings(app, concierge)
 
@@ -136,9 +160,13 @@ def describe_model(model: Any) -> str:
 
 _WORDS = re.compile(r"\S+\s*")
 _REF = re.compile(r"\b([A-Z]{2,}-?\d+)\b")
+_REMIND = re.compile(r"\bremind me in (\d+)\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|h)\b"
+                     r"\s*(?:to\s+|that\s+|about\s+)?(.*)", re.IGNORECASE | re.DOTALL)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+_DUE = "reminder:"
 _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so a small rule-based model is "
-         "answering). Try \"book me in\", \"how long is my stay BK-1042?\" or "
-         "\"cancel booking BK-1042\".")
+         "answering). Try \"book me in\", \"how long is my stay BK-1042?\", "
+         "\"cancel booking BK-1042\" or \"remind me in 30 seconds to check out\".")
 
 
 class DemoModel:
@@ -147,7 +175,8 @@ class DemoModel:
     It reads the conversation like a model would and answers from fixed rules: a booking
     request asks the guest which night (``ask_guest``), then books it; a question about the
     length of a stay calls ``lookup_stay``; a cancellation asks for approval
-    (``request_approval``). Reminders are not supported yet, and it says so.
+    (``request_approval``); "remind me in N seconds to X" calls ``set_reminder``, and when the
+    reminder comes due (the message ``Reminder: X``) it passes it on.
     """
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
@@ -165,9 +194,10 @@ class DemoModel:
 def _reply_to(lowered: str, text: str) -> Iterator[ModelChunk]:
     ref_match = _REF.search(text)
     ref = ref_match.group(1) if ref_match else "BK-1042"
+    if lowered.startswith(_DUE):  # a reminder set earlier has come due
+        return _say(text.strip())
     if "remind" in lowered:
-        return _say("Reminders are not supported yet in this demo, so I can't set one. "
-                    "I can book a night or look up a stay.")
+        return _remind(text)
     if "cancel" in lowered:
         return _call("request_approval", {"action": f"cancel booking {ref}"})
     if "how long" in lowered or "nights" in lowered or "stay" in lowered:
@@ -175,6 +205,15 @@ def _reply_to(lowered: str, text: str) -> Iterator[ModelChunk]:
     if "book" in lowered or "reserve" in lowered:
         return _call("ask_guest", {"q": "Which night?"})
     return _say(_HELP)
+
+
+def _remind(text: str) -> Iterator[ModelChunk]:
+    match = _REMIND.search(text)
+    what = match.group(3).strip().rstrip(".!?").strip() if match else ""
+    if match is None or not what:
+        return _say("Tell me when and what, e.g. \"remind me in 30 seconds to check out\".")
+    seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)[0].lower()]
+    return _call("set_reminder", {"delay_seconds": seconds, "reminder": what})
 
 
 def _after_tool(result: ToolMessage) -> str:
@@ -186,6 +225,10 @@ def _after_tool(result: ToolMessage) -> str:
         data = result.content
     if result.name == "ask_guest" and isinstance(data, dict) and data.get("answer"):
         return f"Booked for {data['answer']}."
+    if result.name == "set_reminder" and isinstance(data, dict) and data.get("scheduled"):
+        seconds = data.get("delaySeconds")
+        unit = "second" if seconds == 1 else "seconds"
+        return f"OK, I'll remind you in {seconds} {unit}: {data.get('reminder')}."
     if result.name == "lookup_stay" and isinstance(data, dict):
         return f"Your stay {data.get('ref')} is {data.get('nights')} nights."
     if result.name == "request_approval" and isinstance(data, dict):
