@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ def test_startup_line_says_which_model_serves_and_where_the_data_lives(
         dev_server: DevServer) -> None:
     assert "demo model" in dev_server.startup_line
     assert str(dev_server.db) in dev_server.startup_line
+    assert "timers served locally, 0 pending re-armed" in dev_server.startup_line
 
 
 def test_a_paused_session_survives_a_restart_and_resumes(dev_server: DevServer) -> None:
@@ -99,6 +101,67 @@ def test_the_inspector_renders_a_readable_timeline(dev_server: DevServer) -> Non
     assert "expects input {answer: string}" in shown
     assert as_json["yieldedTools"] == [call]
     assert [e["type"] for e in as_json["events"]] == LEDGER_AFTER_RESUME[:5]
+
+
+# --- reminders: the local scheduler -----------------------------------------------------------
+
+REMINDER_WAIT = 15.0  # seconds a due reminder may take to land before the test fails
+
+
+def _texts(ledger: dict[str, Any], kind: str) -> list[str]:
+    return [e["text"] for e in ledger.get("events", []) if e["type"] == kind]
+
+
+def _until_reminded(server: DevServer, session_id: str, reminder: str) -> dict[str, Any]:
+    """Poll the ledger until the reminder and the demo's reply to it are there (the server is
+    another process: there is nothing to wait on but its API)."""
+    deadline = time.monotonic() + REMINDER_WAIT
+    while True:
+        ledger: dict[str, Any] = _session(server, session_id, events="true").json()
+        if reminder in _texts(ledger, "user") and _texts(ledger, "assistant")[-1:] == [reminder]:
+            return ledger
+        assert time.monotonic() < deadline, f"no {reminder!r} within {REMINDER_WAIT}s: " \
+                                            f"{_texts(ledger, 'user')}"
+        time.sleep(0.1)
+
+
+def test_a_reminder_arrives_as_a_message_and_gets_a_reply(dev_server: DevServer) -> None:
+    reply = _post(dev_server, {"sessionId": "remind", "message": "remind me in 1 seconds to "
+                                                                  "stretch"})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["status"] == "completed"
+    assert reply.json()["output"]["text"] == "OK, I'll remind you in 1 second: stretch."
+
+    ledger = _until_reminded(dev_server, "remind", "Reminder: stretch")
+
+    assert _texts(ledger, "user") == ["remind me in 1 seconds to stretch", "Reminder: stretch"]
+    types = [e["type"] for e in ledger["events"]]
+    assert types.count("timer_set") == 1
+    assert types[types.index("timer_fired"):] == [
+        "timer_fired", "invocation_start", "user", "assistant", "invocation_end"]
+    assert ledger["status"] == "active" and ledger["version"] == 2
+    shown = _inspect(dev_server, "show", "remind")
+    assert "⏱ timer reminder:call_" in shown and "fired" in shown
+    assert "timers:" not in shown  # nothing pending any more
+
+
+def test_a_reminder_survives_a_restart_and_lands_once(dev_server: DevServer) -> None:
+    reply = _post(dev_server, {"sessionId": "remind-restart",
+                               "message": "remind me in 3 seconds to drink water"})
+    assert reply.json()["status"] == "completed", reply.text
+    assert "timers:\n    reminder:call_" in _inspect(dev_server, "show", "remind-restart")
+
+    dev_server.restart()  # SIGKILL before it is due: only the session head remembers it
+
+    assert "1 pending re-armed" in dev_server.startup_line
+    ledger = _until_reminded(dev_server, "remind-restart", "Reminder: drink water")
+    dev_server.restart()  # and again: nothing left to re-arm, nothing delivered twice
+    assert "0 pending re-armed" in dev_server.startup_line
+    again = _session(dev_server, "remind-restart", events="true").json()
+    assert again["version"] == ledger["version"] == 2
+    assert _texts(again, "user") == ["remind me in 3 seconds to drink water",
+                                     "Reminder: drink water"]
+    assert [e["type"] for e in again["events"]].count("timer_fired") == 1
 
 
 # --- client mistakes: 4xx, JSON with a code, nothing written ----------------------------------

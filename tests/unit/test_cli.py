@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,40 @@ def test_command_line_mistakes_are_exit_2_with_a_message(
         argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith("dormant: ")
+
+
+def test_show_lists_pending_timers_and_what_became_of_the_others(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "timers.db"
+    store = SqliteStore(path)
+    app = dormant.App(name="cli", store=store)
+    session = app.sessions.create("timed")
+    session.schedule("reminder:call_1", at=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC),
+                     message="Reminder: stretch")
+    session.schedule("answer", at=datetime(2031, 1, 1, tzinfo=UTC),
+                     tool_input={"call_id": "call_9", "input": {"answer": "Friday"}})
+    session.schedule("nudge", delay="5m", message="never sent")
+    session.schedule("due", at=datetime(2020, 1, 1, tzinfo=UTC), message="Reminder: now")
+    session.cancel_schedule("nudge")
+    assert app.sessions.commit(session).ok
+    [due] = [t for t in session.timers if t.name == "due"]
+    agent = app.agent(name="a", hooks=[dormant.Hook(before_agent=lambda ctx: "ok")])
+    assert app.handler.wake(agent=agent)(due).status == "completed"
+    store.close()
+
+    assert main(["sessions", "show", "timed", "--db", str(path)]) == 0
+    out = capsys.readouterr().out
+
+    assert ("⏱ timer reminder:call_1 set for 2030-01-02 03:04:05 UTC: message "
+            "\"Reminder: stretch\"") in out
+    assert "⏱ timer nudge cancelled" in out
+    assert "⏱ timer due fired (due 2020-01-01 00:00:00 UTC)" in out
+    assert "user: Reminder: now" in out
+    timers = out.split("  timers:\n", 1)[1].splitlines()
+    assert timers[:3] == [
+        "    reminder:call_1 fires 2030-01-02 03:04:05 UTC: message \"Reminder: stretch\"",
+        "    answer fires 2031-01-01 00:00:00 UTC: input for [call_9] {\"answer\": \"Friday\"}",
+        ""]
+    assert main(["sessions", "show", "timed", "--db", str(path), "--json"]) == 0
+    assert [t["name"] for t in json.loads(capsys.readouterr().out)["timers"]] == [
+        "reminder:call_1", "answer"]

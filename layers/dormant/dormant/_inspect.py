@@ -74,6 +74,13 @@ def _line(event: Event, waits: dict[str, str]) -> str:
             if event.error is not None:
                 return f"✗ {event.name} failed: {_short(event.error, 56)}"
             return f"✓ {event.name} returned {_short(event.result, 52)}"
+        case "timer_set":
+            return f"⏱ timer {event.name} set for {_when(event.fire_at, date=True)}: " \
+                   f"{_delivers(event.message, event.tool_input)}"
+        case "timer_cancelled":
+            return f"⏱ timer {event.name} cancelled"
+        case "timer_fired":
+            return f"⏱ timer {event.name} fired (due {_when(event.fire_at, date=True)})"
         case "state_delta":
             return "state: " + "; ".join(_op(op) for op in event.patch)
         case "error":
@@ -81,6 +88,14 @@ def _line(event: Event, waits: dict[str, str]) -> str:
         case "invocation_end":
             return f"■ run ended ({event.status})"
     return event.type  # pragma: no cover  (a type added later without a line here)
+
+
+def _delivers(message: str | None, tool_input: dict[str, Any] | None) -> str:
+    """What a timer delivers: a user message, or an answer to a yielded call."""
+    if message is not None:
+        return f"message {json.dumps(_short(message, 48), ensure_ascii=False)}"
+    answer = tool_input or {}
+    return f"input for [{answer.get('call_id', '?')}] {_short(answer.get('input'), 40)}"
 
 
 def _op(op: dict[str, Any]) -> str:
@@ -109,6 +124,12 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
         out.append(f"  {_when(event.ts)}  {_line(event, waits)}")
     if session.state:
         out += ["", f"  state: {_short(session.state, 100)}"]
+    timers = session.timers
+    if timers:
+        out += ["", "  timers:"]
+    for timer in timers:
+        out.append(f"    {timer.name} fires {_when(timer.fire_at, date=True)}: "
+                   f"{_delivers(timer.message, timer.tool_input)}")
     pending = session.yielded_tools
     approvals = session.pending_approvals
     out.append("")
@@ -148,6 +169,8 @@ def session_json(session: Session) -> dict[str, Any]:
                          for c in session.yielded_tools],
         "pendingApprovals": [a.model_dump(by_alias=True, mode="json")
                              for a in session.pending_approvals],
+        "timers": [t.model_dump(by_alias=True, mode="json", exclude_none=True)
+                   for t in session.timers],
         "createdAt": session.head.created_at,
         "updatedAt": session.head.updated_at,
         "events": [e.model_dump(mode="json") for e in session.events],

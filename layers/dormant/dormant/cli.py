@@ -7,8 +7,10 @@
     dormant sessions show ID [--db PATH] [--json]
 
 ``dev`` serves the app file's agent through :func:`dormant.http.build_resolver` (the routes of
-the ``api`` Lambda) on a SQLite store, so a paused session survives a restart. The app file
-defines ``build(store=None, model=None)`` returning ``(app, agent)``.
+the ``api`` Lambda) on a SQLite store, so a paused session survives a restart. Timers fire from
+a :class:`~dormant.schedulers.local.LocalScheduler` delivering to the agent's wake handler; at
+start-up it re-arms the timers pending in the store, so they survive a restart too. The app
+file defines ``build(store=None, model=None)`` returning ``(app, agent)``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dormant", description="Durable AI agents, locally.")
     commands = parser.add_subparsers(title="commands")
 
-    dev = commands.add_parser("dev", help="serve the API on localhost (SQLite store)")
+    dev = commands.add_parser("dev", help="serve the API on localhost (SQLite store, local "
+                                          "timers)")
     dev.add_argument("--host", default="127.0.0.1")
     dev.add_argument("--port", type=int, default=8000)
     dev.add_argument("--db", default=settings.db_path,
@@ -114,6 +117,7 @@ def load_app_module(path: str | Path) -> ModuleType:
 def _dev(args: argparse.Namespace) -> int:
     from dormant._devserver import DevServer
     from dormant.http import build_resolver
+    from dormant.schedulers.local import LocalScheduler
     from dormant.stores import SqliteStore
 
     module = load_app_module(args.app)
@@ -124,21 +128,29 @@ def _dev(args: argparse.Namespace) -> int:
     app, agent = module.build(store=store)
     describe = getattr(module, "describe_model", None)
     model = describe(agent.model) if callable(describe) else type(agent.model).__name__
-    resolver = build_resolver(app, agent, timeout=Settings.from_env().turn_timeout)
+    timeout = Settings.from_env().turn_timeout
+    resolver = build_resolver(app, agent, timeout=timeout)
     try:
         server = DevServer((args.host, args.port), resolver)
     except OSError as error:
+        store.close()
         raise _CliError(f"cannot listen on {args.host}:{args.port}: {error}") from error
+    # Timers of committed turns fire here, as the wake Lambda's turns do on AWS.
+    scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=timeout))
+    app.scheduler = scheduler
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)  # even when started with SIGINT ignored (`cmd &`)
     try:
+        rearmed = scheduler.recover(store)
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
-              f"(model: {model}; sessions in SQLite at {db}). "
+              f"(model: {model}; sessions in SQLite at {db}; timers served locally, "
+              f"{rearmed} pending re-armed). "
               f"API description: {server.url}/  Stop with Ctrl-C.", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        scheduler.close()
         server.server_close()
         store.close()
     return 0
