@@ -39,8 +39,8 @@ def event(name: str) -> dict:
 
 def fresh_path(function: str) -> None:
     sys.path[:0] = [str(build / function), str(build / "DormantLayer" / "python")]
-    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "deployment",
-                                                                "bookings"}]:
+    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake",
+                                                                "deployment", "bookings"}]:
         del sys.modules[name]
 
 
@@ -61,10 +61,22 @@ bad = [r for r in batch["Records"] if "text" not in json.loads(r["body"])]
 reply = webhook.app.handler({"Records": bad}, Context())
 assert reply == {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in bad]}, reply
 
-import dormant  # noqa: E402
+fresh_path("WakeFunction")
+import wake.app  # noqa: E402
+
+try:  # a malformed timer event raises before any AWS call (Lambda would retry, then DLQ it)
+    wake.app.handler({"sessionId": "session_smoke"}, Context())
+except wake.app.InvalidTimerEvent:
+    pass
+else:
+    raise AssertionError("the wake function accepted an event that is not a timer delivery")
+assert wake.app.__file__.startswith(str(build / "WakeFunction")), wake.app.__file__
+
 import pydantic  # noqa: E402
+
+import dormant  # noqa: E402
 
 for module in (dormant, pydantic):
     assert str(build / "DormantLayer") in module.__file__, module.__file__
-print(f"sam build smoke: api and webhook import and answer under Python "
+print(f"sam build smoke: api, webhook and wake import and answer under Python "
       f"{sys.version.split()[0]} from {build}")

@@ -6,6 +6,12 @@ table and bucket (``DynamoDBStore.from_env``), and the model (``OpenAIModel.from
 whose key is read from Secrets Manager/SSM on the first model call, not here). With no secret
 or parameter configured (``sam local``, tests) the sample's own default applies: OpenAI when
 ``OPENAI_API_KEY`` is set, else its demo model.
+
+Timers (SPEC §7): with ``DORMANT_WAKE_TARGET_ARN`` and ``DORMANT_SCHEDULER_ROLE_ARN`` set (the
+template sets them, with ``DORMANT_SCHEDULE_GROUP`` and ``DORMANT_SCHEDULE_DLQ_ARN``), the app
+hands committed timers to EventBridge Scheduler, whose schedules invoke the ``wake`` function.
+Without them (tests that do not exercise timers, ``sam local``) timers stay recorded in their
+session and nothing fires.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from collections.abc import Mapping
 
 from bookings import Bookings, build
 
+from dormant.scheduling import Scheduler
 from dormant.settings import Settings
 from dormant.stores import DynamoDBStore
 
-__all__ = ["deployed_bookings"]
+__all__ = ["deployed_bookings", "deployed_scheduler"]
 
 
 def deployed_bookings(env: Mapping[str, str] | None = None) -> tuple[Bookings, Settings]:
@@ -27,5 +34,17 @@ def deployed_bookings(env: Mapping[str, str] | None = None) -> tuple[Bookings, S
     if settings.openai_secret or settings.openai_parameter:
         from dormant.models import OpenAIModel
 
-        return build(store=store, model=OpenAIModel.from_settings(settings), env=env), settings
-    return build(store=store, env=env), settings
+        bookings = build(store=store, model=OpenAIModel.from_settings(settings), env=env)
+    else:
+        bookings = build(store=store, env=env)
+    bookings.app.scheduler = deployed_scheduler(settings)
+    return bookings, settings
+
+
+def deployed_scheduler(settings: Settings) -> Scheduler | None:
+    """EventBridge Scheduler targeting the wake function, when the deployment names one."""
+    if not (settings.wake_target_arn and settings.scheduler_role_arn):
+        return None
+    from dormant.scheduling import EventBridgeScheduler
+
+    return EventBridgeScheduler.from_settings(settings)

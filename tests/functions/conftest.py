@@ -32,7 +32,12 @@ if str(FUNCTIONS) not in sys.path:
     sys.path.insert(0, str(FUNCTIONS))
 
 #: Modules a cold start imports from ``functions/``; dropped before each fresh import.
-_FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "deployment", "bookings")
+_FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "deployment",
+                     "bookings")
+#: What the template gives every function for timers (EventBridge Scheduler -> wake function).
+WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test-wake"
+SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/dormant-test-scheduler"
+WAKE_DLQ_ARN = "arn:aws:sqs:us-east-1:123456789012:dormant-test-wake-dlq"
 
 
 def load_event(name: str) -> dict[str, Any]:
@@ -88,6 +93,7 @@ class Deployment:
 
     table: str
     bucket: str
+    schedule_group: str = "default"
     server: MotoServer | None = None
 
     def cold_start(self, function: str) -> ModuleType:
@@ -104,16 +110,30 @@ class Deployment:
 
         return App(store=DynamoDBStore(self.table, bucket=self.bucket)).sessions.get(session_id)
 
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule in the deployment's timer group, in full (``get_schedule``)."""
+        import boto3
+
+        client = boto3.client("scheduler")
+        names = [s["Name"] for s in client.list_schedules(GroupName=self.schedule_group)
+                 ["Schedules"]]
+        return [client.get_schedule(Name=n, GroupName=self.schedule_group) for n in names]
+
 
 def _deployment_env(monkeypatch: pytest.MonkeyPatch) -> Deployment:
     aws_env(monkeypatch)
     suffix = uuid.uuid4().hex[:8]
-    deployment = Deployment(table=f"dormant-sessions-{suffix}", bucket=f"dormant-offload-{suffix}")
+    deployment = Deployment(table=f"dormant-sessions-{suffix}", bucket=f"dormant-offload-{suffix}",
+                            schedule_group=f"dormant-timers-{suffix}")
     env = {
         "DORMANT_TABLE": deployment.table,
         "DORMANT_BUCKET": deployment.bucket,
         "DORMANT_SESSION_TTL_DAYS": "30",
         "DORMANT_TURN_TIMEOUT": "25",
+        "DORMANT_SCHEDULE_GROUP": deployment.schedule_group,
+        "DORMANT_WAKE_TARGET_ARN": WAKE_ARN,
+        "DORMANT_SCHEDULER_ROLE_ARN": SCHEDULER_ROLE_ARN,
+        "DORMANT_SCHEDULE_DLQ_ARN": WAKE_DLQ_ARN,
         "POWERTOOLS_SERVICE_NAME": "dormant",
         "POWERTOOLS_METRICS_NAMESPACE": "Dormant",
         "POWERTOOLS_TRACE_DISABLED": "true",
@@ -134,6 +154,7 @@ def _provision(deployment: Deployment) -> None:
 
     DynamoDBStore(deployment.table).ensure_table()
     boto3.client("s3").create_bucket(Bucket=deployment.bucket)
+    boto3.client("scheduler").create_schedule_group(Name=deployment.schedule_group)
 
 
 @pytest.fixture

@@ -8,11 +8,16 @@ authorised per action inside it: a ``Put`` as ``dynamodb:PutItem``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from botocore.client import BaseClient
+from pydantic import BaseModel
 
+import dormant
+from dormant.models import ScriptedModel
+from dormant.stores import DynamoDBStore
 from tests.functions.conftest import Deployment, FakeLambdaContext, api_body, load_event, with_body
 from tests.functions.test_template import statements
 
@@ -94,3 +99,57 @@ def test_with_the_secret_configured_the_concierge_is_openai_and_cold_start_reads
     model = api.concierge.model
     assert (type(model).__name__, model.model) == ("OpenAIModel", "gpt-test-model")
     assert calls == set()  # the key is read on the first model call, not at import
+
+
+class _Snooze(BaseModel):
+    minutes: int
+
+
+def _snooze(ctx: dormant.ToolContext) -> dict[str, Any]:
+    session = dormant.handler_context().session
+    session.schedule("snooze", delay=ctx.args.minutes * 60, message="Snoozed reminder")
+    session.cancel_schedule("stale-nudge")
+    return {"snoozed": True}
+
+
+def _snoozing_agent(app: dormant.App) -> dormant.Agent:
+    tool = app.tool(name="snooze", description="Snooze", schema=_Snooze, execute=_snooze)
+    return app.agent(name="snoozer", tools=[tool], model=ScriptedModel([
+        {"tool_calls": [{"name": "snooze", "args": {"minutes": 10}}]}, "Snoozed."]))
+
+
+@pytest.mark.parametrize("function", ["api", "webhook", "wake"])
+def test_setting_and_cancelling_timers_needs_only_what_each_role_allows(
+        deployed: Deployment, function: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any function's committed turn may set and cancel timers (the deployment's scheduler)."""
+    calls = _record_calls(monkeypatch)
+    module = deployed.cold_start(function)
+
+    reply = module.app.handler.rest(agent=_snoozing_agent(module.app))(
+        {"session_id": f"snooze-{function}", "input": {"message": "snooze it"}})
+
+    made = set(calls)  # before the test's own reads below
+    assert reply.commit_status == "committed"
+    assert len(deployed.schedules()) == 1
+    assert {"scheduler:CreateSchedule", "scheduler:DeleteSchedule"} <= made
+    granted = _granted(f"{function.capitalize()}Function")
+    assert made <= granted, made - granted
+
+
+def test_the_wake_function_calls_only_what_its_role_allows(
+        deployed: Deployment, context: FakeLambdaContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    event = load_event("wake-timer.json")
+    app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
+    session = app.sessions.create(event["sessionId"])
+    session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
+                     message=event["message"])
+    assert app.sessions.commit(session).ok
+    calls = _record_calls(monkeypatch)
+    wake = deployed.cold_start("wake")
+
+    assert wake.handler(event, context)["commitStatus"] == "committed"
+    assert wake.handler(event, FakeLambdaContext())["code"] == "stale_timer"
+
+    assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
+    assert calls <= _granted("WakeFunction"), calls - _granted("WakeFunction")

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
+from dormant.scheduling import TimerDelivery
 from dormant.settings import ENV
 from dormant.stores import DynamoDBStore
 from tests.functions.conftest import EVENTS, ROOT
 
-FUNCTIONS = ("ApiFunction", "WebhookFunction")
+FUNCTIONS = ("ApiFunction", "WebhookFunction", "WakeFunction")
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -147,10 +148,15 @@ def test_webhook_reads_the_fifo_queue_reporting_partial_failures() -> None:
 # --- least privilege -------------------------------------------------------------------------
 
 
+_SCHEDULES = ("arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:"
+              "schedule/${ScheduleGroup}/*")
+
+
 @pytest.mark.parametrize(("function", "dynamodb", "s3"), [
     ("ApiFunction", {"Query", "PutItem", "DeleteItem", "BatchWriteItem"},
      {"GetObject", "PutObject", "DeleteObject"}),
     ("WebhookFunction", {"Query", "PutItem"}, {"GetObject", "PutObject"}),
+    ("WakeFunction", {"Query", "PutItem"}, {"GetObject", "PutObject"}),
 ])
 def test_each_function_may_do_only_what_it_does_on_its_own_resources(
         function: str, dynamodb: set[str], s3: set[str]) -> None:
@@ -169,7 +175,47 @@ def test_each_function_may_do_only_what_it_does_on_its_own_resources(
             assert statement["Resource"] == {"Fn::Sub": "${OffloadBucket.Arn}/ledger/*"}
         if any(a.startswith("secretsmanager:") for a in _as_list(statement["Action"])):
             assert "${OpenAISecretName}-??????" in statement["Resource"]["Fn::Sub"]
-    assert granted == {"dynamodb": dynamodb, "s3": s3, "secretsmanager": {"GetSecretValue"}}
+        if any(a.startswith("scheduler:") for a in _as_list(statement["Action"])):
+            assert statement["Resource"] == {"Fn::Sub": _SCHEDULES}  # the group's schedules
+        if any(a.startswith("iam:") for a in _as_list(statement["Action"])):
+            assert statement["Resource"] == {"Fn::GetAtt": ["SchedulerRole", "Arn"]}
+            assert statement["Condition"] == {
+                "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
+    # Every function may set timers: a turn that commits hands its timers to the scheduler.
+    assert granted == {"dynamodb": dynamodb, "s3": s3, "secretsmanager": {"GetSecretValue"},
+                       "scheduler": {"CreateSchedule", "UpdateSchedule", "DeleteSchedule"},
+                       "iam": {"PassRole"}}
+
+
+def test_the_scheduler_role_may_invoke_the_wake_function_and_dead_letter_only() -> None:
+    role = props("SchedulerRole")
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "scheduler.amazonaws.com"}
+    granted = [(s["Action"], s["Resource"]) for policy in role["Policies"]
+               for s in policy["PolicyDocument"]["Statement"]]
+    assert sorted(granted, key=str) == sorted([
+        ("lambda:InvokeFunction", {"Fn::GetAtt": ["WakeFunction", "Arn"]}),
+        ("sqs:SendMessage", {"Fn::GetAtt": ["WakeDeadLetterQueue", "Arn"]}),
+    ], key=str)
+    assert "ManagedPolicyArns" not in role
+
+
+def test_the_wake_function_is_what_every_schedule_targets() -> None:
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    wake = props("WakeFunction")
+    # The target ARN is built from the function's fixed name (no self-reference).
+    assert wake["FunctionName"] == {"Fn::Sub": "${AWS::StackName}-wake"}
+    assert env[ENV.WAKE_TARGET_ARN]["Fn::Sub"].endswith(":function:${AWS::StackName}-wake")
+    assert env[ENV.SCHEDULER_ROLE_ARN] == {"Fn::GetAtt": ["SchedulerRole", "Arn"]}
+    assert env[ENV.SCHEDULE_GROUP] == {"Ref": "ScheduleGroup"}
+    assert env[ENV.SCHEDULE_DLQ_ARN] == {"Fn::GetAtt": ["WakeDeadLetterQueue", "Arn"]}
+    # A firing whose turn did not commit raises: Lambda retries it, then dead-letters it.
+    assert wake["DeadLetterQueue"] == {
+        "Type": "SQS", "TargetArn": {"Fn::GetAtt": ["WakeDeadLetterQueue", "Arn"]}}
+    assert wake["EventInvokeConfig"]["MaximumRetryAttempts"] == 2
+    assert "FifoQueue" not in props("WakeDeadLetterQueue")  # Lambda and Scheduler need standard
+    assert float(wake["Environment"]["Variables"][ENV.TURN_TIMEOUT]) < wake["Timeout"]
+    assert "Events" not in wake  # only schedules invoke it, through SchedulerRole
 
 
 def test_the_granted_s3_prefix_is_where_the_store_offloads() -> None:
@@ -196,11 +242,14 @@ def test_environment_names_are_dormants_and_powertools() -> None:
     dormant_names = {n for n in names if n.startswith("DORMANT_")}
     assert dormant_names <= known, dormant_names - known
     assert {ENV.TABLE, ENV.BUCKET, ENV.OPENAI_SECRET, ENV.TURN_TIMEOUT} <= names
+    assert {ENV.SCHEDULE_GROUP, ENV.WAKE_TARGET_ARN, ENV.SCHEDULER_ROLE_ARN,
+            ENV.SCHEDULE_DLQ_ARN} <= names
     assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL"} <= names
 
 
 def test_outputs_name_the_api_url_queue_and_table() -> None:
-    assert {"ApiUrl", "WebhookQueueUrl", "SessionsTableName"} <= set(template()["Outputs"])
+    assert {"ApiUrl", "WebhookQueueUrl", "SessionsTableName", "ScheduleGroupName",
+            "WakeFunctionArn", "WakeDeadLetterQueueUrl"} <= set(template()["Outputs"])
 
 
 # --- the layer's requirements ----------------------------------------------------------------
@@ -231,5 +280,7 @@ def test_every_sample_event_is_an_event_of_the_function_it_is_named_for() -> Non
         elif path.name.startswith("webhook_"):
             assert {r["eventSource"] for r in event["Records"]} == {"aws:sqs"}
             assert all(r["attributes"]["MessageGroupId"] for r in event["Records"])
-        kinds.add(path.name.split("_", 1)[0])
-    assert kinds == {"api", "webhook"}
+        elif path.name.startswith("wake-"):  # Scheduler passes the target input as the event
+            TimerDelivery.model_validate(event)
+        kinds.add(re.split(r"[_-]", path.name, maxsplit=1)[0])
+    assert kinds == {"api", "webhook", "wake"}

@@ -1,0 +1,165 @@
+"""The ``wake`` function, driven by events/wake-timer.json against moto, and the timer path of
+the deployment: a committed turn -> an EventBridge schedule -> its input -> the wake function."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import dormant
+from dormant.scheduling import EventBridgeScheduler, TimerDelivery
+from dormant.stores import DynamoDBStore
+from tests.functions.conftest import (
+    SCHEDULER_ROLE_ARN,
+    WAKE_ARN,
+    WAKE_DLQ_ARN,
+    Deployment,
+    FakeLambdaContext,
+    load_event,
+)
+
+EVENT = "wake-timer.json"
+
+
+def _seed_timer(deployed: Deployment, event: dict[str, Any]) -> None:
+    """The session as a turn that asked for the event's timer left it (timer pending)."""
+    app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
+    session = app.sessions.get(event["sessionId"]) or app.sessions.create(event["sessionId"])
+    session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
+                     message=event["message"])
+    assert app.sessions.commit(session).ok
+
+
+def _user_texts(deployed: Deployment, session_id: str) -> list[str]:
+    session = deployed.session(session_id)
+    assert session is not None
+    return [e.text for e in session.events if e.type == "user"]
+
+
+def test_the_sample_event_is_a_timer_delivery() -> None:
+    event = load_event(EVENT)
+    delivery = TimerDelivery.model_validate(event)
+    assert delivery.message_id == f"timer:{delivery.name}:{delivery.fire_at}"
+
+
+def test_a_firing_lands_its_message_once_and_a_repeat_is_a_success(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    event = load_event(EVENT)
+    _seed_timer(deployed, event)
+    wake = deployed.cold_start("wake")
+
+    first = wake.handler(event, context)
+    version = deployed.session(event["sessionId"]).version
+    again = wake.handler(event, FakeLambdaContext())  # Scheduler delivers at least once
+
+    assert first["commitStatus"] == "committed"
+    assert (again["status"], again["code"], again["commitStatus"]) == (
+        "error", "stale_timer", None)
+    assert _user_texts(deployed, event["sessionId"]) == [event["message"]]
+    session = deployed.session(event["sessionId"])
+    assert session.version == version  # the repeat wrote nothing
+    assert session.timers == []
+
+
+def test_a_cancelled_timer_firing_late_is_a_success_that_writes_nothing(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    event = load_event(EVENT)
+    _seed_timer(deployed, event)
+    app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
+    session = app.sessions.get(event["sessionId"])
+    assert session is not None
+    session.cancel_schedule(event["name"])
+    assert app.sessions.commit(session).ok
+    version = deployed.session(event["sessionId"]).version
+
+    reply = deployed.cold_start("wake").handler(event, context)
+
+    assert reply["code"] == "stale_timer"
+    assert deployed.session(event["sessionId"]).version == version
+
+
+def test_a_malformed_event_raises_and_writes_nothing(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    wake = deployed.cold_start("wake")
+    event = load_event(EVENT)
+    del event["fireAt"]
+    with pytest.raises(wake.InvalidTimerEvent, match="fireAt"):
+        wake.handler(event, context)
+    with pytest.raises(wake.InvalidTimerEvent):
+        wake.handler({"Records": []}, context)  # not from a dormant schedule at all
+    assert deployed.session(event["sessionId"]) is None
+
+
+def test_a_firing_that_cannot_land_raises_so_lambda_retries_it(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    """A reminder for a session that waits for a tool answer is refused: the function raises
+    (Lambda retries it, then dead-letters it) and the timer stays pending."""
+    api = deployed.cold_start("api")
+    paused = api.handler(load_event("api_post_turn.json"), context)
+    assert json.loads(paused["body"])["status"] == "yielded_tool"
+    event = load_event(EVENT)
+    event["sessionId"] = "session_thread-42"
+    _seed_timer(deployed, event)
+    version = deployed.session("thread-42").version
+
+    wake = deployed.cold_start("wake")
+    with pytest.raises(wake.TimerNotDelivered, match="awaiting_input"):
+        wake.handler(event, FakeLambdaContext())
+
+    session = deployed.session("thread-42")
+    assert session.version == version
+    assert [t.name for t in session.timers] == [event["name"]]
+
+
+# --- the deployment's timer path ---------------------------------------------------------------
+
+
+class Reminder(BaseModel):
+    seconds: int
+    text: str
+
+
+def _remind(ctx: dormant.ToolContext) -> dict[str, Any]:
+    dormant.handler_context().session.schedule(
+        f"reminder:{ctx.call_id}", delay=ctx.args.seconds, message=f"Reminder: {ctx.args.text}")
+    return {"scheduled": True}
+
+
+def test_a_committed_turn_schedules_the_wake_function_which_delivers_once(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    api = deployed.cold_start("api")
+    app = api.app
+    assert isinstance(app.scheduler, EventBridgeScheduler)
+    tool = app.tool(name="remind", description="Set a reminder", schema=Reminder,
+                    execute=_remind)
+    agent = app.agent(name="reminders", tools=[tool], model=dormant.models.ScriptedModel([
+        {"tool_calls": [{"name": "remind", "args": {"seconds": 3600, "text": "check out"},
+                         "id": "call_1"}]}, "I'll remind you."]))
+
+    reply = app.handler.rest(agent=agent)(
+        {"session_id": "guest-7", "input": {"message": "remind me in an hour to check out"}})
+    assert reply.commit_status == "committed"
+
+    (schedule,) = deployed.schedules()
+    assert schedule["ScheduleExpression"].startswith("at(")
+    assert schedule["ActionAfterCompletion"] == "DELETE"
+    target = schedule["Target"]
+    assert (target["Arn"], target["RoleArn"], target["DeadLetterConfig"]["Arn"]) == (
+        WAKE_ARN, SCHEDULER_ROLE_ARN, WAKE_DLQ_ARN)
+
+    wake = deployed.cold_start("wake")
+    event = json.loads(target["Input"])  # EventBridge Scheduler's event for the function
+    assert wake.handler(event, context)["commitStatus"] == "committed"
+    assert wake.handler(event, FakeLambdaContext())["code"] == "stale_timer"
+    assert _user_texts(deployed, "guest-7") == [
+        "remind me in an hour to check out", "Reminder: check out"]
+
+
+def test_without_the_timer_settings_the_functions_set_no_schedules(
+        deployed: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DORMANT_WAKE_TARGET_ARN")
+    assert deployed.cold_start("api").app.scheduler is None
