@@ -16,7 +16,6 @@ from dormant.models import ScriptedModel
 from dormant.scheduling import LocalScheduler, Scheduler, TimerDelivery
 from dormant.stores import SqliteStore
 
-_now = now_ms
 WAIT = 10.0  # seconds an Event may take before the test fails (never reached when it works)
 
 
@@ -119,7 +118,7 @@ def test_timers_fire_in_order_of_their_time_once_due(
 def test_a_timer_past_due_fires_at_once_on_the_real_clock(
         make: Callable[..., LocalScheduler]) -> None:
     recorder = Recorder()
-    scheduler = make(recorder, clock=_now)
+    scheduler = make(recorder, clock=now_ms)
     scheduler.set(_timer("overdue", 1))
     assert recorder.done.wait(WAIT)
     assert recorder.names() == ["overdue"]
@@ -211,7 +210,7 @@ def test_a_delivery_that_keeps_failing_is_dropped_after_bounded_attempts(
 
 
 def _result(status: str, code: str | None = None, commit: str | None = "committed") -> Any:
-    return dormant.TurnResult(session_id="session_s", status=status,  # type: ignore[arg-type]
+    return dormant.TurnResult(session_id="session_s", status=status,
                               code=code, commit_status=commit)
 
 
@@ -263,21 +262,22 @@ def _set_reminder(ctx: dormant.ToolContext) -> dict[str, Any]:
     return {"scheduled": True}
 
 
-def _serve(db: Path, replies: list[Any], *, clock: Callable[[], int] = _now,
-           ) -> tuple[dormant.App, dormant.Agent, LocalScheduler]:
+def _serve(db: Path, replies: list[Any], *, clock: Callable[[], int] = now_ms,
+           ) -> tuple[dormant.App, dormant.Agent, LocalScheduler, SqliteStore]:
     """What ``dormant dev`` wires: a SQLite store, the local scheduler delivering to the wake
     handler, and pending timers re-armed from the store at start-up."""
-    app = dormant.App(name="restart", store=SqliteStore(db))
+    store = SqliteStore(db)
+    app = dormant.App(name="restart", store=store)
     tool = app.tool(name="set_reminder", description="Set a reminder", schema=Reminder,
                     execute=_set_reminder)
     agent = app.agent(name="a", model=ScriptedModel(replies), tools=[tool])
     app.scheduler = scheduler = LocalScheduler(app.handler.wake(agent=agent), clock=clock)
-    scheduler.recover(app.store)
-    return app, agent, scheduler
+    scheduler.recover(store)
+    return app, agent, scheduler, store
 
 
 def test_a_committed_timer_is_delivered_through_the_wake_handler(tmp_path: Path) -> None:
-    app, agent, scheduler = _serve(tmp_path / "live.db", [
+    app, agent, scheduler, store = _serve(tmp_path / "live.db", [
         {"tool_calls": [{"name": "set_reminder", "args": {"delay_ms": 20,
                                                           "reminder": "stretch"}}]},
         "I'll remind you.", "Time to stretch!"])
@@ -292,26 +292,26 @@ def test_a_committed_timer_is_delivered_through_the_wake_handler(tmp_path: Path)
         assert [e.text for e in session.events if e.type == "assistant"][-1] == "Time to stretch!"
     finally:
         scheduler.close()
-        app.store.close()
+        store.close()
 
 
 def test_a_pending_timer_survives_a_restart_and_lands_once(tmp_path: Path) -> None:
     db = tmp_path / "restart.db"
     frozen = FakeClock(0)  # the first process dies before its timer is due
-    app, agent, scheduler = _serve(db, [
+    app, agent, scheduler, store = _serve(db, [
         {"tool_calls": [{"name": "set_reminder", "args": {"delay_ms": 20,
                                                           "reminder": "stretch"}}]},
         "I'll remind you."], clock=frozen)
     app.handler.rest(agent=agent)({"session_id": "r", "input": {"message": "remind me"}})
     assert [t.message for t in scheduler.pending()] == ["Reminder: stretch"]
     scheduler.close()
-    app.store.close()
+    store.close()
 
-    app, agent, scheduler = _serve(db, ["Time to stretch!"])  # recover() re-arms it
+    app, agent, scheduler, store = _serve(db, ["Time to stretch!"])  # recover() re-arms it
     try:
         _wait_until(lambda: scheduler.pending() == [] and _user_texts(app, "r")[-1:] == [
             "Reminder: stretch"])
-        scheduler.recover(app.store)  # nothing left to re-arm: it landed
+        scheduler.recover(store)  # nothing left to re-arm: it landed
         assert scheduler.pending() == []
         session = app.sessions.get("r")
         assert session is not None
@@ -320,7 +320,7 @@ def test_a_pending_timer_survives_a_restart_and_lands_once(tmp_path: Path) -> No
         assert session.timers == []
     finally:
         scheduler.close()
-        app.store.close()
+        store.close()
 
 
 def _user_texts(app: dormant.App, session_id: str) -> list[str]:
