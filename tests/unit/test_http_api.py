@@ -206,3 +206,30 @@ def test_an_approval_is_pending_in_the_api_and_decided_by_post_turns() -> None:
     status, done = _call(resolver, _event("POST", "/turns", {"sessionId": "a1", "approvals": [
         {"approvalId": request["approvalId"], "approved": True}]}, authorizer=COGNITO))
     assert status == 200 and done["status"] == "completed" and closed == ["T-7"]
+
+
+def test_get_session_lists_pending_timers_and_delete_cancels_them() -> None:
+    from dormant.scheduling import RecordingScheduler
+
+    scheduler = RecordingScheduler()
+    app = dormant.App(name="http-timers", scheduler=scheduler)
+
+    def remind(ctx: dormant.HookContext) -> str:
+        ctx.session.schedule("nudge", delay="5m", message="Reminder: stretch")
+        return "I'll remind you."
+
+    agent = app.agent(name="a", hooks=[dormant.Hook(before_agent=remind)])
+    resolver = build_resolver(app, agent)
+    status, _ = _call(resolver, _event("POST", "/turns", {"sessionId": "t1", "message": "hi"},
+                                       authorizer=COGNITO))
+    assert status == 200 and len(scheduler.timers) == 1
+
+    status, view = _call(resolver, _event("GET", "/sessions/t1", authorizer=COGNITO))
+    assert status == 200
+    (timer,) = view["timers"]
+    assert (timer["name"], timer["message"]) == ("nudge", "Reminder: stretch")
+    assert timer["messageId"] == f"timer:nudge:{timer['fireAt']}"
+
+    status, _ = _call(resolver, _event("DELETE", "/sessions/t1", authorizer=COGNITO))
+    assert status == 200
+    assert scheduler.timers == {} and scheduler.calls[-1] == ("cancel", "session_t1", "nudge")

@@ -227,6 +227,8 @@ class _Routes:
             yielded_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args)
                            for c in session.yielded_tools],
             pending_approvals=session.pending_approvals, state=session.state,
+            timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
+                    for t in session.timers],
             created_at=head.created_at, updated_at=head.updated_at,
             events=[e.model_dump(mode="json") for e in session.events] if events else None,
         )
@@ -237,6 +239,15 @@ class _Routes:
         session = self._load(session_id, self.principal(), turns=0)
         if not self.app.sessions.delete(session.session_id):
             raise SessionNotFound(session.session_id)
+        scheduler = self.app.scheduler
+        for timer in session.timers:
+            if scheduler is None:
+                break
+            try:  # best effort: a timer left behind fires into nothing (stale_timer)
+                scheduler.cancel(session.session_id, timer.name)
+            except Exception:
+                log.warning("could not cancel timer %r of deleted session %s", timer.name,
+                            session.session_id, exc_info=True)
         return Response(status_code=200, content_type=JSON,
                         body={"sessionId": session.session_id, "deleted": True})
 

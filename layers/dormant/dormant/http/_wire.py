@@ -82,6 +82,7 @@ class SessionView(_Wire):
     version: int
     yielded_tools: list[PendingCall] = Field(default_factory=list)
     pending_approvals: list[Any] = Field(default_factory=list)
+    timers: list[dict[str, Any]] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
     created_at: int = 0
     updated_at: int = 0
