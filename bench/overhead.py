@@ -58,21 +58,8 @@ def _seed(history: int, limit: int | None, replies: list[Any]) -> tuple[Any, str
     return rest, "session_bench"
 
 
-def text_turn(history: int, turns: int, limit: int | None) -> float:
-    rest, sid = _seed(history, limit, ["Three nights."] * turns)
-    start = time.perf_counter()
-    for _ in range(turns):
-        response = rest({"session_id": sid, "input": {"message": "How long is my stay?"}})
-    elapsed = time.perf_counter() - start
-    assert response.status == "completed", response
-    return elapsed / turns
-
-
-def tool_turn(history: int, turns: int, limit: int | None) -> float:
-    replies: list[Any] = []
-    for _ in range(turns):
-        replies += [{"tool_calls": [{"name": "lookup_stay", "args": {"ref": "B-1"}}]},
-                    "Three nights."]
+def _timed_questions(history: int, turns: int, limit: int | None, replies: list[Any]) -> float:
+    """Seconds per request asking the same question ``turns`` times (after seeding)."""
     rest, sid = _seed(history, limit, replies)
     start = time.perf_counter()
     for _ in range(turns):
@@ -80,6 +67,15 @@ def tool_turn(history: int, turns: int, limit: int | None) -> float:
     elapsed = time.perf_counter() - start
     assert response.status == "completed", response
     return elapsed / turns
+
+
+def text_turn(history: int, turns: int, limit: int | None) -> float:
+    return _timed_questions(history, turns, limit, ["Three nights."] * turns)
+
+
+def tool_turn(history: int, turns: int, limit: int | None) -> float:
+    lookup = {"tool_calls": [{"name": "lookup_stay", "args": {"ref": "B-1"}}]}
+    return _timed_questions(history, turns, limit, [lookup, "Three nights."] * turns)
 
 
 def pause_resume(history: int, turns: int, limit: int | None) -> float:
