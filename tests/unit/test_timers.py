@@ -201,3 +201,12 @@ def test_schedule_checks_its_arguments() -> None:
     with pytest.raises(dormant.InputError, match="timezone-aware"):
         session.schedule("t", at=datetime(2030, 1, 1), message="m")
     assert session.new_events == []
+
+
+def test_a_manual_commit_hands_timers_over_too(app: dormant.App,
+                                               scheduler: RecordingScheduler) -> None:
+    result = app.run(_agent(app, [{"tool_calls": [REMIND]}, "Will do."]), session_id="m1",
+                     message="remind me")
+    assert scheduler.calls == []  # nothing is set before the commit
+    assert app.sessions.commit(result.session).ok
+    assert list(scheduler.timers) == [("session_m1", "reminder:call_r1")]

@@ -20,8 +20,9 @@ from dormant.agent import (
     build_agent,
 )
 from dormant.errors import InputError
+from dormant.events import TimerCancelled, TimerSet
 from dormant.results import RunResult
-from dormant.scheduling import Scheduler
+from dormant.scheduling import Scheduler, hand_over
 from dormant.session import (
     CommitResult,
     Session,
@@ -46,8 +47,10 @@ MERGE_ATTEMPTS = 5
 class Sessions:
     """``app.sessions``: create, read, commit and merge sessions in the app's store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, scheduler: Callable[[], Scheduler | None] | None = None
+                 ) -> None:
         self._store = store
+        self._scheduler = scheduler or (lambda: None)
 
     def create(self, session_id: str | None = None, state: dict[str, Any] | None = None, *,
                principal: str | None = None) -> Session:
@@ -75,11 +78,14 @@ class Sessions:
         A refusal is returned (``ok=False, conflict=True, current_version``), not raised, and
         writes nothing.
         """
-        result = self._store.append(session.head, session.new_events,
-                                    expected_version=session.version)
+        slice_ = session.new_events
+        result = self._store.append(session.head, slice_, expected_version=session.version)
         if result.ok:
             assert result.version is not None
             session._committed(result.version)
+            timers = [e for e in slice_ if isinstance(e, TimerSet | TimerCancelled)]
+            if timers:  # timers take effect only once their turn is committed
+                hand_over(self._scheduler(), session.session_id, timers)
         return result
 
     def merge(self, session: Session, *, turns: int | None = None) -> CommitResult:
@@ -122,7 +128,7 @@ class App:
     ) -> None:
         self.name = name
         self.store: Store = store if store is not None else MemoryStore()
-        self.sessions = Sessions(self.store)
+        self.sessions = Sessions(self.store, lambda: self.scheduler)
         self.context = ContextBuilders()
         self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
         self.clock: Callable[[], int] = clock or now_ms

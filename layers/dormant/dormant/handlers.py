@@ -18,7 +18,7 @@ from dormant._ids import new_id
 from dormant._runtime import TurnInput, run_turn
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import DormantError, InputError, SessionNotFound, describe_validation
-from dormant.events import StreamEvent, TimerCancelled, TimerFired, TimerSet, Usage
+from dormant.events import StreamEvent, TimerFired, Usage
 from dormant.models._base import ModelError
 from dormant.results import (
     ErrorResult,
@@ -27,7 +27,7 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
-from dormant.scheduling import Scheduler, TimerDelivery
+from dormant.scheduling import TimerDelivery
 from dormant.session import (
     PendingApproval,
     Session,
@@ -302,10 +302,7 @@ class TurnStream(Iterator[StreamEvent]):
             log.exception("turn failed", extra={"session_id": session.session_id})
             self._fail(session.session_id, error, code="run_error")
             return
-        timers = [e for e in session.new_events if isinstance(e, TimerSet | TimerCancelled)]
-        commit, version = self._commit(session, result)
-        if timers and commit in ("committed", "merged"):
-            _hand_to_scheduler(config.app.scheduler, session.session_id, timers)
+        commit, version = self._commit(session, result)  # hands committed timers over too
         self.result = self._turn_result(session, result, commit, version)
 
     def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
@@ -499,32 +496,6 @@ class Handlers:
         from dormant.agui import agui_handler
 
         return agui_handler(_Config(self._app, **config))
-
-
-def _hand_to_scheduler(scheduler: Scheduler | None, session_id: str,
-                       events: list[TimerSet | TimerCancelled]) -> None:
-    """The outbox step: timers of a committed turn go to the scheduler, in ledger order."""
-    if scheduler is None:
-        log.warning("session %s asked for timers but the app has no scheduler: they are "
-                    "recorded in the session, not set", session_id)
-        return
-    for event in events:
-        for attempt in range(1, STORE_ATTEMPTS + 1):
-            try:
-                if isinstance(event, TimerSet):
-                    scheduler.set(TimerDelivery(session_id=session_id, name=event.name,
-                                                fire_at=event.fire_at, message=event.message,
-                                                message_id=event.message_id,
-                                                tool_input=event.tool_input))
-                else:
-                    scheduler.cancel(session_id, event.name)
-                break
-            except Exception:
-                if attempt == STORE_ATTEMPTS:
-                    log.exception("could not hand timer %r of session %s to the scheduler; it "
-                                  "stays listed in the session", event.name, session_id)
-                else:
-                    time.sleep(STORE_BACKOFF * 2 ** (attempt - 1))
 
 
 def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) -> RestResponse:

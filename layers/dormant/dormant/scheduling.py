@@ -11,8 +11,10 @@ delivery for a timer that was cancelled, replaced or already delivered is refuse
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dormant.errors import InputError
+from dormant.events import TimerCancelled, TimerSet
 
 if TYPE_CHECKING:
     from dormant.schedulers.eventbridge import EventBridgeScheduler
@@ -33,10 +36,14 @@ __all__ = [
     "Scheduler",
     "TimerDelivery",
     "fire_at_ms",
+    "hand_over",
     "parse_delay",
 ]
 
 MAX_TIMER_NAME = 200
+HAND_OVER_ATTEMPTS = 3
+HAND_OVER_BACKOFF = 0.05
+log = logging.getLogger("dormant.scheduling")
 _DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
@@ -93,6 +100,35 @@ class RecordingScheduler:
         with self._lock:
             return sorted((t for t in self.timers.values() if t.fire_at <= now_ms),
                           key=lambda t: t.fire_at)
+
+
+def hand_over(scheduler: Scheduler | None, session_id: str,
+              events: list[TimerSet | TimerCancelled]) -> None:
+    """The outbox step: timers of a committed slice go to the scheduler, in ledger order.
+
+    Bounded retries with backoff; a timer that still cannot be handed over stays listed in
+    the session (``session.timers``) and is logged."""
+    if scheduler is None:
+        log.warning("session %s asked for timers but the app has no scheduler: they are "
+                    "recorded in the session, not set", session_id)
+        return
+    for event in events:
+        for attempt in range(1, HAND_OVER_ATTEMPTS + 1):
+            try:
+                if isinstance(event, TimerSet):
+                    scheduler.set(TimerDelivery(session_id=session_id, name=event.name,
+                                                fire_at=event.fire_at, message=event.message,
+                                                message_id=event.message_id,
+                                                tool_input=event.tool_input))
+                else:
+                    scheduler.cancel(session_id, event.name)
+                break
+            except Exception:
+                if attempt == HAND_OVER_ATTEMPTS:
+                    log.exception("could not hand timer %r of session %s to the scheduler; it "
+                                  "stays listed in the session", event.name, session_id)
+                else:
+                    time.sleep(HAND_OVER_BACKOFF * 2 ** (attempt - 1))
 
 
 def parse_delay(delay: timedelta | str | float) -> timedelta:
