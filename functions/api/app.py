@@ -12,6 +12,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
@@ -21,6 +22,9 @@ from dormant.http import build_resolver
 __all__ = ["handler", "resolver"]
 
 logger = Logger()
+# The library logs to the standard "dormant" logger: give it this logger's JSON format and
+# Lambda context, so session and invocation ids land in the same structured records.
+copy_config_to_registered_loggers(source_logger=logger, include={"dormant"})
 tracer = Tracer()
 metrics = Metrics()
 

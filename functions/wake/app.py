@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
@@ -35,6 +36,9 @@ from dormant.scheduling import TimerDelivery
 __all__ = ["InvalidTimerEvent", "TimerNotDelivered", "handler"]
 
 logger = Logger()
+# The library logs to the standard "dormant" logger: give it this logger's JSON format and
+# Lambda context, so session and invocation ids land in the same structured records.
+copy_config_to_registered_loggers(source_logger=logger, include={"dormant"})
 tracer = Tracer()
 metrics = Metrics()
 

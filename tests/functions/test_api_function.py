@@ -136,3 +136,17 @@ def test_agui_event_answers_a_buffered_event_stream(
     assert "TOOL_CALL_START" in types  # the concierge looked the stay up
     session = deployed.session("thread-43")
     assert session.principal == "7d9c2a5e-4f1b-4c3a-9e8d-1a2b3c4d5e6f"
+
+
+def test_library_logs_come_out_as_the_function_s_structured_json(
+        deployed: Deployment, capsys: Any) -> None:
+    import logging
+
+    deployed.cold_start("api")
+    capsys.readouterr()
+    logging.getLogger("dormant").warning("probe", extra={"session_id": "session_probe"})
+
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    record = json.loads(line)
+    assert (record["message"], record["session_id"], record["level"]) == (
+        "probe", "session_probe", "WARNING")
