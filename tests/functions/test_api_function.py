@@ -139,14 +139,16 @@ def test_agui_event_answers_a_buffered_event_stream(
 
 
 def test_library_logs_come_out_as_the_function_s_structured_json(
-        deployed: Deployment, capsys: Any) -> None:
+        deployed: Deployment) -> None:
     import logging
 
     deployed.cold_start("api")
-    capsys.readouterr()
-    logging.getLogger("dormant").warning("probe", extra={"session_id": "session_probe"})
+    library = logging.getLogger("dormant")
+    record = library.makeRecord("dormant", logging.WARNING, __file__, 1, "probe", None, None,
+                                extra={"session_id": "session_probe"})
 
-    line = capsys.readouterr().out.strip().splitlines()[-1]
-    record = json.loads(line)
-    assert (record["message"], record["session_id"], record["level"]) == (
+    (handler,) = library.handlers
+    assert handler.formatter is not None
+    formatted = json.loads(handler.formatter.format(record))
+    assert (formatted["message"], formatted["session_id"], formatted["level"]) == (
         "probe", "session_probe", "WARNING")
