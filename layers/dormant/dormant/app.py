@@ -19,7 +19,7 @@ from dormant.agent import (
     HookFn,
     build_agent,
 )
-from dormant.errors import InputError
+from dormant.errors import InputError, SessionNotFound
 from dormant.events import TimerCancelled, TimerSet
 from dormant.results import RunResult
 from dormant.scheduling import Scheduler, hand_over
@@ -101,6 +101,26 @@ class Sessions:
             if stored is None:
                 raise InputError(f"session {session.session_id} no longer exists")
             session._rebase(stored)
+            result = self.commit(session)
+            if result.ok:
+                return result
+        return result
+
+    def append(self, session_id: str, text: str, *, id: str | None = None,
+               principal: str | None = None) -> CommitResult:
+        """Append a user message from trusted server code and commit it, without running a
+        turn (a later turn takes it up). The session is created when new. A message whose
+        ``id`` the session already holds is a redelivery: nothing is written and the result
+        is ``ok`` at the current version. Refused with :class:`PendingInputError` while the
+        session waits for tool input or an approval."""
+        sid = normalize_session_id(session_id)
+        for _ in range(MERGE_ATTEMPTS):
+            session = self.load(sid, turns=0) or Session.new(sid, principal=principal)
+            if principal is not None and session.principal not in (None, principal):
+                raise SessionNotFound(sid)
+            if id is not None and session.head.has_message(id):
+                return CommitResult(ok=True, version=session.version)
+            session.append(text, id=id)
             result = self.commit(session)
             if result.ok:
                 return result
