@@ -7,23 +7,18 @@ store: committing is the caller's business (``app.sessions.commit`` or a handler
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from dormant._context import history_window, to_messages
 from dormant._ids import new_id, now_ms
-from dormant._patch import make_patch, to_json_value
+from dormant._patch import to_json_value
+from dormant._toolphase import ToolPhase, _Call
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
-from dormant.errors import DuplicateMessage, InputError, PendingInputError, describe_validation
+from dormant.errors import DuplicateMessage, InputError, PendingInputError
 from dormant.events import (
-    ApprovalRequested,
     AssistantDelta,
     AssistantEvent,
     ErrorEvent,
@@ -34,11 +29,8 @@ from dormant.events import (
     InvocationYield,
     ModelEnd,
     ModelStart,
-    StateDelta,
     StreamEvent,
     ToolCall,
-    ToolResult,
-    ToolYield,
     Usage,
     UserEvent,
 )
@@ -61,25 +53,17 @@ from dormant.results import (
     YieldedToolResult,
 )
 from dormant.session import Session
-from dormant.tools import Aborted, Signal, Tool, ToolContext, _current
+from dormant.tools import Aborted, Signal
 
 __all__ = ["TurnInput", "run_turn"]
 
 Clock = Callable[[], int]
 Stream = Generator[StreamEvent, None, RunResult]
 
-_pool: ThreadPoolExecutor | None = None
 
 
 def _counts(usage: Usage) -> bool:
     return bool(usage.input_tokens or usage.output_tokens or usage.cached_tokens)
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dormant-tool")
-    return _pool
 
 
 @dataclass
@@ -92,20 +76,6 @@ class TurnInput:
     invocation_id: str | None = None
 
 
-@dataclass
-class _Call:
-    """A tool call as the tool phase handles it."""
-
-    call_id: str
-    name: str
-    args: Any
-    tool: Tool | None = None
-    parsed: BaseModel | None = None
-    error: str | None = None
-    result: Any = None
-    prepared: Any = None
-    approval_id: str | None = None
-    denied: bool = False
 
 
 def run_turn(
@@ -124,7 +94,7 @@ def run_turn(
     return run.start(turn)
 
 
-class _Run:
+class _Run(ToolPhase):
     def __init__(self, agent: Agent, session: Session, hooks: tuple[Hook, ...],
                  error_handlers: tuple[ErrorHandler, ...], signal: Signal, clock: Clock) -> None:
         self.agent = agent
@@ -315,191 +285,6 @@ class _Run:
         yield self._emit(AssistantEvent(invocation_id=self.invocation_id, text=text))
         return (yield from self._settle())
 
-    # --- tools ---------------------------------------------------------------------------------
-
-    def _run_tools(self, calls: list[_Call]) -> Generator[StreamEvent, None, bool]:
-        """Validate, hold calls for approval, prepare yielding calls, execute the others;
-        events in call order. True if the step parks (a yield or an approval request)."""
-        work = copy.deepcopy(self.session.state)
-        runnable: list[_Call] = []
-        for call in calls:
-            self._resolve(call)
-            if call.error is not None:
-                continue
-            assert call.tool is not None
-            if call.tool.yields:
-                self._prepare(call, work)
-            elif self._needs_approval(call):
-                call.approval_id = new_id("apr")
-            else:
-                runnable.append(call)
-        self._execute_all(runnable, work)
-        yield from self._state_delta(work)
-        parks = False
-        for call in calls:
-            if call.approval_id is not None:
-                parks = True
-                yield self._emit(ApprovalRequested(
-                    invocation_id=self.invocation_id, approval_id=call.approval_id,
-                    call_id=call.call_id, name=call.name, args=call.args))
-            elif call.error is None and call.tool is not None and call.tool.yields:
-                parks = True
-                yield self._emit(ToolYield(invocation_id=self.invocation_id, call_id=call.call_id,
-                                           name=call.name, args=call.prepared))
-            else:
-                yield self._emit(self._tool_result(call))
-        return parks
-
-    def _execute_all(self, runnable: list[_Call], work: dict[str, Any]) -> None:
-        """Independent calls run concurrently (each in a copy of this context)."""
-        if len(runnable) > 1:
-            futures = [_executor().submit(copy_context().run, self._execute, c, work, None)
-                       for c in runnable]
-            for future in futures:
-                future.result()
-        else:
-            for call in runnable:
-                self._execute(call, work, None)
-
-    def _needs_approval(self, call: _Call) -> bool:
-        policy = (self.agent.tool_approval or {}).get(call.name)
-        if policy is None:
-            return False
-        decision = policy(call.parsed) if callable(policy) else policy
-        if decision not in ("user-approval", "approved"):
-            call.error = (f"the approval policy for {call.name} returned {decision!r}; "
-                          "expected 'user-approval' or 'approved'")
-            return False
-        return bool(decision == "user-approval")
-
-    def _resume_tools(self) -> Generator[StreamEvent, None, None]:
-        """Settle the parked step in call order: execute/finalize answered yields, run approved
-        calls, record denials."""
-        work = copy.deepcopy(self.session.state)
-        done: list[_Call] = []
-        approved: list[_Call] = []
-        for pending in self.session.head.step:
-            if pending.settled:
-                continue
-            if pending.approval_id is not None:
-                call = _Call(call_id=pending.call_id, name=pending.name, args=pending.args)
-                if pending.approved:
-                    self._resolve(call)
-                    if call.error is None:
-                        approved.append(call)
-                else:
-                    call.denied = True
-                    call.error = "Denied by the user" + (
-                        f": {pending.reason}" if pending.reason else "")
-                done.append(call)
-                continue
-            if not pending.yielded:
-                continue
-            args = pending.prepared if pending.prepared is not None else pending.args
-            call = _Call(call_id=pending.call_id, name=pending.name, args=args)
-            self._resolve(call)
-            if call.error is None:
-                assert call.tool is not None and call.tool.yield_schema is not None
-                try:
-                    answer = call.tool.yield_schema.model_validate(pending.input)
-                except ValidationError as error:
-                    reason = describe_validation(error, "(root)")
-                    call.error = f"Invalid input for {call.name}: {reason}"
-                    self._finalize(call, work, None)
-                else:
-                    self._execute(call, work, answer)
-            done.append(call)
-        self._execute_all(approved, work)
-        yield from self._state_delta(work)
-        for call in done:  # already in call order: the loop walked the step
-            yield self._emit(self._tool_result(call))
-
-    def _resolve(self, call: _Call) -> None:
-        if call.error is not None:
-            return
-        tool = self.agent.tools.get(call.name)
-        if tool is None:
-            known = ", ".join(sorted(self.agent.tools)) or "none"
-            call.error = f"Unknown tool {call.name!r}. Available tools: {known}"
-            return
-        call.tool = tool
-        try:
-            call.parsed = tool.schema.model_validate(call.args)
-        except ValidationError as error:
-            reason = describe_validation(error, "(root)")
-            call.error = f"Invalid arguments for {call.name}: {reason}"
-
-    def _context(self, call: _Call, work: dict[str, Any], answer: Any) -> ToolContext:
-        return ToolContext(args=call.parsed, state=work, call_id=call.call_id,
-                           session=self.session, tool=call.name,
-                           invocation_id=self.invocation_id, input=answer, signal=self.signal)
-
-    def _prepare(self, call: _Call, work: dict[str, Any]) -> None:
-        assert call.tool is not None
-        ctx = self._context(call, work, None)
-        prepared: Any = call.parsed
-        if call.tool.prepare is not None:
-            try:
-                returned = _in_context(ctx, call.tool.prepare)
-            except Exception as error:
-                call.error = f"{call.name} failed before pausing: {error}"
-                return
-            if returned is not None:
-                prepared = returned
-        call.prepared = to_json_value(prepared)
-
-    def _execute(self, call: _Call, work: dict[str, Any], answer: Any) -> None:
-        assert call.tool is not None
-        ctx = self._context(call, work, answer)
-        tool_hook = self._hook_context(tool=ctx)
-        try:
-            result = self._before_tool(tool_hook)
-            if result is None:
-                if call.tool.execute is not None:
-                    result = _in_context(ctx, call.tool.execute)
-                else:
-                    result = answer
-            for hook in self.hooks:
-                if hook.after_tool is not None:
-                    tool_hook.result = result
-                    replaced = hook.after_tool(tool_hook)
-                    if replaced is not None:
-                        result = replaced
-            call.result = to_json_value(result)
-        except Aborted:
-            raise
-        except Exception as error:
-            call.error = f"{call.name} failed: {error}"
-        self._finalize(call, work, answer)
-
-    def _finalize(self, call: _Call, work: dict[str, Any], answer: Any) -> None:
-        if call.tool is None or call.tool.finalize is None:
-            return
-        finalize = call.tool.finalize
-        try:
-            _in_context(self._context(call, work, answer), finalize)
-        except Exception as error:
-            if call.error is None:
-                call.error = f"{call.name} failed while finalizing: {error}"
-
-    def _before_tool(self, ctx: HookContext) -> Any:
-        for hook in self.hooks:
-            if hook.before_tool is not None:
-                result = hook.before_tool(ctx)
-                if result is not None:
-                    return result
-        return None
-
-    def _tool_result(self, call: _Call) -> ToolResult:
-        return ToolResult(invocation_id=self.invocation_id, call_id=call.call_id, name=call.name,
-                          result=None if call.error else call.result, error=call.error,
-                          denied=call.denied)
-
-    def _state_delta(self, work: dict[str, Any]) -> Generator[StreamEvent, None, None]:
-        patch = make_patch(self.session.state, work)
-        if patch:
-            yield self._emit(StateDelta(invocation_id=self.invocation_id, patch=patch))
-
     # --- results and context -------------------------------------------------------------------
 
     def _finish_yield_tool(self) -> RunResult:
@@ -543,14 +328,6 @@ class _Run:
             return to_messages(history_window(session, limit, seen))
 
         return ModelRequest(system=system, tools=tools, messages=messages, step=step)
-
-
-def _in_context(ctx: ToolContext, fn: Callable[[ToolContext], Any]) -> Any:
-    token = _current.set(ctx)
-    try:
-        return fn(ctx)
-    finally:
-        _current.reset(token)
 
 
 def _parse_call(chunk: ToolCallChunk) -> _Call:
