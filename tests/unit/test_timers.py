@@ -210,3 +210,23 @@ def test_a_manual_commit_hands_timers_over_too(app: dormant.App,
     assert scheduler.calls == []  # nothing is set before the commit
     assert app.sessions.commit(result.session).ok
     assert list(scheduler.timers) == [("session_m1", "reminder:call_r1")]
+
+
+def test_a_commit_that_landed_despite_an_error_still_hands_its_timers_over(
+        scheduler: RecordingScheduler) -> None:
+    from dormant.stores import MemoryStore
+
+    class LostReply(MemoryStore):
+        """The write lands, then the response is lost (a timeout after the fact)."""
+
+        def append(self, head: Any, events: Any, *, expected_version: int) -> Any:
+            super().append(head, events, expected_version=expected_version)
+            raise dormant.StoreError("connection reset after the write")
+
+    app = dormant.App(name="timers", store=LostReply(), scheduler=scheduler)
+    reply = app.handler.rest(agent=_agent(app, [{"tool_calls": [REMIND]}, "Will do."]))(
+        {"session_id": "lost", "input": {"message": "remind me"}})
+
+    assert reply.status == "completed" and reply.commit_status == "committed"
+    assert list(scheduler.timers) == [("session_lost", "reminder:call_r1")]
+    assert app.sessions.get("lost").version == 1  # type: ignore[union-attr]

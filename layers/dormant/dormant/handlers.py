@@ -28,7 +28,7 @@ from dormant._turn_wire import (
 )
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import DormantError, InputError, SessionNotFound, describe_validation
-from dormant.events import StreamEvent, TimerFired
+from dormant.events import StreamEvent, TimerCancelled, TimerFired, TimerSet
 from dormant.models._base import ModelError
 from dormant.results import (
     ErrorResult,
@@ -36,7 +36,7 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
-from dormant.scheduling import TimerDelivery
+from dormant.scheduling import TimerDelivery, hand_over
 from dormant.session import (
     PendingApproval,
     Session,
@@ -269,6 +269,7 @@ class TurnStream(Iterator[StreamEvent]):
         sessions = self._config.app.sessions
         own_user_ts = max((e.ts for e in session.new_events if e.type == "user"), default=None)
         last_event = session.new_events[-1].id
+        timers = [e for e in session.new_events if isinstance(e, TimerSet | TimerCancelled)]
         merged = False
         failures = conflicts = 0
         while True:
@@ -297,7 +298,9 @@ class TurnStream(Iterator[StreamEvent]):
                 if session.version == 0 and outcome is None:
                     continue  # a new session whose write failed: nothing landed, try again
                 return "failed", None
-            if stored.head.last_event == last_event:  # an "failed" write that did land
+            if stored.head.last_event == last_event:  # a "failed" write that did land
+                if timers:  # commit() raised before it could hand them over
+                    hand_over(self._config.app.scheduler, session.session_id, timers)
                 return ("merged" if merged else "committed"), stored.head.version
             if own_user_ts is not None and stored.head.last_user_ts > own_user_ts:
                 return "superseded", None
