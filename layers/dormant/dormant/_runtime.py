@@ -133,9 +133,10 @@ class _Run(ToolPhase):
         return self._guarded(turn)
 
     def _still_waiting(self) -> Stream:
+        """Some calls of the parked step are still unanswered: nothing to run yet."""
+        yield from ()
         self.invocation_id = self.session.head.open_invocation
         return self._finish_yield_tool()
-        yield  # pragma: no cover  (makes this a generator)
 
     def _guarded(self, turn: TurnInput) -> Stream:
         self.session._deferred = []  # timers tools ask for wait for _flush (call order)

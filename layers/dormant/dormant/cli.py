@@ -233,5 +233,5 @@ def _expected_inputs(app_file: str) -> dict[str, str]:
     return expects
 
 
-if __name__ == "__main__":  # pragma: no cover
+if __name__ == "__main__":
     sys.exit(main())

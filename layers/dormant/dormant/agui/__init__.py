@@ -36,7 +36,7 @@ from __future__ import annotations
 
 try:
     import ag_ui.core  # noqa: F401
-except ImportError as error:  # pragma: no cover - depends on the environment
+except ImportError as error:
     raise ImportError(
         "dormant.agui needs the AG-UI protocol package: pip install 'dormant[agui]'"
     ) from error

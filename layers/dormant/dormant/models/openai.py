@@ -14,7 +14,7 @@ from typing import Any, Literal, cast
 
 try:
     import openai
-except ImportError as _missing:  # pragma: no cover - exercised only without the extra
+except ImportError as _missing:
     raise ImportError(
         "dormant.models.OpenAIModel needs the openai package: pip install 'dormant[openai]'"
     ) from _missing

@@ -264,7 +264,7 @@ class DynamoDBStore:
             except BotoCoreError as error:
                 raise _store_error("commit", written.session_id, error) from error
             time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")  # pragma: no cover
+        raise AssertionError("unreachable")
 
     def _put_head(self, written: Head, put_head: dict[str, Any],
                   expected_version: int) -> CommitResult:
