@@ -141,22 +141,21 @@ class _Call:
         return ToolCallChunk(call_id=self.call_id or new_id("call"), name=self.name, args=args)
 
 
-def _usage_of_response(usage: Any) -> Usage | None:
+def _usage(usage: Any, inputs: str, outputs: str, details: str) -> Usage | None:
+    """Token counts from either API's usage object (they name the same fields differently)."""
     if usage is None:
         return None
-    details = getattr(usage, "input_tokens_details", None)
-    return Usage(input_tokens=getattr(usage, "input_tokens", 0) or 0,
-                 output_tokens=getattr(usage, "output_tokens", 0) or 0,
-                 cached_tokens=getattr(details, "cached_tokens", 0) or 0)
+    return Usage(input_tokens=getattr(usage, inputs, 0) or 0,
+                 output_tokens=getattr(usage, outputs, 0) or 0,
+                 cached_tokens=getattr(getattr(usage, details, None), "cached_tokens", 0) or 0)
+
+
+def _usage_of_response(usage: Any) -> Usage | None:
+    return _usage(usage, "input_tokens", "output_tokens", "input_tokens_details")
 
 
 def _usage_of_chat(usage: Any) -> Usage | None:
-    if usage is None:
-        return None
-    details = getattr(usage, "prompt_tokens_details", None)
-    return Usage(input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                 output_tokens=getattr(usage, "completion_tokens", 0) or 0,
-                 cached_tokens=getattr(details, "cached_tokens", 0) or 0)
+    return _usage(usage, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
 
 
 class StreamFailed(ModelError):
