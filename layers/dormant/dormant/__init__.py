@@ -34,8 +34,9 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
-from dormant.session import CommitResult, PendingApproval, Session, YieldedTool
+from dormant.session import Session
 from dormant.tools import Signal, Tool, ToolContext, handler_context, run_with_handler_context
+from dormant.types import CommitResult, PendingApproval, YieldedTool
 
 __all__ = [
     "Agent",

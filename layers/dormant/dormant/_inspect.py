@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dormant.events import Event
-from dormant.session import Session, SessionSummary
+from dormant.session import Session
+from dormant.types import SessionSummary
 
 __all__ = ["render_list", "render_session", "session_json"]
 

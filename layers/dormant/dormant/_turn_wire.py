@@ -9,7 +9,7 @@ from pydantic.alias_generators import to_camel
 
 from dormant.events import Usage
 from dormant.results import Output
-from dormant.session import PendingApproval, YieldedTool
+from dormant.types import PendingApproval, YieldedTool
 
 __all__ = [
     "ApprovalDecision",

@@ -23,16 +23,11 @@ from dormant.errors import InputError, SessionNotFound
 from dormant.events import TimerCancelled, TimerSet
 from dormant.results import RunResult
 from dormant.scheduling import Scheduler, hand_over
-from dormant.session import (
-    CommitResult,
-    Session,
-    SessionSummary,
-    mint_session_id,
-    normalize_session_id,
-)
+from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
 from dormant.tools import Step, Tool, make_tool, tool_from_function
+from dormant.types import CommitResult, SessionSummary
 
 if TYPE_CHECKING:
     from dormant.handlers import Handlers

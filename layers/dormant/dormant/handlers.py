@@ -37,14 +37,9 @@ from dormant.results import (
     YieldedToolResult,
 )
 from dormant.scheduling import TimerDelivery, hand_over
-from dormant.session import (
-    PendingApproval,
-    Session,
-    YieldedTool,
-    mint_session_id,
-    normalize_session_id,
-)
+from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.tools import Aborted, Signal
+from dormant.types import PendingApproval, YieldedTool
 
 if TYPE_CHECKING:
     from dormant._head import Head

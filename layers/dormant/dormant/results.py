@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Discriminator, Field
 
 from dormant.events import Usage
-from dormant.session import PendingApproval, YieldedTool, _Wire
+from dormant.types import PendingApproval, YieldedTool, _Wire
 
 if TYPE_CHECKING:
     from dormant.session import Session

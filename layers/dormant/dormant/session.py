@@ -7,10 +7,7 @@ import re
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, Literal, NamedTuple
-
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
+from typing import Any, Literal
 
 from dormant._head import Head, apply
 from dormant._ids import new_id, now_ms
@@ -25,6 +22,13 @@ from dormant.events import (
     UserEvent,
 )
 from dormant.scheduling import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
+from dormant.types import (
+    CommitResult,
+    PendingApproval,
+    SessionSummary,
+    StoredSession,
+    YieldedTool,
+)
 
 __all__ = [
     "CommitResult",
@@ -61,54 +65,6 @@ def normalize_session_id(session_id: str) -> str:
 
 def mint_session_id() -> str:
     return new_id("session")
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
-
-
-class YieldedTool(_Wire):
-    """A call the run waits on: answer it by ``call_id``."""
-
-    call_id: str
-    name: str
-    args: Any = None
-
-
-class PendingApproval(_Wire):
-    """A call waiting for a human decision: decide it by ``approval_id``."""
-
-    approval_id: str
-    call_id: str
-    tool: str
-    args: Any = None
-
-
-class CommitResult(_Wire):
-    """What a commit did. A refusal is data: ``ok=False, conflict=True, current_version=N``."""
-
-    ok: bool
-    version: int | None = None
-    conflict: bool = False
-    current_version: int | None = None
-
-
-class SessionSummary(_Wire):
-    """One line of ``sessions.list``."""
-
-    session_id: str
-    version: int
-    status: Literal["active", "awaiting_input"]
-    updated_at: int
-    principal: str | None = None
-
-
-class StoredSession(NamedTuple):
-    """What a store returns: the head, and the ledger from position ``first_seq`` on."""
-
-    head: Head
-    events: list[Event]
-    first_seq: int
 
 
 class SessionInput:

@@ -48,7 +48,7 @@ from dormant.events import (
     Usage,
 )
 from dormant.handlers import TurnResult
-from dormant.session import PendingApproval, YieldedTool
+from dormant.types import PendingApproval, YieldedTool
 
 __all__ = ["RUN_INTERRUPTED", "AgUIAdapter", "ToolTransformer"]
 

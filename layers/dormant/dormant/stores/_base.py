@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 from dormant._head import Head
 from dormant._ids import now_ms
 from dormant.events import Event
-from dormant.session import CommitResult, SessionSummary, StoredSession
+from dormant.types import CommitResult, SessionSummary, StoredSession
 
 __all__ = ["Store", "commit_head"]
 

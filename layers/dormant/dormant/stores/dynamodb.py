@@ -20,13 +20,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from dormant._head import Head
 from dormant.errors import ConfigError, StoreError
 from dormant.events import Event
-from dormant.session import CommitResult, SessionSummary, StoredSession
 from dormant.settings import Settings
 from dormant.stores._base import commit_head
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb import reads, writes
 from dormant.stores._dynamodb.offload import Offloader
 from dormant.stores._dynamodb.window import WindowEstimator
+from dormant.types import CommitResult, SessionSummary, StoredSession
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from dormant._head import Head
 from dormant._ids import now_ms
 from dormant.events import Event
-from dormant.session import CommitResult, SessionSummary, StoredSession
+from dormant.types import CommitResult, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event, load_event
-from dormant.session import CommitResult, SessionSummary, StoredSession
 from dormant.stores._base import commit_head
+from dormant.types import CommitResult, SessionSummary, StoredSession
 
 __all__ = ["SqliteStore"]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from dormant.errors import StoreError
 from dormant.events import Event, load_events
-from dormant.session import SessionSummary
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import is_pointer
+from dormant.types import SessionSummary
 
 __all__ = ["decode", "items_needed", "remaining_limit", "summary"]
 
