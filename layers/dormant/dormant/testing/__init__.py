@@ -3,13 +3,16 @@
 ``run_test(agent, [user(...), model(...), tool_input({...}), model(...)])`` serves the agent
 with a :class:`ScriptedModel` fed by the ``model`` steps, on a fresh session, committing after
 every run exactly as a handler would. It raises if the script and the run disagree.
+
+:class:`StoreContract` (``dormant.testing.store_contract``) is the store conformance suite, for
+pytest; it is imported on first use, so importing this module never imports pytest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,6 +23,9 @@ from dormant.models.scripted import ScriptedModel, ScriptError
 from dormant.results import RunResult
 from dormant.session import Session, mint_session_id
 from dormant.stores.memory import MemoryStore
+
+if TYPE_CHECKING:  # not in __all__ either: a star import must not import pytest
+    from dormant.testing.store_contract import StoreContract as StoreContract
 
 __all__ = [
     "ScriptError",
@@ -208,3 +214,11 @@ def get_tool_results(events: Iterable[Event]) -> list[ToolOutcome]:
     return [ToolOutcome(call_id=e.call_id, name=e.name, result=e.result, error=e.error,
                         denied=e.denied)
             for e in events if isinstance(e, ToolResult)]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StoreContract":  # imports pytest: only when asked for
+        from dormant.testing.store_contract import StoreContract
+
+        return StoreContract
+    raise AttributeError(f"module 'dormant.testing' has no attribute {name!r}")

@@ -1,0 +1,205 @@
+"""The store contract as a pytest suite: versions, conflicts, merge, "a refusal writes nothing".
+
+Every store shipped with dormant runs it, and so can yours. This module imports pytest: import it
+from test code only (``dormant.testing`` itself does not import it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import dormant
+from dormant.events import UserEvent
+from dormant.session import Session
+from dormant.stores import Store
+
+__all__ = ["StoreContract"]
+
+
+def _app(store: Store) -> dormant.App:
+    return dormant.App(name="conformance", store=store)
+
+
+class StoreContract:
+    """Subclass it in a test module, name the subclass ``Test...``, give it a ``store`` fixture
+    that yields a fresh, empty store (and cleans up after), and every check below runs on it::
+
+        import pytest
+        from dormant.testing import StoreContract
+
+        class TestMyStore(StoreContract):
+            @pytest.fixture
+            def store(self, tmp_path):          # any pytest fixture may be requested
+                store = MyStore(tmp_path / "sessions.db")
+                yield store                     # a fresh, empty store per test
+                store.close()                   # teardown runs after each test
+
+    Each test gets its own store from the fixture. This base class is not collected on its own
+    (its name does not start with ``Test``); each subclass runs the whole suite once.
+    """
+
+    @pytest.fixture
+    def store(self) -> Store:
+        """Overridden by every subclass; failing here names the class that forgot to."""
+        pytest.fail(f"{type(self).__name__} subclasses StoreContract but defines no `store` "
+                    f"fixture: add `@pytest.fixture def store(self): yield YourStore(...)`")
+
+    def test_a_missing_session_loads_as_none(self, store: Store) -> None:
+        assert store.load("session_nobody") is None
+        assert _app(store).sessions.get("nobody") is None
+
+    def test_create_commits_version_one_and_get_reads_it(self, store: Store) -> None:
+        app = _app(store)
+        created = app.sessions.create("thread-1", state={"plan": "basic"})
+        assert created.version == 1
+        loaded = app.sessions.get("session_thread-1")
+        assert loaded is not None
+        assert loaded.session_id == "session_thread-1"
+        assert loaded.version == 1
+        assert loaded.state == {"plan": "basic"}
+        assert loaded.events == []
+
+    def test_create_refuses_an_existing_id(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("twice")
+        with pytest.raises(dormant.InputError, match="already exists"):
+            app.sessions.create("twice")
+
+    def test_each_commit_moves_the_version_by_one(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("versions")
+        for n in range(3):
+            session.input.message(f"message {n}")
+            result = app.sessions.commit(session)
+            assert result.ok and result.version == n + 2
+        loaded = app.sessions.get("versions")
+        assert loaded is not None
+        assert loaded.version == 4
+        assert [e.text for e in loaded.events if isinstance(e, UserEvent)] == [
+            "message 0", "message 1", "message 2"]
+
+    def test_a_stale_commit_is_refused_as_data_and_writes_nothing(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("stale", state={"n": 1})
+        one, two = app.sessions.get("stale"), app.sessions.get("stale")
+        assert one is not None and two is not None
+        one.input.message("first")
+        two.input.message("second")
+        assert app.sessions.commit(one).ok
+        refused = app.sessions.commit(two)
+        assert refused.ok is False
+        assert refused.conflict is True
+        assert refused.current_version == 2
+        after = app.sessions.get("stale")
+        assert after is not None
+        assert after.version == 2
+        assert [e.text for e in after.events if isinstance(e, UserEvent)] == ["first"]
+        assert after.state == {"n": 1}
+
+    def test_merge_rereads_the_head_and_appends(self, store: Store) -> None:
+        """Seed 002, step 6: load twice, the second commit is refused, merge rescues it."""
+        app = _app(store)
+        app.sessions.create("thread-shared")
+        one, two = app.sessions.get("thread-shared"), app.sessions.get("thread-shared")
+        assert one is not None and two is not None
+        loaded_at = [one.version, two.version]
+        one.input.message("from the first request")
+        two.input.message("from the second request")
+        won = app.sessions.commit(one)
+        lost = app.sessions.commit(two)
+        rescued = app.sessions.merge(two)
+        settled = app.sessions.get("thread-shared")
+        assert settled is not None
+        assert loaded_at == [1, 1]
+        assert won.model_dump() == {"ok": True, "version": 2, "conflict": False,
+                                    "current_version": None}
+        assert lost.model_dump() == {"ok": False, "version": None, "conflict": True,
+                                     "current_version": 2}
+        assert rescued.ok is True and rescued.version == 3
+        assert settled.version == 3
+        assert [e.text if isinstance(e, UserEvent) else e.type for e in settled.events] == [
+            "from the first request", "from the second request"]
+
+    def test_a_commit_to_a_deleted_session_conflicts(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("gone")
+        assert app.sessions.delete("gone") is True
+        assert app.sessions.delete("gone") is False
+        session.input.message("late")
+        result = app.sessions.commit(session)
+        assert result.ok is False and result.conflict is True and result.current_version == 0
+        assert app.sessions.get("gone") is None
+
+    def test_a_new_session_commits_at_version_zero_only_once(self, store: Store) -> None:
+        app = _app(store)
+        first, second = Session.new("session_race0"), Session.new("session_race0")
+        first.input.message("a")
+        second.input.message("b")
+        assert app.sessions.commit(first).ok
+        refused = app.sessions.commit(second)
+        assert refused.conflict and refused.current_version == 1
+
+    def test_history_window_loads_only_the_last_turns(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("window")
+        for n in range(5):
+            session.input.message(f"turn {n}")
+            assert app.sessions.commit(session).ok
+        windowed = store.load("session_window", turns=2)
+        assert windowed is not None
+        assert [e.text for e in windowed.events if isinstance(e, UserEvent)] == [
+            "turn 3", "turn 4"]
+        assert windowed.first_seq == 3
+        assert windowed.head.seq == 5
+        assert store.load("session_window", turns=0).events == []  # type: ignore[union-attr]
+        whole = app.sessions.get("window")
+        assert whole is not None and len(whole.events) == 5
+
+    def test_state_and_head_round_trip(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("state", state={"nested": {"a": [1, 2]}, "s": "é ✓"})
+        session.input.message("hello", id="m-1")
+        assert app.sessions.commit(session).ok
+        loaded = app.sessions.get("state")
+        assert loaded is not None
+        assert loaded.state == {"nested": {"a": [1, 2]}, "s": "é ✓"}
+        assert loaded.head.has_message("m-1") and len(loaded.head.message_ids) == 1
+        assert loaded.events[0].model_dump() == session.events[0].model_dump()
+
+    def test_list_returns_newest_first_and_filters_by_principal(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("alpha", principal="alice")
+        app.sessions.create("beta", principal="bob")
+        gamma = app.sessions.create("gamma", principal="alice")
+        time.sleep(0.002)  # updated_at has millisecond resolution: make "newest" unambiguous
+        gamma.input.message("bump")
+        assert app.sessions.commit(gamma).ok
+        mine = [s.session_id for s in app.sessions.list(principal="alice")]
+        assert mine[0] == "session_gamma" and set(mine) == {"session_alpha", "session_gamma"}
+        assert {s.session_id for s in app.sessions.list()} >= {
+            "session_alpha", "session_beta", "session_gamma"}
+
+    def test_concurrent_commits_on_one_version_have_exactly_one_winner(
+            self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("contended")
+        replicas = [app.sessions.get("contended") for _ in range(8)]
+        barrier = threading.Barrier(len(replicas))
+        outcomes: list[bool] = []
+
+        def commit(session: Session) -> None:
+            session.input.message(f"from {id(session)}")
+            barrier.wait()
+            outcomes.append(app.sessions.commit(session).ok)
+
+        threads = [threading.Thread(target=commit, args=(r,)) for r in replicas if r is not None]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert outcomes.count(True) == 1
+        final = app.sessions.get("contended")
+        assert final is not None and final.version == 2 and len(final.events) == 1
