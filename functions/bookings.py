@@ -26,7 +26,7 @@ from dormant.models import (
     ToolMessage,
     UserMessage,
 )
-from dormant.scheduling import Scheduler
+from dormant.schedulers import Scheduler
 from dormant.settings import ENV, Settings
 from dormant.stores import Store
 from dormant.tools import Signal, ToolContext

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from bookings import Bookings, build
 
-from dormant.scheduling import Scheduler
+from dormant.schedulers import Scheduler
 from dormant.settings import Settings
 from dormant.stores import DynamoDBStore
 
@@ -45,6 +45,6 @@ def deployed_scheduler(settings: Settings) -> Scheduler | None:
     """EventBridge Scheduler targeting the wake function, when the deployment names one."""
     if not (settings.wake_target_arn and settings.scheduler_role_arn):
         return None
-    from dormant.scheduling import EventBridgeScheduler
+    from dormant.schedulers import EventBridgeScheduler
 
     return EventBridgeScheduler.from_settings(settings)

@@ -1,7 +1,7 @@
 """The ``wake`` function: an EventBridge Scheduler firing -> the timer's delivery + one turn.
 
-Every schedule :class:`~dormant.scheduling.EventBridgeScheduler` creates targets this function
-with the timer's :class:`~dormant.scheduling.TimerDelivery` as its input, and EventBridge
+Every schedule :class:`~dormant.schedulers.EventBridgeScheduler` creates targets this function
+with the timer's :class:`~dormant.schedulers.TimerDelivery` as its input, and EventBridge
 Scheduler passes a Lambda target's input as the event: the event *is* the delivery
 (``{sessionId, name, fireAt, message | toolInput, messageId}``, see events/wake-timer.json).
 The library's wake handler appends the timer's message (or tool answer) and runs the
@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from dormant.errors import StaleTimer, describe_validation
 from dormant.handlers import TurnResult
-from dormant.scheduling import TimerDelivery
+from dormant.schedulers import TimerDelivery
 
 __all__ = ["InvalidTimerEvent", "TimerNotDelivered", "handler"]
 

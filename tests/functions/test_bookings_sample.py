@@ -8,7 +8,7 @@ import pytest
 
 import dormant
 from dormant._ids import now_ms
-from dormant.scheduling import RecordingScheduler
+from dormant.schedulers import RecordingScheduler
 
 
 @pytest.fixture

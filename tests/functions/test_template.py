@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dormant.scheduling import TimerDelivery
+from dormant.schedulers import TimerDelivery
 from dormant.settings import ENV
 from dormant.stores import DynamoDBStore
 from tests.functions.conftest import EVENTS, ROOT

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant.scheduling import EventBridgeScheduler, TimerDelivery
+from dormant.schedulers import EventBridgeScheduler, TimerDelivery
 from dormant.stores import DynamoDBStore
 from tests.functions.conftest import (
     SCHEDULER_ROLE_ARN,

@@ -19,8 +19,8 @@ from pydantic import BaseModel
 import dormant
 from dormant.errors import ConfigError, SchedulerError
 from dormant.models import ScriptedModel
+from dormant.schedulers import EventBridgeScheduler, TimerDelivery
 from dormant.schedulers.eventbridge import MIN_LEAD_SECONDS, at_expression, schedule_name
-from dormant.scheduling import EventBridgeScheduler, TimerDelivery
 from dormant.settings import Settings
 from tests._moto import aws_env, in_process_aws
 
@@ -213,11 +213,15 @@ def test_from_settings_reads_the_environment_names() -> None:
         EventBridgeScheduler.from_settings(Settings.from_env({}))
 
 
-def test_importing_the_scheduling_module_does_not_import_boto3() -> None:
-    code = ("import sys, dormant, dormant.scheduling\n"
+@pytest.mark.parametrize("module", ["dormant.schedulers", "dormant.scheduling"])
+def test_importing_the_schedulers_package_does_not_import_a_backend(module: str) -> None:
+    # dormant.scheduling is the deprecated shim: it must stay as lazy as the package.
+    code = (f"import sys, dormant, {module}\n"
             "assert 'dormant.schedulers.eventbridge' not in sys.modules\n"
-            "timers = dormant.scheduling.EventBridgeScheduler('arn:t', 'arn:r')\n"
-            "assert 'boto3' not in sys.modules, 'boto3 imported before the first call'\n")
+            "assert 'dormant.schedulers.local' not in sys.modules\n"
+            f"timers = {module}.EventBridgeScheduler('arn:t', 'arn:r')\n"
+            "assert 'boto3' not in sys.modules, 'boto3 imported before the first call'\n"
+            "assert 'dormant.schedulers.local' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -209,7 +209,7 @@ def test_an_approval_is_pending_in_the_api_and_decided_by_post_turns() -> None:
 
 
 def test_get_session_lists_pending_timers_and_delete_cancels_them() -> None:
-    from dormant.scheduling import RecordingScheduler
+    from dormant.schedulers import RecordingScheduler
 
     scheduler = RecordingScheduler()
     app = dormant.App(name="http-timers", scheduler=scheduler)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 import dormant
 from dormant._ids import now_ms
 from dormant.models import ScriptedModel
-from dormant.scheduling import LocalScheduler, Scheduler, TimerDelivery
+from dormant.schedulers import LocalScheduler, Scheduler, TimerDelivery
 from dormant.stores import SqliteStore
 
 WAIT = 10.0  # seconds an Event may take before the test fails (never reached when it works)
@@ -84,10 +84,13 @@ def make(clock: FakeClock) -> Iterator[Callable[..., LocalScheduler]]:
         scheduler.close()
 
 
-def test_it_is_a_scheduler_exposed_from_dormant_scheduling() -> None:
+def test_it_is_a_scheduler_exposed_from_dormant_schedulers() -> None:
+    import dormant.scheduling as deprecated
     from dormant.schedulers.local import LocalScheduler as Direct
 
     assert LocalScheduler is Direct
+    assert deprecated.LocalScheduler is Direct
+    assert deprecated.Scheduler is Scheduler and deprecated.TimerDelivery is TimerDelivery
     with LocalScheduler(lambda d: None) as scheduler:
         assert isinstance(scheduler, Scheduler)
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 import dormant
 from dormant.models import ScriptedModel
-from dormant.scheduling import RecordingScheduler, TimerDelivery, parse_delay
+from dormant.schedulers import RecordingScheduler, TimerDelivery, parse_delay
 
 
 class Reminder(BaseModel):

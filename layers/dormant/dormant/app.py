@@ -22,7 +22,7 @@ from dormant.agent import (
 from dormant.errors import InputError, SessionNotFound
 from dormant.events import TimerCancelled, TimerSet
 from dormant.results import RunResult
-from dormant.scheduling import Scheduler, hand_over
+from dormant.schedulers import Scheduler, hand_over
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore

@@ -36,7 +36,7 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
-from dormant.scheduling import TimerDelivery, hand_over
+from dormant.schedulers import TimerDelivery, hand_over
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.tools import Aborted, Signal
 from dormant.types import PendingApproval, YieldedTool

@@ -21,7 +21,7 @@ from dormant.events import (
     ToolInput,
     UserEvent,
 )
-from dormant.scheduling import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
+from dormant.schedulers import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
 from dormant.types import (
     CommitResult,
     PendingApproval,

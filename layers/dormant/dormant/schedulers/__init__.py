@@ -1,6 +1,49 @@
-"""Scheduler backends (SPEC §7): where committed timers are set and from where they fire.
+"""Timers (SPEC §7): one :class:`Scheduler` protocol, several backends.
 
-Each backend lives in its own module, imported where it is used, so the Lambda import path
-loads only its own: ``dormant.schedulers.local`` (``dormant dev``) and
-``dormant.schedulers.eventbridge`` (AWS).
+The protocol, :class:`TimerDelivery`, :class:`RecordingScheduler` and the helpers sessions and
+handlers use (``hand_over``, ``fire_at_ms``, ``parse_delay``) are importable at no cost. The
+backends are imported on first use so the Lambda import path loads only its own:
+``LocalScheduler`` (a thread, for ``dormant dev``) and ``EventBridgeScheduler`` (AWS, boto3).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dormant.schedulers._base import (
+    MAX_TIMER_NAME,
+    RecordingScheduler,
+    Scheduler,
+    TimerDelivery,
+    fire_at_ms,
+    hand_over,
+    parse_delay,
+)
+
+if TYPE_CHECKING:
+    from dormant.schedulers.eventbridge import EventBridgeScheduler
+    from dormant.schedulers.local import LocalScheduler
+
+__all__ = [
+    "MAX_TIMER_NAME",
+    "EventBridgeScheduler",
+    "LocalScheduler",
+    "RecordingScheduler",
+    "Scheduler",
+    "TimerDelivery",
+    "fire_at_ms",
+    "hand_over",
+    "parse_delay",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EventBridgeScheduler":
+        from dormant.schedulers.eventbridge import EventBridgeScheduler
+
+        return EventBridgeScheduler
+    if name == "LocalScheduler":
+        from dormant.schedulers.local import LocalScheduler
+
+        return LocalScheduler
+    raise AttributeError(f"module 'dormant.schedulers' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """Timers on Amazon EventBridge Scheduler: one one-time schedule per (session, timer name).
 
 ``set`` creates a schedule ``at(<fire time>)`` in UTC whose target is the wake function and
-whose target input is the :class:`~dormant.scheduling.TimerDelivery` JSON: EventBridge
+whose target input is the :class:`~dormant.schedulers.TimerDelivery` JSON: EventBridge
 Scheduler passes that input to a Lambda target as the event, so the wake function receives
 the delivery itself. The schedule deletes itself after it fires (``ActionAfterCompletion``
 ``DELETE``). The schedule name is derived from the session id and the timer name, so setting
@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dormant.errors import ConfigError, SchedulerError
-from dormant.scheduling import TimerDelivery
+from dormant.schedulers._base import TimerDelivery
 
 if TYPE_CHECKING:
     from dormant.settings import Settings
@@ -68,7 +68,7 @@ def at_expression(fire_at_ms: int, *, now_ms: int,
 
 
 class EventBridgeScheduler:
-    """A :class:`~dormant.scheduling.Scheduler` on EventBridge Scheduler (one-time schedules).
+    """A :class:`~dormant.schedulers.Scheduler` on EventBridge Scheduler (one-time schedules).
 
     ``target_arn`` is the wake function's ARN, ``role_arn`` the role EventBridge Scheduler
     assumes to invoke it (the caller needs ``iam:PassRole`` on it), ``group_name`` the schedule

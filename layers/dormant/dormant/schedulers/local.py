@@ -1,6 +1,6 @@
 """The local scheduler (SPEC §7, §10): timers fired by a thread, for ``dormant dev``.
 
-One background thread keeps a heap of :class:`~dormant.scheduling.TimerDelivery` ordered by
+One background thread keeps a heap of :class:`~dormant.schedulers.TimerDelivery` ordered by
 ``fire_at`` and hands each one, when due, to ``deliver`` (in ``dormant dev``, the app's
 ``app.handler.wake(agent=...)``). It keeps nothing on disk: timers live in each session's head,
 so at start-up :meth:`LocalScheduler.recover` re-arms every pending timer from the store, and a
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dormant._ids import now_ms
-from dormant.scheduling import TimerDelivery
+from dormant.schedulers._base import TimerDelivery
 
 __all__ = ["LocalScheduler"]
 
@@ -40,7 +40,7 @@ _Key = tuple[str, str]
 
 
 class LocalScheduler:
-    """A :class:`~dormant.scheduling.Scheduler` that fires timers in this process.
+    """A :class:`~dormant.schedulers.Scheduler` that fires timers in this process.
 
     ``LocalScheduler(deliver)`` starts its thread at once; ``deliver(delivery)`` is called on
     that thread, one delivery at a time, earliest ``fire_at`` first (ties in the order set).
