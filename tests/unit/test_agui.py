@@ -378,8 +378,10 @@ def test_a_turn_past_its_timeout_ends_with_run_error(app):
 
     assert types(events)[-1] == "RUN_ERROR"
     assert "RUN_FINISHED" not in types(events)
-    assert conformant(events)[-1]["code"] == "aborted"
-    assert app.sessions.get("s-slow") is None
+    assert conformant(events)[-1]["code"] == "deadline"
+    kept = app.sessions.get("s-slow")  # the tool ran: its result is kept, the session failed
+    assert kept is not None and kept.status == "failed"
+    assert [e.type for e in kept.events][-2:] == ["tool_result", "invocation_failed"]
 
 
 def test_a_client_that_hangs_up_aborts_the_turn(app, tools):

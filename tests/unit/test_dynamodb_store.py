@@ -129,15 +129,15 @@ def test_from_env_reads_table_bucket_and_ttl(aws: None) -> None:
         DynamoDBStore.from_env({})
 
 
-def test_a_commit_writes_one_slice_item_and_the_head(aws: None) -> None:
+def test_a_commit_writes_one_slice_item_the_head_and_a_guard_per_message_id(aws: None) -> None:
     store = _store()
     app = dormant.App(store=store)
     session = app.sessions.create("layout", principal="alice")
-    session.input.message("one")
-    session.input.message("two")
+    session.input.message("one", id="m-1")
+    session.input.message("two", id="m-2")
     assert app.sessions.commit(session).ok
     items = {item["sk"]["S"]: item for item in _items("session_layout")}
-    assert sorted(items) == ["e#000000000000", "~head"]
+    assert sorted(items) == ["#o#m:m-1", "#o#m:m-2", "e#000000000000", "~head"]
     assert [e["text"] for e in json.loads(items["e#000000000000"]["ev"]["S"])] == ["one", "two"]
     assert items["~head"]["ver"] == {"N": "2"}
     assert items["~head"]["own"] == {"S": "p:alice"}
@@ -150,7 +150,8 @@ def test_a_one_megabyte_tool_result_round_trips_in_chunks(aws: None) -> None:
     store = _store()
     app, sid = _big_tool_turn(store, ONE_MB)
     assert _result_of(app, sid) == "é" + "x" * (ONE_MB - 1)
-    parts = [item for item in _items(sid) if item["sk"]["S"].count("#") == 2]
+    parts = [item for item in _items(sid)
+             if item["sk"]["S"].startswith("e#") and item["sk"]["S"].count("#") == 2]
     assert len(parts) == 3
     assert all(layout.item_size(item) <= layout.ITEM_LIMIT for item in parts)
     assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -203,7 +204,8 @@ def test_error_handlers_can_recover_a_failed_turn(app: dormant.App) -> None:
     assert reply.commit_status == "committed"
 
 
-def test_a_turn_past_its_timeout_is_aborted_and_commits_nothing(app: dormant.App) -> None:
+def test_a_turn_past_its_timeout_keeps_the_tool_that_ran_and_fails_retryably(
+        app: dormant.App) -> None:
     def slow_tool(ctx: dormant.ToolContext) -> str:
         ctx.signal.wait(5)  # returns as soon as the deadline aborts the turn
         return "late"
@@ -213,8 +215,24 @@ def test_a_turn_past_its_timeout_is_aborted_and_commits_nothing(app: dormant.App
         {"tool_calls": [{"name": "slow", "args": {"ref": "x"}}]}, "done"]))
     rest = app.handler.rest(agent=agent, timeout=0.05)
     reply = rest({"session_id": "timed", "input": {"message": "go"}})
-    assert reply.status == "error" and reply.code == "aborted"
-    assert app.sessions.get("timed") is None
+    assert reply.status == "error" and reply.code == "deadline" and reply.retryable is True
+    assert reply.commit_status == "committed"
+    session = app.sessions.get("timed")
+    assert session is not None and session.status == "failed"
+    assert [e.type for e in session.events][-2:] == ["tool_result", "invocation_failed"]
+
+
+def test_a_turn_past_its_timeout_before_any_tool_ran_commits_nothing(app: dormant.App) -> None:
+    def slow_hook(ctx: dormant.HookContext) -> None:
+        time.sleep(0.1)
+
+    agent = app.agent(name="a", model=ScriptedModel(["never seen"]),
+                      hooks=[dormant.Hook(after_model=slow_hook)])
+    rest = app.handler.rest(agent=agent, timeout=0.05)
+    reply = rest({"session_id": "timed-early", "input": {"message": "go"}})
+    assert reply.status == "error" and reply.code == "deadline"
+    assert reply.commit_status is None
+    assert app.sessions.get("timed-early") is None
 
 
 def test_initial_state_applies_only_when_the_session_is_created(

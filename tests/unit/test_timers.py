@@ -71,7 +71,7 @@ def test_a_committed_turn_hands_its_timer_to_the_scheduler(
     assert [t.name for t in session.timers] == ["reminder:call_r1"]
 
 
-def test_timers_take_effect_only_if_the_turn_commits(
+def test_a_timer_set_by_a_tool_that_ran_is_kept_when_the_turn_then_fails(
         app: dormant.App, scheduler: RecordingScheduler) -> None:
     def broken(ctx: dormant.HookContext) -> None:
         raise RuntimeError("provider down")
@@ -82,12 +82,16 @@ def test_timers_take_effect_only_if_the_turn_commits(
                                        if ctx.request and ctx.request.step == 2 else None)])
     reply = app.handler.rest(agent=agent)({"session_id": "s2", "input": {"message": "remind"}})
 
-    assert reply.status == "error" and reply.commit_status is None
-    assert scheduler.calls == []
-    assert app.sessions.get("s2") is None
+    # The tool ran (what changed the world is kept), so its timer is committed and set.
+    assert reply.status == "error" and reply.commit_status == "committed"
+    assert [call[0] for call in scheduler.calls] == ["set"]
+    session = app.sessions.get("s2")
+    assert session is not None and session.status == "failed"
+    assert [t.name for t in session.timers] == ["reminder:call_r1"]
 
 
-def test_a_superseded_turn_sets_no_timer(scheduler: RecordingScheduler) -> None:
+def test_a_superseded_turn_keeps_the_timer_its_tool_set_and_drops_its_reply(
+        scheduler: RecordingScheduler) -> None:
     ticks = itertools.count(1_700_000_000_000)  # each user message strictly newer
     app = dormant.App(name="timers", scheduler=scheduler, clock=lambda: next(ticks))
     thinking, release = threading.Event(), threading.Event()
@@ -109,8 +113,46 @@ def test_a_superseded_turn_sets_no_timer(scheduler: RecordingScheduler) -> None:
     release.set()
     worker.join(10)
 
+    # The reminder tool ran before a newer message overtook the turn: what changed the world
+    # (its result and its timer) is kept, the reply "later" is dropped.
+    assert outcome[0].commit_status == "superseded" and outcome[0].warning is not None
+    assert [call[0] for call in scheduler.calls] == ["set"]
+    session = app.sessions.get("s3")
+    assert session is not None
+    kept = [e.type for e in session.events if e.type != "state_delta"]
+    assert kept[-4:] == ["tool_call", "tool_result", "timer_set", "invocation_end"]
+    assert [e.text for e in session.events if e.type == "assistant"] == ["ok"]
+    ends = [e for e in session.events if e.type == "invocation_end"]
+    assert [e.status for e in ends] == ["completed", "superseded"]
+
+
+def test_a_superseded_turn_that_ran_no_tool_sets_no_timer(
+        scheduler: RecordingScheduler) -> None:
+    ticks = itertools.count(1_700_000_000_000)
+    app = dormant.App(name="timers", scheduler=scheduler, clock=lambda: next(ticks))
+    thinking, release = threading.Event(), threading.Event()
+
+    def schedule_then_wait(ctx: dormant.HookContext) -> str:
+        ctx.session.schedule("nudge", delay="1h", message="nudge")
+        thinking.set()
+        assert release.wait(10)
+        return "the slow answer"
+
+    slow_agent = app.agent(name="slow", hooks=[dormant.Hook(before_agent=schedule_then_wait)])
+    fast_agent = app.agent(name="fast", hooks=[dormant.Hook(before_agent=lambda c: "ok")])
+    outcome: list[Any] = []
+    worker = threading.Thread(target=lambda: outcome.append(app.handler.rest(
+        agent=slow_agent)({"session_id": "s3b", "input": {"message": "first"}})))
+    worker.start()
+    assert thinking.wait(10)
+    app.handler.rest(agent=fast_agent)({"session_id": "s3b", "input": {"message": "newer"}})
+    release.set()
+    worker.join(10)
+
     assert outcome[0].commit_status == "superseded"
     assert scheduler.calls == []
+    session = app.sessions.get("s3b")
+    assert session is not None and session.timers == []
 
 
 def test_a_fired_timer_lands_its_message_once_and_runs_a_turn(

@@ -16,10 +16,14 @@ from pydantic import TypeAdapter
 
 from dormant._patch import apply_patch
 from dormant.errors import (
+    AlreadyAnswered,
+    AlreadyDecided,
     DuplicateMessage,
     InputError,
     PendingInputError,
     ResumeError,
+    RetryRefused,
+    SessionFailed,
     StaleTimer,
 )
 from dormant.events import (
@@ -28,9 +32,11 @@ from dormant.events import (
     ApprovalRequested,
     Event,
     InvocationEnd,
+    InvocationFailed,
     InvocationResume,
     InvocationStart,
     InvocationYield,
+    RetryEvent,
     StateDelta,
     TimerCancelled,
     TimerFired,
@@ -102,6 +108,12 @@ class Head:
     last_event: str | None = None
     #: Timers set and not yet fired or cancelled: name -> the ``timer_set`` event's JSON.
     timers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: True after ``invocation_failed`` until a ``retry`` reopens the invocation.
+    failed: bool = False
+    #: Once-only ids (message and retry ids) ever landed (-1: unknown, a head written before
+    #: they were counted). While it is at most the digest window, ``message_ids`` is complete
+    #: and no store read is needed to tell a redelivery.
+    messages: int = -1
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -145,7 +157,8 @@ class Head:
                     self.created_at, self.updated_at, self.open_invocation, self.agent,
                     self.parked, step, self.inbox, self.last_user_ts, turn_starts,
                     message_ids, self.last_event,
-                    {name: dict(timer) for name, timer in self.timers.items()})
+                    {name: dict(timer) for name, timer in self.timers.items()},
+                    self.failed, self.messages)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -162,6 +175,16 @@ class Head:
     def has_message(self, message_id: str) -> bool:
         """Whether a recent message carried ``message_id`` (the redelivery window)."""
         return message_digest(message_id) in self.message_ids
+
+    def has_retry(self, retry_id: str) -> bool:
+        """Whether a recent retry carried ``retry_id``."""
+        return message_digest(_RETRY + retry_id) in self.message_ids
+
+    @property
+    def knows_every_message(self) -> bool:
+        """True while the digest window holds every message id the session ever had: then
+        ``has_message`` is the whole truth and a redelivery check needs no store read."""
+        return 0 <= self.messages <= MESSAGE_ID_WINDOW
 
     def pending_yields(self) -> list[PendingCall]:
         """Yielded calls that have no input yet, in call order."""
@@ -193,6 +216,9 @@ class Head:
 _ADAPTER: TypeAdapter[Head] = TypeAdapter(Head)
 
 
+_RETRY = "\x00retry:"
+
+
 def message_digest(message_id: str) -> str:
     """A 48-bit digest of a message id: a false match within a 32-id window has odds of about
     one in 10^13, and the head (rewritten on every commit) stays small."""
@@ -206,6 +232,7 @@ def apply(head: Head, event: Event) -> None:
             _user(head, event)
         case InvocationStart():
             _refuse_if_parked_on_tools(head)
+            _refuse_if_failed(head)
             head.open_invocation = event.invocation_id
             head.agent = event.agent or head.agent
             head.parked = None
@@ -246,6 +273,11 @@ def apply(head: Head, event: Event) -> None:
             head.open_invocation = None
             head.parked = None
             head.step = []
+        case InvocationFailed():
+            head.failed = True
+            head.parked = None
+        case RetryEvent():
+            _retry(head, event)
     head.seq += 1
     head.last_event = event.id
 
@@ -256,13 +288,18 @@ def _refuse_if_parked_on_tools(head: Head) -> None:
         raise PendingInputError(head.session_id, pending)
 
 
+def _refuse_if_failed(head: Head) -> None:
+    if head.failed:
+        raise SessionFailed(head.session_id, head.open_invocation)
+
+
 def _user(head: Head, event: UserEvent) -> None:
     _refuse_if_parked_on_tools(head)
     digest = message_digest(event.message_id)
     if digest in head.message_ids:
         raise DuplicateMessage(head.session_id, event.message_id)
-    head.message_ids.append(digest)
-    del head.message_ids[:-MESSAGE_ID_WINDOW]
+    _refuse_if_failed(head)
+    _remember(head, digest)
     head.turn_starts.append(head.seq)
     del head.turn_starts[:-TURN_INDEX_SIZE]
     head.last_user_ts = max(head.last_user_ts, event.ts)
@@ -270,30 +307,46 @@ def _user(head: Head, event: UserEvent) -> None:
         head.inbox += 1
 
 
+def _remember(head: Head, digest: str) -> None:
+    head.message_ids.append(digest)
+    del head.message_ids[:-MESSAGE_ID_WINDOW]
+    if head.messages >= 0:
+        head.messages += 1
+
+
+def _retry(head: Head, event: RetryEvent) -> None:
+    digest = message_digest(_RETRY + event.retry_id)
+    if digest in head.message_ids:
+        raise RetryRefused(head.session_id, event.retry_id, duplicate=True)
+    if not head.failed or head.open_invocation != event.invocation_id:
+        raise RetryRefused(head.session_id, event.retry_id)
+    _remember(head, digest)
+    head.failed = False
+
+
 def _tool_input(head: Head, event: ToolInput) -> None:
     call = head.call(event.call_id)
+    if call is not None and call.yielded and (call.answered or call.settled):
+        raise AlreadyAnswered(head.session_id, event.call_id)
     if call is None or not call.yielded or call.settled:
         raise InputError(
             f"call {event.call_id} is not awaiting input in session {head.session_id}"
             + _awaiting(head)
         )
-    if call.answered:
-        raise InputError(f"call {event.call_id} in session {head.session_id} was already answered")
     call.answered = True
     call.input = event.input
 
 
 def _decide(head: Head, event: ApprovalDecided) -> None:
     call = head.approval(event.approval_id)
-    if call is None or call.settled:
+    if call is not None and (call.decided or call.settled):
+        raise AlreadyDecided(head.session_id, event.approval_id)
+    if call is None:
         pending = ", ".join(f"{c.approval_id} ({c.name})" for c in head.pending_approvals())
         raise InputError(
             f"approval {event.approval_id} is not pending in session {head.session_id}"
             + (f" (pending: {pending})" if pending else " (no approval is pending)")
         )
-    if call.decided:
-        raise InputError(f"approval {event.approval_id} in session {head.session_id} "
-                         "was already decided")
     call.decided = True
     call.approved = event.approved
     call.reason = event.reason

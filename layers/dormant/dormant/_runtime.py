@@ -7,6 +7,7 @@ store: committing is the caller's business (``app.sessions.commit`` or a handler
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -17,18 +18,26 @@ from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant._toolphase import ToolPhase, _Call
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
-from dormant.errors import DuplicateMessage, InputError, PendingInputError
+from dormant.errors import (
+    DuplicateMessage,
+    InputError,
+    PendingInputError,
+    RetryRefused,
+    SessionFailed,
+)
 from dormant.events import (
     AssistantDelta,
     AssistantEvent,
     ErrorEvent,
     Event,
     InvocationEnd,
+    InvocationFailed,
     InvocationResume,
     InvocationStart,
     InvocationYield,
     ModelEnd,
     ModelStart,
+    RetryEvent,
     StreamEvent,
     ToolCall,
     Usage,
@@ -37,6 +46,7 @@ from dormant.events import (
 from dormant.events import ThoughtDelta as ThoughtDeltaEvent
 from dormant.models._base import (
     Message,
+    ModelError,
     ModelRequest,
     TextDelta,
     ThoughtDelta,
@@ -74,6 +84,8 @@ class TurnInput:
     message_id: str | None = None
     state: dict[str, Any] | None = None
     invocation_id: str | None = None
+    #: Rerun the failed invocation's failed model call (SPEC §8); lands once per id.
+    retry_id: str | None = None
 
 
 
@@ -106,12 +118,22 @@ class _Run(ToolPhase):
         self.invocation_id: str | None = None
         self.said: list[str] = []
         self.usage = Usage()
+        #: True once a tool's side effect may have happened in this turn: from then on a
+        #: failure commits the finished steps instead of writing nothing.
+        self.ran = False
+        self._unmarked = False
 
     # --- entry ---------------------------------------------------------------------------------
 
     def start(self, turn: TurnInput) -> Stream:
         """Check the input eagerly (so a refusal raises before anything is yielded)."""
         head = self.session.head
+        if turn.retry_id is not None:
+            if head.has_retry(turn.retry_id):
+                raise RetryRefused(head.session_id, turn.retry_id, duplicate=True)
+            if not head.failed:
+                raise RetryRefused(head.session_id, turn.retry_id)
+            return self._guarded(turn)
         if turn.message is not None:
             # A message already in the session is a redelivery, whatever the session does now
             # (e.g. it parked on a tool the message led to): say so before anything else.
@@ -120,11 +142,15 @@ class _Run(ToolPhase):
             if head.parked == "tool":
                 pending = [(c.call_id, c.name) for c in head.unresolved()]
                 raise PendingInputError(head.session_id, pending)
+            if head.failed:
+                raise SessionFailed(head.session_id, head.open_invocation)
             if not isinstance(turn.message, str) or not turn.message:
                 raise InputError("a message must be a non-empty string")
         elif head.parked == "tool":
             if head.unresolved():
                 return self._still_waiting()
+        elif head.failed:
+            raise SessionFailed(head.session_id, head.open_invocation)
         elif head.inbox == 0:
             raise InputError(
                 f"nothing to run in session {head.session_id}: send a message"
@@ -142,20 +168,39 @@ class _Run(ToolPhase):
         self.session._deferred = []  # timers tools ask for wait for _flush (call order)
         try:
             return (yield from self._body(turn))
-        except Aborted:
-            raise
+        except Aborted as error:
+            if not self.ran:
+                raise  # seed 002: an aborted turn that changed nothing writes nothing
+            code = "deadline" if self.signal.expired else "aborted"
+            return (yield from self._failed(code, str(error), retryable=True))
         except Exception as error:
             recovered = self._recover(error)
-            if recovered is None:
+            if recovered is not None:
+                return (yield from self._reply_and_end(recovered))
+            if not self.ran:
                 raise
-            return (yield from self._reply_and_end(recovered))
+            code, retryable = _failure(error)
+            return (yield from self._failed(code, f"{error}", retryable=retryable))
         finally:
             self.session._deferred = None
+
+    def _failed(self, code: str, message: str, *, retryable: bool) -> Stream:
+        """A tool ran, then the turn failed: keep every finished step (what changed the
+        world), drop the failed step's uncommitted output, record why. The session is
+        ``failed`` until a retry reruns the failed model call."""
+        self.session.rewind_to_effects()
+        self.session._take_deferred()
+        yield self._emit(InvocationFailed(invocation_id=self.invocation_id, code=code,
+                                          message=message, retryable=retryable))
+        return self._result(ErrorResult(error=message, code=code))
 
     def _flush(self) -> Generator[StreamEvent, None, None]:
         """Emit what tools and hooks recorded on the session (``schedule``) since last time."""
         for event in self.session._take_deferred():
             yield self._emit(event)
+        if self._unmarked:
+            self._unmarked = False
+            self.session.mark_effects()
 
     def _recover(self, error: Exception) -> str | None:
         for handler in self.error_handlers:
@@ -171,6 +216,11 @@ class _Run(ToolPhase):
     def _body(self, turn: TurnInput) -> Stream:
         head = self.session.head
         resuming_tools = False
+        if turn.retry_id is not None:
+            self.invocation_id = head.open_invocation
+            yield self._emit(RetryEvent(invocation_id=self.invocation_id,
+                                        retry_id=turn.retry_id))
+            return (yield from self._loop())
         if turn.message is not None:
             if head.parked == "message":
                 self.invocation_id = head.open_invocation
@@ -200,6 +250,12 @@ class _Run(ToolPhase):
                 if isinstance(replaced, str):
                     return (yield from self._reply_and_end(replaced))
         return (yield from self._loop())
+
+    def _note_effects(self) -> None:
+        """Tools of this step ran: once the step's results and the timers its tools asked
+        for are in the slice (:meth:`_flush`), that is what a failure keeps."""
+        self.ran = True
+        self._unmarked = True
 
     def _user(self, turn: TurnInput) -> UserEvent:
         assert turn.message is not None
@@ -265,7 +321,10 @@ class _Run(ToolPhase):
             self.said.append(text)
             yield self._emit(AssistantEvent(id=reply_id, invocation_id=self.invocation_id,
                                             text=text))
-        for call in calls:
+        position = self.session.head.seq
+        for index, call in enumerate(calls):
+            if not call.call_id:
+                call.call_id = derive_call_id(self.invocation_id, position, index)
             yield self._emit(ToolCall(invocation_id=self.invocation_id, call_id=call.call_id,
                                       name=call.name, args=call.args))
         return calls
@@ -329,6 +388,21 @@ class _Run(ToolPhase):
             return to_messages(history_window(session, limit, seen))
 
         return ModelRequest(system=system, tools=tools, messages=messages, step=step)
+
+
+def derive_call_id(invocation_id: str | None, position: int, index: int) -> str:
+    """A call id from where the call sits: the invocation, the ledger position of its step
+    and its index. A rerun of the same step from the same ledger (a retry resent, a
+    redelivered message) gets the same ids, so side effects keyed by call id run once."""
+    seed = f"{invocation_id}|{position}|{index}".encode()
+    return "call_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
+
+
+def _failure(error: Exception) -> tuple[str, bool]:
+    """The code and retryability an ``invocation_failed`` records for ``error``."""
+    if isinstance(error, ModelError):
+        return error.code, error.retryable
+    return str(getattr(error, "code", "run_error")), True
 
 
 def _parse_call(chunk: ToolCallChunk) -> _Call:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from dormant._ids import new_id
-from dormant._patch import make_patch, to_json_value
+from dormant._patch import apply_patch, make_patch, to_json_value
 from dormant.agent import Agent, Hook, HookContext
 from dormant.errors import describe_validation
 from dormant.events import (
@@ -53,6 +53,11 @@ class _Call:
     prepared: Any = None
     approval_id: str | None = None
     denied: bool = False
+    #: The call's state writes (a JSON Patch against the step's starting state), applied
+    #: only if it returned: a tool that raises leaves no state change behind.
+    patch: list[dict[str, Any]] | None = None
+    #: True once its ``execute`` (or a ``before_tool`` hook standing in) was called.
+    ran: bool = False
 
 
 class ToolPhase:
@@ -68,6 +73,9 @@ class ToolPhase:
         raise NotImplementedError
 
     def _hook_context(self, **fields: Any) -> HookContext:
+        raise NotImplementedError
+
+    def _note_effects(self) -> None:
         raise NotImplementedError
 
     def _run_tools(self, calls: list[_Call]) -> Generator[StreamEvent, None, bool]:
@@ -88,6 +96,7 @@ class ToolPhase:
                 runnable.append(call)
         self._execute_all(runnable, work)
         yield from self._state_delta(work)
+        ran = any(call.ran for call in calls)
         parks = False
         for call in calls:
             if call.approval_id is not None:
@@ -101,10 +110,13 @@ class ToolPhase:
                                            name=call.name, args=call.prepared))
             else:
                 yield self._emit(self._tool_result(call))
+        if ran:
+            self._note_effects()  # (the loop marks the slice once the step's timers are in)
         return parks
 
     def _execute_all(self, runnable: list[_Call], work: dict[str, Any]) -> None:
-        """Independent calls run concurrently (each in a copy of this context)."""
+        """Independent calls run concurrently (each in a copy of this context and of the
+        state); their state writes are applied afterwards, in call order."""
         if len(runnable) > 1:
             futures = [_executor().submit(copy_context().run, self._execute, c, work, None)
                        for c in runnable]
@@ -113,12 +125,18 @@ class ToolPhase:
         else:
             for call in runnable:
                 self._execute(call, work, None)
+        for call in runnable:
+            _apply(work, call)
 
     def _needs_approval(self, call: _Call) -> bool:
         policy = (self.agent.tool_approval or {}).get(call.name)
         if policy is None:
             return False
-        decision = policy(call.parsed) if callable(policy) else policy
+        try:
+            decision = policy(call.parsed) if callable(policy) else policy
+        except Exception as error:
+            call.error = f"the approval policy for {call.name} failed: {error}"
+            return False
         if decision not in ("user-approval", "approved"):
             call.error = (f"the approval policy for {call.name} returned {decision!r}; "
                           "expected 'user-approval' or 'approved'")
@@ -158,14 +176,19 @@ class ToolPhase:
                 except ValidationError as error:
                     reason = describe_validation(error, "(root)")
                     call.error = f"Invalid input for {call.name}: {reason}"
-                    self._finalize(call, work, None)
+                    finalized = self._finalize(call, work, None)
+                    call.patch = make_patch(work, finalized) or None
+                    _apply(work, call)
                 else:
                     self._execute(call, work, answer)
+                    _apply(work, call)
             done.append(call)
         self._execute_all(approved, work)
         yield from self._state_delta(work)
         for call in done:  # already in call order: the loop walked the step
             yield self._emit(self._tool_result(call))
+        if any(call.ran for call in done):
+            self._note_effects()
 
     def _resolve(self, call: _Call) -> None:
         if call.error is not None:
@@ -189,26 +212,34 @@ class ToolPhase:
 
     def _prepare(self, call: _Call, work: dict[str, Any]) -> None:
         assert call.tool is not None
-        ctx = self._context(call, work, None)
         prepared: Any = call.parsed
         if call.tool.prepare is not None:
+            own = copy.deepcopy(work)
             try:
-                returned = _in_context(ctx, call.tool.prepare)
+                returned = _in_context(self._context(call, own, None), call.tool.prepare)
             except Exception as error:
                 call.error = f"{call.name} failed before pausing: {error}"
                 return
+            work.clear()
+            work.update(own)
             if returned is not None:
                 prepared = returned
         call.prepared = to_json_value(prepared)
 
     def _execute(self, call: _Call, work: dict[str, Any], answer: Any) -> None:
+        """Run one call on its own copy of ``work``; its writes become ``call.patch``, kept
+        only if it returns (and, for finalize's, if finalize returns)."""
         assert call.tool is not None
-        ctx = self._context(call, work, answer)
+        own = copy.deepcopy(work)
+        ctx = self._context(call, own, answer)
         tool_hook = self._hook_context(tool=ctx)
         try:
             result = self._before_tool(tool_hook)
-            if result is None:
+            if result is not None:
+                call.ran = True
+            else:
                 if call.tool.execute is not None:
+                    call.ran = True
                     result = _in_context(ctx, call.tool.execute)
                 else:
                     result = answer
@@ -220,20 +251,28 @@ class ToolPhase:
                         result = replaced
             call.result = to_json_value(result)
         except Aborted:
-            raise
+            # Cooperative cancellation: the call did not finish. The step still closes (its
+            # result says so) and the run stops at the step boundary.
+            call.error = f"{call.name} was aborted before it finished"
         except Exception as error:
             call.error = f"{call.name} failed: {error}"
-        self._finalize(call, work, answer)
+        kept = work if call.error is not None else own
+        kept = self._finalize(call, kept, answer)
+        patch = make_patch(work, kept)
+        call.patch = patch or None
 
-    def _finalize(self, call: _Call, work: dict[str, Any], answer: Any) -> None:
+    def _finalize(self, call: _Call, work: dict[str, Any], answer: Any) -> dict[str, Any]:
+        """Run ``finalize`` on a copy of ``work``: the copy if it returns, else ``work``."""
         if call.tool is None or call.tool.finalize is None:
-            return
-        finalize = call.tool.finalize
+            return work
+        own = copy.deepcopy(work)
         try:
-            _in_context(self._context(call, work, answer), finalize)
+            _in_context(self._context(call, own, answer), call.tool.finalize)
         except Exception as error:
             if call.error is None:
                 call.error = f"{call.name} failed while finalizing: {error}"
+            return work
+        return own
 
     def _before_tool(self, ctx: HookContext) -> Any:
         for hook in self.hooks:
@@ -252,6 +291,11 @@ class ToolPhase:
         patch = make_patch(self.session.state, work)
         if patch:
             yield self._emit(StateDelta(invocation_id=self.invocation_id, patch=patch))
+
+
+def _apply(work: dict[str, Any], call: _Call) -> None:
+    if call.patch:
+        apply_patch(work, call.patch)
 
 
 def _in_context(ctx: ToolContext, fn: Callable[[ToolContext], Any]) -> Any:

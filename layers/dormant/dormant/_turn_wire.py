@@ -18,6 +18,7 @@ __all__ = [
     "Input",
     "ResponseOptions",
     "RestResponse",
+    "RetryRequest",
     "TimerRef",
     "ToolAnswer",
     "TurnResult",
@@ -45,6 +46,13 @@ class ApprovalDecision(_In):
     reason: str | None = None
 
 
+class RetryRequest(_In):
+    """Rerun the failed invocation's failed model call: ``{"retry_id": ...}``. A fresh id
+    per retry; resending one id lands once."""
+
+    retry_id: str = Field(min_length=1, max_length=128)
+
+
 class TimerRef(_In):
     """Which timer firing a wake request delivers (server-only: never from a public body)."""
 
@@ -64,6 +72,7 @@ class Input(_In):
     state: dict[str, Any] | None = None
     initial_state: dict[str, Any] | None = None
     timer: TimerRef | None = None
+    retry: RetryRequest | None = None
 
 
 class HandlerInput(_In):
@@ -104,10 +113,25 @@ class TurnResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     version: int | None = None
     state: dict[str, Any] | None = None
+    #: For ``status == "error"``: whether a retry can succeed.
+    retryable: bool | None = None
+
+    @property
+    def landed(self) -> bool:
+        """Whether the turn's input is in the session now: it committed or merged (even if
+        the run ended in an error the ledger records), or it was superseded after its tools
+        ran (they are kept)."""
+        return self.commit_status in ("committed", "merged") or (
+            self.commit_status == "superseded" and self.version is not None)
 
     @property
     def warning(self) -> str | None:
-        """Why the commit was not clean (merged, superseded, failed), else None."""
+        """Why the commit was not clean (merged, superseded, failed), or that a failed turn
+        kept its progress; else None."""
+        if self.commit_status == "superseded" and self.version is not None:
+            return _KEPT
+        if self.status == "error" and self.commit_status in ("committed", "merged"):
+            return _PROGRESS
         return _WARNINGS.get(self.commit_status or "")
 
 
@@ -118,6 +142,10 @@ _WARNINGS = {
                   "this turn was dropped and nothing of it was stored",
     "failed": "failed: the store could not be written; nothing of this turn was stored",
 }
+_KEPT = ("superseded: a newer message landed while this turn ran; the tools it ran and their "
+         "results are kept, its reply was dropped")
+_PROGRESS = ("progress saved: the turn failed after its tools ran; the finished steps are "
+             "stored and the session is failed until retried (input.retry)")
 
 
 class RestResponse(BaseModel):
@@ -133,6 +161,7 @@ class RestResponse(BaseModel):
     pending_approvals: list[PendingApproval] | None = None
     error: str | None = None
     code: str | None = None
+    retryable: bool | None = None
     warning: str | None = None
     #: How the turn reached the store (also in Python; not on the wire, where ``warning``
     #: says when the commit was not clean).

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import BaseModel
 
+from dormant._commit import CommitPolicy
 from dormant._ids import now_ms
 from dormant._runtime import TurnInput, run_turn
 from dormant.agent import (
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["App", "Sessions"]
 
-#: How often ``merge`` re-reads the head when other writers keep landing first.
+#: How often ``append`` re-reads the head when other writers keep landing first.
 MERGE_ATTEMPTS = 5
 
 
@@ -46,6 +47,12 @@ class Sessions:
                  ) -> None:
         self._store = store
         self._scheduler = scheduler or (lambda: None)
+        #: The app's one commit policy: every committing path goes through it.
+        self.policy = CommitPolicy(store, self._hand_over)
+
+    def _hand_over(self, session_id: str,
+                   timers: builtins.list[TimerSet | TimerCancelled]) -> None:
+        hand_over(self._scheduler(), session_id, timers)
 
     def create(self, session_id: str | None = None, state: dict[str, Any] | None = None, *,
                principal: str | None = None) -> Session:
@@ -73,15 +80,7 @@ class Sessions:
         A refusal is returned (``ok=False, conflict=True, current_version``), not raised, and
         writes nothing.
         """
-        slice_ = session.new_events
-        result = self._store.append(session.head, slice_, expected_version=session.version)
-        if result.ok:
-            assert result.version is not None
-            session._committed(result.version)
-            timers = [e for e in slice_ if isinstance(e, TimerSet | TimerCancelled)]
-            if timers:  # timers take effect only once their turn is committed
-                hand_over(self._scheduler(), session.session_id, timers)
-        return result
+        return self.policy.write(session)
 
     def merge(self, session: Session, *, turns: int | None = None) -> CommitResult:
         """Re-read the head and append the uncommitted slice onto it.
@@ -90,16 +89,7 @@ class Sessions:
         fits the newer head (e.g. it answers a call somebody else answered); nothing is written
         then.
         """
-        result = CommitResult(ok=False, conflict=True, current_version=session.version)
-        for _ in range(MERGE_ATTEMPTS):
-            stored = self._store.load(session.session_id, turns=turns)
-            if stored is None:
-                raise InputError(f"session {session.session_id} no longer exists")
-            session._rebase(stored)
-            result = self.commit(session)
-            if result.ok:
-                return result
-        return result
+        return self.policy.merge(session, turns=turns)
 
     def append(self, session_id: str, text: str, *, id: str | None = None,
                principal: str | None = None) -> CommitResult:
@@ -109,17 +99,28 @@ class Sessions:
         is ``ok`` at the current version. Refused with :class:`PendingInputError` while the
         session waits for tool input or an approval."""
         sid = normalize_session_id(session_id)
+        result = CommitResult(ok=False, conflict=True)
         for _ in range(MERGE_ATTEMPTS):
             session = self.load(sid, turns=0) or Session.new(sid, principal=principal)
             if principal is not None and session.principal not in (None, principal):
                 raise SessionNotFound(sid)
-            if id is not None and session.head.has_message(id):
+            if id is not None and self.holds_message(session, id):
                 return CommitResult(ok=True, version=session.version)
             session.append(text, id=id)
             result = self.commit(session)
-            if result.ok:
-                return result
+            if result.ok or result.duplicate is not None:  # a duplicate: it landed already
+                return CommitResult(ok=True, version=result.version or result.current_version)
         return result
+
+    def holds_message(self, session: Session, message_id: str) -> bool:
+        """Whether ``message_id`` ever landed in ``session``: the head's recent ids answer
+        alone while they are all the session ever had; past that, the store's key does."""
+        head = session.head
+        if head.has_message(message_id):
+            return True
+        if head.knows_every_message or head.version == 0:
+            return False
+        return self._store.has_once(session.session_id, "m:" + message_id)
 
     def delete(self, session_id: str) -> bool:
         return self._store.delete(normalize_session_id(session_id))

@@ -14,13 +14,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HTTP_STATUS",
+    "AlreadyAnswered",
+    "AlreadyDecided",
     "ConfigError",
     "DormantError",
     "DuplicateMessage",
     "InputError",
     "PendingInputError",
     "ResumeError",
+    "RetryRefused",
     "SchedulerError",
+    "SessionFailed",
     "SessionNotFound",
     "StaleTimer",
     "StoreError",
@@ -72,6 +76,58 @@ class DuplicateMessage(InputError):
         super().__init__(f"message {message_id} is already in session {session_id}")
 
 
+class AlreadyDecided(InputError):
+    """A decision for an approval somebody else decided first: nothing ran, nothing written."""
+
+    code = "already_decided"
+
+    def __init__(self, session_id: str, approval_id: str) -> None:
+        self.session_id = session_id
+        self.approval_id = approval_id
+        super().__init__(f"approval {approval_id} in session {session_id} was already decided; "
+                         "this decision was not applied and nothing ran")
+
+
+class AlreadyAnswered(InputError):
+    """An answer to a call somebody else answered first: nothing ran, nothing written."""
+
+    code = "already_answered"
+
+    def __init__(self, session_id: str, call_id: str) -> None:
+        self.session_id = session_id
+        self.call_id = call_id
+        super().__init__(f"call {call_id} in session {session_id} was already answered; "
+                         "this answer was not applied and nothing ran")
+
+
+class SessionFailed(InputError):
+    """A message reached a session whose invocation failed: retry (or interrupt) it first."""
+
+    code = "session_failed"
+
+    def __init__(self, session_id: str, invocation_id: str | None) -> None:
+        self.session_id = session_id
+        self.invocation_id = invocation_id
+        super().__init__(f"session {session_id} has a failed invocation ({invocation_id}); "
+                         "retry it first (input.retry = {\"retry_id\": ...})")
+
+
+class RetryRefused(InputError):
+    """A retry for a session with nothing to retry, or a retry id that already landed."""
+
+    code = "nothing_to_retry"
+
+    def __init__(self, session_id: str, retry_id: str, *, duplicate: bool = False) -> None:
+        self.session_id = session_id
+        self.retry_id = retry_id
+        if duplicate:
+            self.code = "duplicate_retry"
+            reason = "this retry already landed (a retry id lands once)"
+        else:
+            reason = "it has no failed invocation to retry"
+        super().__init__(f"retry {retry_id} refused in session {session_id}: {reason}")
+
+
 class StaleTimer(InputError):
     """A timer delivery for a timer that was cancelled, replaced or already delivered."""
 
@@ -101,9 +157,19 @@ class SessionNotFound(DormantError, LookupError):
 
 
 class StoreError(DormantError):
-    """The store failed (not a version conflict: those are data, see ``CommitResult``)."""
+    """The store failed (not a version conflict: those are data, see ``CommitResult``).
+
+    ``retryable`` False marks a deterministic refusal (access denied, a missing table or
+    bucket, a request the store will always reject): trying again cannot succeed, so commit
+    policies do not. True (the default) covers timeouts and throttling, where the write may
+    even have landed: the policy re-reads before deciding.
+    """
 
     code = "store_error"
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class SchedulerError(DormantError):
@@ -127,6 +193,11 @@ HTTP_STATUS: dict[str, int] = {
     ConfigError.code: 500,
     PendingInputError.code: 409,
     DuplicateMessage.code: 409,
+    AlreadyDecided.code: 409,
+    AlreadyAnswered.code: 409,
+    SessionFailed.code: 409,
+    RetryRefused.code: 409,
+    "duplicate_retry": 409,
     StaleTimer.code: 409,
     ResumeError.code: 409,
     SessionNotFound.code: 404,
@@ -144,4 +215,5 @@ HTTP_STATUS: dict[str, int] = {
     "max_steps": 500,
     "model_error": 502,
     "aborted": 504,
+    "deadline": 504,
 }

@@ -24,11 +24,13 @@ __all__ = [
     "ErrorEvent",
     "Event",
     "InvocationEnd",
+    "InvocationFailed",
     "InvocationResume",
     "InvocationStart",
     "InvocationYield",
     "ModelEnd",
     "ModelStart",
+    "RetryEvent",
     "StateDelta",
     "StreamEvent",
     "ThoughtDelta",
@@ -206,9 +208,28 @@ class InvocationEnd(_Base):
     """The invocation finished; nothing of it is pending."""
 
     type: Literal["invocation_end"] = "invocation_end"
-    status: Literal["completed", "error"] = Field(
-        default="completed", description="How the invocation ended."
+    status: Literal["completed", "error", "superseded"] = Field(
+        default="completed",
+        description="How the invocation ended (``superseded``: a newer message overtook it "
+                    "after its tools ran; what they did is kept, its reply was dropped).",
     )
+
+
+class InvocationFailed(_Base):
+    """The invocation failed after a tool ran: its finished steps are kept, the failed model
+    call (or tool phase) is not. The session is ``failed`` until it is retried."""
+
+    type: Literal["invocation_failed"] = "invocation_failed"
+    code: str = Field(description="Stable machine-readable reason (model_error, deadline, ...).")
+    message: str = Field(description="Human-readable reason.")
+    retryable: bool = Field(default=True, description="Whether a retry can succeed.")
+
+
+class RetryEvent(_Base):
+    """A retry of the failed invocation: it reopens, and the failed model call runs again."""
+
+    type: Literal["retry"] = "retry"
+    retry_id: str = Field(description="Id of this retry: a resent retry lands once.")
 
 
 _LedgerEvent = (
@@ -229,6 +250,8 @@ _LedgerEvent = (
     | TimerSet
     | TimerCancelled
     | TimerFired
+    | InvocationFailed
+    | RetryEvent
 )
 
 Event = Annotated[_LedgerEvent, Discriminator("type")]

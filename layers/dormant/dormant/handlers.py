@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from dormant._commit import Outcome
 from dormant._ids import new_id
 from dormant._runtime import TurnInput, run_turn
 from dormant._turn_wire import (
@@ -27,8 +29,15 @@ from dormant._turn_wire import (
     TurnResult,
 )
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
-from dormant.errors import DormantError, InputError, SessionNotFound, describe_validation
-from dormant.events import StreamEvent, TimerCancelled, TimerFired, TimerSet
+from dormant.errors import (
+    DormantError,
+    DuplicateMessage,
+    InputError,
+    RetryRefused,
+    SessionNotFound,
+    describe_validation,
+)
+from dormant.events import StreamEvent, TimerFired
 from dormant.models._base import ModelError
 from dormant.results import (
     ErrorResult,
@@ -36,7 +45,7 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
-from dormant.schedulers import TimerDelivery, hand_over
+from dormant.schedulers import TimerDelivery
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.tools import Aborted, Signal
 from dormant.types import PendingApproval, YieldedTool
@@ -60,11 +69,8 @@ __all__ = [
 
 log = logging.getLogger("dormant")
 
-#: Attempts at writing a turn when the store fails (not conflicts), and the first backoff.
-STORE_ATTEMPTS = 3
-STORE_BACKOFF = 0.05
-#: Re-reads when other writers keep landing first while merging (each one is progress).
-MERGE_ATTEMPTS = 32
+#: Seconds kept back from the Lambda deadline for the commit and the reply.
+DEADLINE_MARGIN = 5.0
 
 
 class _Config:
@@ -80,6 +86,7 @@ class _Config:
         error_handlers: Sequence[ErrorHandler] | None = None,
         timeout: float | None = None,
         response: ResponseOptions | dict[str, bool] | None = None,
+        deadline_margin: float = DEADLINE_MARGIN,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
@@ -91,6 +98,7 @@ class _Config:
         self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
         self.error_handlers = tuple(error_handlers or ())
         self.timeout = timeout
+        self.deadline_margin = deadline_margin
         self.response = (response if isinstance(response, ResponseOptions)
                          else ResponseOptions.model_validate(response or {}))
 
@@ -103,12 +111,14 @@ class TurnStream(Iterator[StreamEvent]):
     once iteration starts. ``abort()`` stops the run and commits nothing.
     """
 
-    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any]) -> None:
+    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any], *,
+                 remaining_time: float | None = None) -> None:
         self._config = config
         self._request = request
         self._signal = Signal()
+        self._remaining = remaining_time
         self._gen: Iterator[StreamEvent] | None = None
-        self.invocation_id: str = new_id("inv")
+        self.invocation_id: str = _invocation_id(request)
         self.session_id: str | None = None
         self.result: TurnResult | None = None
         self.events: list[StreamEvent] = []
@@ -125,13 +135,21 @@ class TurnStream(Iterator[StreamEvent]):
 
     def __next__(self) -> StreamEvent:
         if self._gen is None:
-            if self._config.timeout is not None:  # the timeout runs from the first read
-                self._signal.deadline = time.monotonic() + self._config.timeout
+            budgets = [b for b in (self._config.timeout, self._remaining_budget()) if b is not None]
+            if budgets:  # the budget runs from the first read
+                self._signal.deadline = time.monotonic() + min(budgets)
             self._gen = self._drive()
         return next(self._gen)
 
+    def _remaining_budget(self) -> float | None:
+        """The Lambda invocation's time left, less the margin the commit needs."""
+        if self._remaining is None:
+            return None
+        return max(self._remaining - self._config.deadline_margin, 0.0)
+
     def abort(self) -> None:
-        """Stop the run; the turn commits nothing."""
+        """Stop the run. Nothing is committed unless a tool already ran; then the finished
+        steps are, with an ``invocation_failed`` (code ``aborted``)."""
         self._signal.abort()
 
     def run(self) -> TurnResult:
@@ -161,18 +179,22 @@ class TurnStream(Iterator[StreamEvent]):
         if self.capture_start:
             self.start_head = session.head.model_copy(deep=True)
         try:
+            retry = request.input.retry.retry_id if request.input.retry else None
             run = run_turn(
                 config.agent, session,
                 TurnInput(message=request.input.message, message_id=request.input.message_id,
-                          state=request.input.state, invocation_id=self.invocation_id),
+                          state=request.input.state, invocation_id=self.invocation_id,
+                          retry_id=retry),
                 hooks=config.hooks, error_handlers=config.error_handlers,
                 signal=self._signal, clock=config.app.clock,
             )
             result = yield from self._pump(run, session)
             self._check_state(session)
-            self._signal.raise_if_aborted()
+            if session.effects_end == 0:  # aborted at the very end: nothing ran, write nothing
+                self._signal.raise_if_aborted()
         except Aborted as error:
-            self._fail(session.session_id, error, code="aborted")
+            code = "deadline" if self._signal.expired else "aborted"
+            self._fail(session.session_id, error, code=code)
             return
         except DormantError as error:
             self._fail(session.session_id, error)
@@ -185,8 +207,12 @@ class TurnStream(Iterator[StreamEvent]):
             log.exception("turn failed", extra={"session_id": session.session_id})
             self._fail(session.session_id, error, code="run_error")
             return
-        commit, version = self._commit(session, result)  # hands committed timers over too
-        self.result = self._turn_result(session, result, commit, version)
+        try:
+            outcome = config.app.sessions.policy.commit(session)  # hands timers over too
+        except DuplicateMessage as error:  # a concurrent redelivery won: this one lands not
+            self._fail(session.session_id, error)
+            return
+        self.result = self._turn_result(session, result, outcome)
 
     def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
         while True:
@@ -221,15 +247,37 @@ class TurnStream(Iterator[StreamEvent]):
         elif (request.principal is not None and session.principal is not None
               and session.principal != request.principal):
             raise SessionNotFound(sid)
+        retry = request.input.retry
+        if retry is not None and session.head.failed and not session.head.knows_every_message \
+                and config.app.store.has_once(sid, "r:" + retry.retry_id):
+            raise RetryRefused(sid, retry.retry_id, duplicate=True)
         if request.input.timer is not None:  # a wake delivery: consume the firing first
-            session._append(TimerFired(name=request.input.timer.name,
-                                       fire_at=request.input.timer.fire_at))
+            session.add_event(TimerFired(name=request.input.timer.name,
+                                      fire_at=request.input.timer.fire_at))
+        message_id = request.input.message_id
+        if message_id is not None and config.app.sessions.holds_message(session, message_id):
+            raise DuplicateMessage(sid, message_id)  # a redelivery: nothing runs again
         for decision in request.input.approvals or ():
             session.input.approval(decision.approval_id, approved=decision.approved,
                                    reason=decision.reason)
         for answer in request.input.tools or ():
             session.input.tool(call_id=answer.call_id, input=answer.input)
+        if self._needs_claim(session, request.input):
+            # SPEC §4: the decision or answer lands before the tool it unlocks runs, so a
+            # lost race runs nothing (409 already_decided / already_answered).
+            config.app.sessions.policy.claim(session, turns=config.agent.history_turns)
         return session
+
+    def _needs_claim(self, session: Session, given: Input) -> bool:
+        if given.approvals:
+            return True
+        tools = self._config.agent.tools
+        for answer in given.tools or ():
+            call = session.head.call(answer.call_id)
+            tool = tools.get(call.name) if call is not None else None
+            if tool is not None and tool.execute is not None:
+                return True
+        return False
 
     def _initial_state(self, initial: dict[str, Any] | None) -> dict[str, Any]:
         schema = self._config.schema
@@ -251,83 +299,43 @@ class TurnStream(Iterator[StreamEvent]):
                                  f"{describe_validation(error)}") from error
 
     def _fail(self, session_id: str, error: BaseException, code: str | None = None) -> None:
+        code = code or getattr(error, "code", "run_error")
         self.result = TurnResult(
-            session_id=session_id, status="error", error=str(error),
-            code=code or getattr(error, "code", "run_error"), invocation_id=self.invocation_id,
+            session_id=session_id, status="error", error=str(error), code=code,
+            invocation_id=self.invocation_id,
+            retryable=code in ("model_error", "aborted", "deadline", "store_error",
+                               "run_error") or None,
         )
 
-    # --- commit policy -------------------------------------------------------------------------
-
-    def _commit(self, session: Session, result: RunResult) -> tuple[CommitStatus, int | None]:
-        if not session.dirty:
-            return "committed", session.version
-        sessions = self._config.app.sessions
-        own_user_ts = max((e.ts for e in session.new_events if e.type == "user"), default=None)
-        last_event = session.new_events[-1].id
-        timers = [e for e in session.new_events if isinstance(e, TimerSet | TimerCancelled)]
-        merged = False
-        failures = conflicts = 0
-        while True:
-            try:
-                outcome = sessions.commit(session)
-            except Exception as error:  # store failure: bounded retry with backoff
-                failures += 1
-                log.warning("commit failed (attempt %d): %s", failures, error,
-                            extra={"session_id": session.session_id})
-                if failures >= STORE_ATTEMPTS:
-                    return "failed", None
-                time.sleep(STORE_BACKOFF * 2 ** (failures - 1))
-                outcome = None
-            if outcome is not None and outcome.ok:
-                return ("merged" if merged else "committed"), outcome.version
-            if outcome is not None:
-                conflicts += 1
-                if conflicts > MERGE_ATTEMPTS:
-                    return "failed", None
-            # Conflict, or an ambiguous failure: look at the head before trying again.
-            try:
-                stored = self._config.app.store.load(session.session_id, turns=0)
-            except Exception:
-                continue
-            if stored is None:
-                if session.version == 0 and outcome is None:
-                    continue  # a new session whose write failed: nothing landed, try again
-                return "failed", None
-            if stored.head.last_event == last_event:  # a "failed" write that did land
-                if timers:  # commit() raised before it could hand them over
-                    hand_over(self._config.app.scheduler, session.session_id, timers)
-                return ("merged" if merged else "committed"), stored.head.version
-            if own_user_ts is not None and stored.head.last_user_ts > own_user_ts:
-                return "superseded", None
-            try:
-                session._rebase(stored)
-            except DormantError:
-                return "superseded", None
-            merged = True
-
-    def _turn_result(self, session: Session, result: RunResult, commit: CommitStatus,
-                     version: int | None) -> TurnResult:
+    def _turn_result(self, session: Session, result: RunResult, outcome: Outcome
+                     ) -> TurnResult:
+        commit, version = outcome.status, outcome.version
         status: Any = result.status
         error = code = yielded_invocation_id = None
+        retryable: bool | None = None
         yielded_tools: list[YieldedTool] | None = None
         approvals: list[PendingApproval] | None = None
         if isinstance(result, ErrorResult):
             error, code = result.error, result.code
+            retryable = session.head.failed or None
         elif isinstance(result, YieldedToolResult):
             yielded_tools, approvals = result.yielded_tools, result.pending_approvals
         elif isinstance(result, YieldedMessageResult):
             yielded_invocation_id = result.yielded_invocation_id
         if commit == "failed":
             status, code = "error", "store_error"
+            retryable = outcome.error is None or outcome.error.retryable
             error = error or (
-                f"the turn ran but session {session.session_id} could not be written after "
-                f"{STORE_ATTEMPTS} attempts; retry the request")
+                f"the turn ran but session {session.session_id} could not be written: "
+                f"{outcome.error}" + ("; retry the request" if retryable else
+                                      "; retrying will not help until that is fixed"))
         return TurnResult(
             session_id=session.session_id, status=status, output=result.output,
             commit_status=commit, invocation_id=result.invocation_id, usage=result.usage,
             yielded_tools=yielded_tools, pending_approvals=approvals,
             yielded_invocation_id=yielded_invocation_id,
-            error=error, code=code, version=version, state=dict(session.state))
+            error=error, code=code, version=version, state=dict(session.state),
+            retryable=retryable)
 
 
 
@@ -342,8 +350,9 @@ class Handlers:
         """``handler(input) -> TurnStream`` (lazy)."""
         cfg = _Config(self._app, **config)
 
-        def handle(request: HandlerInput | dict[str, Any]) -> TurnStream:
-            return TurnStream(cfg, request)
+        def handle(request: HandlerInput | dict[str, Any], *,
+                   remaining_time: float | None = None) -> TurnStream:
+            return TurnStream(cfg, request, remaining_time=remaining_time)
 
         return handle
 
@@ -351,8 +360,9 @@ class Handlers:
         """``handler(input) -> RestResponse``: the turn, drained and committed."""
         cfg = _Config(self._app, **config)
 
-        def handle(request: HandlerInput | dict[str, Any]) -> RestResponse:
-            stream = TurnStream(cfg, request)
+        def handle(request: HandlerInput | dict[str, Any], *,
+                   remaining_time: float | None = None) -> RestResponse:
+            stream = TurnStream(cfg, request, remaining_time=remaining_time)
             result = stream.run()
             return to_rest(result, stream, cfg.response)
 
@@ -393,9 +403,27 @@ def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) ->
         pending_approvals=result.pending_approvals or None,
         error=result.error,
         code=result.code if result.status == "error" else None,
+        retryable=result.retryable if result.status == "error" else None,
         warning=result.warning,
         commit_status=result.commit_status,
         events=[e.model_dump(mode="json") for e in stream.events] if options.events else None,
         usage=result.usage if options.usage else None,
         state=result.state if options.state else None,
     )
+
+
+def _invocation_id(request: HandlerInput | dict[str, Any]) -> str:
+    """A new invocation's id: derived from the session and the message id when the request
+    names both (so a redelivery reruns under the same id, and its derived call ids match),
+    else fresh."""
+    if isinstance(request, HandlerInput):
+        sid, mid = request.session_id, request.input.message_id
+    else:
+        raw = request.get("input")
+        given: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        sid = request.get("session_id") or request.get("sessionId")
+        mid = given.get("message_id") or given.get("messageId")
+    if isinstance(sid, str) and isinstance(mid, str) and sid and mid:
+        seed = f"{sid.removeprefix('session_')}|{mid}".encode()
+        return "inv_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
+    return new_id("inv")

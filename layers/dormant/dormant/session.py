@@ -12,7 +12,7 @@ from typing import Any, Literal
 from dormant._head import Head, apply
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
-from dormant.errors import InputError
+from dormant.errors import InputError, RetryRefused
 from dormant.events import (
     ApprovalDecided,
     Event,
@@ -97,6 +97,19 @@ class SessionInput:
         self._session._append(event)
         return event
 
+    def retry(self, retry_id: str) -> str:
+        """Ask the next turn to rerun the failed invocation's failed model call (SPEC §8).
+        Finished steps and their tool results stay; a retry id lands once."""
+        if not isinstance(retry_id, str) or not retry_id:
+            raise InputError("a retry needs a non-empty retry_id")
+        head = self._session._head
+        if head.has_retry(retry_id):
+            raise RetryRefused(head.session_id, retry_id, duplicate=True)
+        if not head.failed:
+            raise RetryRefused(head.session_id, retry_id)
+        self._session.pending_retry = retry_id
+        return retry_id
+
     def message(self, text: str, id: str | None = None) -> UserEvent:
         """Append a user message (``id``: a stable id, so a redelivery lands once)."""
         if not isinstance(text, str) or not text:
@@ -125,6 +138,11 @@ class Session:
         self._base_version = head.version
         self._base_seq = head.seq
         self._new: list[Event] = []
+        #: How much of the slice changed the world (ends with the last ran tool's result),
+        #: and the head as it stood there: what a failed or superseded turn keeps.
+        self._effects: tuple[int, Head] | None = None
+        #: A retry asked for with ``input.retry`` (run by the next turn).
+        self.pending_retry: str | None = None
         self._lock = threading.Lock()
         #: Not None while a run is active: events recorded by tools wait here.
         self._deferred: list[Event] | None = None
@@ -135,7 +153,7 @@ class Session:
             principal: str | None = None) -> Session:
         stamp = now_ms()
         head = Head(session_id=session_id, state=copy.deepcopy(state or {}),
-                    principal=principal, created_at=stamp, updated_at=stamp)
+                    principal=principal, created_at=stamp, updated_at=stamp, messages=0)
         return cls(head)
 
     @classmethod
@@ -143,7 +161,7 @@ class Session:
                     state: dict[str, Any] | None = None) -> Session:
         """Rebuild a session by folding a whole ledger (e.g. one exported or archived)."""
         head = Head(session_id=normalize_session_id(session_id),
-                    state=copy.deepcopy(state or {}))
+                    state=copy.deepcopy(state or {}), messages=0)
         loaded = list(events)
         for event in loaded:
             apply(head, event)
@@ -179,11 +197,24 @@ class Session:
         return self._first_seq
 
     @property
+    def base_seq(self) -> int:
+        """Ledger position of the slice's first event (where the store will put it)."""
+        return self._base_seq
+
+    @property
+    def effects_end(self) -> int:
+        """Length of the slice prefix that changed the world (0: no tool ran)."""
+        return self._effects[0] if self._effects is not None else 0
+
+    @property
     def state(self) -> dict[str, Any]:
         return self._head.state
 
     @property
-    def status(self) -> Literal["active", "awaiting_input"]:
+    def status(self) -> Literal["active", "awaiting_input", "failed"]:
+        """``awaiting_input`` while parked, ``failed`` after a failed turn (until retried)."""
+        if self._head.failed:
+            return "failed"
         return "awaiting_input" if self._head.parked is not None else "active"
 
     @property
@@ -274,6 +305,12 @@ class Session:
             taken, self._deferred = self._deferred or [], []
         return taken
 
+    def add_event(self, event: Event) -> None:
+        """Append a ledger event to the uncommitted slice, folded into the head (raises, and
+        adds nothing, if the session cannot take it). For trusted server code and handlers:
+        e.g. the wake path's ``timer_fired``."""
+        self._append(event)
+
     # --- internals ---------------------------------------------------------------------------
 
     def _append(self, event: Event) -> None:
@@ -284,24 +321,48 @@ class Session:
         for event in events:
             self._append(event)
 
-    def _committed(self, version: int) -> None:
+    # --- what the commit policy (dormant._commit) and the run loop use ------------------------
+
+    def mark_committed(self, version: int) -> None:
+        """The slice landed at ``version``: it becomes part of the loaded ledger."""
         self._loaded.extend(self._new)  # _loaded is always this session's own list
         self._new = []
+        self._effects = None
         self._head.version = version
         self._base_version = version
         self._base_seq = self._head.seq
 
-    def _rebase(self, stored: StoredSession) -> None:
-        """Put the uncommitted slice on top of a newer head (raises if it no longer fits)."""
+    def rebase(self, stored: StoredSession, *, events: list[Event] | None = None) -> None:
+        """Put the uncommitted slice (or ``events`` in its place) on top of a newer head.
+
+        Raises (and changes nothing) if it no longer fits: an answer to a call somebody else
+        answered, a message the head already holds."""
         head = stored.head
-        pending = self._new
+        pending = self._new if events is None else list(events)
         for event in pending:
             apply(head, event)
         self._head = head
+        self._new = pending
+        if events is not None:
+            self._effects = None
         self._loaded = stored.events
         self._first_seq = stored.first_seq
         self._base_version = head.version
         self._base_seq = head.seq - len(pending)
+
+    def mark_effects(self) -> None:
+        """Tools ran: everything in the slice so far is what a failure must keep."""
+        self._effects = (len(self._new), self._head.clone())
+
+    def rewind_to_effects(self) -> None:
+        """Drop what the slice gained after the last :meth:`mark_effects` (a failed step's
+        uncommitted output)."""
+        if self._effects is None:
+            return
+        length, head = self._effects
+        if length < len(self._new):
+            del self._new[length:]
+            self._head = head.clone()
 
     def __repr__(self) -> str:
         return (f"Session({self.session_id!r}, version={self.version}, status={self.status!r}, "

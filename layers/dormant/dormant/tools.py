@@ -51,6 +51,11 @@ class Signal:
             self._flag.set()
         return self._event is not None and self._event.is_set()
 
+    @property
+    def expired(self) -> bool:
+        """True once the deadline passed (the turn ran out of time rather than being aborted)."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
     def remaining(self) -> float | None:
         """Seconds left before the deadline (None: no deadline)."""
         if self.deadline is None:

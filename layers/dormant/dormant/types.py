@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dormant._head import Head
@@ -55,6 +55,10 @@ class CommitResult(_Wire):
     version: int | None = None
     conflict: bool = False
     current_version: int | None = None
+    #: Set when the store refused the write because one of the slice's once-only ids (a
+    #: message id ``m:<id>``, a retry id ``r:<id>``) is already in the session: a redelivery.
+    #: Not part of the dumped form (the seeds' refusal is ``{ok, conflict, currentVersion}``).
+    duplicate: str | None = Field(default=None, exclude=True)
 
 
 class SessionSummary(_Wire):

@@ -119,7 +119,8 @@ class ThoughtDelta:
 class ToolCallChunk:
     """A complete tool call (adapters assemble streamed argument fragments first).
     ``args`` is a dict, or JSON text the runtime parses (bad JSON reaches the model as a
-    tool error)."""
+    tool error). An empty ``call_id`` asks the runtime to derive one from the invocation and
+    the call's position, so a rerun of the same step gets the same ids."""
 
     call_id: str
     name: str
@@ -137,10 +138,13 @@ ModelChunk = TextDelta | ThoughtDelta | ToolCallChunk | UsageChunk
 class ModelError(Exception):
     """A model call failed for good (after any retries the adapter makes)."""
 
-    def __init__(self, message: str, *, code: str = "model_error", status: int | None = None):
+    def __init__(self, message: str, *, code: str = "model_error", status: int | None = None,
+                 retryable: bool = True):
         super().__init__(message)
         self.code = code
         self.status = status
+        #: Whether calling again can succeed (a 4xx from the provider usually cannot).
+        self.retryable = retryable
 
 
 @runtime_checkable

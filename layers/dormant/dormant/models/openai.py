@@ -278,7 +278,7 @@ class OpenAIModel:
 
     def _error(self, status: int | None, api_code: str | None, message: str,
                note: str = "") -> ModelError:
-        code = _classify(status, api_code)[0]
+        code, retryable = _classify(status, api_code)
         where = "Responses API" if self.api == "responses" else "Chat Completions"
         detail = f"{status} {api_code or code}" if status else (api_code or code)
         text = f"OpenAI {where} call for model {self.model!r} failed ({detail}): {message}"
@@ -287,7 +287,8 @@ class OpenAIModel:
         hint = _HINTS.get(code)
         if hint:
             text += f" — {hint}"
-        return ModelError(_SECRET_TEXT.sub(r"\1***", text), code=code, status=status)
+        return ModelError(_SECRET_TEXT.sub(r"\1***", text), code=code, status=status,
+                          retryable=retryable)
 
 
 def _classify(status: int | None, api_code: str | None) -> tuple[str, bool]:

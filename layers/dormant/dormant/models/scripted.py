@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dormant._ids import new_id
 from dormant.models._base import (
     ModelChunk,
     ModelRequest,
@@ -82,7 +81,7 @@ def _play(reply: str | dict[str, Any]) -> Iterator[ModelChunk]:
     for piece in _WORDS.findall(text):
         yield TextDelta(piece)
     for call in reply.get("tool_calls") or ():
-        yield ToolCallChunk(call_id=call.get("id") or new_id("call"), name=call["name"],
+        yield ToolCallChunk(call_id=call.get("id") or "", name=call["name"],
                             args=call.get("args", {}))
     yield UsageChunk()
 

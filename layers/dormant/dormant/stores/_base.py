@@ -7,10 +7,10 @@ from typing import Protocol, runtime_checkable
 
 from dormant._head import Head
 from dormant._ids import now_ms
-from dormant.events import Event
+from dormant.events import Event, RetryEvent, UserEvent
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
-__all__ = ["Store", "commit_head"]
+__all__ = ["Store", "commit_head", "once_keys"]
 
 
 @runtime_checkable
@@ -31,7 +31,22 @@ class Store(Protocol):
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         """Write ``events`` (positions ``head.seq - len(events)`` … ``head.seq - 1``) and
         ``head`` iff the stored version is ``expected_version`` (0: the session must not
-        exist). The written head carries version ``expected_version + 1``."""
+        exist). The written head carries version ``expected_version + 1``.
+
+        Once-only ids (:func:`once_keys` of ``events``) are the session's own keys, kept for
+        its life: a slice carrying one the session already holds is refused, nothing
+        written, with ``CommitResult(ok=False, duplicate=key)`` (``conflict`` may be set
+        too when the version moved as well)."""
+        ...
+
+    def has_once(self, session_id: str, key: str) -> bool:
+        """Whether a committed slice of the session carried the once-only id ``key`` (see
+        :func:`once_keys`). ``append`` refuses a slice carrying one the session holds."""
+        ...
+
+    def landed(self, session_id: str, seq: int, event_id: str) -> bool:
+        """Whether the ledger holds the event ``event_id`` at position ``seq`` (the first
+        event of a commit): how a commit policy learns the truth after an ambiguous write."""
         ...
 
     def delete(self, session_id: str) -> bool:
@@ -46,3 +61,15 @@ class Store(Protocol):
 def commit_head(head: Head, expected_version: int) -> Head:
     """The head as a store writes it: next version, fresh ``updated_at``."""
     return head.model_copy(update={"version": expected_version + 1, "updated_at": now_ms()})
+
+
+def once_keys(events: Sequence[Event]) -> list[str]:
+    """The ids in ``events`` that may land only once per session, for the session's life:
+    every user message id (``m:<id>``) and every retry id (``r:<id>``)."""
+    keys: list[str] = []
+    for event in events:
+        if isinstance(event, UserEvent):
+            keys.append("m:" + event.message_id)
+        elif isinstance(event, RetryEvent):
+            keys.append("r:" + event.retry_id)
+    return keys

@@ -15,13 +15,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    ParamValidationError,
+)
 
 from dormant._head import Head
 from dormant.errors import ConfigError, StoreError
 from dormant.events import Event
 from dormant.settings import Settings
-from dormant.stores._base import commit_head
+from dormant.stores._base import commit_head, once_keys
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb import reads, writes
 from dormant.stores._dynamodb.offload import Offloader
@@ -165,7 +170,7 @@ class DynamoDBStore:
                     return None
                 head = Head.model_validate_json(found.pop(0)[lay.HEAD]["S"])
                 start = head.window_start(turns)
-            items.extend(found)
+            items.extend(item for item in found if lay.is_event_item(item))
             needed = reads.items_needed(items, start, head.seq)
             if needed is not None or "LastEvaluatedKey" not in page:
                 break
@@ -218,12 +223,15 @@ class DynamoDBStore:
             written, events, head_item, expires_at, self._offloader, self._offload_above,
             self._transaction_limit)
         put_head = writes.conditional_put(self.table_name, head_item, expected_version)
+        guards = writes.guard_puts(self.table_name, head.session_id, once_keys(events),
+                                   expires_at, now_s)
         for key, text in uploads:
             self._call("offload an event", head.session_id, self._offload().put, key, text)
         for round_ in range(2):
             try:
-                if items:
-                    result = self._transact(written, put_head, items, expected_version, round_)
+                if items or guards:
+                    result = self._transact(written, put_head, items, guards,
+                                            expected_version, round_)
                 else:
                     result = self._put_head(written, put_head, expected_version)
                 break
@@ -238,10 +246,12 @@ class DynamoDBStore:
         return result
 
     def _transact(self, written: Head, put_head: dict[str, Any], items: _Items,
-                  expected_version: int, round_: int) -> CommitResult:
+                  guards: _Items, expected_version: int, round_: int) -> CommitResult:
         token = writes.request_token(self.table_name, written, expected_version, round_)
         actions: builtins.list[Any] = [{"Put": put_head}]
         actions += [{"Put": {"TableName": self.table_name, "Item": item}} for item in items]
+        actions += [{"Put": guard} for guard in guards]
+        first_guard = 1 + len(items)
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             try:
                 self._client.transact_write_items(TransactItems=actions,
@@ -252,15 +262,25 @@ class DynamoDBStore:
                     raise _store_error("commit", written.session_id, error) from error
                 reasons = error.response.get("CancellationReasons") or []
                 first = reasons[0] if reasons else {}
-                if first.get("Code") == "ConditionalCheckFailed":
-                    return self._refused(dict(first.get("Item") or {}) or None,
-                                         expected_version)
+                held = next((guards[i - first_guard]["Item"][lay.SK]["S"]
+                             for i, reason in enumerate(reasons) if i >= first_guard
+                             and reason.get("Code") == "ConditionalCheckFailed"), None)
+                if held is not None or first.get("Code") == "ConditionalCheckFailed":
+                    refused = (self._refused(dict(first.get("Item") or {}) or None,
+                                             expected_version)
+                               if first.get("Code") == "ConditionalCheckFailed"
+                               else CommitResult(ok=False, current_version=expected_version))
+                    if held is not None:
+                        refused = refused.model_copy(
+                            update={"duplicate": held.removeprefix(lay.GUARD_PREFIX)})
+                    return refused
                 codes = {r.get("Code") for r in reasons} - {"None", None}
-                if not codes <= _RETRYABLE or attempt == TRANSACTION_ATTEMPTS:
+                retryable = codes <= _RETRYABLE
+                if not retryable or attempt == TRANSACTION_ATTEMPTS:
                     raise StoreError(
                         f"commit to session {written.session_id} was cancelled "
                         f"({', '.join(sorted(str(c) for c in codes))}) after {attempt} "
-                        "attempt(s); nothing was written") from error
+                        "attempt(s); nothing was written", retryable=retryable) from error
             except BotoCoreError as error:
                 raise _store_error("commit", written.session_id, error) from error
             time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
@@ -289,6 +309,27 @@ class DynamoDBStore:
             return CommitResult(ok=False, conflict=True, current_version=0)
         return CommitResult(ok=False, conflict=True, current_version=int(old[lay.VERSION]["N"]))
 
+    # --- once-only ids and landed commits -------------------------------------------------------
+
+    def has_once(self, session_id: str, key: str) -> bool:
+        item = self._call("read a message guard", session_id, self._client.get_item,
+                          TableName=self.table_name, ConsistentRead=True,
+                          Key={lay.PK: {"S": session_id}, lay.SK: {"S": lay.guard_key(key)}})
+        found = item.get("Item")
+        return found is not None and not lay.expired(found, int(self._clock()))
+
+    def landed(self, session_id: str, seq: int, event_id: str) -> bool:
+        """The slice item starting at ``seq`` (or its first part) names ``event_id`` first:
+        the event's JSON, or its S3 key, begins the item's array."""
+        page = self._call(
+            "read a commit", session_id, self._client.query, TableName=self.table_name,
+            ConsistentRead=True, Limit=1,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :sk)",
+            ExpressionAttributeValues={":pk": {"S": session_id},
+                                       ":sk": {"S": lay.slice_key(seq)}})
+        items = page.get("Items", [])
+        return bool(items) and event_id in items[0][lay.EVENTS]["S"][:1024]
+
     def _forget_uploads(self, keys: builtins.list[str]) -> None:
         """A refused commit leaves nothing behind: its offloaded events go too (best effort:
         an object left over is unreachable, never read)."""
@@ -299,7 +340,7 @@ class DynamoDBStore:
     def _offload(self) -> Offloader:
         if self._offloader is None:
             raise StoreError(f"table {self.table_name} holds events in S3 but the store has no "
-                             "bucket; configure DORMANT_BUCKET")
+                             "bucket; configure DORMANT_BUCKET", retryable=False)
         return self._offloader
 
     # --- deleting ------------------------------------------------------------------------------
@@ -412,14 +453,28 @@ def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
+#: Error codes that mean "this request will never succeed": not retried by commit policies.
+_DETERMINISTIC = frozenset({
+    "AccessDeniedException", "AccessDenied", "ResourceNotFoundException", "NoSuchBucket",
+    "ValidationException", "UnrecognizedClientException", "InvalidSignatureException",
+    "MissingAuthenticationTokenException", "SerializationException",
+    "ItemCollectionSizeLimitExceededException", "InvalidAccessKeyId",
+})
+
+
 def _store_error(what: str, session_id: str, error: Exception) -> StoreError:
-    return StoreError(f"DynamoDB could not {what} for session {session_id}: {error}")
+    if isinstance(error, ClientError):
+        retryable = _code(error) not in _DETERMINISTIC
+    else:  # a timeout or a dropped connection may have landed; a bad parameter never will
+        retryable = not isinstance(error, ParamValidationError | NoCredentialsError)
+    return StoreError(f"DynamoDB could not {what} for session {session_id}: {error}",
+                      retryable=retryable)
 
 
 def _no_bucket(session_id: str) -> Callable[[dict[str, Any]], Any]:
     def fail(_: dict[str, Any]) -> Any:
         raise StoreError(f"session {session_id} has events stored in S3 but the store has no "
-                         "bucket; configure DORMANT_BUCKET")
+                         "bucket; configure DORMANT_BUCKET", retryable=False)
 
     return fail
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from dormant._head import Head
 from dormant._ids import now_ms
 from dormant.events import Event
+from dormant.stores._base import once_keys
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
@@ -22,6 +23,7 @@ class _Row:
     status: str
     principal: str | None
     events: list[Event] = field(default_factory=list)
+    once: set[str] = field(default_factory=set)
 
 
 class MemoryStore:
@@ -46,20 +48,34 @@ class MemoryStore:
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         written = head.clone()
         written.version, written.updated_at = expected_version + 1, now_ms()
+        keys = once_keys(events)
         with self._lock:
             row = self._rows.get(head.session_id)
             current = row.version if row is not None else 0
-            if current != expected_version:
-                return CommitResult(ok=False, conflict=True, current_version=current)
+            held = next((k for k in keys if row is not None and k in row.once), None)
+            if current != expected_version or held is not None:
+                return CommitResult(ok=False, conflict=current != expected_version,
+                                    current_version=current, duplicate=held)
             if row is None:
                 row = _Row(written, written.version, written.updated_at, "", head.principal)
                 self._rows[head.session_id] = row
             row.events.extend(events)
+            row.once.update(keys)
             row.head = written
             row.version = written.version
             row.updated_at = written.updated_at
             row.status = "awaiting_input" if written.parked else "active"
         return CommitResult(ok=True, version=written.version)
+
+    def has_once(self, session_id: str, key: str) -> bool:
+        with self._lock:
+            row = self._rows.get(session_id)
+            return row is not None and key in row.once
+
+    def landed(self, session_id: str, seq: int, event_id: str) -> bool:
+        with self._lock:
+            row = self._rows.get(session_id)
+            return row is not None and seq < len(row.events) and row.events[seq].id == event_id
 
     def delete(self, session_id: str) -> bool:
         with self._lock:

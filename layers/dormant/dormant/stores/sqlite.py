@@ -4,7 +4,9 @@ One file, WAL mode. Three tables:
 
 - ``sessions``: one row per session, the head (JSON) and its version;
 - ``events``: the ledger, one row per event, keyed by ``(session_id, seq)``;
-- ``commits``: one row per commit, keyed by ``(session_id, version)``.
+- ``commits``: one row per commit, keyed by ``(session_id, version)``;
+- ``once_keys``: the ids that land once for the session's life (message ids, retry ids),
+  keyed by ``(session_id, key)``: a redelivery is refused by the key, not by a window.
 
 A commit runs in one ``BEGIN IMMEDIATE`` transaction: it checks the stored version, inserts its
 ``(session_id, version)`` row and its events, and moves the head. Optimistic concurrency *is*
@@ -24,13 +26,14 @@ from pathlib import Path
 from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event, load_event
-from dormant.stores._base import commit_head
+from dormant.stores._base import commit_head, once_keys
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
 __all__ = ["SqliteStore"]
 
 #: Schema version written to ``PRAGMA user_version``; bump it only with a migration.
-SCHEMA_VERSION = 1
+#: 2 added ``once_keys`` (created by the schema script, so a version-1 file migrates itself).
+SCHEMA_VERSION = 2
 #: Seconds a writer waits for another process's write lock before failing.
 BUSY_TIMEOUT = 30.0
 
@@ -49,6 +52,11 @@ CREATE TABLE IF NOT EXISTS commits (
     version      INTEGER NOT NULL,
     committed_at INTEGER NOT NULL,
     PRIMARY KEY (session_id, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS once_keys (
+    session_id TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    PRIMARY KEY (session_id, key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL,
@@ -151,16 +159,20 @@ class SqliteStore:
         sid = head.session_id
         first = written.seq - len(events)
         rows = [(sid, first + i, e.type, e.model_dump_json()) for i, e in enumerate(events)]
+        keys = [(sid, key) for key in once_keys(events)]
         status = "awaiting_input" if written.parked else "active"
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 current = _version(conn, sid)
-                if current != expected_version:
+                held = _held(conn, sid, [key for _, key in keys])
+                if current != expected_version or held is not None:
                     conn.rollback()
-                    return CommitResult(ok=False, conflict=True, current_version=current)
+                    return CommitResult(ok=False, conflict=current != expected_version,
+                                        current_version=current, duplicate=held)
                 conn.execute("INSERT INTO commits (session_id, version, committed_at) "
                              "VALUES (?, ?, ?)", (sid, written.version, written.updated_at))
+                conn.executemany("INSERT INTO once_keys (session_id, key) VALUES (?, ?)", keys)
                 conn.executemany("INSERT INTO events (session_id, seq, type, body) "
                                  "VALUES (?, ?, ?, ?)", rows)
                 conn.execute(
@@ -180,6 +192,24 @@ class SqliteStore:
                 raise StoreError(f"cannot write session {sid} to {self.path}: {error}") from error
         return CommitResult(ok=True, version=written.version)
 
+    def has_once(self, session_id: str, key: str) -> bool:
+        with self._connection() as conn:
+            try:
+                return _held(conn, session_id, [key]) is not None
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot read session {session_id} from {self.path}: "
+                                 f"{error}") from error
+
+    def landed(self, session_id: str, seq: int, event_id: str) -> bool:
+        with self._connection() as conn:
+            try:
+                row = conn.execute("SELECT body FROM events WHERE session_id = ? AND seq = ?",
+                                   (session_id, seq)).fetchone()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot read session {session_id} from {self.path}: "
+                                 f"{error}") from error
+        return row is not None and load_event(row[0]).id == event_id
+
     def _current(self, session_id: str) -> int:
         with self._connection() as conn:
             return _version(conn, session_id)
@@ -192,6 +222,7 @@ class SqliteStore:
                                        (session_id,)).rowcount
                 conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM commits WHERE session_id = ?", (session_id,))
+                conn.execute("DELETE FROM once_keys WHERE session_id = ?", (session_id,))
                 conn.commit()
             except sqlite3.Error as error:
                 raise StoreError(f"cannot delete session {session_id} from {self.path}: "
@@ -215,6 +246,15 @@ class SqliteStore:
                                else "active",
                                updated_at=updated_at, principal=owner)
                 for sid, version, status, updated_at, owner in rows]
+
+
+def _held(conn: sqlite3.Connection, session_id: str, keys: list[str]) -> str | None:
+    """The first of ``keys`` the session already holds, if any."""
+    for key in keys:
+        if conn.execute("SELECT 1 FROM once_keys WHERE session_id = ? AND key = ?",
+                        (session_id, key)).fetchone() is not None:
+            return key
+    return None
 
 
 def _version(conn: sqlite3.Connection, session_id: str) -> int:

@@ -148,7 +148,7 @@ def run_test(agent: Agent, steps: Iterable[Step]) -> TestRun:
         results.append(result)
         outcome = store.append(session.head, session.new_events, expected_version=session.version)
         assert outcome.ok and outcome.version is not None
-        session._committed(outcome.version)
+        session.mark_committed(outcome.version)
 
     for step in steps:
         if isinstance(step, _User):

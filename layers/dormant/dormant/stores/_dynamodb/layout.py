@@ -9,6 +9,12 @@ the newest events::
     pk=session_x  sk=e#000000000004#001  parts=3       ev=<next 390 KB>
     pk=session_x  sk=e#000000000004#002  parts=3       ev=<the rest>
     pk=session_x  sk=~head               ver=3  ua=...  st=active  own=p:alice  head={...}
+    pk=session_x  sk=#o#m:msg-42       (a guard: message id msg-42 landed)
+
+Guards (``#o#`` + a once-only id: ``m:<message id>``, ``r:<retry id>``) are written, with a
+condition that none exists, in the same transaction as the slice that carries the id, so an id
+lands once for the session's life. ``#`` sorts before ``e``: a descending query meets them
+only after the whole ledger, so windowed reads never touch them.
 
 Each commit writes one *slice* item holding its new events (a JSON array, keyed by the position
 of its first event), so a turn's write is the new events and nothing else, and the per-item
@@ -53,6 +59,7 @@ SK = "sk"
 #: descending query.
 HEAD_SK = "~head"
 EVENT_PREFIX = "e#"
+GUARD_PREFIX = "#o#"
 #: Attribute holding the TTL (epoch seconds). Enable TTL on it (the template does).
 TTL_ATTRIBUTE = "expires_at"
 INDEX_NAME = "by_owner"
@@ -125,6 +132,15 @@ def principal_of(owner: str) -> str | None:
 def slice_key(first_seq: int, part: int | None = None) -> str:
     key = f"{EVENT_PREFIX}{first_seq:012d}"
     return key if part is None else f"{key}#{part:03d}"
+
+
+def guard_key(key: str) -> str:
+    """The sort key of the guard item of a once-only id."""
+    return GUARD_PREFIX + key
+
+
+def is_event_item(item: dict[str, Any]) -> bool:
+    return bool(item.get(SK, {}).get("S", "").startswith(EVENT_PREFIX))
 
 
 def head_sk_is(item: dict[str, Any]) -> bool:

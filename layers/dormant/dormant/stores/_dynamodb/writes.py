@@ -16,7 +16,7 @@ from dormant.events import Event
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader
 
-__all__ = ["Plan", "conditional_put", "head_item", "plan_slice", "request_token"]
+__all__ = ["Plan", "conditional_put", "guard_puts", "head_item", "plan_slice", "request_token"]
 
 #: A commit's slice items, and the events that go to S3 instead: (key, event JSON).
 Plan = tuple[list[dict[str, Any]], list[tuple[str, str]]]
@@ -40,7 +40,7 @@ def head_item(written: Head, expires_at: int | None) -> dict[str, Any]:
         raise StoreError(
             f"session {written.session_id}: its head (state and pending calls) is {size} "
             f"bytes, over DynamoDB's {lay.ITEM_LIMIT}-byte item limit; keep large data in "
-            "events or tool results, not in session state")
+            "events or tool results, not in session state", retryable=False)
     return item
 
 
@@ -64,7 +64,8 @@ def plan_slice(written: Head, events: Sequence[Event], head: dict[str, Any],
         if offloader is None:
             raise StoreError(
                 f"session {sid}: this commit's events ({sum(sizes)} bytes) do not fit one "
-                "DynamoDB transaction; configure an S3 bucket (DORMANT_BUCKET) for large events")
+                "DynamoDB transaction; configure an S3 bucket (DORMANT_BUCKET) for large "
+                "events", retryable=False)
         return offloader.key(sid, first_seq + index, events[index].id)
 
     keys: dict[int, str] = {}
@@ -82,9 +83,29 @@ def plan_slice(written: Head, events: Sequence[Event], head: dict[str, Any],
         rest = [i for i in range(len(texts)) if i not in keys]
         if not rest:
             raise StoreError(f"session {sid}: this commit has too many events for one "
-                             "DynamoDB transaction, even with every event in S3")
+                             "DynamoDB transaction, even with every event in S3",
+                             retryable=False)
         largest = max(rest, key=lambda i: sizes[i])
         keys[largest] = key(largest)
+
+
+def guard_puts(table: str, session_id: str, keys: Sequence[str], expires_at: int | None,
+               now_s: int) -> list[dict[str, Any]]:
+    """One conditional Put per once-only id: refused if the session already holds it (an
+    expired guard, left for TTL to delete, no longer counts)."""
+    puts: list[dict[str, Any]] = []
+    for key in keys:
+        item: dict[str, Any] = {lay.PK: {"S": session_id}, lay.SK: {"S": lay.guard_key(key)}}
+        if expires_at is not None:
+            item[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
+        puts.append({
+            "TableName": table,
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(#pk) OR #ttl <= :now",
+            "ExpressionAttributeNames": {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE},
+            "ExpressionAttributeValues": {":now": {"N": str(now_s)}},
+        })
+    return puts
 
 
 def conditional_put(table: str, item: dict[str, Any], expected_version: int) -> dict[str, Any]:

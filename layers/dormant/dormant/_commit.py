@@ -1,0 +1,324 @@
+"""THE commit policy (SPEC §4): how a turn's slice reaches the store, and what is reported.
+
+Every committing path calls this module — the handlers, ``app.sessions.commit / merge /
+append``, the test kit — so one rule decides:
+
+- ``committed``: the version matched;
+- ``merged``: the version moved and no newer user message landed: re-read the head, put the
+  slice on top of it, write again;
+- ``superseded``: a newer user message landed meanwhile, or the slice's inputs no longer fit
+  the newer head. What changed the world stays: if tools ran, the slice up to the last tool
+  result is merged and the invocation ends ``superseded``; only the reply is dropped;
+- ``failed``: the store could not be written after bounded retries. A deterministic refusal
+  (``StoreError.retryable`` False) is not retried at all.
+
+Two more rules live here. A **claim** (:meth:`CommitPolicy.claim`) writes an approval decision
+or an answer before the tool it unlocks runs; a lost claim re-reads and either claims again
+or refuses (``already_decided`` / ``already_answered``), so a side effect runs once per
+decision. And the reported outcome is the **truth**: after an ambiguous failure (a timeout
+once the request was sent) the policy re-reads and asks the store whether its own slice
+landed before it writes again or reports anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from dormant.errors import (
+    AlreadyAnswered,
+    AlreadyDecided,
+    DormantError,
+    DuplicateMessage,
+    InputError,
+    ResumeError,
+    StoreError,
+)
+from dormant.events import (
+    ApprovalDecided,
+    Event,
+    InvocationEnd,
+    TimerCancelled,
+    TimerSet,
+    ToolInput,
+    UserEvent,
+)
+from dormant.types import CommitResult, StoredSession
+
+if TYPE_CHECKING:
+    from dormant.session import Session
+    from dormant.stores._base import Store
+
+__all__ = ["STORE_ATTEMPTS", "CommitPolicy", "CommitStatus", "Outcome"]
+
+log = logging.getLogger("dormant")
+
+CommitStatus = Literal["committed", "merged", "superseded", "failed"]
+
+#: Attempts at one write when the store fails transiently (not conflicts), and the first
+#: backoff (doubled per attempt).
+STORE_ATTEMPTS = 3
+STORE_BACKOFF = 0.05
+#: Re-reads when other writers keep landing first (each lost race is somebody's progress).
+MERGE_ATTEMPTS = 32
+
+HandOver = Callable[[str, list[TimerSet | TimerCancelled]], None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the policy did with a slice: ``status``, the version written (None if nothing
+    was), and for ``failed`` the store's error."""
+
+    status: CommitStatus
+    version: int | None = None
+    error: StoreError | None = None
+
+    @property
+    def landed(self) -> bool:
+        """Whether anything of the slice is in the store (a superseded turn whose tools ran
+        keeps them, so it counts)."""
+        return self.version is not None
+
+
+class CommitPolicy:
+    """The one commit policy of an app (``app.sessions.policy``)."""
+
+    def __init__(self, store: Store, hand_over: HandOver, *, attempts: int = STORE_ATTEMPTS,
+                 backoff: float = STORE_BACKOFF, merge_attempts: int = MERGE_ATTEMPTS) -> None:
+        self.store = store
+        self._hand_over = hand_over
+        self.attempts = attempts
+        self.backoff = backoff
+        self.merge_attempts = merge_attempts
+
+    # --- one write -------------------------------------------------------------------------
+
+    def write(self, session: Session) -> CommitResult:
+        """One conditional write of the uncommitted slice at the loaded version. A refusal is
+        data; on success the session moves to the new version and its timers are handed to
+        the scheduler (timers take effect only once their turn is committed)."""
+        slice_ = session.new_events
+        result = self.store.append(session.head, slice_, expected_version=session.version)
+        if result.ok:
+            assert result.version is not None
+            self._landed(session, slice_, result.version)
+        return result
+
+    def _landed(self, session: Session, slice_: Sequence[Event], version: int) -> None:
+        session.mark_committed(version)
+        timers: list[TimerSet | TimerCancelled] = [
+            e for e in slice_ if isinstance(e, TimerSet | TimerCancelled)]
+        if timers:
+            self._hand_over(session.session_id, timers)
+
+    # --- the handler's commit ----------------------------------------------------------------
+
+    def commit(self, session: Session) -> Outcome:
+        """Commit a turn's slice: committed, merged, superseded or failed (SPEC §4).
+
+        Raises :class:`DuplicateMessage` when the slice's message already landed (a
+        concurrent or late redelivery): nothing of it is written.
+        """
+        if not session.dirty:
+            return Outcome("committed", session.version)
+        own_ts = max((e.ts for e in session.new_events if isinstance(e, UserEvent)),
+                     default=None)
+        merged = False
+        writer = _Writer(self, session)
+        while True:
+            outcome = writer.attempt()
+            if outcome is not None:
+                return _merged(outcome) if merged and outcome.status == "committed" else outcome
+            stored = writer.stored
+            assert stored is not None
+            _refuse_duplicates(session, stored)
+            if own_ts is not None and stored.head.last_user_ts > own_ts:
+                return self._supersede(session, stored)
+            try:
+                session.rebase(stored)
+            except DuplicateMessage:
+                raise
+            except (InputError, ResumeError) as error:
+                log.info("turn superseded: its inputs no longer fit the session (%s)", error,
+                         extra={"session_id": session.session_id})
+                return self._supersede(session, stored)
+            merged = True
+
+    def _supersede(self, session: Session, stored: StoredSession) -> Outcome:
+        """Drop the reply, keep what changed the world: the slice up to its last ran tool's
+        result, closed by ``invocation_end(superseded)``. Nothing ran: drop it all."""
+        keep = session.effects_end
+        if keep == 0:
+            return Outcome("superseded")
+        kept = session.new_events[:keep]
+        kept.append(InvocationEnd(invocation_id=kept[-1].invocation_id, status="superseded"))
+        try:
+            session.rebase(stored, events=kept)
+        except DormantError as error:
+            log.error("tools ran in a superseded turn but their results no longer fit the "
+                      "session; they are not recorded: %s", error,
+                      extra={"session_id": session.session_id})
+            return Outcome("superseded")
+        writer = _Writer(self, session)
+        while True:
+            outcome = writer.attempt()
+            if outcome is not None:
+                if outcome.status in ("committed", "merged"):
+                    return Outcome("superseded", outcome.version)
+                return outcome
+            assert writer.stored is not None
+            try:
+                session.rebase(writer.stored, events=kept)
+            except DormantError as error:
+                log.error("tools ran in a superseded turn but their results no longer fit "
+                          "the session; they are not recorded: %s", error,
+                          extra={"session_id": session.session_id})
+                return Outcome("superseded")
+
+    # --- claims ----------------------------------------------------------------------------
+
+    def claim(self, session: Session, *, turns: int | None) -> None:
+        """Write the session's inputs (decisions, answers) before the tools they unlock run.
+
+        A lost race re-reads (with the ``turns`` window the turn needs) and re-applies them:
+        still pending, claim again; already decided or answered, the fold raises
+        :class:`dormant.errors.AlreadyDecided` / ``AlreadyAnswered`` and nothing runs. A store
+        that cannot be written raises :class:`StoreError`: nothing runs either.
+        """
+        writer = _Writer(self, session, turns=turns)
+        while True:
+            outcome = writer.attempt()
+            if outcome is not None:
+                if outcome.status == "failed":
+                    assert outcome.error is not None
+                    raise outcome.error
+                return
+            assert writer.stored is not None
+            try:
+                session.rebase(writer.stored)
+            except (AlreadyDecided, AlreadyAnswered):
+                raise
+            except InputError as error:
+                # It was pending when this request read it; now it is not: somebody else's
+                # decision (or answer) landed and the step moved on.
+                raise _lost_claim(session) from error
+
+    # --- merge (``app.sessions.merge``) -------------------------------------------------------
+
+    def merge(self, session: Session, *, turns: int | None = None) -> CommitResult:
+        """Re-read the head and append the slice onto it, until it lands (bounded).
+
+        Raises :class:`InputError` / ``ResumeError`` when the slice no longer fits the newer
+        head; nothing is written then.
+        """
+        result = CommitResult(ok=False, conflict=True, current_version=session.version)
+        for _ in range(self.merge_attempts):
+            stored = self.store.load(session.session_id, turns=turns)
+            if stored is None:
+                raise InputError(f"session {session.session_id} no longer exists")
+            session.rebase(stored)
+            result = self.write(session)
+            if result.ok:
+                return result
+            if result.duplicate is not None:
+                raise DuplicateMessage(session.session_id, result.duplicate.partition(":")[2])
+        return result
+
+
+class _Writer:
+    """Bounded attempts at writing one slice, telling lost races from store failures.
+
+    :meth:`attempt` returns an :class:`Outcome` when done (written, or failed for good), or
+    None when another writer won: ``stored`` then holds the newer head for the caller to
+    rebase onto.
+    """
+
+    def __init__(self, policy: CommitPolicy, session: Session, *, turns: int | None = 0) -> None:
+        self.policy = policy
+        self.session = session
+        self.turns = turns
+        self.stored: StoredSession | None = None
+        self.failures = 0
+        self.conflicts = 0
+
+    def attempt(self) -> Outcome | None:
+        policy, session = self.policy, self.session
+        while True:
+            slice_ = session.new_events
+            expected, first_seq = session.version, session.base_seq
+            ambiguous = False
+            try:
+                result = policy.write(session)
+            except StoreError as error:
+                if not error.retryable:
+                    log.error("commit refused for good: %s", error,
+                              extra={"session_id": session.session_id})
+                    return Outcome("failed", error=error)
+                self.failures += 1
+                log.warning("commit failed (attempt %d): %s", self.failures, error,
+                            extra={"session_id": session.session_id})
+                if self.failures >= policy.attempts:
+                    return Outcome("failed", error=error)
+                time.sleep(policy.backoff * 2 ** (self.failures - 1))
+                ambiguous = True
+            else:
+                if result.ok:
+                    return Outcome("committed", result.version)
+                if result.duplicate is not None:
+                    raise DuplicateMessage(session.session_id,
+                                           result.duplicate.partition(":")[2])
+                self.conflicts += 1
+                if self.conflicts > policy.merge_attempts:
+                    return Outcome("failed", error=StoreError(
+                        f"session {session.session_id}: other writers kept landing first "
+                        f"({self.conflicts} times); giving up", retryable=True))
+            try:
+                stored = policy.store.load(session.session_id, turns=self.turns)
+            except StoreError as error:
+                if not error.retryable:
+                    return Outcome("failed", error=error)
+                self.failures += 1
+                if self.failures >= policy.attempts:
+                    return Outcome("failed", error=error)
+                continue
+            if ambiguous and slice_ and stored is not None \
+                    and stored.head.version > expected \
+                    and policy.store.landed(session.session_id, first_seq, slice_[0].id):
+                # The "failed" write landed after all: report it as what it was.
+                policy._landed(session, slice_, expected + 1)
+                return Outcome("committed", expected + 1)
+            if stored is None:
+                if expected == 0:
+                    continue  # a new session whose first write did not land: try again
+                return Outcome("failed", error=StoreError(
+                    f"session {session.session_id} was deleted while this turn ran",
+                    retryable=False))
+            if stored.head.version == expected:
+                continue  # nothing landed and nobody moved: the same write again
+            self.stored = stored
+            return None
+
+
+def _lost_claim(session: Session) -> InputError:
+    for event in session.new_events:
+        if isinstance(event, ApprovalDecided):
+            return AlreadyDecided(session.session_id, event.approval_id)
+        if isinstance(event, ToolInput):
+            return AlreadyAnswered(session.session_id, event.call_id)
+    return InputError(f"session {session.session_id} moved on; nothing was claimed")
+
+
+def _merged(outcome: Outcome) -> Outcome:
+    return Outcome("merged", outcome.version, outcome.error)
+
+
+def _refuse_duplicates(session: Session, stored: StoredSession) -> None:
+    """A message of this slice that the newer head already holds is a redelivery that lost
+    the race: it is a duplicate, never a superseded turn."""
+    for event in session.new_events:
+        if isinstance(event, UserEvent) and stored.head.has_message(event.message_id):
+            raise DuplicateMessage(session.session_id, event.message_id)
