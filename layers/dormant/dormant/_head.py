@@ -114,6 +114,9 @@ class Head:
     #: they were counted). While it is at most the digest window, ``message_ids`` is complete
     #: and no store read is needed to tell a redelivery.
     messages: int = -1
+    #: Digests of the most recently decided approval ids and answered call ids: a late
+    #: decision for one the step has moved past is told "already decided", not "unknown".
+    settled_ids: list[str] = field(default_factory=list)
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -158,7 +161,7 @@ class Head:
                     self.parked, step, self.inbox, self.last_user_ts, turn_starts,
                     message_ids, self.last_event,
                     {name: dict(timer) for name, timer in self.timers.items()},
-                    self.failed, self.messages)
+                    self.failed, self.messages, list(self.settled_ids))
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -217,6 +220,8 @@ _ADAPTER: TypeAdapter[Head] = TypeAdapter(Head)
 
 
 _RETRY = "\x00retry:"
+_DECIDED = "\x00decided:"
+_ANSWERED = "\x00answered:"
 
 
 def message_digest(message_id: str) -> str:
@@ -307,6 +312,11 @@ def _user(head: Head, event: UserEvent) -> None:
         head.inbox += 1
 
 
+def _settle(head: Head, digest: str) -> None:
+    head.settled_ids.append(digest)
+    del head.settled_ids[:-MESSAGE_ID_WINDOW]
+
+
 def _remember(head: Head, digest: str) -> None:
     head.message_ids.append(digest)
     del head.message_ids[:-MESSAGE_ID_WINDOW]
@@ -326,7 +336,9 @@ def _retry(head: Head, event: RetryEvent) -> None:
 
 def _tool_input(head: Head, event: ToolInput) -> None:
     call = head.call(event.call_id)
-    if call is not None and call.yielded and (call.answered or call.settled):
+    answered = message_digest(_ANSWERED + event.call_id)
+    if (call is not None and call.yielded and (call.answered or call.settled)) or (
+            call is None and answered in head.settled_ids):
         raise AlreadyAnswered(head.session_id, event.call_id)
     if call is None or not call.yielded or call.settled:
         raise InputError(
@@ -335,11 +347,14 @@ def _tool_input(head: Head, event: ToolInput) -> None:
         )
     call.answered = True
     call.input = event.input
+    _settle(head, answered)
 
 
 def _decide(head: Head, event: ApprovalDecided) -> None:
     call = head.approval(event.approval_id)
-    if call is not None and (call.decided or call.settled):
+    decided = message_digest(_DECIDED + event.approval_id)
+    if (call is not None and (call.decided or call.settled)) or (
+            call is None and decided in head.settled_ids):
         raise AlreadyDecided(head.session_id, event.approval_id)
     if call is None:
         pending = ", ".join(f"{c.approval_id} ({c.name})" for c in head.pending_approvals())
@@ -350,6 +365,7 @@ def _decide(head: Head, event: ApprovalDecided) -> None:
     call.decided = True
     call.approved = event.approved
     call.reason = event.reason
+    _settle(head, decided)
 
 
 def _fire(head: Head, event: TimerFired) -> None:
