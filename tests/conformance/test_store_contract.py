@@ -82,6 +82,12 @@ class VendorStore:
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         return self._rows.append(head, events, expected_version=expected_version)
 
+    def has_once(self, session_id: str, key: str) -> bool:
+        return self._rows.has_once(session_id, key)
+
+    def landed(self, session_id: str, seq: int, event_id: str) -> bool:
+        return self._rows.landed(session_id, seq, event_id)
+
     def delete(self, session_id: str) -> bool:
         return self._rows.delete(session_id)
 

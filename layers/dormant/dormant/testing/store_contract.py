@@ -203,3 +203,76 @@ class StoreContract:
         assert outcomes.count(True) == 1
         final = app.sessions.get("contended")
         assert final is not None and final.version == 2 and len(final.events) == 1
+
+    # --- ids that land once, and the truth after an ambiguous write ----------------------------
+
+    def test_a_message_id_is_a_key_for_the_life_of_the_session(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("once")
+        session.input.message("first", id="m-1")
+        assert app.sessions.commit(session).ok
+        for n in range(40):  # far past any window a head could keep
+            session.input.message(f"filler {n}")
+            assert app.sessions.commit(session).ok
+        assert store.has_once("session_once", "m:m-1") is True
+        assert store.has_once("session_once", "m:m-2") is False
+        stale = Session.from_stored(store.load("session_once", turns=0))  # type: ignore[arg-type]
+        stale.head.message_ids.clear()  # a head that forgot: only the store's key remembers
+        stale.input.message("first again", id="m-1")
+        refused = store.append(stale.head, stale.new_events, expected_version=stale.version)
+        assert refused.ok is False and refused.duplicate == "m:m-1"
+        after = app.sessions.get("once")
+        assert after is not None and after.version == 42 and len(after.events) == 41
+
+    def test_a_duplicate_id_refuses_the_whole_slice(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("dup")
+        session.input.message("first", id="m-1")
+        assert app.sessions.commit(session).ok
+        racer = Session.from_stored(store.load("session_dup", turns=0))  # type: ignore[arg-type]
+        racer.head.message_ids.clear()
+        racer.input.message("new", id="m-2")
+        racer.input.message("first", id="m-1")
+        refused = store.append(racer.head, racer.new_events, expected_version=racer.version)
+        assert refused.ok is False and refused.duplicate == "m:m-1"
+        assert store.has_once("session_dup", "m:m-2") is False  # nothing of it was written
+        assert [e.text for e in app.sessions.get("dup").events] == ["first"]  # type: ignore
+
+    def test_a_commit_at_a_stale_version_with_a_taken_id_reports_both(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("both")
+        one, two = app.sessions.get("both"), app.sessions.get("both")
+        assert one is not None and two is not None
+        one.input.message("x", id="same")
+        two.input.message("x", id="same")
+        assert app.sessions.commit(one).ok
+        refused = store.append(two.head, two.new_events, expected_version=two.version)
+        assert refused.ok is False and refused.current_version == 2
+        assert refused.conflict is True or refused.duplicate == "m:same"
+
+    def test_landed_finds_the_first_event_of_a_commit(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("landed")
+        session.input.message("one")
+        session.input.message("two")
+        first = session.new_events[0]
+        assert app.sessions.commit(session).ok
+        session.input.message("three")
+        third = session.new_events[0]
+        assert app.sessions.commit(session).ok
+        assert store.landed("session_landed", 0, first.id) is True
+        assert store.landed("session_landed", 2, third.id) is True
+        assert store.landed("session_landed", 2, first.id) is False
+        assert store.landed("session_landed", 3, third.id) is False
+        assert store.landed("session_nobody", 0, first.id) is False
+        assert store.has_once("session_nobody", "m:x") is False
+
+    def test_delete_forgets_the_ids(self, store: Store) -> None:
+        app = _app(store)
+        assert app.sessions.append("forget", "hello", id="m-1").ok
+        assert store.has_once("session_forget", "m:m-1")
+        assert app.sessions.delete("forget")
+        assert store.has_once("session_forget", "m:m-1") is False
+        assert app.sessions.append("forget", "hello again", id="m-1").ok
+        again = app.sessions.get("forget")
+        assert again is not None and [e.text for e in again.events] == ["hello again"]  # type: ignore[union-attr]
