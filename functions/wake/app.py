@@ -73,7 +73,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 def _report(delivery: TimerDelivery, result: TurnResult) -> dict[str, Any]:
     summary = {"sessionId": result.session_id, "status": result.status,
                "commitStatus": result.commit_status, "code": result.code}
-    if result.commit_status in ("committed", "merged"):
+    if result.landed:
         metrics.add_metric(name="TimersDelivered", unit=MetricUnit.Count, value=1)
         logger.info("timer delivered", extra={"status": result.status,
                                               "commit_status": result.commit_status})

@@ -89,13 +89,16 @@ def record_handler(record: WebhookRecord, lambda_context: LambdaContext | None =
                               "invocation for a turn; SQS will deliver it again")
     with logger.append_context_keys(session_id=message.session_id,
                                     message_id=message.message_id):
+        remaining = (lambda_context.get_remaining_time_in_millis() / 1000
+                     if lambda_context is not None else None)
         reply = turn(HandlerInput(session_id=message.session_id,
-                                  input=Input(message=message.text, message_id=message.message_id)))
+                                  input=Input(message=message.text, message_id=message.message_id)),
+                     remaining_time=remaining)
         _report(message, reply)
 
 
 def _report(message: WebhookMessage, reply: RestResponse) -> None:
-    if _landed(reply):
+    if reply.landed:
         metrics.add_metric(name="WebhookMessagesLanded", unit=MetricUnit.Count, value=1)
         logger.info("webhook message landed", extra={"status": reply.status,
                                                      "commit_status": reply.commit_status})
@@ -107,12 +110,6 @@ def _report(message: WebhookMessage, reply: RestResponse) -> None:
     raise RecordNotLanded(f"message {message.message_id} did not land in session "
                           f"{reply.session_id}: {reply.code or reply.commit_status}: "
                           f"{reply.error or reply.warning}")
-
-
-def _landed(reply: RestResponse) -> bool:
-    # The message is stored once the turn committed (or merged onto a newer head), even when
-    # the run itself ended in an error the ledger records.
-    return reply.commit_status in ("committed", "merged")
 
 
 def _redelivered(reply: RestResponse) -> bool:

@@ -154,7 +154,8 @@ def test_a_decision_not_pending_is_rejected_and_writes_nothing(
         {"approval_id": approval_id, "approved": True}]}}).status == "completed"
     twice = rest({"session_id": "t2", "input": {"approvals": [
         {"approval_id": approval_id, "approved": False}]}})
-    assert twice.status == "error" and "not pending" in (twice.error or "")
+    assert twice.status == "error" and twice.code == "already_decided"
+    assert "already decided" in (twice.error or "")
 
 
 def test_two_decisions_on_one_approval_never_both_land(

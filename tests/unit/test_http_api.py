@@ -174,7 +174,7 @@ def test_the_openapi_description_documents_bodies_and_errors() -> None:
     assert answers["409"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/ErrorBody")
     assert set(spec["components"]["schemas"]["TurnRequest"]["properties"]) == {
-        "sessionId", "message", "messageId", "tools", "approvals", "state"}
+        "sessionId", "message", "messageId", "tools", "approvals", "state", "retry"}
 
 
 def test_an_approval_is_pending_in_the_api_and_decided_by_post_turns() -> None:

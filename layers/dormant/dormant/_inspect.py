@@ -111,7 +111,7 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
 
     ``expects`` maps a yielding tool's name to a description of the input it takes."""
     head = session.head
-    status = "awaiting input" if session.status == "awaiting_input" else "active"
+    status = session.status.replace("_", " ")
     out = [
         f"{session.session_id}",
         f"  version {session.version} · {status} · principal {head.principal or '-'} · "

@@ -166,9 +166,17 @@ class RestResponse(BaseModel):
     #: How the turn reached the store (also in Python; not on the wire, where ``warning``
     #: says when the commit was not clean).
     commit_status: CommitStatus | None = Field(default=None, exclude=True)
+    #: The version the commit wrote (Python only, like ``commit_status``).
+    version: int | None = Field(default=None, exclude=True)
     events: list[dict[str, Any]] | None = None
     usage: Usage | None = None
     state: dict[str, Any] | None = None
+
+    @property
+    def landed(self) -> bool:
+        """See :attr:`TurnResult.landed`."""
+        return self.commit_status in ("committed", "merged") or (
+            self.commit_status == "superseded" and self.version is not None)
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -10,7 +10,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,6 +24,7 @@ from dormant._turn_wire import (
     Input,
     ResponseOptions,
     RestResponse,
+    RetryRequest,
     TimerRef,
     ToolAnswer,
     TurnResult,
@@ -62,6 +63,7 @@ __all__ = [
     "Input",
     "ResponseOptions",
     "RestResponse",
+    "RetryRequest",
     "ToolAnswer",
     "TurnResult",
     "TurnStream",
@@ -340,13 +342,29 @@ class TurnStream(Iterator[StreamEvent]):
 
 
 
+class TurnHandler(Protocol):
+    """``app.handler.turn(...)``: a request (and optionally the Lambda time left) -> a lazy
+    :class:`TurnStream`."""
+
+    def __call__(self, request: HandlerInput | dict[str, Any], *,
+                 remaining_time: float | None = None) -> TurnStream: ...
+
+
+class RestHandler(Protocol):
+    """``app.handler.rest(...)``: a request (and optionally the Lambda time left: the turn
+    ends as a retryable ``deadline`` failure that margin before it) -> a :class:`RestResponse`."""
+
+    def __call__(self, request: HandlerInput | dict[str, Any], *,
+                 remaining_time: float | None = None) -> RestResponse: ...
+
+
 class Handlers:
     """``app.handler``: builds per-request functions from a config."""
 
     def __init__(self, app: App) -> None:
         self._app = app
 
-    def turn(self, **config: Any) -> Callable[[HandlerInput | dict[str, Any]], TurnStream]:
+    def turn(self, **config: Any) -> TurnHandler:
         """``handler(input) -> TurnStream`` (lazy)."""
         cfg = _Config(self._app, **config)
 
@@ -356,7 +374,7 @@ class Handlers:
 
         return handle
 
-    def rest(self, **config: Any) -> Callable[[HandlerInput | dict[str, Any]], RestResponse]:
+    def rest(self, **config: Any) -> RestHandler:
         """``handler(input) -> RestResponse``: the turn, drained and committed."""
         cfg = _Config(self._app, **config)
 
@@ -406,6 +424,7 @@ def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) ->
         retryable=result.retryable if result.status == "error" else None,
         warning=result.warning,
         commit_status=result.commit_status,
+        version=result.version,
         events=[e.model_dump(mode="json") for e in stream.events] if options.events else None,
         usage=result.usage if options.usage else None,
         state=result.state if options.state else None,

@@ -66,7 +66,7 @@ class SessionSummary(_Wire):
 
     session_id: str
     version: int
-    status: Literal["active", "awaiting_input"]
+    status: Literal["active", "awaiting_input", "failed"]
     updated_at: int
     principal: str | None = None
 

@@ -182,7 +182,7 @@ class _Routes:
     """What the routes do, apart from the Powertools plumbing."""
 
     def __init__(self, app: App, agent: Agent, resolver: Resolver,
-                 rest: Callable[[HandlerInput], RestResponse], require_principal: bool,
+                 rest: Callable[..., RestResponse], require_principal: bool,
                  handler_config: dict[str, Any]) -> None:
         self.app = app
         self.agent = agent
@@ -202,7 +202,8 @@ class _Routes:
 
     def turn(self, request: TurnRequest) -> Response[Any]:
         principal = self.principal()
-        reply = self.rest(request.to_handler_input(principal))
+        reply = self.rest(request.to_handler_input(principal),
+                          remaining_time=self._remaining_time())
         if reply.status == "error" and reply.commit_status in (None, "failed"):
             code = reply.code or "run_error"
             pending = self._pending(reply.session_id, principal) \
@@ -210,6 +211,13 @@ class _Routes:
             return error_response(code, reply.error or code,
                                   session_id=reply.session_id or None, pending=pending)
         return Response(status_code=200, content_type=JSON, body=reply.wire())
+
+    def _remaining_time(self) -> float | None:
+        """Seconds this Lambda invocation has left (None off Lambda): the turn ends as a
+        retryable ``deadline`` failure, progress kept, before the platform would kill it."""
+        context = getattr(self.resolver, "lambda_context", None)
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        return remaining() / 1000 if callable(remaining) else None
 
     def _pending(self, session_id: str, principal: str | None) -> list[PendingCall] | None:
         session = self._load(session_id, principal, turns=0)

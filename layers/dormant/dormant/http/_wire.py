@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dormant.handlers import HandlerInput, Input, ToolAnswer
+from dormant.handlers import HandlerInput, Input, RetryRequest, ToolAnswer
 
 __all__ = [
     "ApprovalAnswer",
@@ -52,6 +52,9 @@ class TurnRequest(_Wire):
         default=None, description="Decisions on pending approvals.")
     state: dict[str, Any] | None = Field(
         default=None, description="Merged (shallowly) into the session state for this turn.")
+    retry: RetryRequest | None = Field(
+        default=None, description="Rerun a failed turn's failed model call: {retryId} (a "
+        "fresh id per retry; resending one lands once). Finished tools are not run again.")
 
     def to_handler_input(self, principal: str | None) -> HandlerInput:
         return HandlerInput(
@@ -60,7 +63,7 @@ class TurnRequest(_Wire):
                 message=self.message, message_id=self.message_id, tools=self.tools,
                 approvals=([a.model_dump() for a in self.approvals]
                            if self.approvals is not None else None),
-                state=self.state,
+                state=self.state, retry=self.retry,
             ),
             principal=principal,
         )

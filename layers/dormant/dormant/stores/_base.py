@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from dormant._head import Head
 from dormant._ids import now_ms
 from dormant.events import Event, RetryEvent, UserEvent
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
-__all__ = ["Store", "commit_head", "once_keys"]
+__all__ = ["Store", "commit_head", "once_keys", "status_of"]
 
 
 @runtime_checkable
@@ -61,6 +61,13 @@ class Store(Protocol):
 def commit_head(head: Head, expected_version: int) -> Head:
     """The head as a store writes it: next version, fresh ``updated_at``."""
     return head.model_copy(update={"version": expected_version + 1, "updated_at": now_ms()})
+
+
+def status_of(head: Head) -> Literal["active", "awaiting_input", "failed"]:
+    """The status a store lists a session under."""
+    if head.failed:
+        return "failed"
+    return "awaiting_input" if head.parked else "active"
 
 
 def once_keys(events: Sequence[Event]) -> list[str]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from dormant._head import Head
 from dormant._ids import now_ms
 from dormant.events import Event
-from dormant.stores._base import once_keys
+from dormant.stores._base import once_keys, status_of
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
@@ -20,7 +21,7 @@ class _Row:
     head: Head
     version: int
     updated_at: int
-    status: str
+    status: Literal["active", "awaiting_input", "failed"]
     principal: str | None
     events: list[Event] = field(default_factory=list)
     once: set[str] = field(default_factory=set)
@@ -57,14 +58,14 @@ class MemoryStore:
                 return CommitResult(ok=False, conflict=current != expected_version,
                                     current_version=current, duplicate=held)
             if row is None:
-                row = _Row(written, written.version, written.updated_at, "", head.principal)
+                row = _Row(written, written.version, written.updated_at, "active", head.principal)
                 self._rows[head.session_id] = row
             row.events.extend(events)
             row.once.update(keys)
             row.head = written
             row.version = written.version
             row.updated_at = written.updated_at
-            row.status = "awaiting_input" if written.parked else "active"
+            row.status = status_of(written)
         return CommitResult(ok=True, version=written.version)
 
     def has_once(self, session_id: str, key: str) -> bool:
@@ -88,8 +89,7 @@ class MemoryStore:
             rows.sort(key=lambda item: item[1].updated_at, reverse=True)
             return [
                 SessionSummary(session_id=sid, version=row.version,
-                               status="awaiting_input" if row.status == "awaiting_input"
-                               else "active",
+                               status=row.status,
                                updated_at=row.updated_at, principal=row.principal)
                 for sid, row in rows[:limit]
             ]

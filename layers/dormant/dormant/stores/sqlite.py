@@ -26,7 +26,7 @@ from pathlib import Path
 from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event, load_event
-from dormant.stores._base import commit_head, once_keys
+from dormant.stores._base import commit_head, once_keys, status_of
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
 __all__ = ["SqliteStore"]
@@ -160,7 +160,7 @@ class SqliteStore:
         first = written.seq - len(events)
         rows = [(sid, first + i, e.type, e.model_dump_json()) for i, e in enumerate(events)]
         keys = [(sid, key) for key in once_keys(events)]
-        status = "awaiting_input" if written.parked else "active"
+        status = status_of(written)
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -242,7 +242,7 @@ class SqliteStore:
             except sqlite3.Error as error:
                 raise StoreError(f"cannot list sessions in {self.path}: {error}") from error
         return [SessionSummary(session_id=sid, version=version,
-                               status="awaiting_input" if status == "awaiting_input"
+                               status=status if status in ("awaiting_input", "failed")
                                else "active",
                                updated_at=updated_at, principal=owner)
                 for sid, version, status, updated_at, owner in rows]

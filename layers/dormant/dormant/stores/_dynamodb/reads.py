@@ -66,7 +66,8 @@ def summary(item: dict[str, Any]) -> SessionSummary:
     return SessionSummary(
         session_id=item[lay.PK]["S"],
         version=int(item[lay.VERSION]["N"]),
-        status="awaiting_input" if item[lay.STATUS]["S"] == "awaiting_input" else "active",
+        status=item[lay.STATUS]["S"] if item[lay.STATUS]["S"] in ("awaiting_input", "failed")
+        else "active",
         updated_at=int(item[lay.UPDATED]["N"]),
         principal=lay.principal_of(item[lay.OWNER]["S"]),
     )

@@ -13,6 +13,7 @@ from typing import Any
 from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event
+from dormant.stores._base import status_of
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader
 
@@ -29,7 +30,7 @@ def head_item(written: Head, expires_at: int | None) -> dict[str, Any]:
         lay.SK: {"S": lay.HEAD_SK},
         lay.VERSION: {"N": str(written.version)},
         lay.UPDATED: {"N": str(written.updated_at)},
-        lay.STATUS: {"S": "awaiting_input" if written.parked else "active"},
+        lay.STATUS: {"S": status_of(written)},
         lay.OWNER: {"S": lay.owner_key(written.principal, written.session_id)},
         lay.HEAD: {"S": written.model_dump_json()},
     }
