@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dormant._runtime import TurnInput, run_turn
+from dormant._ids import new_id
 from dormant.agent import Agent
+from dormant.app import App
 from dormant.events import Event, ToolResult
 from dormant.models.scripted import ScriptedModel, ScriptError
-from dormant.results import RunResult
-from dormant.session import Session, mint_session_id
+from dormant.session import Session, mint_session_id, normalize_session_id
+from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
+from dormant.testing._drivers import Driver, HandlerDriver, InProcessDriver, KitModel, ModelFault
 
 if TYPE_CHECKING:  # not in __all__ either: a star import must not import pytest
     from dormant.testing.store_contract import StoreContract as StoreContract
@@ -32,8 +34,12 @@ __all__ = [
     "TestRun",
     "ToolOutcome",
     "approval",
+    "conflict",
     "get_tool_results",
     "model",
+    "model_error",
+    "redeliver",
+    "retry",
     "run_test",
     "tool_input",
     "user",
@@ -61,7 +67,28 @@ class _Approval:
     decisions: dict[str, Any]
 
 
-Step = _User | _Model | _ToolInput | _Approval
+@dataclass(frozen=True)
+class _ModelError:
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True)
+class _Retry:
+    retry_id: str | None
+
+
+@dataclass(frozen=True)
+class _Conflict:
+    pass
+
+
+@dataclass(frozen=True)
+class _Redeliver:
+    pass
+
+
+Step = _User | _Model | _ToolInput | _Approval | _ModelError | _Retry | _Conflict | _Redeliver
 
 
 def user(text: str, *, id: str | None = None) -> _User:
@@ -106,12 +133,41 @@ def approval(decisions: dict[str, bool | dict[str, Any]]) -> _Approval:
     return _Approval(dict(decisions))
 
 
+def model_error(message: str = "the model provider failed", *,
+                retryable: bool = True) -> _ModelError:
+    """The next model call fails (a :class:`~dormant.models.ModelError`). Before any tool ran
+    the turn writes nothing; after, its finished steps are kept and the session is
+    ``failed`` until :func:`retry`."""
+    return _ModelError(message, retryable)
+
+
+def retry(retry_id: str | None = None) -> _Retry:
+    """Retry the failed invocation: its failed model call runs again (the next ``model``
+    step answers it); finished tools are not run again. ``retry_id`` defaults to a fresh id."""
+    return _Retry(retry_id)
+
+
+def conflict() -> _Conflict:
+    """The next commit is refused as if another writer had landed first (the version moves,
+    no newer message): the commit policy merges it (``commit_status == "merged"``)."""
+    return _Conflict()
+
+
+def redeliver() -> _Redeliver:
+    """The previous input arrives again (same message id, answer, decision or retry id): it
+    must land once — the repeat is refused (``duplicate_message``, ``already_answered``…)
+    and writes nothing."""
+    return _Redeliver()
+
+
 class TestRun:
-    """The outcome of :func:`run_test`."""
+    """The outcome of :func:`run_test`: ``result`` (the last step's; a :class:`RunResult`, or
+    through the handlers a :class:`~dormant.handlers.TurnResult`), ``results`` (every step's),
+    ``session`` (as stored), ``events`` (its ledger), ``model`` (the scripted model)."""
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, result: RunResult, session: Session, results: list[RunResult],
+    def __init__(self, result: Any, session: Session, results: list[Any],
                  scripted: ScriptedModel) -> None:
         self.result = result
         self.session = session
@@ -120,53 +176,59 @@ class TestRun:
 
     @property
     def status(self) -> str:
-        return self.result.status
+        return str(self.result.status)
 
     @property
     def events(self) -> list[Event]:
         return self.session.events
 
 
-def run_test(agent: Agent, steps: Iterable[Step]) -> TestRun:
-    """Run the script against ``agent`` on a fresh session; return the last run's outcome."""
+def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
+             through: Literal["run", "handlers"] = "run",
+             session_id: str | None = None) -> TestRun:
+    """Run the script against ``agent`` on a fresh session; return the last step's outcome.
+
+    ``through="run"`` (default) runs each step in process and commits it through the app's
+    commit policy; ``through="handlers"`` sends each step to the REST handler as its own
+    request and commit. ``store`` (default: a new :class:`MemoryStore`) holds the session.
+    Fault steps — :func:`model_error`, :func:`conflict`, :func:`redeliver` — and
+    :func:`retry` drive what goes wrong and its recovery.
+    """
     steps = list(steps)
-    scripted = ScriptedModel([s.reply for s in steps if isinstance(s, _Model)])
+    if through not in ("run", "handlers"):
+        raise ValueError(f"through must be 'run' or 'handlers', got {through!r}")
+    scripted = KitModel([s.reply if isinstance(s, _Model) else ModelFault(s.message, s.retryable)
+                         for s in steps if isinstance(s, _Model | _ModelError)])
     served = replace(agent, model=scripted)
-    store = MemoryStore()
-    session = Session.new(mint_session_id())
-    results: list[RunResult] = []
-
-    def run(turn: TurnInput) -> None:
-        nonlocal session
-        stream = run_turn(served, session, turn)
-        while True:
-            try:
-                next(stream)
-            except StopIteration as stop:
-                result: RunResult = stop.value
-                break
-        results.append(result)
-        outcome = store.append(session.head, session.new_events, expected_version=session.version)
-        assert outcome.ok and outcome.version is not None
-        session.mark_committed(outcome.version)
-
+    app = App(name="test", store=store if store is not None else MemoryStore())
+    sid = normalize_session_id(session_id) if session_id else mint_session_id()
+    driver: Driver = (HandlerDriver if through == "handlers" else InProcessDriver)(
+        app, served, sid)
     for step in steps:
         if isinstance(step, _User):
-            run(TurnInput(message=step.text, message_id=step.id))
+            given: dict[str, Any] = {"message": step.text}
+            if step.id is not None:
+                given["message_id"] = step.id
+            driver.deliver(given)
         elif isinstance(step, _ToolInput):
-            _answer(session, step.answers)
-            run(TurnInput())
+            driver.deliver({"tools": _answer(driver.session(), step.answers)})
         elif isinstance(step, _Approval):
-            _decide(session, step.decisions)
-            run(TurnInput())
+            driver.deliver({"approvals": _decide(driver.session(), step.decisions)})
+        elif isinstance(step, _Retry):
+            driver.deliver({"retry": {"retry_id": step.retry_id or new_id("retry")}})
+        elif isinstance(step, _Conflict):
+            driver.conflict_next = True
+        elif isinstance(step, _Redeliver):
+            driver.redeliver()
     scripted.assert_consumed()
-    if not results:
+    if not driver.results:
         raise ScriptError("the script has no user(...) step, so nothing ran")
-    return TestRun(results[-1], session, results, scripted)
+    return TestRun(driver.results[-1], driver.session(), driver.results, scripted)
 
 
-def _answer(session: Session, answers: dict[str, Any]) -> None:
+def _answer(session: Session, answers: dict[str, Any]) -> list[dict[str, Any]]:
     pending = session.yielded_tools
+    given: list[dict[str, Any]] = []
     for key, value in answers.items():
         by_id = [p for p in pending if p.call_id == key]
         by_name = [p for p in pending if p.name == key]
@@ -180,11 +242,13 @@ def _answer(session: Session, answers: dict[str, Any]) -> None:
         else:
             waiting = ", ".join(f"{p.name} ({p.call_id})" for p in pending) or "nothing"
             raise ScriptError(f"tool_input for {key!r}, but the run waits on {waiting}")
-        session.input.tool(call_id=target.call_id, input=value)
+        given.append({"call_id": target.call_id, "input": value})
+    return given
 
 
-def _decide(session: Session, decisions: dict[str, Any]) -> None:
+def _decide(session: Session, decisions: dict[str, Any]) -> list[dict[str, Any]]:
     pending = session.pending_approvals
+    given: list[dict[str, Any]] = []
     for key, value in decisions.items():
         matches = [p for p in pending if key in (p.approval_id, p.call_id)] or \
             [p for p in pending if p.tool == key]
@@ -193,8 +257,9 @@ def _decide(session: Session, decisions: dict[str, Any]) -> None:
             raise ScriptError(f"approval for {key!r} matches {len(matches)} pending requests; "
                               f"pending: {waiting}")
         decision = value if isinstance(value, dict) else {"approved": value}
-        session.input.approval(matches[0].approval_id, approved=decision["approved"],
-                               reason=decision.get("reason"))
+        given.append({"approval_id": matches[0].approval_id, "approved": decision["approved"],
+                      "reason": decision.get("reason")})
+    return given
 
 
 class ToolOutcome(BaseModel):
