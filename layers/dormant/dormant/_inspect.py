@@ -88,6 +88,11 @@ def _line(event: Event, waits: dict[str, str]) -> str:
             return f"error ({event.code}): {_short(event.message)}"
         case "invocation_end":
             return f"■ run ended ({event.status})"
+        case "invocation_failed":
+            again = "retry with input.retry" if event.retryable else "not retryable"
+            return f"✗ run failed ({event.code}): {_short(event.message, 48)} — {again}"
+        case "retry":
+            return f"↻ run {event.invocation_id} retried  [{event.retry_id}]"
     return event.type  # a type added later without a line here
 
 
