@@ -56,7 +56,8 @@ def test_an_old_ledger_loads_and_folds_to_its_recorded_status(path: Path) -> Non
     session = dormant.Session.from_events("fixture", events)
     assert session.state == body["state"]
     parked = body["status"] in ("yielded_tool", "yielded_message")
-    assert session.status == ("awaiting_input" if parked else "active")
+    failed = events[-1].type == "invocation_failed"
+    assert session.status == ("failed" if failed else "awaiting_input" if parked else "active")
     # Lossless: every stored field comes back unchanged (later versions may add fields with
     # defaults, never drop or change one).
     for stored, dumped in zip(body["events"], dump_ledger(events)["events"], strict=True):
