@@ -117,6 +117,8 @@ class Head:
     #: Digests of the most recently decided approval ids and answered call ids: a late
     #: decision for one the step has moved past is told "already decided", not "unknown".
     settled_ids: list[str] = field(default_factory=list)
+    #: Retries of the open invocation (``ToolContext.attempt`` is this plus one).
+    retries: int = 0
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -161,7 +163,7 @@ class Head:
                     self.parked, step, self.inbox, self.last_user_ts, turn_starts,
                     message_ids, self.last_event,
                     {name: dict(timer) for name, timer in self.timers.items()},
-                    self.failed, self.messages, list(self.settled_ids))
+                    self.failed, self.messages, list(self.settled_ids), self.retries)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -239,6 +241,7 @@ def apply(head: Head, event: Event) -> None:
             _refuse_if_parked_on_tools(head)
             _refuse_if_failed(head)
             head.open_invocation = event.invocation_id
+            head.retries = 0
             head.agent = event.agent or head.agent
             head.parked = None
             head.step = []
@@ -332,6 +335,7 @@ def _retry(head: Head, event: RetryEvent) -> None:
         raise RetryRefused(head.session_id, event.retry_id)
     _remember(head, digest)
     head.failed = False
+    head.retries += 1
 
 
 def _tool_input(head: Head, event: ToolInput) -> None:
