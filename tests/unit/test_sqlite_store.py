@@ -79,3 +79,23 @@ def test_processes_racing_on_one_version_have_exactly_one_winner(tmp_path: Path)
     assert sorted(outcomes) == [False] * (WRITERS - 1) + [True]
     final = dormant.App(store=store).sessions.get("contended")
     assert final is not None and final.version == 2 and len(final.events) == 1
+
+
+def test_a_schema_1_file_is_migrated_with_its_message_ids_as_keys(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    store = SqliteStore(path)
+    app = dormant.App(store=store)
+    for n in range(40):
+        assert app.sessions.append("old", f"note {n}", id=f"m-{n}").ok
+    store.close()
+    with sqlite3.connect(path) as conn:  # what a schema-1 file looked like
+        conn.execute("DROP TABLE once_keys")
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+    migrated = SqliteStore(path)
+    again = dormant.App(store=migrated).sessions.append("old", "note 0", id="m-0")
+
+    assert again.ok and again.version == 40  # a redelivery: nothing new was written
+    assert migrated.has_once("session_old", "m:m-0")
+    migrated.close()

@@ -68,6 +68,12 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+_BACKFILL_ONCE_KEYS = """
+INSERT OR IGNORE INTO once_keys (session_id, key)
+SELECT session_id, 'm:' || json_extract(body, '$.message_id') FROM events WHERE type = 'user'
+"""
+
+
 class SqliteStore:
     """Sessions in a SQLite file: ``SqliteStore("dormant.db")``.
 
@@ -89,6 +95,8 @@ class SqliteStore:
                 raise StoreError(f"{self.path} was written by a newer dormant (schema "
                                  f"{version} > {SCHEMA_VERSION}); upgrade dormant")
             conn.executescript(_SCHEMA)
+            if version == 1:  # schema 1 had no once_keys: the ledger holds every message id
+                conn.execute(_BACKFILL_ONCE_KEYS)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def __repr__(self) -> str:
