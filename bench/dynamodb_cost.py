@@ -1,14 +1,23 @@
 """DynamoDB cost per turn: requests and bytes, counted on the wire, at turn 10, 100 and 1,000.
 
-Drives text turns through the real handler (``app.handler.rest``) on a ``DynamoDBStore``
-against moto in-process, counting every botocore request of the DynamoDB client with event
-hooks (``before-send``: operation and request body bytes; ``after-call``: response body
-bytes). Two agents: one whose context is ``history(limit=5)`` and one with the full history.
-Expected: 1 read + 1 write request per turn for both; write bytes flat (the new events only);
-read bytes flat for the windowed agent, growing with the ledger for the full-history one.
+Drives turns through the real handler (``app.handler.rest``) on a ``DynamoDBStore`` against
+moto in-process, counting every botocore request of the DynamoDB client with event hooks
+(``before-send``: operation and request body bytes; ``after-call``: response body bytes).
+
+Ordinary text turns (a message in, the model answers) for two agents: one whose context is
+``history(limit=5)`` and one with the full history. Expected: 1 read + 1 write request per
+turn for both; write bytes flat (the new events only); read bytes flat for the windowed agent,
+growing with the ledger for the full-history one.
+
+Resumed turns, on the same session, by a ``history(limit=5)`` agent whose tool needs
+``user-approval``: a message whose answer is a tool call that waits for a decision (an
+ordinary turn: 1 read + 1 write), then the approval (approval -> tool -> reply). Expected for
+the approval: 1 read + 2 writes (the decision is claimed before the tool runs, then the turn
+commits).
 
     python bench/dynamodb_cost.py            # turns 10, 100, 1,000 (a few minutes: moto
                                              # copies its tables on every transaction)
+    python bench/dynamodb_cost.py --checkpoints 10,100   # a shorter run
     python bench/dynamodb_cost.py --smoke    # one tiny iteration (CI keeps it from rotting)
 
 Not a test: the numbers are printed, not asserted (the wire bytes are moto's JSON, which is
@@ -43,16 +52,24 @@ class Wire:
     requests: Counter[str] = field(default_factory=Counter)
     sent: Counter[str] = field(default_factory=Counter)
     received: Counter[str] = field(default_factory=Counter)
-    #: Of the TransactWriteItems bodies: bytes of the event items vs the head item.
+    #: Of the TransactWriteItems bodies: bytes of the event items, the head item and the
+    #: once-only guards (one per message id).
     items: Counter[str] = field(default_factory=Counter)
 
     def attach(self, client: Any) -> None:
         client.meta.events.register_first("before-send.dynamodb", self._before_send)
         client.meta.events.register("after-call.dynamodb", self._after_call)
 
+    def _counters(self) -> tuple[Counter[str], ...]:
+        return self.requests, self.sent, self.received, self.items
+
     def reset(self) -> None:
-        for counter in (self.requests, self.sent, self.received, self.items):
+        for counter in self._counters():
             counter.clear()
+
+    def add(self, other: Wire) -> None:
+        for mine, theirs in zip(self._counters(), other._counters(), strict=True):
+            mine.update(theirs)
 
     def _before_send(self, request: Any, **_: Any) -> None:
         operation = _operation(request)
@@ -63,7 +80,8 @@ class Wire:
         if operation == "TransactWriteItems":
             for action in json.loads(body)["TransactItems"]:
                 item = action["Put"]["Item"]
-                kind = "head" if item["sk"]["S"] == "~head" else "events"
+                sk = item["sk"]["S"]
+                kind = "head" if sk == "~head" else "events" if sk.startswith("e#") else "guards"
                 self.items[kind] += len(json.dumps(item, separators=(",", ":")))
 
     def _after_call(self, http_response: Any, model: Any, **_: Any) -> None:
@@ -76,8 +94,14 @@ def _operation(request: Any) -> str:
     return target.rpartition(".")[2]
 
 
+TEXT_TURN = "text turn"
+PAUSE_TURN = "message -> approval request"
+RESUMED_TURN = "approval -> tool -> reply"
+
+
 @dataclass
 class Row:
+    kind: str
     agent: str
     turn: int
     reads: float
@@ -91,12 +115,17 @@ class Row:
 
 def measure(checkpoints: list[int], samples: int) -> list[Row]:
     """Run one session up to each checkpoint, then average the wire counts of ``samples``
-    turns of each agent there. Both agents write the same ledger, so they share the session
+    turns of each agent there. All agents write the same ledger, so they share the session
     (moto copies every table on each transaction: seeding twice would double the run)."""
     from moto import mock_aws
+    from pydantic import BaseModel
 
     import dormant
+    from dormant.models import ScriptedModel
     from dormant.stores import DynamoDBStore
+
+    class Stay(BaseModel):
+        nights: int
 
     rows: list[Row] = []
     with mock_aws():
@@ -114,6 +143,13 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
                 name="full", model=None, context=[app.context.history()], hooks=[reply]),
         }
         handlers = {label: app.handler.rest(agent=agent) for label, agent in agents.items()}
+        extend = app.tool(name="extend_stay", description="Extend the booking", schema=Stay,
+                          execute=lambda ctx: {"nights": 2 + ctx.args.nights, "ok": True})
+        model = ScriptedModel()
+        approver = app.handler.rest(agent=app.agent(
+            name="approver", model=model, context=[app.context.history(WINDOW)],
+            tools=[extend], tool_approval={"extend_stay": "user-approval"}))
+        approver_label = f"history(limit={WINDOW}), a tool under user-approval"
         seed = handlers[next(iter(handlers))]
         turn = 0
         for checkpoint in checkpoints:
@@ -125,14 +161,26 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
                 for _ in range(samples):
                     turn += 1
                     _turn(rest, turn)
-                rows.append(_row(label, checkpoint, wire, samples))
+                rows.append(_row(TEXT_TURN, label, checkpoint, wire, samples))
+            paused, resumed = Wire(), Wire()
+            for _ in range(samples):
+                turn += 1
+                wire.reset()
+                approval_id = _pause(approver, model, turn)
+                paused.add(wire)
+                wire.reset()
+                _approve(approver, model, approval_id, turn)
+                resumed.add(wire)
+            rows.append(_row(PAUSE_TURN, approver_label, checkpoint, paused, samples))
+            rows.append(_row(RESUMED_TURN, approver_label, checkpoint, resumed, samples))
     return rows
 
 
-def _row(label: str, checkpoint: int, wire: Wire, samples: int) -> Row:
+def _row(kind: str, label: str, checkpoint: int, wire: Wire, samples: int) -> Row:
     reads = wire.requests["Query"] + wire.requests["GetItem"]
     writes = wire.requests["TransactWriteItems"] + wire.requests["PutItem"]
     return Row(
+        kind=kind,
         agent=label,
         turn=checkpoint,
         reads=reads / samples,
@@ -151,15 +199,35 @@ def _turn(rest: Any, n: int) -> None:
         raise SystemExit(f"turn {n} did not commit cleanly: {response}")
 
 
+def _pause(rest: Any, model: Any, n: int) -> str:
+    """A message whose answer is a tool call under approval: the turn parks. Returns the
+    approval id."""
+    model.add({"tool_calls": [{"name": "extend_stay", "args": {"nights": 1}}]})
+    response = rest({"session_id": "bench", "input": {"message": f"{n}: Extend my stay?"}})
+    if response.status != "yielded_tool" or response.commit_status != "committed" \
+            or not response.pending_approvals:
+        raise SystemExit(f"turn {n} did not park on an approval: {response}")
+    return str(response.pending_approvals[0].approval_id)
+
+
+def _approve(rest: Any, model: Any, approval_id: str, n: int) -> None:
+    model.add(REPLY)
+    response = rest({"session_id": "bench", "input": {
+        "approvals": [{"approval_id": approval_id, "approved": True}]}})
+    if response.status != "completed" or response.commit_status != "committed":
+        raise SystemExit(f"the approval of turn {n} did not commit cleanly: {response}")
+
+
 def table(rows: list[Row]) -> str:
     lines = [
-        "| agent | turn | read requests | write requests | other requests | write bytes "
-        "(request) | of which event items | of which head item | read bytes (response) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| turn kind | agent | turn | read requests | write requests | other requests | write "
+        "bytes (request) | of which event items | of which head item | read bytes (response) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
-            f"| {row.agent} | {row.turn:,} | {row.reads:g} | {row.writes:g} | {row.other:g} | "
+            f"| {row.kind} | {row.agent} | {row.turn:,} | {row.reads:g} | {row.writes:g} | "
+            f"{row.other:g} | "
             f"{row.write_bytes:,.0f} | {row.event_bytes:,.0f} | {row.head_bytes:,.0f} | "
             f"{row.read_bytes:,.0f} |")
     return "\n".join(lines)
@@ -168,14 +236,25 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="one tiny iteration")
+    parser.add_argument("--checkpoints", default="10,100,1000",
+                        help="comma-separated turns to measure at (default 10,100,1000)")
+    parser.add_argument("--samples", type=int, default=3,
+                        help="turns of each kind averaged at each checkpoint")
     args = parser.parse_args(argv)
     os.environ.update(FAKE_AWS_ENV)
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
         os.environ.pop(name, None)
-    checkpoints, samples = ([3], 1) if args.smoke else ([10, 100, 1000], 3)
+    if args.smoke:
+        checkpoints, samples = [3], 1
+    else:
+        checkpoints = sorted(int(c) for c in args.checkpoints.split(",") if c.strip())
+        samples = args.samples
+    if not checkpoints or checkpoints[0] < 1 or samples < 1:
+        parser.error("checkpoints and samples must be positive")
     rows = measure(checkpoints, samples)
-    print("DynamoDBStore cost per ordinary text turn (moto in-process, counted on the wire; "
-          f"mean of {samples} turn(s) per agent at each checkpoint)\n")
+    print("DynamoDBStore cost per turn (moto in-process, counted on the wire; mean of "
+          f"{samples} turn(s) of each kind at each checkpoint; write bytes add up every "
+          "write of the turn)\n")
     print(table(rows))
 
 

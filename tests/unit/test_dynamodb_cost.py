@@ -1,0 +1,268 @@
+"""The DynamoDB cost promise, counted on the wire through ``app.handler.rest``.
+
+- an ordinary turn (a message in, the model answers): one ``Query`` and one
+  ``TransactWriteItems`` (the message id's guard rides in the same transaction);
+- a resumed turn that unlocks a tool (an approval decision, or an answer to a yielded tool
+  that has ``execute``): one ``Query`` and two ``TransactWriteItems``: the decision or answer
+  is claimed first, then the tool runs, then the turn commits;
+- an answer to a yielded tool without ``execute``: one ``Query`` and one write;
+- a redelivered message older than the head's 32-id window: refused (``duplicate_message``)
+  after one ``Query`` and one ``GetItem`` (the guard), nothing written, the model not called.
+
+Every assertion is an exact list of operations (moto in-process; a ``before-send`` hook on
+the store's client records each request in order, interleaved with what the tools did).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import dormant
+from dormant._head import MESSAGE_ID_WINDOW
+from dormant.models import ScriptedModel
+from dormant.stores import DynamoDBStore
+from dormant.stores._dynamodb import layout
+from tests._moto import aws_env, in_process_aws
+
+TABLE = "dormant-cost"
+SID = "session_cost"
+TOOL_RAN = "tool ran"
+ONE_READ_ONE_WRITE = ["Query", "TransactWriteItems"]
+
+
+class Ticket(BaseModel):
+    ticket_id: str
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    aws_env(monkeypatch)
+    with in_process_aws():
+        yield
+
+
+@pytest.fixture
+def store(aws: None) -> DynamoDBStore:
+    store = DynamoDBStore(TABLE)
+    store.ensure_table()
+    return store
+
+
+class Wire:
+    """The DynamoDB requests a client sends, in order, on a timeline tools append to too."""
+
+    def __init__(self, client: Any) -> None:
+        self.timeline: list[str] = []
+        #: For each TransactWriteItems: the types of the events it writes, in order.
+        self.written: list[list[str]] = []
+        self._on = False
+        client.meta.events.register_first("before-send.dynamodb", self._record)
+
+    def start(self) -> Wire:
+        self.timeline.clear()
+        self.written.clear()
+        self._on = True
+        return self
+
+    @property
+    def operations(self) -> list[str]:
+        return [entry for entry in self.timeline if entry != TOOL_RAN]
+
+    def tool_ran(self) -> None:
+        self.timeline.append(TOOL_RAN)
+
+    def _record(self, request: Any, **_: Any) -> None:
+        if not self._on:
+            return
+        target = request.headers.get("X-Amz-Target", b"")
+        operation = (target.decode() if isinstance(target, bytes) else str(target)
+                     ).rpartition(".")[2]
+        self.timeline.append(operation)
+        if operation == "TransactWriteItems":
+            body = request.body if isinstance(request.body, bytes) else request.body.encode()
+            types: list[str] = []
+            for action in json.loads(body)["TransactItems"]:
+                item = action["Put"]["Item"]
+                if item[layout.SK]["S"].startswith(layout.EVENT_PREFIX):
+                    types += [event["type"] for event in json.loads(item[layout.EVENTS]["S"])]
+            self.written.append(types)
+
+
+class Chat:
+    """A text agent on ``store`` answering from ``replies``, one session, counted."""
+
+    def __init__(self, store: DynamoDBStore, replies: list[Any]) -> None:
+        self.app = dormant.App(name="cost", store=store)
+        self.model = ScriptedModel(replies)
+        self.wire = Wire(store._client)
+        self._rest = self.app.handler.rest(agent=self.app.agent(name="cost", model=self.model))
+
+    def __call__(self, **given: Any) -> Any:
+        return self._rest({"session_id": "cost", "input": given})
+
+
+# --- (a) an ordinary turn ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("message_id", [None, "m-2"], ids=["no-message-id", "client-message-id"])
+def test_an_ordinary_turn_is_one_query_and_one_transaction(
+        store: DynamoDBStore, message_id: str | None) -> None:
+    chat = Chat(store, ["Hello.", "Three nights."])
+    model, wire = chat.model, chat.wire
+    assert chat(message="hi", messageId="m-1").status == "completed"
+
+    wire.start()
+    given: dict[str, Any] = {"message": "How long is my stay?"}
+    if message_id is not None:
+        given["messageId"] = message_id
+    response = chat(**given)
+
+    assert (response.status, response.commit_status) == ("completed", "committed")
+    assert wire.operations == ONE_READ_ONE_WRITE
+    assert wire.written == [["invocation_start", "user", "assistant", "invocation_end"]]
+    assert model.remaining == 0
+
+
+# --- (b) an approval turn ------------------------------------------------------------------------
+
+
+CLOSE = {"name": "close_ticket", "args": {"ticket_id": "T-7"}, "id": "call_close"}
+
+
+def test_an_approval_turn_claims_the_decision_before_the_tool_runs(store: DynamoDBStore) -> None:
+    app = dormant.App(name="cost", store=store)
+    wire = Wire(store._client)
+
+    def close_ticket(ctx: dormant.ToolContext) -> dict[str, Any]:
+        wire.tool_ran()
+        return {"ticket_id": ctx.args.ticket_id, "closed": True}
+
+    tool = app.tool(name="close_ticket", description="Close a ticket", schema=Ticket,
+                    execute=close_ticket)
+    model = ScriptedModel([{"tool_calls": [CLOSE]}, "Closed T-7."])
+    rest = app.handler.rest(agent=app.agent(name="support", model=model, tools=[tool],
+                                            tool_approval={"close_ticket": "user-approval"}))
+    paused = rest({"session_id": "cost", "input": {"message": "close T-7"}})
+    assert paused.status == "yielded_tool" and wire.timeline == []
+    assert paused.pending_approvals is not None
+    (pending,) = paused.pending_approvals
+
+    wire.start()
+    done = rest({"session_id": "cost", "input": {"approvals": [
+        {"approval_id": pending.approval_id, "approved": True}]}})
+
+    assert (done.status, done.commit_status, done.output.text) == ("completed", "committed",
+                                                              "Closed T-7.")
+    assert wire.timeline == ["Query", "TransactWriteItems", TOOL_RAN, "TransactWriteItems"]
+    claim, commit = wire.written
+    assert claim == ["approval_decided"]
+    assert "tool_result" in commit and "approval_decided" not in commit
+    assert commit[-2:] == ["assistant", "invocation_end"]
+
+
+# --- (c, d) answers to yielded tools -------------------------------------------------------------
+
+
+def _yielding(store: DynamoDBStore, *, execute: bool) -> tuple[Any, Wire, str]:
+    app = dormant.App(name="cost", store=store)
+    wire = Wire(store._client)
+
+    def use_answer(ctx: dormant.ToolContext) -> dict[str, Any]:
+        wire.tool_ran()
+        return {"booked": ctx.input.answer}
+
+    ask = app.tool(name="ask_guest", description="Ask the guest which night", schema=Ticket,
+                   yield_schema=Answer, execute=use_answer if execute else None)
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "ask_guest", "args": {"ticket_id": "B-1"}, "id": "call_ask"}]},
+        "Booked for Friday."])
+    rest = app.handler.rest(agent=app.agent(name="booking", model=model, tools=[ask]))
+    paused = rest({"session_id": "cost", "input": {"message": "Book me in"}})
+    assert paused.status == "yielded_tool" and wire.timeline == []
+    assert paused.yielded_tools is not None
+    (yielded,) = paused.yielded_tools
+    wire.start()
+    done = rest({"session_id": "cost", "input": {"tools": [
+        {"call_id": yielded.call_id, "input": {"answer": "Friday"}}]}})
+    assert (done.status, done.commit_status, done.output.text) == ("completed", "committed",
+                                                              "Booked for Friday.")
+    return done, wire, yielded.call_id
+
+
+def test_an_answer_to_a_yielded_tool_with_execute_is_claimed_before_it_runs(
+        store: DynamoDBStore) -> None:
+    _, wire, _ = _yielding(store, execute=True)
+
+    assert wire.timeline == ["Query", "TransactWriteItems", TOOL_RAN, "TransactWriteItems"]
+    claim, commit = wire.written
+    assert claim == ["tool_input"]
+    assert "tool_result" in commit and "tool_input" not in commit
+
+
+def test_an_answer_to_a_yielded_tool_without_execute_is_one_write(store: DynamoDBStore) -> None:
+    _, wire, _ = _yielding(store, execute=False)
+
+    assert wire.timeline == ONE_READ_ONE_WRITE
+    (commit,) = wire.written
+    assert commit[0] == "tool_input" and commit[-2:] == ["assistant", "invocation_end"]
+
+
+# --- (e) redelivered message ids -----------------------------------------------------------------
+
+
+def test_message_ids_past_the_head_window_cost_one_guard_read(store: DynamoDBStore) -> None:
+    window = MESSAGE_ID_WINDOW
+    chat = Chat(store, ["ok"] * (window + 1))
+    model, wire = chat.model, chat.wire
+    for n in range(window - 1):
+        assert chat(message=f"turn {n}", messageId=f"m-{n}").status == "completed"
+
+    # Up to and including the window's worth of messages, the head holds every id the session
+    # ever had: a fresh id is checked against it alone (no GetItem).
+    wire.start()
+    assert chat(message="32nd", messageId=f"m-{window - 1}").status == "completed"
+    assert wire.operations == ONE_READ_ONE_WRITE
+    wire.start()
+    again = chat(message="turn 0", messageId="m-0")
+    assert again.code == "duplicate_message" and wire.operations == ["Query"]
+    wire.start()
+    assert chat(message="33rd", messageId=f"m-{window}").status == "completed"
+    assert wire.operations == ONE_READ_ONE_WRITE
+    assert model.remaining == 0
+    session = chat.app.sessions.get(SID)
+    assert session is not None and session.head.messages == window + 1
+
+    # Now m-0 has left the head's window: a redelivery of it is refused by its guard item
+    # (one GetItem); the model (no reply left: it would raise) is not called, nothing is
+    # written.
+    calls = len(model.requests)
+    wire.start()
+    redelivered = chat(message="turn 0", messageId="m-0")
+    assert (redelivered.status, redelivered.code) == ("error", "duplicate_message")
+    assert wire.operations == ["Query", "GetItem"]
+    assert len(model.requests) == calls and model.remaining == 0
+
+    # An id still inside the window needs no guard read.
+    wire.start()
+    recent = chat(message="33rd", messageId=f"m-{window}")
+    assert recent.code == "duplicate_message" and wire.operations == ["Query"]
+
+    # Past the window, a fresh client id costs the guard read too (the head cannot vouch
+    # for it); a message without an id has nothing to look up and stays 1 + 1.
+    model.add("ok")
+    wire.start()
+    assert chat(message="34th", messageId=f"m-{window + 1}").status == "completed"
+    assert wire.operations == ["Query", "GetItem", "TransactWriteItems"]
+    model.add("ok")
+    wire.start()
+    assert chat(message="no id").status == "completed"
+    assert wire.operations == ONE_READ_ONE_WRITE
