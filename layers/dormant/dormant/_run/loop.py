@@ -1,0 +1,393 @@
+"""The run loop: one turn of an agent against a session, as a generator of stream events.
+
+The generator appends every ledger event to the session's uncommitted slice (where the head
+fold checks it) before yielding it, and returns the :data:`RunResult`. It never writes to a
+store: committing is the caller's business (``app.sessions.commit`` or a handler).
+
+Every function takes the turn's :class:`~dormant._run.state.RunState` explicitly; the tool
+phase of a step lives in :mod:`dormant._run.tools`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dormant._context import history_window, to_messages
+from dormant._ids import new_id, now_ms
+from dormant._patch import to_json_value
+from dormant._run.state import Clock, RunState
+from dormant._run.tools import Call, resume_tools, run_tools, state_delta
+from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
+from dormant.errors import (
+    DuplicateMessage,
+    InputError,
+    PendingInputError,
+    RetryRefused,
+    SessionFailed,
+)
+from dormant.events import (
+    AssistantDelta,
+    AssistantEvent,
+    ErrorEvent,
+    InvocationEnd,
+    InvocationFailed,
+    InvocationResume,
+    InvocationStart,
+    InvocationYield,
+    ModelEnd,
+    ModelStart,
+    RetryEvent,
+    StreamEvent,
+    ToolCall,
+    Usage,
+    UserEvent,
+)
+from dormant.events import ThoughtDelta as ThoughtDeltaEvent
+from dormant.models._base import (
+    Message,
+    ModelError,
+    ModelRequest,
+    TextDelta,
+    ThoughtDelta,
+    ToolCallChunk,
+    UsageChunk,
+)
+from dormant.results import (
+    CompletedResult,
+    ErrorResult,
+    Output,
+    OutputItem,
+    RunResult,
+    YieldedMessageResult,
+    YieldedToolResult,
+)
+from dormant.session import Session
+from dormant.tools import Aborted, Signal
+
+__all__ = ["TurnInput", "derive_call_id", "run_turn"]
+
+Stream = Generator[StreamEvent, None, RunResult]
+
+
+@dataclass
+class TurnInput:
+    """What starts or resumes a turn (already applied answers live in the session)."""
+
+    message: str | None = None
+    message_id: str | None = None
+    state: dict[str, Any] | None = None
+    invocation_id: str | None = None
+    #: Rerun the failed invocation's failed model call (SPEC §8); lands once per id.
+    retry_id: str | None = None
+
+
+def run_turn(
+    agent: Agent,
+    session: Session,
+    turn: TurnInput,
+    *,
+    hooks: Sequence[Hook] = (),
+    error_handlers: Sequence[ErrorHandler] = (),
+    signal: Signal | None = None,
+    clock: Clock = now_ms,
+) -> Stream:
+    """Run one turn. Raises :class:`InputError` (before writing anything) for bad input."""
+    run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
+                   tuple(error_handlers), signal or Signal(), clock)
+    return _start(run, turn)
+
+
+# --- entry ---------------------------------------------------------------------------------------
+
+
+def _start(run: RunState, turn: TurnInput) -> Stream:
+    """Check the input eagerly (so a refusal raises before anything is yielded)."""
+    head = run.session.head
+    if turn.retry_id is not None:
+        if head.has_retry(turn.retry_id):
+            raise RetryRefused(head.session_id, turn.retry_id, duplicate=True)
+        if not head.failed:
+            raise RetryRefused(head.session_id, turn.retry_id)
+        return _guarded(run, turn)
+    if turn.message is not None:
+        # A message already in the session is a redelivery, whatever the session does now
+        # (e.g. it parked on a tool the message led to): say so before anything else.
+        if turn.message_id is not None and head.has_message(turn.message_id):
+            raise DuplicateMessage(head.session_id, turn.message_id)
+        if head.parked == "tool":
+            pending = [(c.call_id, c.name) for c in head.unresolved()]
+            raise PendingInputError(head.session_id, pending)
+        if head.failed:
+            raise SessionFailed(head.session_id, head.open_invocation)
+        if not isinstance(turn.message, str) or not turn.message:
+            raise InputError("a message must be a non-empty string")
+    elif head.parked == "tool":
+        if head.unresolved():
+            return _still_waiting(run)
+    elif head.failed:
+        raise SessionFailed(head.session_id, head.open_invocation)
+    elif head.inbox == 0:
+        raise InputError(
+            f"nothing to run in session {head.session_id}: send a message"
+            + (" (the session waits for one)" if head.parked == "message" else "")
+        )
+    return _guarded(run, turn)
+
+
+def _still_waiting(run: RunState) -> Stream:
+    """Some calls of the parked step are still unanswered: nothing to run yet."""
+    yield from ()
+    run.invocation_id = run.session.head.open_invocation
+    return _finish_yield_tool(run)
+
+
+def _guarded(run: RunState, turn: TurnInput) -> Stream:
+    run.session._deferred = []  # timers tools ask for wait for flush (call order)
+    try:
+        return (yield from _body(run, turn))
+    except Aborted as error:
+        if not run.ran:
+            raise  # seed 002: an aborted turn that changed nothing writes nothing
+        code = "deadline" if run.signal.expired else "aborted"
+        return (yield from _failed(run, code, str(error), retryable=True))
+    except Exception as error:
+        recovered = _recover(run, error)
+        if recovered is not None:
+            return (yield from _reply_and_end(run, recovered))
+        if not run.ran:
+            raise
+        code, retryable = _failure(error)
+        return (yield from _failed(run, code, f"{error}", retryable=retryable))
+    finally:
+        run.session._deferred = None
+
+
+def _failed(run: RunState, code: str, message: str, *, retryable: bool) -> Stream:
+    """A tool ran, then the turn failed: keep every finished step (what changed the
+    world), drop the failed step's uncommitted output, record why. The session is
+    ``failed`` until a retry reruns the failed model call."""
+    run.session.rewind_to_effects()
+    run.session._take_deferred()
+    yield run.emit(InvocationFailed(invocation_id=run.invocation_id, code=code,
+                                    message=message, retryable=retryable))
+    return _result(run, ErrorResult(error=message, code=code))
+
+
+def _recover(run: RunState, error: Exception) -> str | None:
+    for handler in run.error_handlers:
+        text = handler(error, run.hook_context())
+        if isinstance(text, str):
+            return text
+    return None
+
+
+def _body(run: RunState, turn: TurnInput) -> Stream:
+    head = run.session.head
+    resuming_tools = False
+    if turn.retry_id is not None:
+        run.invocation_id = head.open_invocation
+        yield run.emit(RetryEvent(invocation_id=run.invocation_id, retry_id=turn.retry_id))
+        return (yield from _loop(run))
+    if turn.message is not None:
+        if head.parked == "message":
+            run.invocation_id = head.open_invocation
+            yield run.emit(_user(run, turn))
+            yield run.emit(InvocationResume(invocation_id=run.invocation_id))
+        else:
+            run.invocation_id = turn.invocation_id or new_id("inv")
+            yield run.emit(InvocationStart(invocation_id=run.invocation_id,
+                                           agent=run.agent.name))
+            yield run.emit(_user(run, turn))
+    elif head.parked is not None:
+        run.invocation_id = head.open_invocation
+        resuming_tools = head.parked == "tool"
+        yield run.emit(InvocationResume(invocation_id=run.invocation_id))
+    else:
+        run.invocation_id = turn.invocation_id or new_id("inv")
+        yield run.emit(InvocationStart(invocation_id=run.invocation_id, agent=run.agent.name))
+    if turn.state:
+        yield from state_delta(run, {**run.session.state, **turn.state})
+    if resuming_tools:
+        yield from resume_tools(run)
+        yield from run.flush()
+    for hook in run.hooks:
+        if hook.before_agent is not None:
+            replaced = hook.before_agent(run.hook_context())
+            if isinstance(replaced, str):
+                return (yield from _reply_and_end(run, replaced))
+    return (yield from _loop(run))
+
+
+def _user(run: RunState, turn: TurnInput) -> UserEvent:
+    assert turn.message is not None
+    return UserEvent(text=turn.message, message_id=turn.message_id or new_id("msg"),
+                     invocation_id=run.invocation_id, ts=run.clock())
+
+
+# --- the model loop ------------------------------------------------------------------------------
+
+
+def _loop(run: RunState) -> Stream:
+    agent = run.agent
+    step = 0
+    while True:
+        run.signal.raise_if_aborted()
+        if step >= agent.max_steps:
+            message = (f"agent {agent.name!r} reached max_steps={agent.max_steps} "
+                       "without finishing; raise max_steps or check for a tool loop")
+            yield run.emit(ErrorEvent(invocation_id=run.invocation_id, message=message,
+                                      code="max_steps"))
+            yield run.emit(InvocationEnd(invocation_id=run.invocation_id, status="error"))
+            return _result(run, ErrorResult(error=message, code="max_steps"))
+        step += 1
+        calls = yield from _model_step(run, step)
+        if not calls:
+            return (yield from _settle(run))
+        yielded = yield from run_tools(run, calls)
+        yield from run.flush()
+        if yielded:
+            yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="tool"))
+            return _finish_yield_tool(run)
+
+
+def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[Call]]:
+    model = run.agent.model
+    if model is None:
+        raise InputError(f"agent {run.agent.name!r} has no model and no hook answered")
+    request = _request(run, step)
+    _call_hooks(run, "before_model", request=request)
+    invocation_id = run.invocation_id
+    signal = run.signal
+    yield ModelStart(invocation_id=invocation_id, step=step)
+    reply_id = new_id("evt")
+    thought_id = new_id("thought")
+    parts: list[str] = []
+    calls: list[Call] = []
+    usage = Usage()
+    for chunk in model.stream(request, signal=signal):
+        if signal.aborted:
+            raise Aborted("the turn was aborted")
+        if isinstance(chunk, TextDelta):
+            if chunk.text:
+                parts.append(chunk.text)
+                yield AssistantDelta(invocation_id=invocation_id, message_id=reply_id,
+                                     delta=chunk.text)
+        elif isinstance(chunk, ThoughtDelta):
+            yield ThoughtDeltaEvent(invocation_id=invocation_id, message_id=thought_id,
+                                    delta=chunk.text)
+        elif isinstance(chunk, ToolCallChunk):
+            calls.append(_parse_call(chunk))
+        elif isinstance(chunk, UsageChunk) and _counts(chunk.usage):
+            usage = usage + chunk.usage
+    if _counts(usage):
+        run.usage = run.usage + usage
+    yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage)
+    text = "".join(parts)
+    _call_hooks(run, "after_model", request=request, text=text)
+    if text:
+        run.said.append(text)
+        yield run.emit(AssistantEvent(id=reply_id, invocation_id=invocation_id, text=text))
+    position = run.session.head.seq
+    for index, call in enumerate(calls):
+        if not call.call_id:
+            call.call_id = derive_call_id(invocation_id, position, index)
+        yield run.emit(ToolCall(invocation_id=invocation_id, call_id=call.call_id,
+                                name=call.name, args=call.args))
+    return calls
+
+
+def _settle(run: RunState) -> Stream:
+    """The model answered without tools: end, or park for the next message."""
+    _call_hooks(run, "after_agent")
+    yield from run.flush()
+    if run.agent.yields:
+        yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="message"))
+        assert run.invocation_id is not None
+        return _result(run, YieldedMessageResult(yielded_invocation_id=run.invocation_id))
+    yield run.emit(InvocationEnd(invocation_id=run.invocation_id))
+    return _result(run, CompletedResult())
+
+
+def _reply_and_end(run: RunState, text: str) -> Stream:
+    run.said.append(text)
+    yield run.emit(AssistantEvent(invocation_id=run.invocation_id, text=text))
+    return (yield from _settle(run))
+
+
+# --- results and context -------------------------------------------------------------------------
+
+
+def _finish_yield_tool(run: RunState) -> RunResult:
+    return _result(run, YieldedToolResult(yielded_tools=run.session.yielded_tools,
+                                          pending_approvals=run.session.pending_approvals))
+
+
+def _result(run: RunState, result: RunResult) -> RunResult:
+    # Filled in place: the result was made a moment ago by this run and nobody holds it.
+    said = run.said
+    object.__setattr__(result, "output", Output(
+        items=[OutputItem(text=text) for text in said], text=said[-1] if said else ""))
+    object.__setattr__(result, "invocation_id", run.invocation_id)
+    object.__setattr__(result, "usage", run.usage)
+    object.__setattr__(result, "session_", run.session)
+    return result
+
+
+def _call_hooks(run: RunState, name: str, **fields: Any) -> None:
+    ctx: HookContext | None = None
+    for hook in run.hooks:
+        fn = getattr(hook, name)
+        if fn is not None:
+            ctx = ctx or run.hook_context(**fields)
+            fn(ctx)
+
+
+def _request(run: RunState, step: int) -> ModelRequest:
+    session = run.session
+    agent = run.agent
+    system = [item.render(session) for item in agent.context if isinstance(item, System)]
+    tools = agent.tool_specs
+    has_history = agent.has_history
+    limit = agent.history_turns
+    seen = session.head.seq  # the lazy read below must not see later events
+
+    def messages() -> list[Message]:
+        if not has_history:
+            return []
+        return to_messages(history_window(session, limit, seen))
+
+    return ModelRequest(system=system, tools=tools, messages=messages, step=step)
+
+
+def derive_call_id(invocation_id: str | None, position: int, index: int) -> str:
+    """A call id from where the call sits: the invocation, the ledger position of its step
+    and its index. A rerun of the same step from the same ledger (a retry resent, a
+    redelivered message) gets the same ids, so side effects keyed by call id run once."""
+    seed = f"{invocation_id}|{position}|{index}".encode()
+    return "call_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
+
+
+def _failure(error: Exception) -> tuple[str, bool]:
+    """The code and retryability an ``invocation_failed`` records for ``error``."""
+    if isinstance(error, ModelError):
+        return error.code, error.retryable
+    return str(getattr(error, "code", "run_error")), True
+
+
+def _parse_call(chunk: ToolCallChunk) -> Call:
+    args = chunk.args
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as error:
+            return Call(chunk.call_id, chunk.name, args,
+                        error=f"Invalid arguments for {chunk.name}: not JSON ({error.msg})")
+    return Call(chunk.call_id, chunk.name, to_json_value(args))
+
+
+def _counts(usage: Usage) -> bool:
+    return bool(usage.input_tokens or usage.output_tokens or usage.cached_tokens)

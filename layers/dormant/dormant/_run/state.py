@@ -1,0 +1,60 @@
+"""What one turn shares: :class:`RunState`, passed explicitly to every phase of the run
+(:mod:`dormant._run.loop` and :mod:`dormant._run.tools`), with the few helpers they all need."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dormant.agent import Agent, ErrorHandler, Hook, HookContext
+from dormant.events import Event, StreamEvent, Usage
+from dormant.session import Session
+from dormant.tools import Signal
+
+__all__ = ["Clock", "RunState"]
+
+Clock = Callable[[], int]
+
+
+@dataclass(slots=True, eq=False)
+class RunState:
+    """One turn of an agent against a session: its inputs and what it has done so far."""
+
+    agent: Agent
+    session: Session
+    hooks: tuple[Hook, ...]
+    error_handlers: tuple[ErrorHandler, ...]
+    signal: Signal
+    clock: Clock
+    invocation_id: str | None = None
+    said: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    #: True once a tool's side effect may have happened in this turn: from then on a
+    #: failure commits the finished steps instead of writing nothing.
+    ran: bool = False
+    #: Tools ran since the slice was last marked as what a failure keeps (see :meth:`flush`).
+    unmarked: bool = False
+
+    def emit(self, event: Event) -> Event:
+        """Append a ledger event to the session's uncommitted slice, and hand it back to yield."""
+        self.session._append(event)
+        return event
+
+    def hook_context(self, **fields: Any) -> HookContext:
+        return HookContext(agent=self.agent, session=self.session,
+                           invocation_id=self.invocation_id, state=self.session.state, **fields)
+
+    def note_effects(self) -> None:
+        """Tools of this step ran: once the step's results and the timers its tools asked
+        for are in the slice (:meth:`flush`), that is what a failure keeps."""
+        self.ran = True
+        self.unmarked = True
+
+    def flush(self) -> Generator[StreamEvent, None, None]:
+        """Emit what tools and hooks recorded on the session (``schedule``) since last time."""
+        for event in self.session._take_deferred():
+            yield self.emit(event)
+        if self.unmarked:
+            self.unmarked = False
+            self.session.mark_effects()

@@ -1,0 +1,320 @@
+"""The tool phase of a model step: validate, hold for approval, prepare yields, execute
+(independent calls concurrently), settle a parked step on resume. Results in call order.
+
+Every function takes the turn's :class:`~dormant._run.state.RunState` explicitly."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import copy_context
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from dormant._head import PendingCall
+from dormant._ids import new_id
+from dormant._patch import apply_patch, make_patch, to_json_value
+from dormant._run.state import RunState
+from dormant.agent import HookContext
+from dormant.errors import describe_validation
+from dormant.events import (
+    ApprovalRequested,
+    StateDelta,
+    StreamEvent,
+    ToolResult,
+    ToolYield,
+)
+from dormant.tools import Aborted, Tool, ToolContext, _current
+
+__all__ = ["Call", "resume_tools", "run_tools", "state_delta"]
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dormant-tool")
+    return _pool
+
+
+@dataclass
+class Call:
+    """A tool call as the tool phase handles it."""
+
+    call_id: str
+    name: str
+    args: Any
+    tool: Tool | None = None
+    parsed: BaseModel | None = None
+    error: str | None = None
+    result: Any = None
+    prepared: Any = None
+    approval_id: str | None = None
+    denied: bool = False
+    #: The call's state writes (a JSON Patch against the step's starting state), applied
+    #: only if it returned: a tool that raises leaves no state change behind.
+    patch: list[dict[str, Any]] | None = None
+    #: True once its ``execute`` (or a ``before_tool`` hook standing in) was called.
+    ran: bool = False
+
+
+# --- a model step's calls ----------------------------------------------------------------------
+
+
+def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, bool]:
+    """Validate, hold calls for approval, prepare yielding calls, execute the others;
+    events in call order. True if the step parks (a yield or an approval request)."""
+    work = copy.deepcopy(run.session.state)
+    runnable: list[Call] = []
+    for call in calls:
+        _resolve(run, call)
+        if call.error is not None:
+            continue
+        assert call.tool is not None
+        if call.tool.yields:
+            _prepare(run, call, work)
+        elif _needs_approval(run, call):
+            call.approval_id = new_id("apr")
+        else:
+            runnable.append(call)
+    _execute_all(run, runnable, work)
+    yield from state_delta(run, work)
+    ran = any(call.ran for call in calls)
+    parks = False
+    for call in calls:
+        if call.approval_id is not None:
+            parks = True
+            yield run.emit(ApprovalRequested(
+                invocation_id=run.invocation_id, approval_id=call.approval_id,
+                call_id=call.call_id, name=call.name, args=call.args))
+        elif call.error is None and call.tool is not None and call.tool.yields:
+            parks = True
+            yield run.emit(ToolYield(invocation_id=run.invocation_id, call_id=call.call_id,
+                                     name=call.name, args=call.prepared))
+        else:
+            yield run.emit(_tool_result(run, call))
+    if ran:
+        run.note_effects()  # (the loop marks the slice once the step's timers are in)
+    return parks
+
+
+def _execute_all(run: RunState, runnable: list[Call], work: dict[str, Any]) -> None:
+    """Independent calls run concurrently (each in a copy of this context and of the
+    state); their state writes are applied afterwards, in call order."""
+    if len(runnable) > 1:
+        futures = [_executor().submit(copy_context().run, _execute, run, c, work, None)
+                   for c in runnable]
+        for future in futures:
+            future.result()
+    else:
+        for call in runnable:
+            _execute(run, call, work, None)
+    for call in runnable:
+        _apply(work, call)
+
+
+def _needs_approval(run: RunState, call: Call) -> bool:
+    policy = (run.agent.tool_approval or {}).get(call.name)
+    if policy is None:
+        return False
+    try:
+        decision = policy(call.parsed) if callable(policy) else policy
+    except Exception as error:
+        call.error = f"the approval policy for {call.name} failed: {error}"
+        return False
+    if decision not in ("user-approval", "approved"):
+        call.error = (f"the approval policy for {call.name} returned {decision!r}; "
+                      "expected 'user-approval' or 'approved'")
+        return False
+    return bool(decision == "user-approval")
+
+
+# --- the resume of a parked step ---------------------------------------------------------------
+
+
+def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
+    """Settle the parked step in call order: execute/finalize answered yields, run approved
+    calls, record denials."""
+    work = copy.deepcopy(run.session.state)
+    done: list[Call] = []
+    approved: list[Call] = []
+    for pending in run.session.head.step:
+        if pending.settled:
+            continue
+        if pending.approval_id is not None:
+            call = Call(call_id=pending.call_id, name=pending.name, args=pending.args)
+            if pending.approved:
+                _resolve(run, call)
+                if call.error is None:
+                    approved.append(call)
+            else:
+                call.denied = True
+                call.error = "Denied by the user" + (
+                    f": {pending.reason}" if pending.reason else "")
+            done.append(call)
+            continue
+        if not pending.yielded:
+            continue
+        done.append(_answer_yield(run, pending, work))
+    _execute_all(run, approved, work)
+    yield from state_delta(run, work)
+    for call in done:  # already in call order: the loop walked the step
+        yield run.emit(_tool_result(run, call))
+    if any(call.ran for call in done):
+        run.note_effects()
+
+
+def _answer_yield(run: RunState, pending: PendingCall, work: dict[str, Any]) -> Call:
+    """An answered yield: execute it with the answer (or, if the answer is invalid, only
+    finalize), its state writes applied to ``work`` at once, in call order."""
+    args = pending.prepared if pending.prepared is not None else pending.args
+    call = Call(call_id=pending.call_id, name=pending.name, args=args)
+    _resolve(run, call)
+    if call.error is None:
+        assert call.tool is not None and call.tool.yield_schema is not None
+        try:
+            answer = call.tool.yield_schema.model_validate(pending.input)
+        except ValidationError as error:
+            reason = describe_validation(error, "(root)")
+            call.error = f"Invalid input for {call.name}: {reason}"
+            finalized = _finalize(run, call, work, None)
+            call.patch = make_patch(work, finalized) or None
+            _apply(work, call)
+        else:
+            _execute(run, call, work, answer)
+            _apply(work, call)
+    return call
+
+
+# --- one call ----------------------------------------------------------------------------------
+
+
+def _resolve(run: RunState, call: Call) -> None:
+    if call.error is not None:
+        return
+    tool = run.agent.tools.get(call.name)
+    if tool is None:
+        known = ", ".join(sorted(run.agent.tools)) or "none"
+        call.error = f"Unknown tool {call.name!r}. Available tools: {known}"
+        return
+    call.tool = tool
+    try:
+        call.parsed = tool.schema.model_validate(call.args)
+    except ValidationError as error:
+        reason = describe_validation(error, "(root)")
+        call.error = f"Invalid arguments for {call.name}: {reason}"
+
+
+def _context(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> ToolContext:
+    return ToolContext(args=call.parsed, state=work, call_id=call.call_id,
+                       session=run.session, tool=call.name,
+                       invocation_id=run.invocation_id, input=answer, signal=run.signal)
+
+
+def _prepare(run: RunState, call: Call, work: dict[str, Any]) -> None:
+    assert call.tool is not None
+    prepared: Any = call.parsed
+    if call.tool.prepare is not None:
+        own = copy.deepcopy(work)
+        try:
+            returned = _in_context(_context(run, call, own, None), call.tool.prepare)
+        except Exception as error:
+            call.error = f"{call.name} failed before pausing: {error}"
+            return
+        work.clear()
+        work.update(own)
+        if returned is not None:
+            prepared = returned
+    call.prepared = to_json_value(prepared)
+
+
+def _execute(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> None:
+    """Run one call on its own copy of ``work``; its writes become ``call.patch``, kept
+    only if it returns (and, for finalize's, if finalize returns)."""
+    assert call.tool is not None
+    own = copy.deepcopy(work)
+    ctx = _context(run, call, own, answer)
+    tool_hook = run.hook_context(tool=ctx)
+    try:
+        result = _before_tool(run, tool_hook)
+        if result is not None:
+            call.ran = True
+        else:
+            if call.tool.execute is not None:
+                call.ran = True
+                result = _in_context(ctx, call.tool.execute)
+            else:
+                result = answer
+        for hook in run.hooks:
+            if hook.after_tool is not None:
+                tool_hook.result = result
+                replaced = hook.after_tool(tool_hook)
+                if replaced is not None:
+                    result = replaced
+        call.result = to_json_value(result)
+    except Aborted:
+        # Cooperative cancellation: the call did not finish. The step still closes (its
+        # result says so) and the run stops at the step boundary.
+        call.error = f"{call.name} was aborted before it finished"
+    except Exception as error:
+        call.error = f"{call.name} failed: {error}"
+    kept = work if call.error is not None else own
+    kept = _finalize(run, call, kept, answer)
+    patch = make_patch(work, kept)
+    call.patch = patch or None
+
+
+def _finalize(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> dict[str, Any]:
+    """Run ``finalize`` on a copy of ``work``: the copy if it returns, else ``work``."""
+    if call.tool is None or call.tool.finalize is None:
+        return work
+    own = copy.deepcopy(work)
+    try:
+        _in_context(_context(run, call, own, answer), call.tool.finalize)
+    except Exception as error:
+        if call.error is None:
+            call.error = f"{call.name} failed while finalizing: {error}"
+        return work
+    return own
+
+
+def _before_tool(run: RunState, ctx: HookContext) -> Any:
+    for hook in run.hooks:
+        if hook.before_tool is not None:
+            result = hook.before_tool(ctx)
+            if result is not None:
+                return result
+    return None
+
+
+def _tool_result(run: RunState, call: Call) -> ToolResult:
+    return ToolResult(invocation_id=run.invocation_id, call_id=call.call_id, name=call.name,
+                      result=None if call.error else call.result, error=call.error,
+                      denied=call.denied)
+
+
+# --- state -------------------------------------------------------------------------------------
+
+
+def state_delta(run: RunState, work: dict[str, Any]) -> Generator[StreamEvent, None, None]:
+    """Emit the difference between the session's state and ``work`` (nothing if none)."""
+    patch = make_patch(run.session.state, work)
+    if patch:
+        yield run.emit(StateDelta(invocation_id=run.invocation_id, patch=patch))
+
+
+def _apply(work: dict[str, Any], call: Call) -> None:
+    if call.patch:
+        apply_patch(work, call.patch)
+
+
+def _in_context(ctx: ToolContext, fn: Callable[[ToolContext], Any]) -> Any:
+    token = _current.set(ctx)
+    try:
+        return fn(ctx)
+    finally:
+        _current.reset(token)
