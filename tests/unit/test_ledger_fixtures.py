@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant._runtime import TurnInput, run_turn
+from dormant._run import TurnInput, run_turn
 from dormant.events import LEDGER_FORMAT, dump_ledger, load_ledger
 from dormant.models import ScriptedModel
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from dormant._commit import CommitPolicy
 from dormant._ids import now_ms
-from dormant._runtime import TurnInput, run_turn
+from dormant._run import TurnInput, run_turn
 from dormant.agent import (
     DEFAULT_MAX_STEPS,
     Agent,

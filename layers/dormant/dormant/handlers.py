@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from dormant._commit import Outcome
 from dormant._ids import new_id
-from dormant._runtime import TurnInput, run_turn
+from dormant._run import TurnInput, run_turn
 from dormant._turn_wire import (
     ApprovalDecision,
     CommitStatus,

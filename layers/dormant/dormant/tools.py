@@ -90,7 +90,8 @@ class ToolContext:
 
     ``args``: the validated schema instance; ``state``: the session's state (mutate it);
     ``input``: the validated ``yield_schema`` instance after a pause, else None; ``call_id``:
-    the call's id, the idempotency key for side effects; ``attempt``: 1 for a first run.
+    the call's id, the idempotency key for side effects; ``attempt``: 1 for a first run,
+    2 after the first retry of the invocation (``input.retry``), and so on.
     """
 
     args: Any

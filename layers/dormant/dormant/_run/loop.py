@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dormant._context import history_window, to_messages
@@ -95,7 +95,12 @@ def run_turn(
     signal: Signal | None = None,
     clock: Clock = now_ms,
 ) -> Stream:
-    """Run one turn. Raises :class:`InputError` (before writing anything) for bad input."""
+    """Run one turn. Raises :class:`InputError` (before writing anything) for bad input.
+
+    A retry asked for with ``session.input.retry(retry_id)`` runs when the turn names none."""
+    if turn.retry_id is None and session.pending_retry is not None:
+        turn = replace(turn, retry_id=session.pending_retry)
+    session.pending_retry = None
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     return _start(run, turn)

@@ -212,7 +212,8 @@ def _resolve(run: RunState, call: Call) -> None:
 def _context(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> ToolContext:
     return ToolContext(args=call.parsed, state=work, call_id=call.call_id,
                        session=run.session, tool=call.name,
-                       invocation_id=run.invocation_id, input=answer, signal=run.signal)
+                       invocation_id=run.invocation_id, input=answer, signal=run.signal,
+                       attempt=run.session.head.retries + 1)
 
 
 def _prepare(run: RunState, call: Call, work: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dormant._runtime import TurnInput, run_turn
+from dormant._run import TurnInput, run_turn
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.errors import DormantError
