@@ -7,14 +7,13 @@ no longer valid (an answer to a call somebody else answered) is caught.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
-from dormant._patch import apply_patch
+from dormant._patch import apply_patch, json_copy
 from dormant.errors import (
     AlreadyAnswered,
     AlreadyDecided,
@@ -146,9 +145,9 @@ class Head:
     def clone(self) -> Head:
         """An independent copy (what a fold may mutate is copied; strings are shared)."""
         return self._copy(
-            copy.deepcopy(self.state) if self.state else {},
-            [PendingCall(c.call_id, c.name, copy.deepcopy(c.args), c.yielded,
-                         copy.deepcopy(c.prepared), c.answered, copy.deepcopy(c.input),
+            json_copy(self.state) if self.state else {},
+            [PendingCall(c.call_id, c.name, json_copy(c.args), c.yielded,
+                         json_copy(c.prepared), c.answered, json_copy(c.input),
                          c.settled, c.approval_id, c.decided, c.approved, c.reason)
              for c in self.step],
             list(self.turn_starts),

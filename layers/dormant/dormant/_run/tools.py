@@ -5,7 +5,6 @@ Every function takes the turn's :class:`~dormant._run.state.RunState` explicitly
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
@@ -16,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from dormant._head import PendingCall
 from dormant._ids import new_id
-from dormant._patch import apply_patch, make_patch, to_json_value
+from dormant._patch import apply_patch, json_copy, make_patch, to_json_value
 from dormant._run.state import RunState
 from dormant.agent import HookContext
 from dormant.errors import describe_validation
@@ -68,7 +67,7 @@ class Call:
 def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, bool]:
     """Validate, hold calls for approval, prepare yielding calls, execute the others;
     events in call order. True if the step parks (a yield or an approval request)."""
-    work = copy.deepcopy(run.session.state)
+    work: dict[str, Any] = json_copy(run.session.state)
     runnable: list[Call] = []
     for call in calls:
         _resolve(run, call)
@@ -139,7 +138,7 @@ def _needs_approval(run: RunState, call: Call) -> bool:
 def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
     """Settle the parked step in call order: execute/finalize answered yields, run approved
     calls, record denials."""
-    work = copy.deepcopy(run.session.state)
+    work: dict[str, Any] = json_copy(run.session.state)
     done: list[Call] = []
     approved: list[Call] = []
     for pending in run.session.head.step:
@@ -220,7 +219,7 @@ def _prepare(run: RunState, call: Call, work: dict[str, Any]) -> None:
     assert call.tool is not None
     prepared: Any = call.parsed
     if call.tool.prepare is not None:
-        own = copy.deepcopy(work)
+        own: dict[str, Any] = json_copy(work)
         try:
             returned = _in_context(_context(run, call, own, None), call.tool.prepare)
         except Exception as error:
@@ -237,7 +236,7 @@ def _execute(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> No
     """Run one call on its own copy of ``work``; its writes become ``call.patch``, kept
     only if it returns (and, for finalize's, if finalize returns)."""
     assert call.tool is not None
-    own = copy.deepcopy(work)
+    own: dict[str, Any] = json_copy(work)
     ctx = _context(run, call, own, answer)
     tool_hook = run.hook_context(tool=ctx)
     try:
@@ -273,7 +272,7 @@ def _finalize(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> d
     """Run ``finalize`` on a copy of ``work``: the copy if it returns, else ``work``."""
     if call.tool is None or call.tool.finalize is None:
         return work
-    own = copy.deepcopy(work)
+    own: dict[str, Any] = json_copy(work)
     try:
         _in_context(_context(run, call, own, answer), call.tool.finalize)
     except Exception as error:
