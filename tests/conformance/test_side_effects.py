@@ -20,7 +20,7 @@ import dormant
 from dormant.errors import StoreError
 from dormant.events import ApprovalDecided, Event, ToolResult, UserEvent
 from dormant.handlers import RestResponse
-from dormant.models import ModelError
+from dormant.models import ModelError, ScriptedModel
 from dormant.models._base import ModelRequest, TextDelta, ToolCallChunk, UsageChunk
 from dormant.stores import Store
 from dormant.tools import Signal
@@ -301,6 +301,48 @@ def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Sto
     assert "done" not in [getattr(e, "text", None) for e in events]
     assert [e.status for e in events if e.type == "invocation_end"] == [  # type: ignore[union-attr]
         "completed", "superseded"]
+
+
+def test_an_overtaken_turn_keeps_its_tools_even_when_the_newer_turn_is_parked(
+        store: Store) -> None:
+    ticks = itertools.count(1_700_000_000_000)
+    lock = threading.Lock()
+
+    def clock() -> int:
+        with lock:
+            return next(ticks)
+
+    support = Support(store, clock=clock)
+    ask = support.app.tool(name="ask_guest", description="Ask", schema=Ticket,
+                           yield_schema=Decision)
+    asker = support.app.agent(name="asker", tools=[ask], model=ScriptedModel(
+        [{"tool_calls": [{"name": "ask_guest", "args": {"ticket_id": "T-8"}}]}]))
+    tool_done, release = threading.Event(), threading.Event()
+
+    def gate(ctx: dormant.HookContext) -> None:
+        if ctx.request is not None and ctx.request.step == 2:
+            tool_done.set()
+            assert release.wait(WAIT)
+
+    slow = support.app.handler.rest(agent=support.agent, hooks=[dormant.Hook(before_model=gate)])
+    out: list[RestResponse] = []
+    thread = threading.Thread(target=lambda: out.append(slow(
+        {"session_id": "parked", "input": {"message": "close T-7"}})))
+    thread.start()
+    assert tool_done.wait(WAIT)
+    newer = support.app.handler.rest(agent=asker)(
+        {"session_id": "parked", "input": {"message": "newer"}})
+    release.set()
+    thread.join(WAIT)
+
+    assert newer.status == "yielded_tool" and newer.commit_status == "committed"
+    assert out[0].commit_status == "superseded" and out[0].landed
+    session = support.app.sessions.get("parked")
+    assert session is not None
+    assert [r.call_id for r in _results(session.events)] == support.ran
+    # The newer turn still waits for its answer: the kept record changed none of that.
+    assert session.status == "awaiting_input"
+    assert [t.name for t in session.yielded_tools] == ["ask_guest"]
 
 
 # --- message ids land once, for the life of the session ------------------------------------------

@@ -156,8 +156,12 @@ class CommitPolicy:
             return Outcome("superseded")
         kept = session.new_events[:keep]
         kept.append(InvocationEnd(invocation_id=kept[-1].invocation_id, status="superseded"))
+        # Recorded beside whatever the newer head is doing (it may be parked on its own
+        # tools, or failed): a closed invocation that changes none of that.
         try:
-            session.rebase(stored, events=kept)
+            session.rebase(stored, events=kept, detached=True)
+        except DuplicateMessage:
+            raise
         except DormantError as error:
             log.error("tools ran in a superseded turn but their results no longer fit the "
                       "session; they are not recorded: %s", error,
@@ -172,7 +176,9 @@ class CommitPolicy:
                 return outcome
             assert writer.stored is not None
             try:
-                session.rebase(writer.stored, events=kept)
+                session.rebase(writer.stored, events=kept, detached=True)
+            except DuplicateMessage:
+                raise
             except DormantError as error:
                 log.error("tools ran in a superseded turn but their results no longer fit "
                           "the session; they are not recorded: %s", error,

@@ -47,7 +47,7 @@ from dormant.events import (
     UserEvent,
 )
 
-__all__ = ["TURN_INDEX_SIZE", "Head", "PendingCall", "apply"]
+__all__ = ["TURN_INDEX_SIZE", "Head", "PendingCall", "apply", "apply_detached"]
 
 #: How many recent turn starts (user-event positions) the head remembers for windowed reads.
 TURN_INDEX_SIZE = 64
@@ -285,6 +285,31 @@ def apply(head: Head, event: Event) -> None:
             head.parked = None
         case RetryEvent():
             _retry(head, event)
+    head.seq += 1
+    head.last_event = event.id
+
+
+def apply_detached(head: Head, event: Event) -> None:
+    """Fold ``event`` as a record of a closed invocation that lands beside the head's own
+    (a superseded turn's kept tool results): it moves the ledger position, lands its message
+    ids once, applies its state and timer changes, and leaves the head's open invocation, its
+    step and its parking alone."""
+    match event:
+        case UserEvent():
+            digest = message_digest(event.message_id)
+            if digest in head.message_ids:
+                raise DuplicateMessage(head.session_id, event.message_id)
+            _remember(head, digest)
+            head.turn_starts.append(head.seq)
+            del head.turn_starts[:-TURN_INDEX_SIZE]
+            head.last_user_ts = max(head.last_user_ts, event.ts)
+        case StateDelta():
+            apply_patch(head.state, event.patch)
+        case TimerSet():
+            head.timers[event.name] = event.model_dump(
+                mode="json", include={"name", "fire_at", "message", "message_id", "tool_input"})
+        case TimerCancelled() | TimerFired():
+            head.timers.pop(event.name, None)
     head.seq += 1
     head.last_event = event.id
 

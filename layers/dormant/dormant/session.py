@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from dormant._head import Head, apply
+from dormant._head import Head, apply, apply_detached
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant.errors import InputError, RetryRefused
@@ -332,15 +332,18 @@ class Session:
         self._base_version = version
         self._base_seq = self._head.seq
 
-    def rebase(self, stored: StoredSession, *, events: list[Event] | None = None) -> None:
+    def rebase(self, stored: StoredSession, *, events: list[Event] | None = None,
+               detached: bool = False) -> None:
         """Put the uncommitted slice (or ``events`` in its place) on top of a newer head.
 
         Raises (and changes nothing) if it no longer fits: an answer to a call somebody else
-        answered, a message the head already holds."""
+        answered, a message the head already holds. ``detached``: ``events`` are a closed
+        invocation recorded beside the head's own (see :func:`dormant._head.apply_detached`)."""
         head = stored.head
         pending = self._new if events is None else list(events)
+        fold = apply_detached if detached else apply
         for event in pending:
-            apply(head, event)
+            fold(head, event)
         self._head = head
         self._new = pending
         if events is not None:
