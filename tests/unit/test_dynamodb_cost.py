@@ -164,7 +164,7 @@ def test_an_approval_turn_claims_the_decision_before_the_tool_runs(store: Dynamo
                                                               "Closed T-7.")
     assert wire.timeline == ["Query", "TransactWriteItems", TOOL_RAN, "TransactWriteItems"]
     claim, commit = wire.written
-    assert claim == ["approval_decided"]
+    assert claim == ["approval_decided", "invocation_resume"]  # the decision, and the reopening
     assert "tool_result" in commit and "approval_decided" not in commit
     assert commit[-2:] == ["assistant", "invocation_end"]
 
@@ -204,7 +204,7 @@ def test_an_answer_to_a_yielded_tool_with_execute_is_claimed_before_it_runs(
 
     assert wire.timeline == ["Query", "TransactWriteItems", TOOL_RAN, "TransactWriteItems"]
     claim, commit = wire.written
-    assert claim == ["tool_input"]
+    assert claim == ["tool_input", "invocation_resume"]
     assert "tool_result" in commit and "tool_input" not in commit
 
 

@@ -35,12 +35,14 @@ from dormant.errors import (
     DuplicateMessage,
     InputError,
     ResumeError,
+    RetryRefused,
     StoreError,
 )
 from dormant.events import (
     ApprovalDecided,
     Event,
     InvocationEnd,
+    RetryEvent,
     TimerCancelled,
     TimerSet,
     ToolInput,
@@ -202,6 +204,7 @@ class CommitPolicy:
                 if outcome.status == "failed":
                     assert outcome.error is not None
                     raise outcome.error
+                session.claimed = True
                 return
             assert writer.stored is not None
             try:
@@ -231,7 +234,7 @@ class CommitPolicy:
             if result.ok:
                 return result
             if result.duplicate is not None:
-                raise DuplicateMessage(session.session_id, result.duplicate.partition(":")[2])
+                raise _duplicate(session.session_id, result.duplicate)
         return result
 
 
@@ -275,8 +278,7 @@ class _Writer:
                 if result.ok:
                     return Outcome("committed", result.version)
                 if result.duplicate is not None:
-                    raise DuplicateMessage(session.session_id,
-                                           result.duplicate.partition(":")[2])
+                    raise _duplicate(session.session_id, result.duplicate)
                 self.conflicts += 1
                 if self.conflicts > policy.merge_attempts:
                     return Outcome("failed", error=StoreError(
@@ -318,6 +320,14 @@ def _lost_claim(session: Session) -> InputError:
     return InputError(f"session {session.session_id} moved on; nothing was claimed")
 
 
+def _duplicate(session_id: str, key: str) -> InputError:
+    """The refusal for a once-only id the session already holds (``m:`` / ``r:``)."""
+    kind, _, value = key.partition(":")
+    if kind == "r":
+        return RetryRefused(session_id, value, duplicate=True)
+    return DuplicateMessage(session_id, value)
+
+
 def _merged(outcome: Outcome) -> Outcome:
     return Outcome("merged", outcome.version, outcome.error)
 
@@ -328,3 +338,5 @@ def _refuse_duplicates(session: Session, stored: StoredSession) -> None:
     for event in session.new_events:
         if isinstance(event, UserEvent) and stored.head.has_message(event.message_id):
             raise DuplicateMessage(session.session_id, event.message_id)
+        if isinstance(event, RetryEvent) and stored.head.has_retry(event.retry_id):
+            raise RetryRefused(session.session_id, event.retry_id, duplicate=True)

@@ -118,6 +118,8 @@ class Head:
     settled_ids: list[str] = field(default_factory=list)
     #: Retries of the open invocation (``ToolContext.attempt`` is this plus one).
     retries: int = 0
+    #: Tool calls the open invocation made so far (derived call ids count from here).
+    calls: int = 0
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -162,7 +164,8 @@ class Head:
                     self.parked, step, self.inbox, self.last_user_ts, turn_starts,
                     message_ids, self.last_event,
                     {name: dict(timer) for name, timer in self.timers.items()},
-                    self.failed, self.messages, list(self.settled_ids), self.retries)
+                    self.failed, self.messages, list(self.settled_ids), self.retries,
+                    self.calls)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -241,11 +244,13 @@ def apply(head: Head, event: Event) -> None:
             _refuse_if_failed(head)
             head.open_invocation = event.invocation_id
             head.retries = 0
+            head.calls = 0
             head.agent = event.agent or head.agent
             head.parked = None
             head.step = []
             head.inbox = 0
         case ToolCall():
+            head.calls += 1
             if all(c.settled for c in head.step):
                 head.step = []
             head.step.append(PendingCall(call_id=event.call_id, name=event.name, args=event.args))

@@ -38,7 +38,7 @@ from dormant.errors import (
     SessionNotFound,
     describe_validation,
 )
-from dormant.events import StreamEvent, TimerFired
+from dormant.events import InvocationResume, StreamEvent, TimerFired
 from dormant.models._base import ModelError
 from dormant.results import (
     ErrorResult,
@@ -120,6 +120,8 @@ class TurnStream(Iterator[StreamEvent]):
         self._signal = Signal()
         self._remaining = remaining_time
         self._gen: Iterator[StreamEvent] | None = None
+        #: The ``invocation_resume`` a claim committed (then the run does not reopen again).
+        self._resumed: InvocationResume | None = None
         self.invocation_id: str = _invocation_id(request)
         self.session_id: str | None = None
         self.result: TurnResult | None = None
@@ -178,15 +180,17 @@ class TurnStream(Iterator[StreamEvent]):
             return
         self.session_id = session.session_id
         self.session = session
-        if self.capture_start:
-            self.start_head = session.head.model_copy(deep=True)
+        if self._resumed is not None:  # the claim reopened the invocation: stream that first
+            self.invocation_id = self._resumed.invocation_id or self.invocation_id
+            self.events.append(self._resumed)
+            yield self._resumed
         try:
             retry = request.input.retry.retry_id if request.input.retry else None
             run = run_turn(
                 config.agent, session,
                 TurnInput(message=request.input.message, message_id=request.input.message_id,
                           state=request.input.state, invocation_id=self.invocation_id,
-                          retry_id=retry),
+                          retry_id=retry, resumed=self._resumed is not None),
                 hooks=config.hooks, error_handlers=config.error_handlers,
                 signal=self._signal, clock=config.app.clock,
             )
@@ -211,7 +215,7 @@ class TurnStream(Iterator[StreamEvent]):
             return
         try:
             outcome = config.app.sessions.policy.commit(session)  # hands timers over too
-        except DuplicateMessage as error:  # a concurrent redelivery won: this one lands not
+        except (DuplicateMessage, RetryRefused) as error:  # a redelivery lost the race
             self._fail(session.session_id, error)
             return
         self.result = self._turn_result(session, result, outcome)
@@ -264,21 +268,38 @@ class TurnStream(Iterator[StreamEvent]):
                                    reason=decision.reason)
         for answer in request.input.tools or ():
             session.input.tool(call_id=answer.call_id, input=answer.input)
+        if self.capture_start:  # the state at turn start, what was parked (before a claim)
+            self.start_head = session.head.model_copy(deep=True)
         if self._needs_claim(session, request.input):
             # SPEC §4: the decision or answer lands before the tool it unlocks runs, so a
-            # lost race runs nothing (409 already_decided / already_answered).
+            # lost race runs nothing (409 already_decided / already_answered). When it
+            # settles the step, the claim reopens the invocation too: only the request that
+            # landed the reopening runs the step's tools, never a second one beside it.
+            head = session.head
+            if head.parked == "tool" and not head.unresolved():
+                self._resumed = InvocationResume(invocation_id=head.open_invocation)
+                session.add_event(self._resumed)
             config.app.sessions.policy.claim(session, turns=config.agent.history_turns)
         return session
 
     def _needs_claim(self, session: Session, given: Input) -> bool:
+        """A claim comes first when the request decides an approval, answers a yielded tool
+        that has ``execute``, or (with no input) resumes a settled step that runs a tool."""
         if given.approvals:
             return True
+        head = session.head
         tools = self._config.agent.tools
         for answer in given.tools or ():
-            call = session.head.call(answer.call_id)
+            call = head.call(answer.call_id)
             tool = tools.get(call.name) if call is not None else None
             if tool is not None and tool.execute is not None:
                 return True
+        if given.message is None and given.retry is None and head.parked == "tool" \
+                and not head.unresolved():
+            return any(not call.settled and (
+                (call.approval_id is not None and call.approved)
+                or (call.yielded and (tool := tools.get(call.name)) is not None
+                    and tool.execute is not None)) for call in head.step)
         return False
 
     def _initial_state(self, initial: dict[str, Any] | None) -> dict[str, Any]:

@@ -143,6 +143,9 @@ class Session:
         self._effects: tuple[int, Head] | None = None
         #: A retry asked for with ``input.retry`` (run by the next turn).
         self.pending_retry: str | None = None
+        #: True once a claim committed this session's inputs (decisions, answers): a turn
+        #: that then fails keeps its progress like one whose tool ran.
+        self.claimed = False
         self._lock = threading.Lock()
         #: Not None while a run is active: events recorded by tools wait here.
         self._deferred: list[Event] | None = None

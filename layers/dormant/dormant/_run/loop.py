@@ -83,6 +83,9 @@ class TurnInput:
     invocation_id: str | None = None
     #: Rerun the failed invocation's failed model call (SPEC §8); lands once per id.
     retry_id: str | None = None
+    #: The handler's claim already reopened the parked invocation (``invocation_resume`` is
+    #: committed): settle its step without reopening it again.
+    resumed: bool = False
 
 
 def run_turn(
@@ -112,6 +115,8 @@ def run_turn(
 def _start(run: RunState, turn: TurnInput) -> Stream:
     """Check the input eagerly (so a refusal raises before anything is yielded)."""
     head = run.session.head
+    if turn.resumed:
+        return _guarded(run, turn)
     if turn.retry_id is not None:
         if head.has_retry(turn.retry_id):
             raise RetryRefused(head.session_id, turn.retry_id, duplicate=True)
@@ -155,7 +160,7 @@ def _guarded(run: RunState, turn: TurnInput) -> Stream:
     try:
         return (yield from _body(run, turn))
     except Aborted as error:
-        if not run.ran:
+        if not run.ran and not run.session.claimed:
             raise  # seed 002: an aborted turn that changed nothing writes nothing
         code = "deadline" if run.signal.expired else "aborted"
         return (yield from _failed(run, code, str(error), retryable=True))
@@ -163,7 +168,7 @@ def _guarded(run: RunState, turn: TurnInput) -> Stream:
         recovered = _recover(run, error)
         if recovered is not None:
             return (yield from _reply_and_end(run, recovered))
-        if not run.ran:
+        if not run.ran and not run.session.claimed:
             raise
         code, retryable = _failure(error)
         return (yield from _failed(run, code, f"{error}", retryable=retryable))
@@ -193,11 +198,14 @@ def _recover(run: RunState, error: Exception) -> str | None:
 def _body(run: RunState, turn: TurnInput) -> Stream:
     head = run.session.head
     resuming_tools = False
-    if turn.retry_id is not None:
+    if turn.resumed:
+        run.invocation_id = head.open_invocation
+        resuming_tools = True
+    elif turn.retry_id is not None:
         run.invocation_id = head.open_invocation
         yield run.emit(RetryEvent(invocation_id=run.invocation_id, retry_id=turn.retry_id))
         return (yield from _loop(run))
-    if turn.message is not None:
+    elif turn.message is not None:
         if head.parked == "message":
             run.invocation_id = head.open_invocation
             yield run.emit(_user(run, turn))
@@ -296,7 +304,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     if text:
         run.said.append(text)
         yield run.emit(AssistantEvent(id=reply_id, invocation_id=invocation_id, text=text))
-    position = run.session.head.seq
+    position = run.session.head.calls
     for index, call in enumerate(calls):
         if not call.call_id:
             call.call_id = derive_call_id(invocation_id, position, index)
@@ -369,9 +377,10 @@ def _request(run: RunState, step: int) -> ModelRequest:
 
 
 def derive_call_id(invocation_id: str | None, position: int, index: int) -> str:
-    """A call id from where the call sits: the invocation, the ledger position of its step
-    and its index. A rerun of the same step from the same ledger (a retry resent, a
-    redelivered message) gets the same ids, so side effects keyed by call id run once."""
+    """A call id from where the call sits: the invocation, the number of calls the invocation
+    made before this step (``position``) and its index in the step. A rerun of the same step
+    (a retry resent, a redelivered message: same invocation, same committed calls) gets the
+    same ids, so side effects keyed by call id run once."""
     seed = f"{invocation_id}|{position}|{index}".encode()
     return "call_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
 

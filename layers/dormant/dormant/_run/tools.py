@@ -163,8 +163,8 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
     yield from state_delta(run, work)
     for call in done:  # already in call order: the loop walked the step
         yield run.emit(_tool_result(run, call))
-    if any(call.ran for call in done):
-        run.note_effects()
+    if any(call.ran for call in done) or run.session.claimed:
+        run.note_effects()  # a claimed decision is committed: its results are progress too
 
 
 def _answer_yield(run: RunState, pending: PendingCall, work: dict[str, Any]) -> Call:
