@@ -396,6 +396,56 @@ def test_a_server_append_of_an_old_message_id_lands_once(store: Store) -> None:
     assert len(session.events) == 40
 
 
+def test_a_redelivery_after_an_interleaved_message_derives_the_same_call_ids(
+        store: Store) -> None:
+    support = Support(store)
+    turn = support.app.handler.turn(agent=support.agent)
+    first = turn({"session_id": "ids", "input": {"message": "close T-7", "message_id": "m1"}})
+    next(first)  # reads the empty session
+    support.rest({"session_id": "ids", "input": {"message": "hi", "message_id": "m2"}})
+    again = turn({"session_id": "ids", "input": {"message": "close T-7", "message_id": "m1"}})
+    next(again)  # reads it after "hi" landed
+
+    one, two = first.run(), again.run()
+
+    assert one.landed and two.code == "duplicate_message"
+    assert len(set(support.ran)) == 1  # two executions, one call id: one side effect
+    assert [r.call_id for r in _results(support.ledger("ids"))] == support.ran[:1]
+
+
+def test_two_racing_deliveries_of_one_retry_land_once(store: Store) -> None:
+    support = Support(store, failures=1)
+    support.rest({"session_id": "rr", "input": {"message": "fail after closing"}})
+    turn = support.app.handler.turn(agent=support.agent)
+    first = turn({"session_id": "rr", "input": {"retry": {"retry_id": "r1"}}})
+    second = turn({"session_id": "rr", "input": {"retry": {"retry_id": "r1"}}})
+    next(first)
+    next(second)
+
+    one, two = first.run(), second.run()
+
+    assert one.status == "completed" and one.landed
+    assert two.status == "error" and two.code == "duplicate_retry"
+    assert [e.type for e in support.ledger("rr")].count("retry") == 1
+
+
+def test_an_empty_request_racing_a_claimer_never_runs_the_step_twice(store: Store) -> None:
+    support = Support(store, approval=True)
+    paused = support.rest({"session_id": "nudge", "input": {"message": "close T-7"}})
+    (pending,) = paused.pending_approvals or []
+    turn = support.app.handler.turn(agent=support.agent)
+    claimer = turn({"session_id": "nudge", "input": {"approvals": [
+        {"approval_id": pending.approval_id, "approved": True}]}})
+    next(claimer)  # the decision and the reopening are committed; the tool has not run
+    nudge = turn({"session_id": "nudge", "input": {}}).run()
+
+    done = claimer.run()
+
+    assert done.status == "completed" and len(support.ran) == 1
+    assert nudge.status == "error" and not nudge.landed
+    assert [r.call_id for r in _results(support.ledger("nudge"))] == support.ran
+
+
 # --- the reported outcome is the truth -----------------------------------------------------------
 
 
