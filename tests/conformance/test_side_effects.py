@@ -541,6 +541,22 @@ def test_a_transient_store_failure_is_retried_a_bounded_number_of_times(store: S
     assert store.load("session_flaky") is None
 
 
+def test_a_store_raising_something_unexpected_is_a_bounded_transient_failure(
+        store: Store) -> None:
+    class Broken(_Wrapped):
+        def append(self, head: Any, events: Any, *, expected_version: int) -> Any:
+            self.appends += 1
+            raise ConnectionResetError("connection reset by peer")
+
+    wrapped = Broken(store)
+    app = dormant.App(name="broken", store=wrapped)  # type: ignore[arg-type]
+    reply = app.handler.rest(agent=app.agent(name="a", model=RuleModel()))(
+        {"session_id": "broken", "input": {"message": "hi"}})
+
+    assert reply.commit_status == "failed" and reply.code == "store_error"
+    assert "connection reset" in (reply.error or "") and wrapped.appends == 3
+
+
 @pytest.mark.parametrize("approved", [True, False])
 def test_a_decision_for_an_approval_already_decided_is_refused_with_409(
         store: Store, approved: bool) -> None:

@@ -261,7 +261,13 @@ class _Writer:
             expected, first_seq = session.version, session.base_seq
             ambiguous = False
             try:
-                result = policy.write(session)
+                try:
+                    result = policy.write(session)
+                except (StoreError, DuplicateMessage, RetryRefused):
+                    raise
+                except Exception as unexpected:  # a store that raised something else: treat
+                    # it as a transient failure whose write may or may not have landed
+                    raise StoreError(f"the store failed: {unexpected!r}") from unexpected
             except StoreError as error:
                 if not error.retryable:
                     log.error("commit refused for good: %s", error,
