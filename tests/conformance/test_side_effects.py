@@ -267,7 +267,8 @@ def test_a_tool_that_writes_state_and_raises_leaves_no_state_change(store: Store
     assert result.error is not None and "card declined" in result.error
 
 
-def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Store) -> None:
+def _ticking() -> Callable[[], int]:
+    """A clock every user message reads a strictly later time from (thread-safe)."""
     ticks = itertools.count(1_700_000_000_000)
     lock = threading.Lock()
 
@@ -275,7 +276,12 @@ def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Sto
         with lock:
             return next(ticks)
 
-    support = Support(store, clock=clock)
+    return clock
+
+
+def _overtake(support: Support, session_id: str,
+              newer: Callable[[], RestResponse]) -> tuple[RestResponse, RestResponse]:
+    """Run "close T-7" until its tool ran, let ``newer`` land, then let the first finish."""
     tool_done, release = threading.Event(), threading.Event()
 
     def gate(ctx: dormant.HookContext) -> None:
@@ -286,15 +292,23 @@ def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Sto
     slow = support.app.handler.rest(agent=support.agent, hooks=[dormant.Hook(before_model=gate)])
     out: list[RestResponse] = []
     thread = threading.Thread(target=lambda: out.append(slow(
-        {"session_id": "overtaken", "input": {"message": "close T-7"}})))
+        {"session_id": session_id, "input": {"message": "close T-7"}})))
     thread.start()
     assert tool_done.wait(WAIT)
-    newer = support.rest({"session_id": "overtaken", "input": {"message": "newer"}})
+    newer_reply = newer()
     release.set()
     thread.join(WAIT)
+    return out[0], newer_reply
+
+
+def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Store) -> None:
+    support = Support(store, clock=_ticking())
+
+    slow, newer = _overtake(support, "overtaken", lambda: support.rest(
+        {"session_id": "overtaken", "input": {"message": "newer"}}))
 
     assert newer.commit_status == "committed"
-    assert out[0].commit_status == "superseded" and "kept" in (out[0].warning or "")
+    assert slow.commit_status == "superseded" and "kept" in (slow.warning or "")
     events = support.ledger("overtaken")
     assert [e.text for e in events if isinstance(e, UserEvent)] == ["newer", "close T-7"]
     assert [r.call_id for r in _results(events)] == support.ran
@@ -305,38 +319,17 @@ def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Sto
 
 def test_an_overtaken_turn_keeps_its_tools_even_when_the_newer_turn_is_parked(
         store: Store) -> None:
-    ticks = itertools.count(1_700_000_000_000)
-    lock = threading.Lock()
-
-    def clock() -> int:
-        with lock:
-            return next(ticks)
-
-    support = Support(store, clock=clock)
+    support = Support(store, clock=_ticking())
     ask = support.app.tool(name="ask_guest", description="Ask", schema=Ticket,
                            yield_schema=Decision)
     asker = support.app.agent(name="asker", tools=[ask], model=ScriptedModel(
         [{"tool_calls": [{"name": "ask_guest", "args": {"ticket_id": "T-8"}}]}]))
-    tool_done, release = threading.Event(), threading.Event()
 
-    def gate(ctx: dormant.HookContext) -> None:
-        if ctx.request is not None and ctx.request.step == 2:
-            tool_done.set()
-            assert release.wait(WAIT)
-
-    slow = support.app.handler.rest(agent=support.agent, hooks=[dormant.Hook(before_model=gate)])
-    out: list[RestResponse] = []
-    thread = threading.Thread(target=lambda: out.append(slow(
-        {"session_id": "parked", "input": {"message": "close T-7"}})))
-    thread.start()
-    assert tool_done.wait(WAIT)
-    newer = support.app.handler.rest(agent=asker)(
-        {"session_id": "parked", "input": {"message": "newer"}})
-    release.set()
-    thread.join(WAIT)
+    slow, newer = _overtake(support, "parked", lambda: support.app.handler.rest(agent=asker)(
+        {"session_id": "parked", "input": {"message": "newer"}}))
 
     assert newer.status == "yielded_tool" and newer.commit_status == "committed"
-    assert out[0].commit_status == "superseded" and out[0].landed
+    assert slow.commit_status == "superseded" and slow.landed
     session = support.app.sessions.get("parked")
     assert session is not None
     assert [r.call_id for r in _results(session.events)] == support.ran

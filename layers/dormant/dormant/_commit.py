@@ -158,27 +158,12 @@ class CommitPolicy:
             return Outcome("superseded")
         kept = session.new_events[:keep]
         kept.append(InvocationEnd(invocation_id=kept[-1].invocation_id, status="superseded"))
-        # Recorded beside whatever the newer head is doing (it may be parked on its own
-        # tools, or failed): a closed invocation that changes none of that.
-        try:
-            session.rebase(stored, events=kept, detached=True)
-        except DuplicateMessage:
-            raise
-        except DormantError as error:
-            log.error("tools ran in a superseded turn but their results no longer fit the "
-                      "session; they are not recorded: %s", error,
-                      extra={"session_id": session.session_id})
-            return Outcome("superseded")
         writer = _Writer(self, session)
         while True:
-            outcome = writer.attempt()
-            if outcome is not None:
-                if outcome.status in ("committed", "merged"):
-                    return Outcome("superseded", outcome.version)
-                return outcome
-            assert writer.stored is not None
+            # Recorded beside whatever the newer head is doing (it may be parked on its own
+            # tools, or failed): a closed invocation that changes none of that.
             try:
-                session.rebase(writer.stored, events=kept, detached=True)
+                session.rebase(stored, events=kept, detached=True)
             except DuplicateMessage:
                 raise
             except DormantError as error:
@@ -186,6 +171,13 @@ class CommitPolicy:
                           "the session; they are not recorded: %s", error,
                           extra={"session_id": session.session_id})
                 return Outcome("superseded")
+            outcome = writer.attempt()
+            if outcome is not None:
+                if outcome.status in ("committed", "merged"):
+                    return Outcome("superseded", outcome.version)
+                return outcome
+            assert writer.stored is not None
+            stored = writer.stored
 
     # --- claims ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from dormant._commit import CommitPolicy
 from dormant._ids import now_ms
-from dormant._run import TurnInput, run_turn
+from dormant._run import TurnInput, drain, run_turn
 from dormant.agent import (
     DEFAULT_MAX_STEPS,
     Agent,
@@ -245,14 +245,8 @@ class App:
         if session is None:
             sid = normalize_session_id(session_id) if session_id else mint_session_id()
             session = self.sessions.get(sid) or Session.new(sid)
-        stream = run_turn(agent, session, TurnInput(message=message), hooks=hooks,
-                          clock=self.clock)
-        while True:
-            try:
-                next(stream)
-            except StopIteration as stop:
-                result: RunResult = stop.value
-                return result
+        return drain(run_turn(agent, session, TurnInput(message=message), hooks=hooks,
+                              clock=self.clock))
 
     @property
     def handler(self) -> Handlers:

@@ -13,6 +13,6 @@ What lives where:
   resume of a parked step.
 """
 
-from dormant._run.loop import TurnInput, derive_call_id, run_turn
+from dormant._run.loop import TurnInput, derive_call_id, drain, run_turn
 
-__all__ = ["TurnInput", "derive_call_id", "run_turn"]
+__all__ = ["TurnInput", "derive_call_id", "drain", "run_turn"]

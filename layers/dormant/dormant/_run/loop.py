@@ -68,7 +68,7 @@ from dormant.results import (
 from dormant.session import Session
 from dormant.tools import Aborted, Signal
 
-__all__ = ["TurnInput", "derive_call_id", "run_turn"]
+__all__ = ["TurnInput", "derive_call_id", "drain", "run_turn"]
 
 Stream = Generator[StreamEvent, None, RunResult]
 
@@ -374,6 +374,16 @@ def _request(run: RunState, step: int) -> ModelRequest:
         return to_messages(history_window(session, limit, seen))
 
     return ModelRequest(system=system, tools=tools, messages=messages, step=step)
+
+
+def drain(stream: Stream) -> RunResult:
+    """Run a turn's stream to its end and return its result (no events kept)."""
+    while True:
+        try:
+            next(stream)
+        except StopIteration as stop:
+            result: RunResult = stop.value
+            return result
 
 
 def derive_call_id(invocation_id: str | None, position: int, index: int) -> str:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dormant._run import TurnInput, run_turn
+from dormant._run import TurnInput, drain, run_turn
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.errors import DormantError
@@ -122,7 +122,7 @@ class InProcessDriver(Driver):
             message_id = given.get("message_id")
             if message_id is not None and self.app.sessions.holds_message(session, message_id):
                 raise _duplicate(session, message_id)
-            result = _drain(run_turn(
+            result = drain(run_turn(
                 self.agent, session,
                 TurnInput(message=given.get("message"), message_id=message_id,
                           retry_id=retry),
@@ -176,15 +176,6 @@ class _RaceOnce:
     def append(self, head: Any, events: Any, *, expected_version: int) -> Any:
         self._driver._lose_the_next_race()
         return self._inner.append(head, events, expected_version=expected_version)
-
-
-def _drain(stream: Any) -> RunResult:
-    while True:
-        try:
-            next(stream)
-        except StopIteration as stop:
-            result: RunResult = stop.value
-            return result
 
 
 def _last_message_id(session: Session) -> str | None:
