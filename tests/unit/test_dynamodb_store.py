@@ -441,3 +441,41 @@ def test_over_http_the_endpoint_comes_from_the_environment(http: MotoServer) -> 
         assert _result_of(app, sid) == "é" + "x" * (ONE_MB - 1)
     finally:
         http.client("dynamodb").delete_table(TableName=store.table_name)
+
+
+# --- deterministic failures are not retried --------------------------------------------------------
+
+
+def test_an_oversized_turn_with_no_bucket_fails_once_and_says_retrying_will_not_help(
+        aws: None) -> None:
+    store = _store()  # no bucket: a slice over the transaction limit cannot be written
+    app = dormant.App(name="big", store=store)
+    fetch = app.tool(name="fetch", description="Fetch", schema=Ref,
+                     execute=lambda ctx: "x" * 5_000_000)
+    agent = app.agent(name="reader", tools=[fetch], model=ScriptedModel(
+        [{"tool_calls": [{"name": "fetch", "args": {"ref": "doc"}}]}, "Read it."]))
+    calls = Calls(store._client)
+
+    reply = app.handler.rest(agent=agent)({"session_id": "nobucket",
+                                           "input": {"message": "read the doc"}})
+
+    assert reply.commit_status == "failed" and reply.code == "store_error"
+    assert reply.retryable is False
+    assert "DORMANT_BUCKET" in (reply.error or "") and "retry the request" not in reply.error
+    assert calls.operations.count("TransactWriteItems") == 0  # refused before any request
+    assert store.load("session_nobucket") is None
+
+
+def test_access_denied_is_not_retried(aws: None) -> None:
+    store = _store()
+    app = dormant.App(name="denied", store=store)
+    rest = app.handler.rest(agent=app.agent(
+        name="echo", hooks=[dormant.Hook(before_agent=lambda ctx: "hi")]))
+    faults = FaultInjector(store._client).fail(
+        "TransactWriteItems", *[client_error("AccessDeniedException", status=400)
+                                for _ in range(5)])
+
+    reply = rest({"session_id": "denied", "input": {"message": "hello"}})
+
+    assert reply.commit_status == "failed" and reply.retryable is False
+    assert [op for op, _ in faults.sent].count("TransactWriteItems") == 1
