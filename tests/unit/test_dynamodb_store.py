@@ -443,7 +443,7 @@ def test_over_http_the_endpoint_comes_from_the_environment(http: MotoServer) -> 
         http.client("dynamodb").delete_table(TableName=store.table_name)
 
 
-# --- deterministic failures are not retried --------------------------------------------------------
+# --- deterministic failures are not retried ---------------------------------------------------
 
 
 def test_an_oversized_turn_with_no_bucket_fails_once_and_says_retrying_will_not_help(
