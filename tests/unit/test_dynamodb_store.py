@@ -479,3 +479,40 @@ def test_access_denied_is_not_retried(aws: None) -> None:
 
     assert reply.commit_status == "failed" and reply.retryable is False
     assert [op for op, _ in faults.sent].count("TransactWriteItems") == 1
+
+
+def test_a_transaction_that_landed_before_a_read_timeout_is_reported_committed(
+        aws: None) -> None:
+    """The write lands, a rival commits, then the client times out: the policy asks the
+    table whether its slice landed (it did) and says so, instead of "superseded"."""
+    from botocore.exceptions import ReadTimeoutError
+
+    store = _store()
+    ticks = iter(range(1_700_000_000_000, 1_700_000_001_000))
+    app = dormant.App(name="ambiguous", store=store, clock=lambda: next(ticks))
+    app.sessions.create("ambiguous")
+    rival = dormant.App(name="rival", store=store)
+    armed = [True]
+
+    def lands_then_times_out(**_: Any) -> None:
+        if not armed[0]:
+            return
+        armed[0] = False
+        session = rival.sessions.get("ambiguous")
+        assert session is not None
+        session.input.message("a newer message from elsewhere")
+        assert rival.sessions.commit(session).ok
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+
+    store._client.meta.events.register("after-call.dynamodb.TransactWriteItems",
+                                       lands_then_times_out)
+    rest = app.handler.rest(agent=app.agent(
+        name="echo", hooks=[dormant.Hook(before_agent=lambda ctx: "hi")]))
+
+    reply = rest({"session_id": "ambiguous", "input": {"message": "mine", "message_id": "m"}})
+
+    assert reply.commit_status == "committed" and reply.status == "completed"
+    session = app.sessions.get("ambiguous")
+    assert session is not None and session.version == 3
+    assert [e.text for e in session.events if isinstance(e, UserEvent)] == [
+        "mine", "a newer message from elsewhere"]
