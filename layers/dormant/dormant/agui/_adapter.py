@@ -35,6 +35,7 @@ from ag_ui.core import (
 )
 
 from dormant._ids import now_ms
+from dormant._turn_wire import TurnResult
 from dormant.agui._messages import CallLike, args_json, result_text, to_agui_messages
 from dormant.events import (
     AssistantDelta,
@@ -47,7 +48,6 @@ from dormant.events import (
     ToolResult,
     Usage,
 )
-from dormant.handlers import TurnResult
 from dormant.types import PendingApproval, YieldedTool
 
 __all__ = ["RUN_INTERRUPTED", "AgUIAdapter", "ToolTransformer"]

@@ -9,9 +9,10 @@ from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 
 from dormant._ids import new_id
+from dormant._turn import TurnStream, _Config
+from dormant._turn_wire import HandlerInput, TurnResult
 from dormant.agui._adapter import AgUIAdapter
 from dormant.events import StreamEvent
-from dormant.handlers import HandlerInput, TurnResult, TurnStream, _Config
 
 __all__ = ["SSE_CONTENT_TYPE", "AgUIRun", "agui_handler", "encode_sse", "run_ids"]
 

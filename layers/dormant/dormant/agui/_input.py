@@ -7,8 +7,8 @@ from typing import Any
 from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from pydantic import ValidationError
 
+from dormant._turn_wire import ApprovalDecision, HandlerInput, Input, ToolAnswer
 from dormant.errors import InputError, describe_validation
-from dormant.handlers import ApprovalDecision, HandlerInput, Input, ToolAnswer
 
 __all__ = ["from_run_agent_input"]
 

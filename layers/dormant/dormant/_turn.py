@@ -1,0 +1,359 @@
+"""The request path of one turn: load the session, claim, run, commit, answer.
+
+:class:`TurnStream` is what ``app.handler.turn`` returns for each request; ``rest`` and
+``agui`` (in :mod:`dormant.handlers`) are loops over it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from dormant._commit import Outcome
+from dormant._ids import new_id
+from dormant._run import TurnInput, run_turn
+from dormant._turn_wire import (
+    HandlerInput,
+    Input,
+    ResponseOptions,
+    TurnResult,
+)
+from dormant.agent import Agent, ErrorHandler, Hook, HookFn
+from dormant.errors import (
+    DormantError,
+    DuplicateMessage,
+    InputError,
+    RetryRefused,
+    SessionNotFound,
+    describe_validation,
+)
+from dormant.events import InvocationResume, StreamEvent, TimerFired
+from dormant.models._base import ModelError
+from dormant.results import (
+    ErrorResult,
+    RunResult,
+    YieldedMessageResult,
+    YieldedToolResult,
+)
+from dormant.session import Session, mint_session_id, normalize_session_id
+from dormant.tools import Aborted, Signal
+from dormant.types import PendingApproval, YieldedTool
+
+if TYPE_CHECKING:
+    from dormant._head import Head
+    from dormant.app import App
+
+__all__ = ["DEADLINE_MARGIN", "TurnStream"]
+
+log = logging.getLogger("dormant")
+
+#: Seconds kept back from the Lambda deadline for the commit and the reply.
+DEADLINE_MARGIN = 5.0
+
+
+class _Config:
+    """A handler's configuration, fixed when the handler is built."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        agent: Agent,
+        schema: type[BaseModel] | None = None,
+        hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
+        error_handlers: Sequence[ErrorHandler] | None = None,
+        timeout: float | None = None,
+        response: ResponseOptions | dict[str, bool] | None = None,
+        deadline_margin: float = DEADLINE_MARGIN,
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive (seconds)")
+        self.app = app
+        self.agent = agent
+        self.schema = schema
+        self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
+        self.error_handlers = tuple(error_handlers or ())
+        self.timeout = timeout
+        self.deadline_margin = deadline_margin
+        self.response = (response if isinstance(response, ResponseOptions)
+                         else ResponseOptions.model_validate(response or {}))
+
+
+class TurnStream(Iterator[StreamEvent]):
+    """A lazy turn: nothing runs (not even a read) until iterated.
+
+    Iterate it for the stream events; ``result`` is the :class:`TurnResult` once exhausted.
+    ``invocation_id`` is minted up front; on a resume it becomes the reopened invocation's id
+    once iteration starts. ``abort()`` stops the run and commits nothing.
+    """
+
+    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any], *,
+                 remaining_time: float | None = None) -> None:
+        self._config = config
+        self._request = request
+        self._signal = Signal()
+        self._remaining = remaining_time
+        self._gen: Iterator[StreamEvent] | None = None
+        #: The ``invocation_resume`` a claim committed (then the run does not reopen again).
+        self._resumed: InvocationResume | None = None
+        self.invocation_id: str = _invocation_id(request)
+        self.session_id: str | None = None
+        self.result: TurnResult | None = None
+        self.events: list[StreamEvent] = []
+        #: The session this turn opened, and a copy of its head before the run touched it (the
+        #: state at turn start, what was parked): set once iteration starts (the AG-UI adapter
+        #: reads them for its opening snapshots and run ids).
+        self.session: Session | None = None
+        self.start_head: Head | None = None
+        #: Set True before iterating to have ``start_head`` filled (it costs a deep copy).
+        self.capture_start = False
+
+    def __iter__(self) -> TurnStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        if self._gen is None:
+            budgets = [b for b in (self._config.timeout, self._remaining_budget()) if b is not None]
+            if budgets:  # the budget runs from the first read
+                self._signal.deadline = time.monotonic() + min(budgets)
+            self._gen = self._drive()
+        return next(self._gen)
+
+    def _remaining_budget(self) -> float | None:
+        """The Lambda invocation's time left, less the margin the commit needs."""
+        if self._remaining is None:
+            return None
+        return max(self._remaining - self._config.deadline_margin, 0.0)
+
+    def abort(self) -> None:
+        """Stop the run. Nothing is committed unless a tool already ran; then the finished
+        steps are, with an ``invocation_failed`` (code ``aborted``)."""
+        self._signal.abort()
+
+    def run(self) -> TurnResult:
+        """Drain the stream and return the result."""
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+    # --- the request path ----------------------------------------------------------------------
+
+    def _drive(self) -> Iterator[StreamEvent]:
+        config = self._config
+        try:
+            request = (self._request if isinstance(self._request, HandlerInput)
+                       else HandlerInput.model_validate(self._request))
+            session = self._open(request)
+        except ValidationError as error:
+            reason = "invalid request: " + describe_validation(error)
+            self._fail(self._request_session_id(), InputError(reason))
+            return
+        except DormantError as error:
+            self._fail(self._request_session_id(), error)
+            return
+        self.session_id = session.session_id
+        self.session = session
+        if self._resumed is not None:  # the claim reopened the invocation: stream that first
+            self.invocation_id = self._resumed.invocation_id or self.invocation_id
+            self.events.append(self._resumed)
+            yield self._resumed
+        try:
+            retry = request.input.retry.retry_id if request.input.retry else None
+            run = run_turn(
+                config.agent, session,
+                TurnInput(message=request.input.message, message_id=request.input.message_id,
+                          state=request.input.state, invocation_id=self.invocation_id,
+                          retry_id=retry, resumed=self._resumed is not None),
+                hooks=config.hooks, error_handlers=config.error_handlers,
+                signal=self._signal, clock=config.app.clock,
+            )
+            result = yield from self._pump(run, session)
+            self._check_state(session)
+            if session.effects_end == 0:  # aborted at the very end: nothing ran, write nothing
+                self._signal.raise_if_aborted()
+        except Aborted as error:
+            code = "deadline" if self._signal.expired else "aborted"
+            self._fail(session.session_id, error, code=code)
+            return
+        except DormantError as error:
+            self._fail(session.session_id, error)
+            return
+        except ModelError as error:  # the model provider failed for good (after retries)
+            log.warning("model call failed: %s", error, extra={"session_id": session.session_id})
+            self._fail(session.session_id, error, code="model_error")
+            return
+        except Exception as error:  # a tool/model/hook bug: report it, write nothing
+            log.exception("turn failed", extra={"session_id": session.session_id})
+            self._fail(session.session_id, error, code="run_error")
+            return
+        try:
+            outcome = config.app.sessions.policy.commit(session)  # hands timers over too
+        except (DuplicateMessage, RetryRefused) as error:  # a redelivery lost the race
+            self._fail(session.session_id, error)
+            return
+        self.result = self._turn_result(session, result, outcome)
+
+    def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
+        while True:
+            try:
+                event = next(run)
+            except StopIteration as stop:
+                return stop.value
+            if event.type == "invocation_resume" and event.invocation_id:
+                self.invocation_id = event.invocation_id
+            self.events.append(event)
+            yield event
+
+    def _request_session_id(self) -> str:
+        raw = (self._request.session_id if isinstance(self._request, HandlerInput)
+               else self._request.get("session_id") or self._request.get("sessionId"))
+        if isinstance(raw, str):
+            try:
+                return normalize_session_id(raw)
+            except InputError:
+                return raw
+        return ""
+
+    def _open(self, request: HandlerInput) -> Session:
+        config = self._config
+        sid = (normalize_session_id(request.session_id) if request.session_id is not None
+               else mint_session_id())
+        self.session_id = sid
+        session = config.app.sessions.load(sid, turns=config.agent.history_turns)
+        if session is None:
+            session = Session.new(sid, state=self._initial_state(request.input.initial_state),
+                                  principal=request.principal)
+        elif (request.principal is not None and session.principal is not None
+              and session.principal != request.principal):
+            raise SessionNotFound(sid)
+        retry = request.input.retry
+        if retry is not None and session.head.failed and not session.head.knows_every_message \
+                and config.app.store.has_once(sid, "r:" + retry.retry_id):
+            raise RetryRefused(sid, retry.retry_id, duplicate=True)
+        if request.input.timer is not None:  # a wake delivery: consume the firing first
+            session.add_event(TimerFired(name=request.input.timer.name,
+                                      fire_at=request.input.timer.fire_at))
+        message_id = request.input.message_id
+        if message_id is not None and config.app.sessions.holds_message(session, message_id):
+            raise DuplicateMessage(sid, message_id)  # a redelivery: nothing runs again
+        for decision in request.input.approvals or ():
+            session.input.approval(decision.approval_id, approved=decision.approved,
+                                   reason=decision.reason)
+        for answer in request.input.tools or ():
+            session.input.tool(call_id=answer.call_id, input=answer.input)
+        if self.capture_start:  # the state at turn start, what was parked (before a claim)
+            self.start_head = session.head.model_copy(deep=True)
+        if self._needs_claim(session, request.input):
+            # SPEC §4: the decision or answer lands before the tool it unlocks runs, so a
+            # lost race runs nothing (409 already_decided / already_answered). When it
+            # settles the step, the claim reopens the invocation too: only the request that
+            # landed the reopening runs the step's tools, never a second one beside it.
+            head = session.head
+            if head.parked == "tool" and not head.unresolved():
+                self._resumed = InvocationResume(invocation_id=head.open_invocation)
+                session.add_event(self._resumed)
+            config.app.sessions.policy.claim(session, turns=config.agent.history_turns)
+        return session
+
+    def _needs_claim(self, session: Session, given: Input) -> bool:
+        """A claim comes first when the request decides an approval, answers a yielded tool
+        that has ``execute``, or (with no input) resumes a settled step that runs a tool."""
+        if given.approvals:
+            return True
+        head = session.head
+        tools = self._config.agent.tools
+        for answer in given.tools or ():
+            call = head.call(answer.call_id)
+            tool = tools.get(call.name) if call is not None else None
+            if tool is not None and tool.execute is not None:
+                return True
+        if given.message is None and given.retry is None and head.parked == "tool" \
+                and not head.unresolved():
+            return any(not call.settled and (
+                (call.approval_id is not None and call.approved)
+                or (call.yielded and (tool := tools.get(call.name)) is not None
+                    and tool.execute is not None)) for call in head.step)
+        return False
+
+    def _initial_state(self, initial: dict[str, Any] | None) -> dict[str, Any]:
+        schema = self._config.schema
+        if schema is None:
+            return dict(initial or {})
+        try:
+            return schema.model_validate(initial or {}).model_dump(mode="json")
+        except ValidationError as error:
+            raise InputError(f"initial_state does not fit the state schema: "
+                             f"{describe_validation(error)}") from error
+
+    def _check_state(self, session: Session) -> None:
+        schema = self._config.schema
+        if schema is not None:
+            try:
+                schema.model_validate(session.state)
+            except ValidationError as error:
+                raise InputError(f"state no longer fits the state schema: "
+                                 f"{describe_validation(error)}") from error
+
+    def _fail(self, session_id: str, error: BaseException, code: str | None = None) -> None:
+        code = code or getattr(error, "code", "run_error")
+        self.result = TurnResult(
+            session_id=session_id, status="error", error=str(error), code=code,
+            invocation_id=self.invocation_id,
+            retryable=code in ("model_error", "aborted", "deadline", "store_error",
+                               "run_error") or None,
+        )
+
+    def _turn_result(self, session: Session, result: RunResult, outcome: Outcome
+                     ) -> TurnResult:
+        commit, version = outcome.status, outcome.version
+        status: Any = result.status
+        error = code = yielded_invocation_id = None
+        retryable: bool | None = None
+        yielded_tools: list[YieldedTool] | None = None
+        approvals: list[PendingApproval] | None = None
+        if isinstance(result, ErrorResult):
+            error, code = result.error, result.code
+            retryable = session.head.failed or None
+        elif isinstance(result, YieldedToolResult):
+            yielded_tools, approvals = result.yielded_tools, result.pending_approvals
+        elif isinstance(result, YieldedMessageResult):
+            yielded_invocation_id = result.yielded_invocation_id
+        if commit == "failed":
+            status, code = "error", "store_error"
+            retryable = outcome.error is None or outcome.error.retryable
+            error = error or (
+                f"the turn ran but session {session.session_id} could not be written: "
+                f"{outcome.error}" + ("; retry the request" if retryable else
+                                      "; retrying will not help until that is fixed"))
+        return TurnResult(
+            session_id=session.session_id, status=status, output=result.output,
+            commit_status=commit, invocation_id=result.invocation_id, usage=result.usage,
+            yielded_tools=yielded_tools, pending_approvals=approvals,
+            yielded_invocation_id=yielded_invocation_id,
+            error=error, code=code, version=version, state=dict(session.state),
+            retryable=retryable)
+
+
+def _invocation_id(request: HandlerInput | dict[str, Any]) -> str:
+    """A new invocation's id: derived from the session and the message id when the request
+    names both (so a redelivery reruns under the same id, and its derived call ids match),
+    else fresh."""
+    if isinstance(request, HandlerInput):
+        sid, mid = request.session_id, request.input.message_id
+    else:
+        raw = request.get("input")
+        given: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        sid = request.get("session_id") or request.get("sessionId")
+        mid = given.get("message_id") or given.get("messageId")
+    if isinstance(sid, str) and isinstance(mid, str) and sid and mid:
+        seed = f"{sid.removeprefix('session_')}|{mid}".encode()
+        return "inv_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
+    return new_id("inv")
