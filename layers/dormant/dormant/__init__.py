@@ -10,11 +10,15 @@ from dormant._resume import UnresolvedYield, assert_ready_to_resume, validate_re
 from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
 from dormant.errors import (
+    AlreadyAnswered,
+    AlreadyDecided,
     DormantError,
     DuplicateMessage,
     InputError,
     PendingInputError,
     ResumeError,
+    RetryRefused,
+    SessionFailed,
     SessionNotFound,
     StoreError,
 )
@@ -40,6 +44,8 @@ from dormant.types import CommitResult, PendingApproval, YieldedTool
 
 __all__ = [
     "Agent",
+    "AlreadyAnswered",
+    "AlreadyDecided",
     "App",
     "CommitResult",
     "CompletedResult",
@@ -57,8 +63,10 @@ __all__ = [
     "ResponseOptions",
     "RestResponse",
     "ResumeError",
+    "RetryRefused",
     "RunResult",
     "Session",
+    "SessionFailed",
     "SessionNotFound",
     "Signal",
     "StoreError",
