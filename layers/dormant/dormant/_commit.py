@@ -26,8 +26,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
+from dormant._turn_wire import CommitStatus
 from dormant.errors import (
     AlreadyAnswered,
     AlreadyDecided,
@@ -58,7 +59,6 @@ __all__ = ["STORE_ATTEMPTS", "CommitPolicy", "CommitStatus", "Outcome"]
 
 log = logging.getLogger("dormant")
 
-CommitStatus = Literal["committed", "merged", "superseded", "failed"]
 
 #: Attempts at one write when the store fails transiently (not conflicts), and the first
 #: backoff (doubled per attempt).
@@ -78,12 +78,6 @@ class Outcome:
     status: CommitStatus
     version: int | None = None
     error: StoreError | None = None
-
-    @property
-    def landed(self) -> bool:
-        """Whether anything of the slice is in the store (a superseded turn whose tools ran
-        keeps them, so it counts)."""
-        return self.version is not None
 
 
 class CommitPolicy:

@@ -27,6 +27,13 @@ __all__ = [
 CommitStatus = Literal["committed", "merged", "superseded", "failed"]
 
 
+def landed(commit_status: CommitStatus | None, version: int | None) -> bool:
+    """Whether a turn with this outcome put its input in the session (a superseded turn
+    did when its ran tools were kept: then it carries the version it wrote)."""
+    return commit_status in ("committed", "merged") or (
+        commit_status == "superseded" and version is not None)
+
+
 class _In(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -121,8 +128,7 @@ class TurnResult(BaseModel):
         """Whether the turn's input is in the session now: it committed or merged (even if
         the run ended in an error the ledger records), or it was superseded after its tools
         ran (they are kept)."""
-        return self.commit_status in ("committed", "merged") or (
-            self.commit_status == "superseded" and self.version is not None)
+        return landed(self.commit_status, self.version)
 
     @property
     def warning(self) -> str | None:
@@ -175,8 +181,7 @@ class RestResponse(BaseModel):
     @property
     def landed(self) -> bool:
         """See :attr:`TurnResult.landed`."""
-        return self.commit_status in ("committed", "merged") or (
-            self.commit_status == "superseded" and self.version is not None)
+        return landed(self.commit_status, self.version)
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)
