@@ -47,12 +47,16 @@ from dormant.events import (
     UserEvent,
 )
 
-__all__ = ["TURN_INDEX_SIZE", "Head", "PendingCall", "apply", "apply_detached"]
+__all__ = ["COMMIT_WINDOW", "TURN_INDEX_SIZE", "Head", "PendingCall", "apply", "apply_detached"]
 
 #: How many recent turn starts (user-event positions) the head remembers for windowed reads.
 TURN_INDEX_SIZE = 64
 #: How many recent message ids the head remembers to land a redelivered message once.
 MESSAGE_ID_WINDOW = 32
+#: How many recent commits' starting positions the head remembers (``events?after=VERSION``).
+COMMIT_WINDOW = 32
+#: How many recent invocation ids the head remembers (a stop for one of them is refused).
+INVOCATION_WINDOW = 16
 
 
 @dataclass(slots=True)
@@ -120,6 +124,18 @@ class Head:
     retries: int = 0
     #: Tool calls the open invocation made so far (derived call ids count from here).
     calls: int = 0
+    #: True while the session is paused (nothing runs; messages queue in the inbox).
+    paused: bool = False
+    #: The inbox: user messages waiting to run, in order: ``{"id", "text", "queued_at"}``.
+    queue: list[dict[str, Any]] = field(default_factory=list)
+    #: Input requests awaiting a response: ``{"input_id", "schema", "prompt"}``.
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    #: The last control record revision the ledger took up (entries above it are pending).
+    control_rev: int = 0
+    #: Digests of the most recent invocation ids (a stop naming one that ended is refused).
+    invocations: list[str] = field(default_factory=list)
+    #: Ledger positions where the most recent commits began (the last is this version's).
+    commit_seqs: list[int] = field(default_factory=list)
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -165,7 +181,9 @@ class Head:
                     message_ids, self.last_event,
                     {name: dict(timer) for name, timer in self.timers.items()},
                     self.failed, self.messages, list(self.settled_ids), self.retries,
-                    self.calls)
+                    self.calls, self.paused, [dict(q) for q in self.queue],
+                    [dict(i) for i in self.inputs], self.control_rev, list(self.invocations),
+                    list(self.commit_seqs))
 
     # --- reading -------------------------------------------------------------------------------
 

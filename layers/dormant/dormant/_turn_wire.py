@@ -14,6 +14,14 @@ from dormant.types import PendingApproval, YieldedTool
 __all__ = [
     "ApprovalDecision",
     "CommitStatus",
+    "InputAnswer",
+    "InterruptRequest",
+    "QueueOp",
+    "QueuedRef",
+    "SeedRequest",
+    "SteerRequest",
+    "StopRequest",
+    "TurnStatus",
     "HandlerInput",
     "Input",
     "ResponseOptions",
@@ -60,6 +68,55 @@ class RetryRequest(_In):
     retry_id: str = Field(min_length=1, max_length=128)
 
 
+class StopRequest(_In):
+    """Stop the running (or waiting) invocation ``invocation_id``; ``seen``: how many of its
+    stream events the client had received (the frontier its rendering shows)."""
+
+    invocation_id: str = Field(min_length=1, max_length=128)
+    seen: int | None = Field(default=None, ge=0)
+
+
+class SteerRequest(_In):
+    """Give the running invocation a message it takes at its next step boundary."""
+
+    text: str = Field(min_length=1)
+    invocation_id: str = Field(min_length=1, max_length=128)
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class InterruptRequest(_In):
+    """End a waiting or failed response; ``owner`` is exactly one id: a pending call,
+    approval or input id, or the failed invocation's id."""
+
+    owner: str = Field(min_length=1, max_length=128)
+
+
+class QueueOp(_In):
+    """One inbox operation: ``edit`` (``text``), ``move`` (``position``), ``remove``,
+    ``send_now``, on the queued message ``id``."""
+
+    op: Literal["edit", "move", "remove", "send_now"]
+    id: str = Field(min_length=1, max_length=128)
+    text: str | None = Field(default=None, min_length=1)
+    position: int | None = Field(default=None, ge=0)
+
+
+class InputAnswer(_In):
+    """The response to an input request."""
+
+    input_id: str = Field(min_length=1, max_length=128)
+    value: Any = None
+
+
+class SeedRequest(_In):
+    """A passive message: added to the conversation, no turn started (``role`` other than
+    ``user`` is for trusted server code)."""
+
+    text: str = Field(min_length=1)
+    role: Literal["user", "system"] = "user"
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
 class TimerRef(_In):
     """Which timer firing a wake request delivers (server-only: never from a public body)."""
 
@@ -80,6 +137,18 @@ class Input(_In):
     initial_state: dict[str, Any] | None = None
     timer: TimerRef | None = None
     retry: RetryRequest | None = None
+    stop: StopRequest | None = None
+    steer: SteerRequest | None = None
+    pause: bool | None = None
+    resume: bool | None = None
+    interrupt: InterruptRequest | None = None
+    queue: list[QueueOp] | None = None
+    inputs: list[InputAnswer] | None = None
+    seed: SeedRequest | None = None
+    #: What a message does when the session cannot take it now (it waits, failed, or is
+    #: paused): ``queue`` (default: the inbox), ``reject`` (409), ``interrupt`` (end the
+    #: waiting response and run this message).
+    if_busy: Literal["queue", "reject", "interrupt"] | None = None
 
 
 class HandlerInput(_In):
@@ -102,13 +171,30 @@ class ResponseOptions(_In):
     state: bool = False
 
 
+class QueuedRef(BaseModel):
+    """Where a queued message sits in the inbox."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    id: str
+    position: int
+
+
+#: What a turn request ended as. Beyond a run's own statuses: ``queued`` (the message went to
+#: the inbox), ``accepted`` (a control — stop, steer, pause — was written for the invocation
+#: running elsewhere), ``stopped``, ``paused``, ``interrupted``, ``recorded`` (inputs
+#: recorded with no turn to run: a seed, an answer while paused, an inbox edit).
+TurnStatus = Literal["completed", "yielded_tool", "yielded_message", "error", "queued",
+                     "accepted", "stopped", "paused", "interrupted", "recorded"]
+
+
 class TurnResult(BaseModel):
     """A run result plus how (and whether) it reached the store."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     session_id: str
-    status: Literal["completed", "yielded_tool", "yielded_message", "error"]
+    status: TurnStatus
     output: Output = Field(default_factory=Output)
     commit_status: CommitStatus | None = None
     invocation_id: str | None = None
@@ -122,6 +208,13 @@ class TurnResult(BaseModel):
     state: dict[str, Any] | None = None
     #: For ``status == "error"``: whether a retry can succeed.
     retryable: bool | None = None
+    #: For ``status == "queued"``: the message's place in the inbox.
+    queued: QueuedRef | None = None
+    #: True when the work was handed on (the rest of the inbox, or a deadline retry) to run
+    #: in another invocation (AWS: the webhook queue; ``dormant dev``: its worker).
+    handed_on: bool | None = None
+    #: Ids of the queued messages this request ran after its own turn (the inbox drained).
+    drained: list[str] | None = None
 
     @property
     def landed(self) -> bool:
@@ -161,14 +254,18 @@ class RestResponse(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
 
     session_id: str
-    status: Literal["completed", "yielded_tool", "yielded_message", "error"]
+    status: TurnStatus
     output: Output
+    invocation_id: str | None = None
     yielded_tools: list[YieldedTool] | None = None
     pending_approvals: list[PendingApproval] | None = None
     error: str | None = None
     code: str | None = None
     retryable: bool | None = None
     warning: str | None = None
+    queued: QueuedRef | None = None
+    handed_on: bool | None = None
+    drained: list[str] | None = None
     #: How the turn reached the store (also in Python; not on the wire, where ``warning``
     #: says when the commit was not clean).
     commit_status: CommitStatus | None = Field(default=None, exclude=True)

@@ -23,6 +23,9 @@ __all__ = [
     "AssistantEvent",
     "ErrorEvent",
     "Event",
+    "InputRequested",
+    "InputResponse",
+    "InterruptEvent",
     "InvocationEnd",
     "InvocationFailed",
     "InvocationResume",
@@ -30,8 +33,18 @@ __all__ = [
     "InvocationYield",
     "ModelEnd",
     "ModelStart",
+    "PauseEvent",
+    "QueueEdit",
+    "QueueMove",
+    "QueueRemove",
+    "QueueSendNow",
+    "QueuedEvent",
+    "ResumeEvent",
     "RetryEvent",
+    "SeedEvent",
     "StateDelta",
+    "SteerEvent",
+    "StopRequested",
     "StreamEvent",
     "ThoughtDelta",
     "TimerCancelled",
@@ -62,6 +75,10 @@ class _Base(BaseModel):
         default=None, description="The invocation this event belongs to (None for appends)."
     )
     ts: int = Field(default_factory=now_ms, description="Creation time, epoch milliseconds.")
+    seq: int | None = Field(
+        default=None, exclude=True,
+        description="1-based position in the stream of its invocation (stream events only; "
+                    "never stored). A stop's ``seen`` counts these.")
 
 
 class InvocationStart(_Base):
@@ -80,6 +97,11 @@ class UserEvent(_Base):
         default_factory=lambda: new_id("msg"),
         description="Stable id of the message; a redelivered message with a known id lands once.",
     )
+    steer: bool = Field(
+        default=False, description="True when a steer gave it to the running invocation.")
+    queued: bool = Field(
+        default=False, description="True when it ran from the inbox (its id landed when it "
+                                   "was queued).")
 
 
 class AssistantEvent(_Base):
@@ -137,6 +159,9 @@ class ToolResult(_Base):
     result: Any = Field(default=None, description="The tool's return value (JSON).")
     error: str | None = Field(default=None, description="Why the call failed, if it did.")
     denied: bool = Field(default=False, description="True when a human denied the call.")
+    preliminary: bool = Field(
+        default=False, description="A generator tool's progress output; the call is still "
+                                   "running and its final result follows.")
 
 
 class ApprovalRequested(_Base):
@@ -208,10 +233,12 @@ class InvocationEnd(_Base):
     """The invocation finished; nothing of it is pending."""
 
     type: Literal["invocation_end"] = "invocation_end"
-    status: Literal["completed", "error", "superseded"] = Field(
+    status: Literal["completed", "error", "superseded", "stopped", "interrupted"] = Field(
         default="completed",
         description="How the invocation ended (``superseded``: a newer message overtook it "
-                    "after its tools ran; what they did is kept, its reply was dropped).",
+                    "after its tools ran; what they did is kept, its reply was dropped; "
+                    "``stopped``: a stop rewound it to what the client saw; ``interrupted``: "
+                    "an interrupt ended it while it waited or had failed).",
     )
 
 
@@ -230,6 +257,115 @@ class RetryEvent(_Base):
 
     type: Literal["retry"] = "retry"
     retry_id: str = Field(description="Id of this retry: a resent retry lands once.")
+
+
+class StopRequested(_Base):
+    """A stop took effect: the invocation (``invocation_id``) was rewound to what the client
+    had seen and ends ``stopped`` right after."""
+
+    type: Literal["stop_requested"] = "stop_requested"
+    seen: int | None = Field(
+        default=None, description="Stream events of the invocation the client had received.")
+    rev: int = Field(default=0, description="The control record revision it came from.")
+
+
+class SteerEvent(_Base):
+    """A steer was taken by the running invocation at a step boundary; the ``user`` event
+    (``steer=True``) with its text follows."""
+
+    type: Literal["steer"] = "steer"
+    message_id: str = Field(description="The steer's id (lands once, like a message id).")
+    rev: int = Field(default=0, description="The control record revision it came from.")
+
+
+class PauseEvent(_Base):
+    """The session paused: no turn runs, messages and timer deliveries queue in the inbox.
+    ``invocation_id`` is the invocation it paused at a step boundary (None: none ran)."""
+
+    type: Literal["pause"] = "pause"
+    rev: int = Field(default=0, description="The control record revision it came from "
+                                            "(0: applied directly).")
+
+
+class ResumeEvent(_Base):
+    """The session resumed: a paused invocation continues, then the inbox drains."""
+
+    type: Literal["resume"] = "resume"
+
+
+class InterruptEvent(_Base):
+    """An interrupt ended a waiting or failed response (``owner``: the one id it named)."""
+
+    type: Literal["interrupt"] = "interrupt"
+    owner: str = Field(description="The pending call / approval / input id, or the failed "
+                                   "invocation id, the interrupt named.")
+
+
+class QueuedEvent(_Base):
+    """A user message that could not run now went to the inbox."""
+
+    type: Literal["queued"] = "queued"
+    message_id: str = Field(description="The message id (lands once for the session's life).")
+    text: str = Field(description="What the user said.")
+    position: int = Field(description="0-based position in the inbox.")
+
+
+class QueueEdit(_Base):
+    """A queued message's text changed."""
+
+    type: Literal["queue_edit"] = "queue_edit"
+    message_id: str
+    text: str
+
+
+class QueueMove(_Base):
+    """A queued message moved to another position (0-based)."""
+
+    type: Literal["queue_move"] = "queue_move"
+    message_id: str
+    position: int
+
+
+class QueueRemove(_Base):
+    """A queued message was removed from the inbox (it never runs)."""
+
+    type: Literal["queue_remove"] = "queue_remove"
+    message_id: str
+
+
+class QueueSendNow(_Base):
+    """A queued message is to run now: it moves to the front, and the waiting response it
+    queued behind is interrupted."""
+
+    type: Literal["queue_send_now"] = "queue_send_now"
+    message_id: str
+
+
+class InputRequested(_Base):
+    """Trusted code asked a person for application-defined input; the session waits."""
+
+    type: Literal["input_requested"] = "input_requested"
+    input_id: str = Field(description="Answer it by this id, once.")
+    input_schema: dict[str, Any] = Field(
+        default_factory=dict, description="JSON Schema the answer must fit.")
+    prompt: str | None = Field(default=None, description="What to ask the person.")
+
+
+class InputResponse(_Base):
+    """The answer to an input request (validated against its schema)."""
+
+    type: Literal["input_response"] = "input_response"
+    input_id: str
+    value: Any = None
+
+
+class SeedEvent(_Base):
+    """A passive message: part of the conversation, no turn started for it."""
+
+    type: Literal["seed"] = "seed"
+    text: str
+    role: Literal["user", "system"] = "user"
+    message_id: str = Field(default_factory=lambda: new_id("msg"))
 
 
 _LedgerEvent = (
@@ -252,6 +388,19 @@ _LedgerEvent = (
     | TimerFired
     | InvocationFailed
     | RetryEvent
+    | StopRequested
+    | SteerEvent
+    | PauseEvent
+    | ResumeEvent
+    | InterruptEvent
+    | QueuedEvent
+    | QueueEdit
+    | QueueMove
+    | QueueRemove
+    | QueueSendNow
+    | InputRequested
+    | InputResponse
+    | SeedEvent
 )
 
 Event = Annotated[_LedgerEvent, Discriminator("type")]

@@ -124,9 +124,14 @@ def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) ->
         code=result.code if result.status == "error" else None,
         retryable=result.retryable if result.status == "error" else None,
         warning=result.warning,
+        invocation_id=result.invocation_id,
+        queued=result.queued,
+        handed_on=result.handed_on,
+        drained=result.drained,
         commit_status=result.commit_status,
         version=result.version,
-        events=[e.model_dump(mode="json") for e in stream.events] if options.events else None,
+        events=[{**e.model_dump(mode="json"), "seq": e.seq} for e in stream.events]
+        if options.events else None,
         usage=result.usage if options.usage else None,
         state=result.state if options.state else None,
     )

@@ -32,12 +32,18 @@ T = TypeVar("T")
 class Signal:
     """A cooperative abort flag. Long tools should check ``aborted`` and stop."""
 
-    __slots__ = ("_event", "deadline")
+    __slots__ = ("_event", "deadline", "stop_rev", "stop_seen", "stopped")
 
     def __init__(self, timeout: float | None = None) -> None:
         self._event: threading.Event | None = None  # made on first need: most turns never
         #: ``time.monotonic()`` past which the turn counts as aborted (its timeout).
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        #: True once a stop (from any process, through the session's control record) asked
+        #: the turn to end; ``stop_seen`` is the stream frontier the client had rendered and
+        #: ``stop_rev`` the control revision the stop came with.
+        self.stopped = False
+        self.stop_seen: int | None = None
+        self.stop_rev = 0
 
     @property
     def _flag(self) -> threading.Event:
@@ -63,6 +69,11 @@ class Signal:
         return max(0.0, self.deadline - time.monotonic())
 
     def abort(self) -> None:
+        self._flag.set()
+
+    def stop(self, seen: int | None = None, rev: int = 0) -> None:
+        """A stop: abort, remembering the client's frontier (``seen``) for the rewind."""
+        self.stop_seen, self.stop_rev, self.stopped = seen, rev, True
         self._flag.set()
 
     def raise_if_aborted(self) -> None:
@@ -91,7 +102,9 @@ class ToolContext:
     ``args``: the validated schema instance; ``state``: the session's state (mutate it);
     ``input``: the validated ``yield_schema`` instance after a pause, else None; ``call_id``:
     the call's id, the idempotency key for side effects; ``attempt``: 1 for a first run,
-    2 after the first retry of the invocation (``input.retry``), and so on.
+    2 after the first retry of the invocation (``input.retry``), and so on; ``event``: the
+    ledger event that triggered the turn (the user message, the timer firing, the answer…);
+    ``signal``: set when the turn is stopped or aborted (long tools should check it).
     """
 
     args: Any
@@ -103,6 +116,7 @@ class ToolContext:
     input: Any = None
     attempt: int = 1
     signal: Signal = field(default_factory=Signal)
+    event: Any = None
 
 
 _current: contextvars.ContextVar[ToolContext] = contextvars.ContextVar("dormant_tool_context")

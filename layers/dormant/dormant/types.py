@@ -18,6 +18,9 @@ from dormant.events import Event
 
 __all__ = [
     "CommitResult",
+    "Control",
+    "ControlSteer",
+    "ControlStop",
     "PendingApproval",
     "SessionSummary",
     "StoredSession",
@@ -66,14 +69,64 @@ class SessionSummary(_Wire):
 
     session_id: str
     version: int
-    status: Literal["active", "awaiting_input", "failed"]
+    status: Literal["active", "awaiting_input", "failed", "paused"]
     updated_at: int
     principal: str | None = None
 
 
+class ControlStop(BaseModel):
+    """A stop waiting for the running invocation ``invocation_id`` to see it."""
+
+    invocation_id: str
+    seen: int | None = None
+    rev: int
+    at: int = 0
+
+
+class ControlSteer(BaseModel):
+    """A steer waiting for the running invocation to take it at its next step boundary."""
+
+    id: str
+    text: str
+    invocation_id: str
+    rev: int
+    at: int = 0
+
+
+class Control(BaseModel):
+    """A session's control record: what other requests ask of the turn running now.
+
+    Small on purpose (a running turn reads it about once a second): a stop, a pause and
+    steers, each stamped with the record's revision ``rev`` when it was added. The head
+    remembers the last revision the ledger took up (``Head.control_rev``); entries above it
+    are pending. Writers replace the record whole at ``rev + 1`` (a conditional write)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rev: int = 0
+    stop: ControlStop | None = None
+    #: The revision a pause was asked at (None: no pause asked).
+    pause: int | None = None
+    steers: list[ControlSteer] = Field(default_factory=list)
+
+    def pending(self, applied: int) -> Control:
+        """What is still pending once the ledger took up everything to ``applied``."""
+        return Control(
+            rev=self.rev,
+            stop=self.stop if self.stop is not None and self.stop.rev > applied else None,
+            pause=self.pause if self.pause is not None and self.pause > applied else None,
+            steers=[s for s in self.steers if s.rev > applied])
+
+    @property
+    def empty(self) -> bool:
+        return self.stop is None and self.pause is None and not self.steers
+
+
 class StoredSession(NamedTuple):
-    """What a store returns: the head, and the ledger from position ``first_seq`` on."""
+    """What a store returns: the head, the ledger from position ``first_seq`` on, and the
+    control record (None when the session has none)."""
 
     head: Head
     events: list[Event]
     first_seq: int
+    control: Control | None = None

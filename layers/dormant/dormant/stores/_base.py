@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol, runtime_checkable
 
-from dormant._head import Head
+from dormant._head import COMMIT_WINDOW, Head
 from dormant._ids import now_ms
 from dormant.events import Event, RetryEvent, UserEvent
-from dormant.types import CommitResult, SessionSummary, StoredSession
+from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["Store", "commit_head", "once_keys", "status_of"]
 
@@ -49,6 +49,18 @@ class Store(Protocol):
         event of a commit): how a commit policy learns the truth after an ambiguous write."""
         ...
 
+    def read_control(self, session_id: str) -> Control | None:
+        """The session's control record (a strongly consistent read of one small record;
+        None if it has none). A running turn calls this about once a second."""
+        ...
+
+    def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
+        """Write ``control`` (revision ``control.rev``) iff the session's head is still at
+        ``head_version`` (0: no head exists yet) and the stored record is at
+        ``control.rev - 1`` (absent counts as 0). False, nothing written, when either moved:
+        the caller re-reads and decides again."""
+        ...
+
     def delete(self, session_id: str) -> bool:
         """Remove the session and its ledger; ``False`` if there was none."""
         ...
@@ -58,13 +70,19 @@ class Store(Protocol):
         ...
 
 
-def commit_head(head: Head, expected_version: int) -> Head:
-    """The head as a store writes it: next version, fresh ``updated_at``."""
-    return head.model_copy(update={"version": expected_version + 1, "updated_at": now_ms()})
+def commit_head(head: Head, expected_version: int, events: Sequence[Event] = ()) -> Head:
+    """The head as a store writes it: next version, fresh ``updated_at``, and the ledger
+    position this version's events start at remembered (``Head.commit_seqs``, what
+    ``GET /sessions/{id}/events?after=VERSION`` reads)."""
+    starts = [*head.commit_seqs, head.seq - len(events)][-COMMIT_WINDOW:]
+    return head.model_copy(update={"version": expected_version + 1, "updated_at": now_ms(),
+                                   "commit_seqs": starts})
 
 
-def status_of(head: Head) -> Literal["active", "awaiting_input", "failed"]:
+def status_of(head: Head) -> Literal["active", "awaiting_input", "failed", "paused"]:
     """The status a store lists a session under."""
+    if head.paused:
+        return "paused"
     if head.failed:
         return "failed"
     return "awaiting_input" if head.parked else "active"
