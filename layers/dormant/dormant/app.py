@@ -31,7 +31,7 @@ from dormant.tools import Step, Tool, make_tool, tool_from_function
 from dormant.types import CommitResult, SessionSummary
 
 if TYPE_CHECKING:
-    from dormant.handlers import Handlers
+    from dormant.handlers import HandlerInput, Handlers
     from dormant.models._base import Model
 
 __all__ = ["App", "Sessions"]
@@ -151,6 +151,12 @@ class App:
         #: Where timers of committed turns go (``EventBridgeScheduler`` on AWS, the local
         #: scheduler under ``dormant dev``); None: timers are recorded, not set.
         self.scheduler = scheduler
+        #: Where work this request cannot finish goes to run in another invocation: the rest
+        #: of a session's inbox, a turn cut by the deadline (as a retry). Called with a
+        #: :class:`~dormant.handlers.HandlerInput` to run as one more request. AWS: the api
+        #: function sends it to the webhook queue; ``dormant dev``: its worker thread. None:
+        #: the request drains the inbox itself, however long that takes.
+        self.hand_on: Callable[[HandlerInput], None] | None = None
         self._handler: Handlers | None = None
 
     # --- declarations --------------------------------------------------------------------------
