@@ -47,7 +47,7 @@ from dormant.events import (
     UserEvent,
 )
 
-__all__ = ["COMMIT_WINDOW", "TURN_INDEX_SIZE", "Head", "PendingCall", "apply", "apply_detached"]
+__all__ = ["COMMIT_WINDOW", "TURN_INDEX_SIZE", "Head", "PendingCall", "SessionStatus", "apply", "apply_detached", "status_of"]
 
 #: How many recent turn starts (user-event positions) the head remembers for windowed reads.
 TURN_INDEX_SIZE = 64
@@ -239,6 +239,18 @@ class Head:
 
 
 _ADAPTER: TypeAdapter[Head] = TypeAdapter(Head)
+
+SessionStatus = Literal["active", "awaiting_input", "failed", "paused"]
+
+
+def status_of(head: Head) -> SessionStatus:
+    """A session's status: ``paused``, ``failed``, ``awaiting_input`` (parked on a yield, an
+    approval or a message yield, or an input request is open) or ``active``."""
+    if head.paused:
+        return "paused"
+    if head.failed:
+        return "failed"
+    return "awaiting_input" if head.parked is not None or head.inputs else "active"
 
 
 _RETRY = "\x00retry:"

@@ -14,22 +14,22 @@ from dormant.types import PendingApproval, YieldedTool
 __all__ = [
     "ApprovalDecision",
     "CommitStatus",
+    "HandlerInput",
+    "Input",
     "InputAnswer",
     "InterruptRequest",
     "QueueOp",
     "QueuedRef",
-    "SeedRequest",
-    "SteerRequest",
-    "StopRequest",
-    "TurnStatus",
-    "HandlerInput",
-    "Input",
     "ResponseOptions",
     "RestResponse",
     "RetryRequest",
+    "SeedRequest",
+    "SteerRequest",
+    "StopRequest",
     "TimerRef",
     "ToolAnswer",
     "TurnResult",
+    "TurnStatus",
 ]
 
 CommitStatus = Literal["committed", "merged", "superseded", "failed"]

@@ -20,10 +20,13 @@ __all__ = [
     "DormantError",
     "DuplicateMessage",
     "InputError",
+    "NotPending",
+    "NotRunning",
     "PendingInputError",
     "ResumeError",
     "RetryRefused",
     "SchedulerError",
+    "ServerOnly",
     "SessionFailed",
     "SessionNotFound",
     "StaleTimer",
@@ -128,6 +131,33 @@ class RetryRefused(InputError):
         super().__init__(f"retry {retry_id} refused in session {session_id}: {reason}")
 
 
+class NotRunning(InputError):
+    """A stop (or steer) named an invocation that is not running: it ended, or it is an
+    older one. Nothing was written, and nothing of a later invocation was touched."""
+
+    code = "not_running"
+
+    def __init__(self, session_id: str, invocation_id: str, why: str = "it already ended "
+                 "(or is an older invocation)") -> None:
+        self.session_id = session_id
+        self.invocation_id = invocation_id
+        super().__init__(f"invocation {invocation_id} of session {session_id} is not "
+                         f"running: {why}; nothing was written")
+
+
+class NotPending(InputError):
+    """An interrupt named an owner the session is not waiting on (a delayed interrupt must
+    not end later work), or an inbox operation named a message that is not queued."""
+
+    code = "not_pending"
+
+
+class ServerOnly(InputError):
+    """A public request carried an input only trusted server code may send."""
+
+    code = "server_only"
+
+
 class StaleTimer(InputError):
     """A timer delivery for a timer that was cancelled, replaced or already delivered."""
 
@@ -199,6 +229,9 @@ HTTP_STATUS: dict[str, int] = {
     RetryRefused.code: 409,
     "duplicate_retry": 409,
     StaleTimer.code: 409,
+    NotRunning.code: 409,
+    NotPending.code: 409,
+    ServerOnly.code: 422,
     ResumeError.code: 409,
     SessionNotFound.code: 404,
     StoreError.code: 503,

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from dormant._head import Head, apply, apply_detached
+from dormant._head import Head, apply, apply_detached, status_of
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant.errors import InputError, RetryRefused
@@ -25,6 +25,8 @@ from dormant.schedulers import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
 from dormant.types import (
     CommitResult,
     PendingApproval,
+    PendingInput,
+    QueuedMessage,
     SessionSummary,
     StoredSession,
     YieldedTool,
@@ -214,11 +216,29 @@ class Session:
         return self._head.state
 
     @property
-    def status(self) -> Literal["active", "awaiting_input", "failed"]:
-        """``awaiting_input`` while parked, ``failed`` after a failed turn (until retried)."""
-        if self._head.failed:
-            return "failed"
-        return "awaiting_input" if self._head.parked is not None else "active"
+    def status(self) -> Literal["active", "awaiting_input", "failed", "paused"]:
+        """``paused`` while paused; ``failed`` after a failed turn (until retried or
+        interrupted); ``awaiting_input`` while parked on a yield, an approval, an input
+        request or a message yield; else ``active``."""
+        return status_of(self._head)
+
+    @property
+    def inbox(self) -> list[QueuedMessage]:
+        """User messages queued while the session could not take them, in the order they
+        will run."""
+        return [QueuedMessage(id=q["id"], text=q["text"], queued_at=q.get("queued_at", 0))
+                for q in self._head.queue]
+
+    @property
+    def pending_inputs(self) -> list[PendingInput]:
+        """Input requests (``request_input``) awaiting a response, oldest first."""
+        return [PendingInput(input_id=i["input_id"], input_schema=i.get("schema") or {},
+                             prompt=i.get("prompt")) for i in self._head.inputs]
+
+    @property
+    def open_invocation(self) -> str | None:
+        """The invocation that is parked, failed, paused or (committed as) running."""
+        return self._head.open_invocation
 
     @property
     def yielded_tools(self) -> list[YieldedTool]:

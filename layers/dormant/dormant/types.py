@@ -22,6 +22,8 @@ __all__ = [
     "ControlSteer",
     "ControlStop",
     "PendingApproval",
+    "PendingInput",
+    "QueuedMessage",
     "SessionSummary",
     "StoredSession",
     "YieldedTool",
@@ -49,6 +51,22 @@ class PendingApproval(_Wire):
     call_id: str
     tool: str
     args: Any = None
+
+
+class QueuedMessage(_Wire):
+    """A user message waiting in the session's inbox (SPEC-level: ``session.inbox``)."""
+
+    id: str
+    text: str
+    queued_at: int = 0
+
+
+class PendingInput(_Wire):
+    """An input request awaiting a response: answer it with ``respond(input_id, value)``."""
+
+    input_id: str
+    input_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    prompt: str | None = None
 
 
 class CommitResult(_Wire):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from dormant._head import COMMIT_WINDOW, Head
+from dormant._head import COMMIT_WINDOW, Head, status_of
 from dormant._ids import now_ms
 from dormant.events import Event, RetryEvent, UserEvent
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
@@ -77,15 +77,6 @@ def commit_head(head: Head, expected_version: int, events: Sequence[Event] = ())
     starts = [*head.commit_seqs, head.seq - len(events)][-COMMIT_WINDOW:]
     return head.model_copy(update={"version": expected_version + 1, "updated_at": now_ms(),
                                    "commit_seqs": starts})
-
-
-def status_of(head: Head) -> Literal["active", "awaiting_input", "failed", "paused"]:
-    """The status a store lists a session under."""
-    if head.paused:
-        return "paused"
-    if head.failed:
-        return "failed"
-    return "awaiting_input" if head.parked else "active"
 
 
 def once_keys(events: Sequence[Event]) -> list[str]:
