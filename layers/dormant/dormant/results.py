@@ -17,7 +17,9 @@ __all__ = [
     "ErrorResult",
     "Output",
     "OutputItem",
+    "PausedResult",
     "RunResult",
+    "StoppedResult",
     "YieldedMessageResult",
     "YieldedToolResult",
 ]
@@ -70,7 +72,20 @@ class ErrorResult(_Result):
     code: str = "run_error"
 
 
+class StoppedResult(_Result):
+    """A stop ended the invocation, rewound to what the client had seen."""
+
+    status: Literal["stopped"] = "stopped"
+
+
+class PausedResult(_Result):
+    """A pause parked the session at a step boundary; ``resume`` continues the invocation."""
+
+    status: Literal["paused"] = "paused"
+
+
 RunResult = Annotated[
-    CompletedResult | YieldedToolResult | YieldedMessageResult | ErrorResult,
+    CompletedResult | YieldedToolResult | YieldedMessageResult | ErrorResult | StoppedResult
+    | PausedResult,
     Discriminator("status"),
 ]
