@@ -19,10 +19,13 @@ from dormant.errors import (
     AlreadyDecided,
     DuplicateMessage,
     InputError,
+    NotPending,
+    NotRunning,
     PendingInputError,
     ResumeError,
     RetryRefused,
     SessionFailed,
+    SessionPaused,
     StaleTimer,
 )
 from dormant.events import (
@@ -30,13 +33,26 @@ from dormant.events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
+    InputRequested,
+    InputResponse,
+    InterruptEvent,
     InvocationEnd,
     InvocationFailed,
     InvocationResume,
     InvocationStart,
     InvocationYield,
+    PauseEvent,
+    QueuedEvent,
+    QueueEdit,
+    QueueMove,
+    QueueRemove,
+    QueueSendNow,
+    ResumeEvent,
     RetryEvent,
+    SeedEvent,
     StateDelta,
+    SteerEvent,
+    StopRequested,
     TimerCancelled,
     TimerFired,
     TimerSet,
@@ -47,7 +63,8 @@ from dormant.events import (
     UserEvent,
 )
 
-__all__ = ["COMMIT_WINDOW", "TURN_INDEX_SIZE", "Head", "PendingCall", "SessionStatus", "apply", "apply_detached", "status_of"]
+__all__ = ["COMMIT_WINDOW", "TURN_INDEX_SIZE", "Head", "PendingCall", "SessionStatus", "apply",
+           "apply_detached", "status_of"]
 
 #: How many recent turn starts (user-event positions) the head remembers for windowed reads.
 TURN_INDEX_SIZE = 64
@@ -225,6 +242,37 @@ class Head:
         return [c for c in self.step if not c.settled and (
             (c.yielded and not c.answered) or (c.approval_id is not None and not c.decided))]
 
+    def busy(self) -> str | None:
+        """Why a user message cannot run now (it goes to the inbox), or None: ``paused``,
+        ``failed``, ``tool`` (parked on yields or approvals), ``input`` (an input request
+        is open)."""
+        if self.paused:
+            return "paused"
+        if self.failed:
+            return "failed"
+        if self.parked == "tool" and self.unresolved():
+            return "tool"
+        if self.inputs:
+            return "input"
+        return None
+
+    def knows_invocation(self, invocation_id: str) -> bool:
+        """Whether ``invocation_id`` is one of the session's recent invocations."""
+        return message_digest(invocation_id) in self.invocations
+
+    def queued(self, message_id: str) -> int | None:
+        """Position of a queued message in the inbox (None: not queued)."""
+        for index, item in enumerate(self.queue):
+            if item["id"] == message_id:
+                return index
+        return None
+
+    def pending_input(self, input_id: str) -> dict[str, Any] | None:
+        for item in self.inputs:
+            if item["input_id"] == input_id:
+                return item
+        return None
+
     def approval(self, approval_id: str) -> PendingCall | None:
         for candidate in self.step:
             if candidate.approval_id == approval_id:
@@ -256,6 +304,7 @@ def status_of(head: Head) -> SessionStatus:
 _RETRY = "\x00retry:"
 _DECIDED = "\x00decided:"
 _ANSWERED = "\x00answered:"
+_INPUT = "\x00input:"
 
 
 def message_digest(message_id: str) -> str:
@@ -272,6 +321,8 @@ def apply(head: Head, event: Event) -> None:
         case InvocationStart():
             _refuse_if_parked_on_tools(head)
             _refuse_if_failed(head)
+            _refuse_if_paused(head)
+            _remember_invocation(head, event.invocation_id)
             head.open_invocation = event.invocation_id
             head.retries = 0
             head.calls = 0
@@ -307,7 +358,7 @@ def apply(head: Head, event: Event) -> None:
             _resume(head, event)
         case ToolResult():
             settled = head.call(event.call_id)
-            if settled is not None:
+            if settled is not None and not event.preliminary:
                 settled.settled = True
         case StateDelta():
             apply_patch(head.state, event.patch)
@@ -315,11 +366,52 @@ def apply(head: Head, event: Event) -> None:
             head.open_invocation = None
             head.parked = None
             head.step = []
+            head.failed = False
         case InvocationFailed():
             head.failed = True
             head.parked = None
         case RetryEvent():
             _retry(head, event)
+        case QueuedEvent():
+            _remember_once(head, event.message_id)
+            item = {"id": event.message_id, "text": event.text, "queued_at": event.ts}
+            head.queue.insert(max(0, min(event.position, len(head.queue))), item)
+        case QueueEdit():
+            head.queue[_queued(head, event.message_id)]["text"] = event.text
+        case QueueMove():
+            moved = head.queue.pop(_queued(head, event.message_id))
+            head.queue.insert(max(0, min(event.position, len(head.queue))), moved)
+        case QueueRemove():
+            del head.queue[_queued(head, event.message_id)]
+        case QueueSendNow():
+            head.queue.insert(0, head.queue.pop(_queued(head, event.message_id)))
+        case SeedEvent():
+            _remember_once(head, event.message_id)
+        case InputRequested():
+            if head.pending_input(event.input_id) is not None:
+                raise InputError(f"input {event.input_id} is already requested in session "
+                                 f"{head.session_id}")
+            head.inputs.append({"input_id": event.input_id, "schema": event.input_schema,
+                                "prompt": event.prompt})
+        case InputResponse():
+            _respond(head, event.input_id)
+        case PauseEvent():
+            head.paused = True
+            head.control_rev = max(head.control_rev, event.rev)
+        case ResumeEvent():
+            if not head.paused:
+                raise NotPending(f"session {head.session_id} is not paused: nothing to resume")
+            head.paused = False
+        case InterruptEvent():
+            _interrupt(head, event.owner)
+        case StopRequested():
+            if event.invocation_id is None or head.open_invocation != event.invocation_id:
+                raise NotRunning(head.session_id, str(event.invocation_id))
+            head.parked = None
+        case SteerEvent():
+            if event.invocation_id is None or head.open_invocation != event.invocation_id:
+                raise NotRunning(head.session_id, str(event.invocation_id),
+                                 "a steer joins only the invocation it names")
     head.seq += 1
     head.last_event = event.id
 
@@ -355,18 +447,98 @@ def _refuse_if_parked_on_tools(head: Head) -> None:
         raise PendingInputError(head.session_id, pending)
 
 
+def _refuse_if_paused(head: Head) -> None:
+    if head.paused:
+        raise SessionPaused(head.session_id)
+
+
+def _remember_invocation(head: Head, invocation_id: str) -> None:
+    head.invocations.append(message_digest(invocation_id))
+    del head.invocations[:-INVOCATION_WINDOW]
+
+
+def _remember_once(head: Head, message_id: str) -> None:
+    digest = message_digest(message_id)
+    if digest in head.message_ids:
+        raise DuplicateMessage(head.session_id, message_id)
+    _remember(head, digest)
+
+
+def _queued(head: Head, message_id: str) -> int:
+    position = head.queued(message_id)
+    if position is None:
+        raise NotPending(f"message {message_id} is not queued in session {head.session_id}"
+                         + (" (inbox: " + ", ".join(q["id"] for q in head.queue) + ")"
+                            if head.queue else " (the inbox is empty)"))
+    return position
+
+
+def _respond(head: Head, input_id: str) -> None:
+    answered = message_digest(_INPUT + input_id)
+    item = head.pending_input(input_id)
+    if item is None:
+        if answered in head.settled_ids:
+            raise AlreadyAnswered(head.session_id, input_id)
+        raise NotPending(f"input {input_id} is not requested in session {head.session_id}"
+                         + (" (pending: " + ", ".join(i["input_id"] for i in head.inputs) + ")"
+                            if head.inputs else " (no input request is open)"))
+    head.inputs.remove(item)
+    _settle(head, answered)
+
+
+def _interrupt(head: Head, owner: str) -> None:
+    """Check that ``owner`` names what the session waits on now (one id, so a delayed
+    interrupt cannot end later work); an input request it names is closed here, a waiting
+    or failed invocation is ended by the events that follow."""
+    if head.pending_input(owner) is not None:
+        head.inputs = [i for i in head.inputs if i["input_id"] != owner]
+        _settle(head, message_digest(_INPUT + owner))
+        return
+    if head.failed and head.open_invocation == owner:
+        return
+    if head.parked == "tool" and any(
+            owner in (c.call_id, c.approval_id) for c in head.unresolved()):
+        return
+    waiting = [c.call_id for c in head.unresolved()] + [
+        c.approval_id for c in head.unresolved() if c.approval_id] + [
+        i["input_id"] for i in head.inputs] + (
+        [head.open_invocation] if head.failed and head.open_invocation else [])
+    raise NotPending(f"interrupt {owner} refused in session {head.session_id}: it is not what "
+                     "the session waits on" + (f" (waiting on: {', '.join(waiting)})"
+                                               if waiting else " (nothing is waiting)"))
+
+
 def _refuse_if_failed(head: Head) -> None:
     if head.failed:
         raise SessionFailed(head.session_id, head.open_invocation)
 
 
 def _user(head: Head, event: UserEvent) -> None:
+    if event.steer:  # taken by the running invocation at a step boundary
+        if head.open_invocation is None or head.open_invocation != event.invocation_id:
+            raise NotRunning(head.session_id, str(event.invocation_id),
+                             "a steer joins only the invocation it names")
+        _remember_once(head, event.message_id)
+        head.turn_starts.append(head.seq)
+        del head.turn_starts[:-TURN_INDEX_SIZE]
+        head.last_user_ts = max(head.last_user_ts, event.ts)
+        return
     _refuse_if_parked_on_tools(head)
-    digest = message_digest(event.message_id)
-    if digest in head.message_ids:
-        raise DuplicateMessage(head.session_id, event.message_id)
-    _refuse_if_failed(head)
-    _remember(head, digest)
+    if event.queued:  # it leaves the inbox (its id landed when it was queued)
+        position = head.queued(event.message_id)
+        if position is None:
+            raise InputError(f"message {event.message_id} is no longer queued in session "
+                             f"{head.session_id} (it ran, or was removed)")
+        _refuse_if_failed(head)
+        _refuse_if_paused(head)
+        del head.queue[position]
+    else:
+        digest = message_digest(event.message_id)
+        if digest in head.message_ids:
+            raise DuplicateMessage(head.session_id, event.message_id)
+        _refuse_if_failed(head)
+        _refuse_if_paused(head)
+        _remember(head, digest)
     head.turn_starts.append(head.seq)
     del head.turn_starts[:-TURN_INDEX_SIZE]
     head.last_user_ts = max(head.last_user_ts, event.ts)

@@ -29,6 +29,7 @@ __all__ = [
     "ServerOnly",
     "SessionFailed",
     "SessionNotFound",
+    "SessionPaused",
     "StaleTimer",
     "StoreError",
     "describe_validation",
@@ -113,6 +114,17 @@ class SessionFailed(InputError):
         self.invocation_id = invocation_id
         super().__init__(f"session {session_id} has a failed invocation ({invocation_id}); "
                          "retry it first (input.retry = {\"retry_id\": ...})")
+
+
+class SessionPaused(InputError):
+    """A message (or turn) reached a paused session with ``if_busy="reject"``; resume it."""
+
+    code = "session_paused"
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} is paused; resume it first "
+                         "(input.resume = true), or send the message to its inbox")
 
 
 class RetryRefused(InputError):
@@ -226,6 +238,7 @@ HTTP_STATUS: dict[str, int] = {
     AlreadyDecided.code: 409,
     AlreadyAnswered.code: 409,
     SessionFailed.code: 409,
+    SessionPaused.code: 409,
     RetryRefused.code: 409,
     "duplicate_retry": 409,
     StaleTimer.code: 409,
