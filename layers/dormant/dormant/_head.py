@@ -423,10 +423,14 @@ def apply_detached(head: Head, event: Event) -> None:
     step and its parking alone."""
     match event:
         case UserEvent():
-            digest = message_digest(event.message_id)
-            if digest in head.message_ids:
-                raise DuplicateMessage(head.session_id, event.message_id)
-            _remember(head, digest)
+            position = head.queued(event.message_id) if event.queued else None
+            if position is not None:
+                del head.queue[position]
+            elif not event.queued:
+                digest = message_digest(event.message_id)
+                if digest in head.message_ids:
+                    raise DuplicateMessage(head.session_id, event.message_id)
+                _remember(head, digest)
             head.turn_starts.append(head.seq)
             del head.turn_starts[:-TURN_INDEX_SIZE]
             head.last_user_ts = max(head.last_user_ts, event.ts)

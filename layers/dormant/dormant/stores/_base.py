@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from dormant._head import COMMIT_WINDOW, Head, status_of
 from dormant._ids import now_ms
-from dormant.events import Event, RetryEvent, UserEvent
+from dormant.events import Event, QueuedEvent, RetryEvent, SeedEvent, UserEvent
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["Store", "commit_head", "once_keys", "status_of"]
@@ -81,10 +81,14 @@ def commit_head(head: Head, expected_version: int, events: Sequence[Event] = ())
 
 def once_keys(events: Sequence[Event]) -> list[str]:
     """The ids in ``events`` that may land only once per session, for the session's life:
-    every user message id (``m:<id>``) and every retry id (``r:<id>``)."""
+    every user message id (``m:<id>``: messages, queued messages, seeds and steers) and every
+    retry id (``r:<id>``)."""
     keys: list[str] = []
     for event in events:
         if isinstance(event, UserEvent):
+            if not event.queued:  # a queued message's id landed with its ``queued`` event
+                keys.append("m:" + event.message_id)
+        elif isinstance(event, QueuedEvent | SeedEvent):
             keys.append("m:" + event.message_id)
         elif isinstance(event, RetryEvent):
             keys.append("r:" + event.retry_id)
