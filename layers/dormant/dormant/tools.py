@@ -6,6 +6,7 @@ import contextvars
 import inspect
 import threading
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
@@ -187,11 +188,20 @@ def make_tool(
     execute: Step | None = None,
     finalize: Step | None = None,
 ) -> Tool:
-    """Validate a tool declaration (the explicit form of ``app.tool``)."""
+    """Validate a tool declaration (the explicit form of ``app.tool``).
+
+    ``execute`` may be a generator function: each value it yields is a preliminary output
+    (a ``tool_result`` event with ``preliminary=True``, not what the model reads as the
+    call's result), and the value it returns is the call's result.
+    """
     if not name or not isinstance(name, str):
         raise ConfigError("a tool needs a name")
     if execute is None and yield_schema is None:
         raise ConfigError(f"tool {name!r} needs an execute or a yield_schema")
+    for what, step in (("prepare", prepare), ("finalize", finalize)):
+        if inspect.isgeneratorfunction(step):
+            raise ConfigError(f"tool {name!r}: {what} cannot be a generator function "
+                              "(only execute may yield preliminary outputs)")
     if schema is None:
         schema = create_model(f"{name}_args", __config__=ConfigDict(extra="forbid"))
     _require_model(name, "schema", schema)
@@ -218,10 +228,12 @@ def tool_from_function(
     """The decorator form: the schema comes from ``fn``'s typed signature.
 
     A parameter annotated ``ToolContext`` receives the context; every other parameter is an
-    argument the model supplies. The docstring's first paragraph is the description.
+    argument the model supplies. The docstring's first paragraph is the description. A
+    generator function (say ``-> Iterator[dict]``) yields preliminary outputs and returns
+    its result (see :func:`make_tool`).
     """
     tool_name = name or fn.__name__
-    hints = get_type_hints(fn)
+    hints = _parameter_hints(fn)
     fields: dict[str, Any] = {}
     ctx_param: str | None = None
     for param in inspect.signature(fn).parameters.values():
@@ -246,3 +258,19 @@ def tool_from_function(
     return make_tool(name=tool_name, description=summary, schema=schema,
                      yield_schema=yield_schema, prepare=prepare, execute=execute,
                      finalize=finalize)
+
+
+def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn``'s resolved annotations. Only the parameters' are needed: if the return
+    annotation names a type the function's module imports for type checking only (a
+    generator tool's ``Iterator[...]``, say), resolve the parameters' without it."""
+    try:
+        return get_type_hints(fn)
+    except NameError:
+        target = inspect.unwrap(fn)
+        annotations = getattr(target, "__annotations__", None)
+        if not isinstance(annotations, dict) or "return" not in annotations:
+            raise
+        shim = types.FunctionType((lambda: None).__code__, getattr(target, "__globals__", {}))
+        shim.__annotations__ = {k: v for k, v in annotations.items() if k != "return"}
+        return get_type_hints(shim)
