@@ -52,6 +52,8 @@ def to_messages(events: Iterable[Event]) -> list[Message]:
             case UserEvent():
                 flush()
                 messages.append(UserMessage(event.text))
+            case ToolResult(preliminary=True):
+                pass  # a generator tool's progress: not the call's result
             case ToolResult():
                 flush()
                 if event.error is not None:

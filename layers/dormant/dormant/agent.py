@@ -19,6 +19,9 @@ __all__ = ["Agent", "ContextBuilders", "History", "Hook", "HookContext", "System
 
 DEFAULT_MAX_STEPS = 16
 
+#: The tool lanes an agent may name: ``"tools"`` runs its tools one at a time, in call order.
+TOOL_LANES = ("tools",)
+
 
 @dataclass(frozen=True)
 class System:
@@ -118,16 +121,27 @@ class Agent:
     hooks: tuple[Hook, ...] = ()
     max_steps: int = DEFAULT_MAX_STEPS
     app_hooks: tuple[Hook, ...] = field(default=(), repr=False)
+    #: None: the independent calls of a model step run concurrently. ``"tools"``: the
+    #: agent's tools run one at a time, in call order (each sees the state the previous
+    #: ones wrote).
+    tool_lane: str | None = None
     has_history: bool = field(init=False, repr=False)
     history_turns: int | None = field(init=False, repr=False)
     tool_specs: list[ToolSpec] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        _check_tool_lane(self.name, self.tool_lane)
         # Derived once: the turn path reads these on every model call.
         self.has_history = any(isinstance(item, History) for item in self.context)
         self.history_turns = _history_turns(self.context)
         self.tool_specs = [ToolSpec(t.name, t.description, t.parameters())
                            for t in self.tools.values()]
+
+
+def _check_tool_lane(agent: str, lane: object) -> None:
+    if lane is not None and lane not in TOOL_LANES:
+        raise ConfigError(f"agent {agent!r}: tool_lane must be None (independent tools run "
+                          f"concurrently) or 'tools' (one at a time), got {lane!r}")
 
 
 def _history_turns(context: Sequence[ContextItem]) -> int | None:
@@ -152,9 +166,11 @@ def build_agent(
     hooks: Sequence[Hook | dict[str, HookFn]] | None,
     max_steps: int,
     app_hooks: tuple[Hook, ...],
+    tool_lane: str | None = None,
 ) -> Agent:
     if not name:
         raise ConfigError("an agent needs a name")
+    _check_tool_lane(name, tool_lane)
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ConfigError(f"agent {name!r}: max_steps must be a positive int")
     by_name: dict[str, Tool] = {}
@@ -180,4 +196,4 @@ def build_agent(
                               "'user-approval', 'approved' or a function of the arguments")
     return Agent(name=name, model=model, context=items, tools=by_name, yields=yields,
                  tool_approval=tool_approval, hooks=tuple(Hook.coerce(h) for h in hooks or ()),
-                 max_steps=max_steps, app_hooks=app_hooks)
+                 max_steps=max_steps, app_hooks=app_hooks, tool_lane=tool_lane)

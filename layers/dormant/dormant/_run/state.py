@@ -35,6 +35,8 @@ class RunState:
     ran: bool = False
     #: Tools ran since the slice was last marked as what a failure keeps (see :meth:`flush`).
     unmarked: bool = False
+    #: The ledger event that triggered the turn (what a tool sees as ``ToolContext.event``).
+    trigger: Event | None = None
 
     def emit(self, event: Event) -> Event:
         """Append a ledger event to the session's uncommitted slice, and hand it back to yield."""

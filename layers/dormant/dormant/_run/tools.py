@@ -1,12 +1,19 @@
 """The tool phase of a model step: validate, hold for approval, prepare yields, execute
-(independent calls concurrently), settle a parked step on resume. Results in call order.
+(independent calls concurrently, or one at a time on an agent's ``tool_lane``), settle a
+parked step on resume. Results in call order.
+
+A generator tool's preliminary outputs are ledger events too (``tool_result`` with
+``preliminary``), emitted as they are produced: the phase is a generator of events on the
+caller's thread, and calls running in threads hand their outputs to it through a queue.
 
 Every function takes the turn's :class:`~dormant._run.state.RunState` explicitly."""
 
 from __future__ import annotations
 
+import inspect
+import queue
+import threading
 from collections.abc import Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Any
@@ -30,14 +37,11 @@ from dormant.tools import Aborted, Tool, ToolContext, _current
 
 __all__ = ["Call", "resume_tools", "run_tools", "state_delta"]
 
-_pool: ThreadPoolExecutor | None = None
+#: What a call's thread puts on the queue once it is done (after its preliminary outputs).
+_DONE = object()
 
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dormant-tool")
-    return _pool
+#: A call's preliminary outputs (JSON values), as :func:`_execute` produces them.
+Outputs = Generator[Any, None, None]
 
 
 @dataclass
@@ -80,7 +84,7 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
             call.approval_id = new_id("apr")
         else:
             runnable.append(call)
-    _execute_all(run, runnable, work)
+    yield from _execute_all(run, runnable, work)
     yield from state_delta(run, work)
     ran = any(call.ran for call in calls)
     parks = False
@@ -101,19 +105,62 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
     return parks
 
 
-def _execute_all(run: RunState, runnable: list[Call], work: dict[str, Any]) -> None:
-    """Independent calls run concurrently (each in a copy of this context and of the
-    state); their state writes are applied afterwards, in call order."""
-    if len(runnable) > 1:
-        futures = [_executor().submit(copy_context().run, _execute, run, c, work, None)
-                   for c in runnable]
-        for future in futures:
-            future.result()
-    else:
+def _execute_all(run: RunState, runnable: list[Call],
+                 work: dict[str, Any]) -> Generator[StreamEvent, None, None]:
+    """Run the calls; emit their preliminary outputs as they come.
+
+    On a ``tool_lane`` (or for a single call) they run here, one at a time in call order,
+    each seeing the state the previous ones wrote. Otherwise they run concurrently, one
+    short-lived thread per call (no cap shared with other turns), each in a copy of this
+    context and of the state; their writes are applied afterwards, in call order."""
+    if run.agent.tool_lane is not None or len(runnable) < 2:
         for call in runnable:
-            _execute(run, call, work, None)
+            yield from _run_here(run, call, work, None)
+            _apply(work, call)
+        return
+    yield from _run_threads(run, runnable, work)
     for call in runnable:
         _apply(work, call)
+
+
+def _run_here(run: RunState, call: Call, work: dict[str, Any],
+              answer: Any) -> Generator[StreamEvent, None, None]:
+    for output in _execute(run, call, work, answer):
+        yield run.emit(_preliminary(run, call, output))
+
+
+def _run_threads(run: RunState, calls: list[Call],
+                 work: dict[str, Any]) -> Generator[StreamEvent, None, None]:
+    """One thread per call; this thread emits their outputs (the ledger is appended to
+    here only) until every call is done, then joins them. ``work`` is only read."""
+    outbox: queue.SimpleQueue[tuple[Call, Any]] = queue.SimpleQueue()
+    failures: list[BaseException] = []
+
+    def work_on(call: Call) -> None:
+        try:
+            for output in _execute(run, call, work, None):
+                outbox.put((call, output))
+        except BaseException as error:  # re-raised on the turn's thread
+            failures.append(error)
+        finally:
+            outbox.put((call, _DONE))
+
+    threads = [threading.Thread(target=copy_context().run, args=(work_on, call),
+                                name=f"dormant-tool-{call.name}", daemon=True)
+               for call in calls]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    while running:
+        call, output = outbox.get()
+        if output is _DONE:
+            running -= 1
+        else:
+            yield run.emit(_preliminary(run, call, output))
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def _needs_approval(run: RunState, call: Call) -> bool:
@@ -158,8 +205,8 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
             continue
         if not pending.yielded:
             continue
-        done.append(_answer_yield(run, pending, work))
-    _execute_all(run, approved, work)
+        done.append((yield from _answer_yield(run, pending, work)))
+    yield from _execute_all(run, approved, work)
     yield from state_delta(run, work)
     for call in done:  # already in call order: the loop walked the step
         yield run.emit(_tool_result(run, call))
@@ -167,7 +214,8 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
         run.note_effects()  # a claimed decision is committed: its results are progress too
 
 
-def _answer_yield(run: RunState, pending: PendingCall, work: dict[str, Any]) -> Call:
+def _answer_yield(run: RunState, pending: PendingCall,
+                  work: dict[str, Any]) -> Generator[StreamEvent, None, Call]:
     """An answered yield: execute it with the answer (or, if the answer is invalid, only
     finalize), its state writes applied to ``work`` at once, in call order."""
     args = pending.prepared if pending.prepared is not None else pending.args
@@ -184,7 +232,7 @@ def _answer_yield(run: RunState, pending: PendingCall, work: dict[str, Any]) -> 
             call.patch = make_patch(work, finalized) or None
             _apply(work, call)
         else:
-            _execute(run, call, work, answer)
+            yield from _run_here(run, call, work, answer)
             _apply(work, call)
     return call
 
@@ -212,7 +260,7 @@ def _context(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> To
     return ToolContext(args=call.parsed, state=work, call_id=call.call_id,
                        session=run.session, tool=call.name,
                        invocation_id=run.invocation_id, input=answer, signal=run.signal,
-                       attempt=run.session.head.retries + 1)
+                       attempt=run.session.head.retries + 1, event=run.trigger)
 
 
 def _prepare(run: RunState, call: Call, work: dict[str, Any]) -> None:
@@ -232,40 +280,68 @@ def _prepare(run: RunState, call: Call, work: dict[str, Any]) -> None:
     call.prepared = to_json_value(prepared)
 
 
-def _execute(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> None:
-    """Run one call on its own copy of ``work``; its writes become ``call.patch``, kept
-    only if it returns (and, for finalize's, if finalize returns)."""
+def _execute(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> Outputs:
+    """Run one call on its own copy of ``work``, yielding a generator tool's preliminary
+    outputs (JSON); its writes become ``call.patch``, kept only if it returns (and, for
+    finalize's, if finalize returns). A call the turn's signal reached before it started
+    does not start."""
     assert call.tool is not None
     own: dict[str, Any] = json_copy(work)
-    ctx = _context(run, call, own, answer)
-    tool_hook = run.hook_context(tool=ctx)
-    try:
-        result = _before_tool(run, tool_hook)
-        if result is not None:
-            call.ran = True
-        else:
-            if call.tool.execute is not None:
+    if run.signal.aborted:
+        call.error = _cut(run, call)
+    else:
+        ctx = _context(run, call, own, answer)
+        tool_hook = run.hook_context(tool=ctx)
+        try:
+            result = _before_tool(run, tool_hook)
+            if result is not None:
+                call.ran = True
+            elif call.tool.execute is not None:
                 call.ran = True
                 result = _in_context(ctx, call.tool.execute)
+                if inspect.isgenerator(result):
+                    result = yield from _outputs(run, ctx, result)
             else:
                 result = answer
-        for hook in run.hooks:
-            if hook.after_tool is not None:
-                tool_hook.result = result
-                replaced = hook.after_tool(tool_hook)
-                if replaced is not None:
-                    result = replaced
-        call.result = to_json_value(result)
-    except Aborted:
-        # Cooperative cancellation: the call did not finish. The step still closes (its
-        # result says so) and the run stops at the step boundary.
-        call.error = f"{call.name} was aborted before it finished"
-    except Exception as error:
-        call.error = f"{call.name} failed: {error}"
+            for hook in run.hooks:
+                if hook.after_tool is not None:
+                    tool_hook.result = result
+                    replaced = hook.after_tool(tool_hook)
+                    if replaced is not None:
+                        result = replaced
+            call.result = to_json_value(result)
+        except Aborted:
+            # Cooperative cancellation: the call did not finish. The step still closes (its
+            # result says so) and the run stops at the step boundary.
+            call.error = _cut(run, call)
+        except Exception as error:
+            call.error = f"{call.name} failed: {error}"
     kept = work if call.error is not None else own
     kept = _finalize(run, call, kept, answer)
     patch = make_patch(work, kept)
     call.patch = patch or None
+
+
+def _outputs(run: RunState, ctx: ToolContext,
+             produced: Generator[Any, Any, Any]) -> Generator[Any, None, Any]:
+    """Drive a generator tool: yield each output (as JSON), return its return value. Once
+    the turn's signal is set it is not resumed: it is closed and the call is cut."""
+    try:
+        while True:
+            try:
+                output = _in_context(ctx, lambda _: next(produced))
+            except StopIteration as stop:
+                return stop.value
+            yield to_json_value(output)
+            if run.signal.aborted:
+                raise Aborted("the turn was aborted")
+    finally:
+        _in_context(ctx, lambda _: produced.close())  # its cleanup sees its context
+
+
+def _cut(run: RunState, call: Call) -> str:
+    """The error of a call the signal cut (or kept from starting)."""
+    return "stopped" if run.signal.stopped else f"{call.name} was aborted before it finished"
 
 
 def _finalize(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> dict[str, Any]:
@@ -289,6 +365,11 @@ def _before_tool(run: RunState, ctx: HookContext) -> Any:
             if result is not None:
                 return result
     return None
+
+
+def _preliminary(run: RunState, call: Call, output: Any) -> ToolResult:
+    return ToolResult(invocation_id=run.invocation_id, call_id=call.call_id, name=call.name,
+                      result=output, preliminary=True)
 
 
 def _tool_result(run: RunState, call: Call) -> ToolResult:
