@@ -25,7 +25,6 @@ from dormant.errors import (
     ResumeError,
     RetryRefused,
     SessionFailed,
-    SessionPaused,
     StaleTimer,
 )
 from dormant.events import (
@@ -321,7 +320,6 @@ def apply(head: Head, event: Event) -> None:
         case InvocationStart():
             _refuse_if_parked_on_tools(head)
             _refuse_if_failed(head)
-            _refuse_if_paused(head)
             _remember_invocation(head, event.invocation_id)
             head.open_invocation = event.invocation_id
             head.retries = 0
@@ -402,6 +400,7 @@ def apply(head: Head, event: Event) -> None:
             if not head.paused:
                 raise NotPending(f"session {head.session_id} is not paused: nothing to resume")
             head.paused = False
+            head.control_rev = max(head.control_rev, event.rev)
         case InterruptEvent():
             _interrupt(head, event.owner)
         case StopRequested():
@@ -449,11 +448,6 @@ def _refuse_if_parked_on_tools(head: Head) -> None:
     if head.parked == "tool":
         pending = [(c.call_id, c.name) for c in head.unresolved()]
         raise PendingInputError(head.session_id, pending)
-
-
-def _refuse_if_paused(head: Head) -> None:
-    if head.paused:
-        raise SessionPaused(head.session_id)
 
 
 def _remember_invocation(head: Head, invocation_id: str) -> None:
@@ -534,14 +528,12 @@ def _user(head: Head, event: UserEvent) -> None:
             raise InputError(f"message {event.message_id} is no longer queued in session "
                              f"{head.session_id} (it ran, or was removed)")
         _refuse_if_failed(head)
-        _refuse_if_paused(head)
         del head.queue[position]
     else:
         digest = message_digest(event.message_id)
         if digest in head.message_ids:
             raise DuplicateMessage(head.session_id, event.message_id)
         _refuse_if_failed(head)
-        _refuse_if_paused(head)
         _remember(head, digest)
     head.turn_starts.append(head.seq)
     del head.turn_starts[:-TURN_INDEX_SIZE]

@@ -291,6 +291,8 @@ class ResumeEvent(_Base):
     """The session resumed: a paused invocation continues, then the inbox drains."""
 
     type: Literal["resume"] = "resume"
+    rev: int = Field(default=0, description="The control record revision it saw: a pause "
+                                            "asked at or before it is over.")
 
 
 class InterruptEvent(_Base):

@@ -35,6 +35,11 @@ class RunState:
     ran: bool = False
     #: Tools ran since the slice was last marked as what a failure keeps (see :meth:`flush`).
     unmarked: bool = False
+    #: What other requests ask of this turn (stop, pause, steers), polled from the
+    #: session's control record (:class:`dormant._control.ControlWatch`); None: nobody can.
+    watch: Any = None
+    #: The current model step's text deltas as streamed (a stop keeps those the client saw).
+    deltas: list[Any] = field(default_factory=list)
     #: The ledger event that triggered the turn (what a tool sees as ``ToolContext.event``).
     trigger: Event | None = None
 
