@@ -5,6 +5,11 @@ sized to the agent's history window: it returns the head, then the newest events
 ``TransactWriteItems`` (the head, guarded by its version, plus one item holding the turn's new
 events). History is never rewritten; a ``history(limit=N)`` agent reads the same bytes at turn
 10 and turn 10,000. The item layout is described in ``dormant.stores._dynamodb.layout``.
+
+The session's control record (stop / steer / pause for the turn running elsewhere) is one small
+item read by the same ``Query`` (so a turn pays nothing more for it), polled by a running turn
+with one strongly consistent ``GetItem`` (1 read unit), and written by other requests with one
+``TransactWriteItems`` (the head's version checked, the record's revision conditioned).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb import reads, writes
 from dormant.stores._dynamodb.offload import Offloader
 from dormant.stores._dynamodb.window import WindowEstimator
-from dormant.types import CommitResult, SessionSummary, StoredSession
+from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -159,7 +164,11 @@ class DynamoDBStore:
         }
         if turns is not None:
             request["Limit"] = self._window.limit(session_id, turns)
+            if turns <= 0:  # the head and the control record, never an event item
+                request["KeyConditionExpression"] = "pk = :pk AND sk >= :ctl"
+                request["ExpressionAttributeValues"][":ctl"] = {"S": lay.CONTROL_SK}
         head: Head | None = None
+        control: Control | None = None
         start = 0
         items: _Items = []
         while True:
@@ -170,6 +179,9 @@ class DynamoDBStore:
                     return None
                 head = Head.model_validate_json(found.pop(0)[lay.HEAD]["S"])
                 start = head.window_start(turns)
+            for item in found:
+                if lay.is_control_item(item):
+                    control = _control_of(item, now_s)
             items.extend(item for item in found if lay.is_event_item(item))
             needed = reads.items_needed(items, start, head.seq)
             if needed is not None or "LastEvaluatedKey" not in page:
@@ -182,7 +194,7 @@ class DynamoDBStore:
             self._window.observe(session_id, max(in_window, 1), needed)
         fetch = self._offloader.get if self._offloader else _no_bucket(session_id)
         events, first_seq = reads.decode(session_id, items, start, head.seq, now_s, fetch)
-        return StoredSession(head, events, first_seq)
+        return StoredSession(head, events, first_seq, control)
 
     def list(self, *, principal: str | None = None,
              limit: int = 100) -> builtins.list[SessionSummary]:
@@ -215,7 +227,7 @@ class DynamoDBStore:
     # --- writing -------------------------------------------------------------------------------
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
-        written = commit_head(head, expected_version)
+        written = commit_head(head, expected_version, events)
         now_s = int(self._clock())
         expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
         head_item = writes.head_item(written, expires_at)
@@ -329,6 +341,53 @@ class DynamoDBStore:
                                        ":sk": {"S": lay.slice_key(seq)}})
         items = page.get("Items", [])
         return bool(items) and event_id in items[0][lay.EVENTS]["S"][:1024]
+
+    # --- the control record ------------------------------------------------------------------
+
+    def read_control(self, session_id: str) -> Control | None:
+        """One ``GetItem``, strongly consistent (an eventually consistent read may miss a stop
+        for a while); an expired record (TTL) reads as none."""
+        found = self._call("read the control record", session_id, self._client.get_item,
+                           TableName=self.table_name, ConsistentRead=True,
+                           Key={lay.PK: {"S": session_id}, lay.SK: {"S": lay.CONTROL_SK}})
+        item = found.get("Item")
+        return _control_of(item, int(self._clock())) if item is not None else None
+
+    def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
+        """One ``TransactWriteItems``: a ``ConditionCheck`` of the head's version and the
+        ``Put`` of the record, conditioned on the revision it replaces. An expired head or
+        record (TTL, not deleted yet) counts as absent, as everywhere in this store."""
+        if control.rev < 1:
+            return False  # no stored revision is ever below 0
+        now_s = int(self._clock())
+        expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
+        item = lay.control_item(session_id, control.rev, control.model_dump_json(), expires_at)
+        actions: builtins.list[Any] = [
+            {"ConditionCheck": writes.head_at(self.table_name, session_id, head_version, now_s)},
+            {"Put": writes.control_put(self.table_name, item, control.rev, now_s)},
+        ]
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                self._client.transact_write_items(TransactItems=actions)
+                return True
+            except ClientError as error:
+                if _code(error) != "TransactionCanceledException":
+                    raise _store_error("write the control record", session_id,
+                                       error) from error
+                reasons = error.response.get("CancellationReasons") or []
+                codes = {r.get("Code") for r in reasons} - {"None", None}
+                if "ConditionalCheckFailed" in codes:
+                    return False  # the head or the record moved: the caller re-reads
+                retryable = codes <= _RETRYABLE
+                if not retryable or attempt == TRANSACTION_ATTEMPTS:
+                    raise StoreError(
+                        f"the control record of session {session_id} was not written "
+                        f"({', '.join(sorted(str(c) for c in codes))}) after {attempt} "
+                        "attempt(s)", retryable=retryable) from error
+            except BotoCoreError as error:
+                raise _store_error("write the control record", session_id, error) from error
+            time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
 
     def _forget_uploads(self, keys: builtins.list[str]) -> None:
         """A refused commit leaves nothing behind: its offloaded events go too (best effort:
@@ -469,6 +528,13 @@ def _store_error(what: str, session_id: str, error: Exception) -> StoreError:
         retryable = not isinstance(error, ParamValidationError | NoCredentialsError)
     return StoreError(f"DynamoDB could not {what} for session {session_id}: {error}",
                       retryable=retryable)
+
+
+def _control_of(item: dict[str, Any], now_s: int) -> Control | None:
+    """The control record a ``~ctl`` item holds (None once it expired)."""
+    if lay.expired(item, now_s):
+        return None
+    return Control.model_validate_json(item[lay.CONTROL]["S"])
 
 
 def _no_bucket(session_id: str) -> Callable[[dict[str, Any]], Any]:

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dormant._head import Head
-from dormant._ids import now_ms
 from dormant.events import Event
-from dormant.stores._base import once_keys, status_of
-from dormant.types import CommitResult, SessionSummary, StoredSession
+from dormant.stores._base import commit_head, once_keys, status_of
+from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
 
@@ -21,7 +20,7 @@ class _Row:
     head: Head
     version: int
     updated_at: int
-    status: Literal["active", "awaiting_input", "failed"]
+    status: Literal["active", "awaiting_input", "failed", "paused"]
     principal: str | None
     events: list[Event] = field(default_factory=list)
     once: set[str] = field(default_factory=set)
@@ -29,11 +28,16 @@ class _Row:
 
 class MemoryStore:
     """Sessions in a dict, guarded by a lock. Events are immutable, so reads share them;
-    heads are cloned on the way in and out, so no caller can mutate what is stored. (The
-    JSON form of heads and events is exercised by the SQLite and DynamoDB stores.)"""
+    heads and control records are copied on the way in and out, so no caller can mutate what
+    is stored. (The JSON form of heads and events is exercised by the SQLite and DynamoDB
+    stores.)
+
+    Control records live beside the rows, keyed by session id: one may exist before the
+    session's first commit (``write_control`` at ``head_version=0``)."""
 
     def __init__(self) -> None:
         self._rows: dict[str, _Row] = {}
+        self._controls: dict[str, Control] = {}
         self._lock = threading.Lock()
 
     def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
@@ -44,11 +48,12 @@ class MemoryStore:
             head, events = row.head.clone(), row.events
             start = head.window_start(turns)
             window = events[start:] if start else list(events)
-        return StoredSession(head, window, start)
+            control = self._controls.get(session_id)
+        return StoredSession(head, window, start,
+                             control.model_copy(deep=True) if control is not None else None)
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
-        written = head.clone()
-        written.version, written.updated_at = expected_version + 1, now_ms()
+        written = commit_head(head.clone(), expected_version, events)
         keys = once_keys(events)
         with self._lock:
             row = self._rows.get(head.session_id)
@@ -78,8 +83,26 @@ class MemoryStore:
             row = self._rows.get(session_id)
             return row is not None and seq < len(row.events) and row.events[seq].id == event_id
 
+    def read_control(self, session_id: str) -> Control | None:
+        with self._lock:
+            control = self._controls.get(session_id)
+        return control.model_copy(deep=True) if control is not None else None
+
+    def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
+        written = control.model_copy(deep=True)
+        with self._lock:
+            row = self._rows.get(session_id)
+            stored = self._controls.get(session_id)
+            if (row.version if row is not None else 0) != head_version:
+                return False
+            if (stored.rev if stored is not None else 0) != control.rev - 1:
+                return False
+            self._controls[session_id] = written
+        return True
+
     def delete(self, session_id: str) -> bool:
         with self._lock:
+            self._controls.pop(session_id, None)
             return self._rows.pop(session_id, None) is not None
 
     def list(self, *, principal: str | None = None, limit: int = 100) -> list[SessionSummary]:

@@ -1,18 +1,27 @@
 """The SQLite store: embedded and durable, the local server's default (SPEC §5).
 
-One file, WAL mode. Three tables:
+One file, WAL mode. Five tables:
 
 - ``sessions``: one row per session, the head (JSON) and its version;
 - ``events``: the ledger, one row per event, keyed by ``(session_id, seq)``;
 - ``commits``: one row per commit, keyed by ``(session_id, version)``;
 - ``once_keys``: the ids that land once for the session's life (message ids, retry ids),
-  keyed by ``(session_id, key)``: a redelivery is refused by the key, not by a window.
+  keyed by ``(session_id, key)``: a redelivery is refused by the key, not by a window;
+- ``controls``: the session's control record (stop / steer / pause asked of the running turn),
+  one row per session: its revision and its JSON. It may exist before the session's first
+  commit, and commits never touch it.
 
 A commit runs in one ``BEGIN IMMEDIATE`` transaction: it checks the stored version, inserts its
 ``(session_id, version)`` row and its events, and moves the head. Optimistic concurrency *is*
 that key: two writers on one version cannot both insert it, and a conflict rolls the whole
-transaction back, so a refused commit writes nothing. Connections are pooled, one per concurrent
-caller, so threads never share a connection (``sqlite3`` objects are not thread-safe).
+transaction back, so a refused commit writes nothing. ``write_control`` is one ``BEGIN
+IMMEDIATE`` transaction too: it checks the head's version and the record's revision, then
+replaces the record.
+
+Connections are pooled, one per concurrent caller, so threads never share a connection
+(``sqlite3`` objects are not thread-safe): a running turn polling ``read_control`` from a
+background thread while its main thread commits uses two connections, and WAL lets the reader
+run beside the writer.
 """
 
 from __future__ import annotations
@@ -27,13 +36,14 @@ from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event, load_event
 from dormant.stores._base import commit_head, once_keys, status_of
-from dormant.types import CommitResult, SessionSummary, StoredSession
+from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["SqliteStore"]
 
 #: Schema version written to ``PRAGMA user_version``; bump it only with a migration.
-#: 2 added ``once_keys`` (created by the schema script, so a version-1 file migrates itself).
-SCHEMA_VERSION = 2
+#: 2 added ``once_keys`` (created by the schema script, so a version-1 file migrates itself);
+#: 3 added ``controls`` (likewise created by the schema script: nothing to backfill).
+SCHEMA_VERSION = 3
 #: Seconds a writer waits for another process's write lock before failing.
 BUSY_TIMEOUT = 30.0
 
@@ -57,6 +67,11 @@ CREATE TABLE IF NOT EXISTS once_keys (
     session_id TEXT NOT NULL,
     key        TEXT NOT NULL,
     PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS controls (
+    session_id TEXT PRIMARY KEY,
+    rev        INTEGER NOT NULL,
+    body       TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL,
@@ -155,15 +170,16 @@ class SqliteStore:
                 bodies = conn.execute(
                     "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
                     "ORDER BY seq", (session_id, start, head.seq)).fetchall()
+                control = _control(conn, session_id)
                 conn.rollback()
             except sqlite3.Error as error:
                 raise StoreError(f"cannot read session {session_id} from {self.path}: "
                                  f"{error}") from error
         events = [load_event(body) for (body,) in bodies]
-        return StoredSession(head, events, start)
+        return StoredSession(head, events, start, control)
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
-        written = commit_head(head, expected_version)
+        written = commit_head(head, expected_version, events)
         sid = head.session_id
         first = written.seq - len(events)
         rows = [(sid, first + i, e.type, e.model_dump_json()) for i, e in enumerate(events)]
@@ -218,6 +234,35 @@ class SqliteStore:
                                  f"{error}") from error
         return row is not None and load_event(row[0]).id == event_id
 
+    def read_control(self, session_id: str) -> Control | None:
+        with self._connection() as conn:
+            try:
+                return _control(conn, session_id)
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot read the control record of session {session_id} "
+                                 f"from {self.path}: {error}") from error
+
+    def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
+        body = control.model_dump_json()
+        with self._connection() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                row = conn.execute("SELECT rev FROM controls WHERE session_id = ?",
+                                   (session_id,)).fetchone()
+                stored = int(row[0]) if row is not None else 0
+                if _version(conn, session_id) != head_version or stored != control.rev - 1:
+                    conn.rollback()
+                    return False
+                conn.execute(
+                    "INSERT INTO controls (session_id, rev, body) VALUES (?, ?, ?) "
+                    "ON CONFLICT (session_id) DO UPDATE SET rev = excluded.rev, "
+                    "body = excluded.body", (session_id, control.rev, body))
+                conn.commit()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot write the control record of session {session_id} "
+                                 f"to {self.path}: {error}") from error
+        return True
+
     def _current(self, session_id: str) -> int:
         with self._connection() as conn:
             return _version(conn, session_id)
@@ -231,6 +276,7 @@ class SqliteStore:
                 conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM commits WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM once_keys WHERE session_id = ?", (session_id,))
+                conn.execute("DELETE FROM controls WHERE session_id = ?", (session_id,))
                 conn.commit()
             except sqlite3.Error as error:
                 raise StoreError(f"cannot delete session {session_id} from {self.path}: "
@@ -263,6 +309,12 @@ def _held(conn: sqlite3.Connection, session_id: str, keys: list[str]) -> str | N
                         (session_id, key)).fetchone() is not None:
             return key
     return None
+
+
+def _control(conn: sqlite3.Connection, session_id: str) -> Control | None:
+    row = conn.execute("SELECT body FROM controls WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    return Control.model_validate_json(row[0]) if row is not None else None
 
 
 def _version(conn: sqlite3.Connection, session_id: str) -> int:

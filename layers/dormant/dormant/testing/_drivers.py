@@ -177,6 +177,12 @@ class _RaceOnce:
         self._driver._lose_the_next_race()
         return self._inner.append(head, events, expected_version=expected_version)
 
+    def read_control(self, session_id: str) -> Any:
+        return self._inner.read_control(session_id)
+
+    def write_control(self, session_id: str, control: Any, *, head_version: int) -> Any:
+        return self._inner.write_control(session_id, control, head_version=head_version)
+
 
 def _last_message_id(session: Session) -> str | None:
     for event in reversed(session.events):

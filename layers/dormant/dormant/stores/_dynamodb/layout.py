@@ -1,14 +1,15 @@
 """How a session is laid out in one DynamoDB table.
 
 One partition per session (``pk`` = session id). The sort key puts the session's ledger in
-order and its head last, so one descending ``Query`` with a ``Limit`` reads the head and then
-the newest events::
+order and its head last, its control record just before the head, so one descending ``Query``
+with a ``Limit`` reads the head, then the control record, then the newest events::
 
     pk=session_x  sk=e#000000000000            n=4  ev=[{...}, {...}, {...}, {...}]
     pk=session_x  sk=e#000000000004#000  parts=3  n=2  ev=<first 390 KB of the slice>
     pk=session_x  sk=e#000000000004#001  parts=3       ev=<next 390 KB>
     pk=session_x  sk=e#000000000004#002  parts=3       ev=<the rest>
     pk=session_x  sk=~head               ver=3  ua=...  st=active  own=p:alice  head={...}
+    pk=session_x  sk=~ctl                rev=2  ctl={"rev":2,"stop":{...},"pause":null,...}
     pk=session_x  sk=#o#m:msg-42       (a guard: message id msg-42 landed)
 
 Guards (``#o#`` + a once-only id: ``m:<message id>``, ``r:<retry id>``) are written, with a
@@ -23,6 +24,22 @@ budget is split into parts (UTF-8 safe) written in the same transaction; an even
 the transaction is replaced in the array by ``{"$s3": {"b": bucket, "k": key}}`` and stored in
 S3. ``own`` (the owner key) and ``ua`` (updated at, ms) feed the ``by_owner`` index that
 ``list`` reads; only head items carry them, so the index stays small.
+
+The control item (``~ctl``: ``~head`` > ``~ctl`` > every ``e#`` key, so a descending query
+meets it second, right after the head) is the session's control record: what other requests
+(stop, steer, pause) ask of the turn running in another process. ``rev`` (N) is its revision,
+``ctl`` the record's JSON, ``expires_at`` set like the head's when the store has a TTL (from
+the record's last write). It is small (a stop, a pause and a few steers: well under 1 KB, one
+read unit) because a running turn reads it about once a second, with a ``GetItem``
+``ConsistentRead=True``: an eventually consistent read costs half but may return a record a
+second or more old, and a stop or a steer missed by a poll is missed for a whole step. Writers
+replace it whole in a ``TransactWriteItems``: a ``ConditionCheck`` that the head is still at
+the version the writer read (``attribute_not_exists`` when it read none) and a ``Put``
+conditioned on the revision it replaces (``rev = :prev``; ``attribute_not_exists`` for
+revision 1). Commits never write it, so a turn's transaction does not grow; ``load``'s one
+query returns it with the head (the window estimator's ``Limit`` counts a slot for it). It
+carries no ``own``/``ua``, so ``list``'s index never sees it; ``delete`` removes it with the
+rest of the partition.
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ from typing import Any
 
 __all__ = [
     "CHUNK_BYTES",
+    "CONTROL_SK",
     "HEAD_SK",
     "INDEX_NAME",
     "ITEM_LIMIT",
@@ -43,7 +61,9 @@ __all__ = [
     "TTL_ATTRIBUTE",
     "Slice",
     "assemble",
+    "control_item",
     "head_sk_is",
+    "is_control_item",
     "item_size",
     "owner_key",
     "principal_of",
@@ -58,6 +78,9 @@ SK = "sk"
 #: The head's sort key: ``~`` sorts after every ``e#`` event key, so the head comes first in a
 #: descending query.
 HEAD_SK = "~head"
+#: The control record's sort key: sorts right before the head (``~head`` > ``~ctl``) and after
+#: every event key, so a descending query reads it second.
+CONTROL_SK = "~ctl"
 EVENT_PREFIX = "e#"
 GUARD_PREFIX = "#o#"
 #: Attribute holding the TTL (epoch seconds). Enable TTL on it (the template does).
@@ -72,6 +95,9 @@ EVENTS = "ev"
 COUNT = "n"
 PARTS = "parts"
 OFFLOADED = "s3"
+#: The control item's revision (N) and its JSON (S).
+REV = "rev"
+CONTROL = "ctl"
 #: Owner keys of sessions without a principal are spread over this many index partitions, so
 #: a busy principal-less app does not funnel every commit's index write into one partition.
 UNOWNED_SHARDS = 16
@@ -145,6 +171,24 @@ def is_event_item(item: dict[str, Any]) -> bool:
 
 def head_sk_is(item: dict[str, Any]) -> bool:
     return bool(item.get(SK, {}).get("S") == HEAD_SK)
+
+
+def is_control_item(item: dict[str, Any]) -> bool:
+    return bool(item.get(SK, {}).get("S") == CONTROL_SK)
+
+
+def control_item(session_id: str, rev: int, body: str,
+                 expires_at: int | None) -> dict[str, Any]:
+    """The control record as stored: its revision (for the write condition) and its JSON."""
+    item: dict[str, Any] = {
+        PK: {"S": session_id},
+        SK: {"S": CONTROL_SK},
+        REV: {"N": str(rev)},
+        CONTROL: {"S": body},
+    }
+    if expires_at is not None:
+        item[TTL_ATTRIBUTE] = {"N": str(expires_at)}
+    return item
 
 
 def parse_slice_key(sk: str) -> tuple[int, int | None]:

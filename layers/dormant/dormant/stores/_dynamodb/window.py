@@ -4,6 +4,10 @@ The head says where a ``turns``-turn window starts, but the head comes back in t
 as the events, so the query's ``Limit`` has to be guessed up front. A guess too small costs a
 second request; too large costs a few unneeded items. The guess is items-per-turn as last seen
 for the session (or, for a session this process has not read, across sessions), with headroom.
+
+The query meets the head first and the session's control record (if it has one) second, before
+any event: the ``Limit`` always keeps a slot for it, so a session with a control record still
+reads its window in one request (a session without one reads one more event item instead).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ __all__ = ["WindowEstimator"]
 #: a turn that yields and resumes.
 DEFAULT_ITEMS_PER_TURN = 2.0
 HEADROOM = 1.25
+#: Items before the first event in a descending query: the head, and the control record.
+HEAD_AND_CONTROL = 2
 MEMO_SIZE = 4096
 
 
@@ -30,12 +36,14 @@ class WindowEstimator:
         self._lock = threading.Lock()
 
     def limit(self, session_id: str, turns: int) -> int:
-        """``Limit`` for a query reading the head and ``turns`` turns of events."""
+        """``Limit`` for a query reading the head, the control record and ``turns`` turns of
+        events (for ``turns <= 0``: the head and the control record only, which the query
+        must then restrict itself to, see ``DynamoDBStore.load``)."""
         if turns <= 0:
-            return 1
+            return HEAD_AND_CONTROL
         with self._lock:
             per_turn = self._per_session.get(session_id, self._overall)
-        return 1 + max(1, math.ceil(turns * per_turn * HEADROOM)) + 1
+        return HEAD_AND_CONTROL + max(1, math.ceil(turns * per_turn * HEADROOM)) + 1
 
     def observe(self, session_id: str, turns: int, items: int) -> None:
         """A read of ``turns`` turns needed ``items`` event items."""

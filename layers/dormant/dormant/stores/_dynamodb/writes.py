@@ -1,4 +1,5 @@
-"""What a commit writes: the head item, the slice item(s), the conditional Put, the token.
+"""What a commit writes: the head item, the slice item(s), the conditional Put, the token;
+and what a control write sends: the head's version check and the control record's Put.
 
 Pure functions: no client here. ``dormant.stores.dynamodb`` sends what they build.
 """
@@ -17,7 +18,16 @@ from dormant.stores._base import status_of
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader
 
-__all__ = ["Plan", "conditional_put", "guard_puts", "head_item", "plan_slice", "request_token"]
+__all__ = [
+    "Plan",
+    "conditional_put",
+    "control_put",
+    "guard_puts",
+    "head_at",
+    "head_item",
+    "plan_slice",
+    "request_token",
+]
 
 #: A commit's slice items, and the events that go to S3 instead: (key, event JSON).
 Plan = tuple[list[dict[str, Any]], list[tuple[str, str]]]
@@ -124,6 +134,40 @@ def conditional_put(table: str, item: dict[str, Any], expected_version: int) -> 
     else:
         put["ConditionExpression"] = "#v = :v"
         put["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
+    return put
+
+
+def head_at(table: str, session_id: str, version: int, now_s: int) -> dict[str, Any]:
+    """A ``ConditionCheck`` that the session's head is at ``version`` (0: there is no head,
+    or only an expired one TTL has not deleted yet)."""
+    check: dict[str, Any] = {
+        "TableName": table,
+        "Key": {lay.PK: {"S": session_id}, lay.SK: {"S": lay.HEAD_SK}},
+    }
+    if version == 0:
+        check["ConditionExpression"] = "attribute_not_exists(#pk) OR #ttl <= :now"
+        check["ExpressionAttributeNames"] = {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE}
+        check["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
+    else:
+        check["ConditionExpression"] = "#v = :v"
+        check["ExpressionAttributeNames"] = {"#v": lay.VERSION}
+        check["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
+    return check
+
+
+def control_put(table: str, item: dict[str, Any], rev: int, now_s: int) -> dict[str, Any]:
+    """The control record's Put: it replaces revision ``rev - 1`` (for revision 1: no record,
+    or only an expired one)."""
+    put: dict[str, Any] = {"TableName": table, "Item": item}
+    if rev <= 1:
+        put["ConditionExpression"] = "attribute_not_exists(#pk) OR #ttl <= :now"
+        put["ExpressionAttributeNames"] = {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE}
+        put["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
+    else:
+        put["ConditionExpression"] = "#rev = :prev AND (attribute_not_exists(#ttl) OR #ttl > :now)"
+        put["ExpressionAttributeNames"] = {"#rev": lay.REV, "#ttl": lay.TTL_ATTRIBUTE}
+        put["ExpressionAttributeValues"] = {":prev": {"N": str(rev - 1)},
+                                            ":now": {"N": str(now_s)}}
     return put
 
 
