@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from dormant import _control
+from dormant._control import Ask
 from dormant._head import Head, apply, apply_detached, status_of
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
@@ -16,6 +18,9 @@ from dormant.errors import InputError, RetryRefused
 from dormant.events import (
     ApprovalDecided,
     Event,
+    InputResponse,
+    QueuedEvent,
+    SeedEvent,
     TimerCancelled,
     TimerSet,
     ToolInput,
@@ -24,6 +29,7 @@ from dormant.events import (
 from dormant.schedulers import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
 from dormant.types import (
     CommitResult,
+    Control,
     PendingApproval,
     PendingInput,
     QueuedMessage,
@@ -112,18 +118,80 @@ class SessionInput:
         self._session.pending_retry = retry_id
         return retry_id
 
-    def message(self, text: str, id: str | None = None) -> UserEvent:
-        """Append a user message (``id``: a stable id, so a redelivery lands once)."""
+    def message(self, text: str, id: str | None = None,
+                if_busy: Literal["queue", "reject", "interrupt"] | None = None
+                ) -> UserEvent | QueuedEvent:
+        """Append a user message (``id``: a stable id, so a redelivery lands once). When
+        the session cannot take it now (it waits on a yield, an approval or an input
+        request, failed, or is paused) it goes to the inbox (a ``queued`` event) —
+        ``if_busy="reject"`` raises instead, ``"interrupt"`` ends the waiting response."""
         if not isinstance(text, str) or not text:
             raise InputError("a message must be a non-empty string")
+        message_id = id or new_id("msg")
+        _, queued = _control.message(self._session, text, message_id, if_busy)
+        if queued is not None:
+            return queued
         head = self._session._head
         event = UserEvent(
             text=text,
-            message_id=id or new_id("msg"),
+            message_id=message_id,
             invocation_id=head.open_invocation if head.parked == "message" else None,
         )
         self._session._append(event)
         return event
+
+    # --- turn control (see dormant._control) --------------------------------------------------
+
+    def stop(self, invocation_id: str, seen: int | None = None) -> str:
+        """Stop ``invocation_id``: a waiting response ends now (``"stopped"``); one running
+        in another process is asked through the control record when the session is
+        committed (``"accepted"``). ``seen``: stream events of it the client received."""
+        return _control.stop(self._session, invocation_id, seen)
+
+    def steer(self, text: str, invocation_id: str, id: str | None = None) -> str:
+        """Give the running invocation a message it takes at its next step boundary
+        (``"accepted"``); if it is not running, this is an ordinary message (``"run"`` or
+        ``"queued"``)."""
+        outcome, _ = _control.steer(self._session, text, invocation_id, id)
+        if outcome == "run":
+            self.message(text, id)
+        return outcome
+
+    def pause(self) -> str:
+        """Pause the session (the running turn stops at its next step boundary)."""
+        return _control.pause(self._session)
+
+    def resume(self) -> str:
+        """Resume a paused session (``"run"``: the next turn continues its invocation)."""
+        return _control.resume(self._session)
+
+    def interrupt(self, owner: str) -> None:
+        """End the waiting or failed response ``owner`` names (a pending call, approval or
+        input id, or the failed invocation id)."""
+        _control.interrupt(self._session, owner)
+
+    def queue_edit(self, id: str, text: str) -> None:
+        _control.queue_op(self._session, "edit", id, text=text)
+
+    def queue_move(self, id: str, position: int) -> None:
+        _control.queue_op(self._session, "move", id, position=position)
+
+    def queue_remove(self, id: str) -> None:
+        _control.queue_op(self._session, "remove", id)
+
+    def queue_send_now(self, id: str) -> None:
+        """Interrupt the waiting response and put this queued message first (the next turn
+        runs it)."""
+        _control.queue_op(self._session, "send_now", id)
+
+    def respond(self, input_id: str, value: Any) -> None:
+        """Answer an input request (validated against its schema)."""
+        _control.respond(self._session, input_id, value)
+
+    def seed(self, text: str, role: Literal["user", "system"] = "user",
+             id: str | None = None) -> SeedEvent:
+        """A passive message: part of the conversation, no turn started."""
+        return _control.seed(self._session, text, role, id)
 
 
 class Session:
@@ -148,6 +216,10 @@ class Session:
         #: True once a claim committed this session's inputs (decisions, answers): a turn
         #: that then fails keeps its progress like one whose tool ran.
         self.claimed = False
+        #: The session's control record as loaded (None: none), and the controls this
+        #: session's requests ask of a running turn (written when it is committed).
+        self.control: Control | None = None
+        self.control_asks: list[Ask] = []
         self._lock = threading.Lock()
         #: Not None while a run is active: events recorded by tools wait here.
         self._deferred: list[Event] | None = None
@@ -175,7 +247,34 @@ class Session:
 
     @classmethod
     def from_stored(cls, stored: StoredSession) -> Session:
-        return cls(stored.head, stored.events, stored.first_seq)
+        session = cls(stored.head, stored.events, stored.first_seq)
+        session.control = stored.control
+        return session
+
+    @property
+    def pause_pending(self) -> bool:
+        """A pause is asked in the control record and the ledger has not taken it up yet."""
+        control = self.control
+        return (control is not None and control.pause is not None and not self._head.paused
+                and control.pause > self._head.control_rev)
+
+    def request_input(self, input_id: str, schema: Any, prompt: str | None = None) -> None:
+        """Ask a person for application-defined input (trusted server code): it shows in
+        ``pending_inputs``, the session waits (messages queue in the inbox) until
+        ``input.respond(input_id, value)``, validated against ``schema`` (a JSON Schema dict
+        or a pydantic model class). The value stays in the ledger; the model sees it only
+        through a context builder that reads ``input_values``."""
+        _control.request_input(self, input_id, schema, prompt)
+
+    @property
+    def input_values(self) -> dict[str, Any]:
+        """Responses to input requests in the loaded ledger: input id -> value."""
+        return {e.input_id: e.value for e in self.events if isinstance(e, InputResponse)}
+
+    def seed(self, text: str, role: Literal["user", "system"] = "user",
+             id: str | None = None) -> SeedEvent:
+        """A passive message (see ``input.seed``)."""
+        return self.input.seed(text, role, id)
 
     # --- what callers read -------------------------------------------------------------------
 
@@ -217,6 +316,11 @@ class Session:
 
     @property
     def status(self) -> Literal["active", "awaiting_input", "failed", "paused"]:
+        if self.pause_pending:
+            return "paused"
+        return self._status()
+
+    def _status(self) -> Literal["active", "awaiting_input", "failed", "paused"]:
         """``paused`` while paused; ``failed`` after a failed turn (until retried or
         interrupted); ``awaiting_input`` while parked on a yield, an approval, an input
         request or a message yield; else ``active``."""
@@ -373,6 +477,8 @@ class Session:
             self._effects = None
         self._loaded = stored.events
         self._first_seq = stored.first_seq
+        if stored.control is not None:
+            self.control = stored.control
         self._base_version = head.version
         self._base_seq = head.seq - len(pending)
 
