@@ -4,6 +4,8 @@ Built once per cold start; ``handler`` is the resolver, wrapped in Powertools' L
 context, API Gateway request id as correlation id), Tracer and Metrics (cold start, and a
 count of responses per status class: ``Responses2xx``/``4xx``/``5xx``).
 The principal is the Cognito user (``claims.sub``) the API's authorizer established.
+Work a request cannot finish within API Gateway's 29 s (the rest of a session's inbox, a turn
+cut by the deadline) is handed on to the webhook queue (``app.hand_on``, see ``hand_on.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
+from hand_on import handing_on_from
 
 from dormant.http import build_resolver
 
@@ -37,7 +40,8 @@ resolver = build_resolver(app, concierge, require_principal=True, timeout=settin
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """One API Gateway REST proxy event -> one proxy response."""
-    response = resolver.resolve(event, context)
+    with handing_on_from(context.aws_request_id):
+        response = resolver.resolve(event, context)
     metrics.add_metric(name=f"Responses{response['statusCode'] // 100}xx",
                        unit=MetricUnit.Count, value=1)
     return response

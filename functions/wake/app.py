@@ -16,6 +16,10 @@ retried by Lambda's asynchronous invocation (``EventInvokeConfig``), then lands 
 dead-letter queue; that is safe because a delivery that did not commit wrote nothing and its
 timer is still pending in the session. (Scheduler's own retry policy and dead-letter queue
 cover invocations it could not make: throttling, permissions, a missing function.)
+
+Work the firing's request cannot finish in this invocation (the rest of the session's inbox, a
+turn cut by the deadline) is handed on to the webhook queue (``app.hand_on``, see
+``hand_on.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
+from hand_on import handing_on_from
 from pydantic import ValidationError
 
 from dormant.errors import StaleTimer, describe_validation
@@ -64,8 +69,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except ValidationError as error:
         metrics.add_metric(name="TimerEventsInvalid", unit=MetricUnit.Count, value=1)
         raise InvalidTimerEvent(f"not a timer delivery: {describe_validation(error)}") from error
-    with logger.append_context_keys(session_id=delivery.session_id, timer=delivery.name,
-                                    fire_at=delivery.fire_at):
+    with (logger.append_context_keys(session_id=delivery.session_id, timer=delivery.name,
+                                     fire_at=delivery.fire_at),
+          handing_on_from(context.aws_request_id)):
         result = wake(delivery)
         return _report(delivery, result)
 

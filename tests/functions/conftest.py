@@ -33,7 +33,7 @@ if str(FUNCTIONS) not in sys.path:
 
 #: Modules a cold start imports from ``functions/``; dropped before each fresh import.
 _FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "deployment",
-                     "bookings")
+                     "bookings", "hand_on")
 #: What the template gives every function for timers (EventBridge Scheduler -> wake function).
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test-wake"
 SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/dormant-test-scheduler"
@@ -94,6 +94,9 @@ class Deployment:
     table: str
     bucket: str
     schedule_group: str = "default"
+    #: The webhook SQS FIFO queue (what the template's ``WebhookQueue`` is): its name and URL.
+    queue: str = "dormant-webhook.fifo"
+    queue_url: str = ""
     server: MotoServer | None = None
 
     def cold_start(self, function: str) -> ModuleType:
@@ -119,12 +122,30 @@ class Deployment:
                  ["Schedules"]]
         return [client.get_schedule(Name=n, GroupName=self.schedule_group) for n in names]
 
+    def queued(self) -> list[dict[str, Any]]:
+        """Take every message waiting in the webhook queue (body, attributes), in order."""
+        import boto3
+
+        client = boto3.client("sqs")
+        taken: list[dict[str, Any]] = []
+        while True:
+            batch = client.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10,
+                                           AttributeNames=["All"], WaitTimeSeconds=0,
+                                           VisibilityTimeout=0).get("Messages", [])
+            if not batch:
+                return taken
+            for message in batch:
+                client.delete_message(QueueUrl=self.queue_url,
+                                      ReceiptHandle=message["ReceiptHandle"])
+            taken.extend(batch)
+
 
 def _deployment_env(monkeypatch: pytest.MonkeyPatch) -> Deployment:
     aws_env(monkeypatch)
     suffix = uuid.uuid4().hex[:8]
     deployment = Deployment(table=f"dormant-sessions-{suffix}", bucket=f"dormant-offload-{suffix}",
-                            schedule_group=f"dormant-timers-{suffix}")
+                            schedule_group=f"dormant-timers-{suffix}",
+                            queue=f"dormant-webhook-{suffix}.fifo")
     env = {
         "DORMANT_TABLE": deployment.table,
         "DORMANT_BUCKET": deployment.bucket,
@@ -147,7 +168,7 @@ def _deployment_env(monkeypatch: pytest.MonkeyPatch) -> Deployment:
     return deployment
 
 
-def _provision(deployment: Deployment) -> None:
+def _provision(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
 
     from dormant.stores import DynamoDBStore
@@ -155,6 +176,13 @@ def _provision(deployment: Deployment) -> None:
     DynamoDBStore(deployment.table).ensure_table()
     boto3.client("s3").create_bucket(Bucket=deployment.bucket)
     boto3.client("scheduler").create_schedule_group(Name=deployment.schedule_group)
+    # As template.yaml's WebhookQueue, whose URL every function gets for hand-ons.
+    deployment.queue_url = boto3.client("sqs").create_queue(
+        QueueName=deployment.queue,
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true",
+                    "DeduplicationScope": "messageGroup",
+                    "FifoThroughputLimit": "perMessageGroupId"})["QueueUrl"]
+    monkeypatch.setenv("WEBHOOK_QUEUE_URL", deployment.queue_url)
 
 
 @pytest.fixture
@@ -162,7 +190,7 @@ def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     """A stack on in-process moto: table and bucket created, the functions' env set."""
     deployment = _deployment_env(monkeypatch)
     with in_process_aws():
-        _provision(deployment)
+        _provision(deployment, monkeypatch)
         yield deployment
     for name in _FUNCTION_MODULES:
         sys.modules.pop(name, None)
@@ -177,7 +205,7 @@ def deployed_over_http(monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     for name, value in server.endpoint_env().items():
         monkeypatch.setenv(name, value)
     deployment.server = server
-    _provision(deployment)
+    _provision(deployment, monkeypatch)
     yield deployment
     for name in _FUNCTION_MODULES:
         sys.modules.pop(name, None)
