@@ -1,17 +1,30 @@
-"""The ``webhook`` function: SQS FIFO records -> a server-appended user message and one turn each.
+"""The ``webhook`` function: SQS FIFO records -> one turn request each.
 
-Each record's body is a :class:`WebhookMessage` (``{sessionId, messageId, text}``); senders set
-``MessageGroupId`` to the session id, so one session's messages run one at a time, in order.
-A record whose message id is already in its session (a redelivery) counts as done, so it lands
-once. A record that cannot land (bad body, a session waiting for a tool answer, a turn that did
-not commit) is reported in ``batchItemFailures``: SQS retries just that record (and those after
-it in its message group, to keep the order), then moves it to the dead-letter queue. The batch
-itself never fails.
+A record's body is one of two kinds. A :class:`WebhookMessage` (``{sessionId, messageId,
+text}``) from trusted server code: a user message appended to its session, and a turn. A
+:class:`~hand_on.HandOnMessage` (``{"kind": "hand_on", sessionId, input, principal}``): work
+another invocation handed on (``App.hand_on``: the rest of a session's inbox, a retry of a turn
+cut by the deadline, a message whose turn was cut before anything was written), run as the turn
+request it is. Senders set ``MessageGroupId`` to the session id (hand-ons use its canonical
+form, ``session_…``), so one session's records run one at a time, in order.
+
+A message record whose message id is already in its session (a redelivery) counts as done, so
+it lands once. A hand-on record is done when its turn landed or ended without needing another
+try: the run's statuses (completed, yielded, queued, recorded, stopped, paused, interrupted),
+its message or retry already in the session (``duplicate_message``, ``duplicate_retry``), a
+retry whose session no longer has a failed invocation (``nothing_to_retry``: it was retried or
+interrupted meanwhile), a stop for an invocation that ended (``not_running``), and for a drain
+(empty input) an inbox with nothing to run (``invalid_input``) or a failed session
+(``session_failed``: the inbox waits for the retry, which must not queue behind this record).
+A record that cannot land (bad body, a session waiting for a tool answer, a turn that did not
+commit) is reported in ``batchItemFailures``: SQS retries just that record (and those after it
+in its message group, to keep the order), then moves it to the dead-letter queue. The batch
+itself never fails. The turns' own drains hand on through the same queue (``app.hand_on``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
@@ -23,13 +36,15 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
-from pydantic import BaseModel, ConfigDict, Field, Json
+from hand_on import KIND, HandOnMessage, handing_on_from
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Json, Tag
 from pydantic.alias_generators import to_camel
 
-from dormant.errors import DuplicateMessage
+from dormant.errors import DuplicateMessage, InputError, NotRunning, RetryRefused, SessionFailed
 from dormant.handlers import HandlerInput, Input, RestResponse
 
-__all__ = ["RecordNotLanded", "WebhookMessage", "WebhookRecord", "handler", "record_handler"]
+__all__ = ["HandOnMessage", "RecordNotLanded", "WebhookMessage", "WebhookRecord", "handler",
+           "record_handler"]
 
 logger = Logger()
 # The library logs to the standard "dormant" logger: give it this logger's JSON format and
@@ -60,10 +75,21 @@ class WebhookMessage(BaseModel):
     text: str = Field(min_length=1, description="The user message to append.")
 
 
-class WebhookRecord(SqsRecordModel):
-    """An SQS record whose body is a JSON :class:`WebhookMessage`."""
+def _kind(body: Any) -> Literal["hand_on", "message"]:
+    """A body with a ``kind`` is a hand-on (any other kind fails as one); else a message."""
+    has_kind = "kind" in body if isinstance(body, dict) else isinstance(body, HandOnMessage)
+    return "hand_on" if has_kind else "message"
 
-    body: Json[WebhookMessage]
+
+#: A record's body: a message, or (``"kind": "hand_on"``) a handed-on request.
+Body = Annotated[Annotated[HandOnMessage, Tag(KIND)] | Annotated[WebhookMessage, Tag("message")],
+                 Discriminator(_kind)]
+
+
+class WebhookRecord(SqsRecordModel):
+    """An SQS record whose body is a JSON :class:`WebhookMessage` or :class:`HandOnMessage`."""
+
+    body: Json[Body]
 
 
 class RecordNotLanded(Exception):
@@ -80,21 +106,46 @@ processor.raise_on_entire_batch_failure = False
 
 @tracer.capture_method
 def record_handler(record: WebhookRecord, lambda_context: LambdaContext | None = None) -> None:
-    """Append the record's message and run a turn; raise unless the message is in the session."""
-    message = record.body
+    """Run the record's turn request; raise unless its work is in the session (or done)."""
+    body = record.body
     if lambda_context is not None and lambda_context.get_remaining_time_in_millis() < NEEDED_MS:
         # Cut off mid-turn, the record would be redelivered anyway, after the whole visibility
         # timeout; reported now, it comes back sooner and nothing half-done is left.
-        raise RecordNotLanded(f"message {message.message_id}: not enough time left in this "
-                              "invocation for a turn; SQS will deliver it again")
+        raise RecordNotLanded(f"{_describe(body)}: not enough time left in this invocation for "
+                              "a turn; SQS will deliver it again")
+    remaining = (lambda_context.get_remaining_time_in_millis() / 1000
+                 if lambda_context is not None else None)
+    # A redelivery of this record hands on what it hands on again: the same origin.
+    with handing_on_from(record.messageId):
+        if isinstance(body, HandOnMessage):
+            _hand_on(body, remaining)
+        else:
+            _message(body, remaining)
+
+
+def _message(message: WebhookMessage, remaining: float | None) -> None:
     with logger.append_context_keys(session_id=message.session_id,
                                     message_id=message.message_id):
-        remaining = (lambda_context.get_remaining_time_in_millis() / 1000
-                     if lambda_context is not None else None)
         reply = turn(HandlerInput(session_id=message.session_id,
                                   input=Input(message=message.text, message_id=message.message_id)),
                      remaining_time=remaining)
         _report(message, reply)
+
+
+def _hand_on(record: HandOnMessage, remaining: float | None) -> None:
+    request = record.request()
+    ids = {"retry_id": request.input.retry.retry_id if request.input.retry else None,
+           "message_id": request.input.message_id}
+    with logger.append_context_keys(session_id=record.session_id, hand_on=record.work,
+                                    **{k: v for k, v in ids.items() if v is not None}):
+        reply = turn(request, remaining_time=remaining)
+        _report_hand_on(record, reply)
+
+
+def _describe(body: WebhookMessage | HandOnMessage) -> str:
+    if isinstance(body, HandOnMessage):
+        return f"hand-on ({body.work}) for session {body.session_id}"
+    return f"message {body.message_id}"
 
 
 def _report(message: WebhookMessage, reply: RestResponse) -> None:
@@ -114,6 +165,39 @@ def _report(message: WebhookMessage, reply: RestResponse) -> None:
 
 def _redelivered(reply: RestResponse) -> bool:
     return reply.status == "error" and reply.code == DuplicateMessage.code
+
+
+#: Refusals that mean a hand-on's work is already done (or moot): nothing to try again.
+DONE_CODES = frozenset({DuplicateMessage.code, "duplicate_retry", RetryRefused.code,
+                        NotRunning.code})
+#: For a drain (empty input) also: nothing left in the inbox, or a failed session (its
+#: queued messages wait for the retry, whose turn runs them).
+DRAIN_DONE_CODES = frozenset({InputError.code, SessionFailed.code})
+
+
+def hand_on_done(record: HandOnMessage, reply: RestResponse) -> bool:
+    """Whether a hand-on record's turn leaves nothing for a redelivery to do."""
+    if reply.landed:
+        return True
+    if reply.status == "error":
+        return reply.code in DONE_CODES or (
+            record.work == "drain" and reply.code in DRAIN_DONE_CODES)
+    # A run that ended without landing: done unless its commit failed or was dropped.
+    return reply.commit_status not in ("failed", "superseded")
+
+
+def _report_hand_on(record: HandOnMessage, reply: RestResponse) -> None:
+    extra = {"status": reply.status, "commit_status": reply.commit_status, "code": reply.code}
+    if not hand_on_done(record, reply):
+        raise RecordNotLanded(f"{_describe(record)} did not land: "
+                              f"{reply.code or reply.commit_status}: "
+                              f"{reply.error or reply.warning}")
+    if reply.landed:
+        metrics.add_metric(name="HandOnsLanded", unit=MetricUnit.Count, value=1)
+        logger.info("hand-on landed", extra=extra)
+    else:
+        metrics.add_metric(name="HandOnsAlreadyDone", unit=MetricUnit.Count, value=1)
+        logger.info("hand-on had nothing (more) to do", extra=extra)
 
 
 @logger.inject_lambda_context
