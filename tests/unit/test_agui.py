@@ -124,7 +124,7 @@ def test_a_finished_turn_is_one_run_bracketed_by_started_and_finished(app, tools
     assert started["runId"] == stream.result.invocation_id == finished["runId"]
     assert "parentRunId" not in started
     assert data[1]["snapshot"] == {}
-    assert finished["result"] == {"commitStatus": "committed"}
+    assert finished["result"] == {"commitStatus": "committed", "status": "completed"}
     assert "".join(e["delta"] for e in data if e["type"] == "TEXT_MESSAGE_CONTENT") \
         == "Hello there."
     assert app.sessions.get("thread-42").version == 1
@@ -227,7 +227,8 @@ def test_a_yield_ends_with_run_interrupted_then_an_interrupt_outcome(app, tools)
     assert custom["value"]["callIds"] == ["call_ask"]
     assert custom["value"]["yieldedTools"] == [
         {"callId": "call_ask", "name": "ask_guest", "args": {"q": "Which night?"}}]
-    assert finished["result"] == {"commitStatus": "committed"}
+    assert finished["result"] == {"commitStatus": "committed",
+                                  "status": "yielded_tool"}
     assert finished["outcome"]["type"] == "interrupt"
     [interrupt] = finished["outcome"]["interrupts"]
     assert interrupt["id"] == interrupt["toolCallId"] == "call_ask"
@@ -260,7 +261,7 @@ def test_a_resumed_run_is_a_child_run_that_settles_the_earlier_call(app, tools):
     result = one(data, "TOOL_CALL_RESULT")
     assert result["toolCallId"] == "call_ask"
     assert json.loads(result["content"]) == {"answer": "Friday"}
-    assert data[-1]["result"] == {"commitStatus": "committed"}
+    assert data[-1]["result"] == {"commitStatus": "committed", "status": "completed"}
 
 
 def test_every_resume_names_the_run_it_resumes_as_its_parent(app, tools):
@@ -427,7 +428,8 @@ def test_a_superseded_turn_finishes_without_an_interrupt(tools):
     data = conformant(events)
     assert overtaken == ["completed"]
     assert data[-1]["type"] == "RUN_FINISHED"
-    assert data[-1]["result"] == {"commitStatus": "superseded"}
+    assert data[-1]["result"] == {"commitStatus": "superseded",
+                                  "status": "yielded_tool"}
     assert "outcome" not in data[-1]
     assert not [e for e in data if e["type"] == "CUSTOM"]
     assert app.sessions.get("s-race").yielded_tools == []

@@ -250,7 +250,7 @@ def test_a_stock_client_can_pause_and_resume_through_run_agent_input(app, ask_gu
     assert second[0]["parentRunId"] == first[0]["runId"]
     text = "".join(e["delta"] for e in second if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert text == "Booked for Friday."
-    assert second[-1]["result"] == {"commitStatus": "committed"}
+    assert second[-1]["result"] == {"commitStatus": "committed", "status": "completed"}
 
 
 # --- cold start ------------------------------------------------------------------------------

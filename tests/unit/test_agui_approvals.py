@@ -63,7 +63,8 @@ def test_an_approval_interrupts_the_run_and_a_resume_entry_decides_it() -> None:
          "payload": {"approved": True}}])))))
 
     assert resumed[-1]["type"] == "RUN_FINISHED"
-    assert resumed[-1]["result"] == {"commitStatus": "committed"}
+    assert resumed[-1]["result"] == {"commitStatus": "committed",
+                                    "status": "completed"}
     assert closed == ["T-7"]
     assert any(e["type"] == "TOOL_CALL_RESULT" and e["toolCallId"] == "call_close"
                for e in resumed)

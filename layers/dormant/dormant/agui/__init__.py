@@ -13,20 +13,40 @@ turn start: the base the run's ``STATE_DELTA`` patches apply to), ``MESSAGES_SNA
 the run resumes tool calls an earlier run made, then the turn translated (text deltas become
 ``TEXT_MESSAGE_*``, so a text message exists only if the model streamed; tool calls
 ``TOOL_CALL_START/ARGS/END``, tool results ``TOOL_CALL_RESULT``, state deltas
-``STATE_DELTA``, thought deltas ``REASONING_*``), and one ending: ``RUN_FINISHED`` with
-``result: {"commitStatus": ...}`` when the turn finished (or parked for the next message); a
-``CUSTOM`` named ``RUN_INTERRUPTED`` (value: ``callIds``, ``yieldedTools``,
-``commitStatus``) then ``RUN_FINISHED`` with an interrupt outcome (one interrupt per waiting
-call, interrupt id = call id) when it parked on yielded tools; ``RUN_ERROR`` with no
-``RUN_FINISHED`` when it failed or was aborted (nothing was written).
+``STATE_DELTA``, thought deltas ``REASONING_*``; a generator tool's preliminary results
+``CUSTOM`` ``TOOL_PROGRESS``, its final one the call's single ``TOOL_CALL_RESULT``; a steer's
+user message and a seed ``TEXT_MESSAGE_*`` of their role; a queued message ``CUSTOM``
+``QUEUED``; the other turn-control events, which have no AG-UI counterpart, ``CUSTOM``
+``dormant.<event type>`` with the event's JSON), and one ending, after whatever text or
+reasoning is open is closed. Every ``RUN_FINISHED`` carries
+``result: {"commitStatus": ..., "status": <the turn's status>}``:
+
+- ``completed``, ``yielded_message`` (parked for the next message), ``stopped`` (a stop
+  ended the invocation), ``paused``, ``interrupted`` (a waiting or failed response was
+  ended), ``recorded`` (inputs recorded, no turn ran): ``RUN_FINISHED``;
+- ``yielded_tool``: a ``CUSTOM`` named ``RUN_INTERRUPTED`` (value: ``callIds``,
+  ``yieldedTools``, ``pendingApprovals``, ``commitStatus``) then ``RUN_FINISHED`` with an
+  interrupt outcome (one interrupt per waiting call, interrupt id = call id);
+- ``queued`` (the message went to the session's inbox): ``CUSTOM`` ``QUEUED`` (value:
+  ``id``, ``position``) then ``RUN_FINISHED`` (its result adds ``queued``);
+- ``accepted`` (a control was written for an invocation running elsewhere): ``CUSTOM``
+  ``CONTROL_ACCEPTED`` (value: ``invocationId``) then ``RUN_FINISHED``;
+- ``error`` (failed, aborted, refused): ``RUN_ERROR`` with no ``RUN_FINISHED``.
 
 Ids: ``threadId`` is the canonical session id. ``runId`` is the invocation id for the run that
-starts an invocation. A run that reopens a parked invocation is a new AG-UI run,
-``<invocation id>:<id of the invocation_resume event that reopened it>``, whose
-``parentRunId`` names the run that parked it (the run that last opened the invocation, found
-in the ledger the turn loaded; when the agent's history window does not reach back that far,
-the invocation's first run, i.e. the invocation id). The ids are derived from the ledger, so
-they are the same whichever process serves the request.
+starts an invocation. A run that reopens an invocation (parked, failed and retried, or
+paused and resumed) is a new AG-UI run, ``<invocation id>:<id of the event that reopened
+it>`` (``invocation_resume``, ``retry``, ``resume``), whose ``parentRunId`` names the run
+before it (the run that last opened the invocation, found in the ledger the turn loaded;
+when the agent's history window does not reach back that far, the invocation's first run,
+i.e. the invocation id). The ids are derived from the ledger, so they are the same whichever
+process serves the request. Since a run's id is not always its invocation's,
+``RUN_STARTED.metadata.invocationId`` names the invocation in every run: the id a stop
+(``input.stop.invocation_id``) or a steer names. A run that opens no invocation (a queued
+message, a control) names the one its result names, else its own id.
+
+A client that hangs up stops the turn: closing the :class:`AgUIRun` (what the HTTP route does
+when the connection drops) aborts it, as :meth:`~dormant.TurnStream.abort` does.
 
 ``ag_ui`` is imported here, never by ``import dormant``: the Lambda path pays for it only
 when it serves AG-UI.
@@ -41,14 +61,26 @@ except ImportError as error:
         "dormant.agui needs the AG-UI protocol package: pip install 'dormant[agui]'"
     ) from error
 
-from dormant.agui._adapter import RUN_INTERRUPTED, AgUIAdapter, ToolTransformer
+from dormant.agui._adapter import (
+    CONTROL_ACCEPTED,
+    LEDGER_EVENT_PREFIX,
+    QUEUED,
+    RUN_INTERRUPTED,
+    TOOL_PROGRESS,
+    AgUIAdapter,
+    ToolTransformer,
+)
 from dormant.agui._handler import SSE_CONTENT_TYPE, AgUIRun, agui_handler, encode_sse, run_ids
 from dormant.agui._input import from_run_agent_input
 from dormant.agui._messages import to_agui_messages
 
 __all__ = [
+    "CONTROL_ACCEPTED",
+    "LEDGER_EVENT_PREFIX",
+    "QUEUED",
     "RUN_INTERRUPTED",
     "SSE_CONTENT_TYPE",
+    "TOOL_PROGRESS",
     "AgUIAdapter",
     "AgUIRun",
     "ToolTransformer",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
@@ -41,16 +41,27 @@ from dormant.events import (
     AssistantDelta,
     Event,
     ModelStart,
+    QueuedEvent,
+    SeedEvent,
     StateDelta,
     StreamEvent,
     ThoughtDelta,
     ToolCall,
     ToolResult,
     Usage,
+    UserEvent,
 )
 from dormant.types import PendingApproval, YieldedTool
 
-__all__ = ["RUN_INTERRUPTED", "AgUIAdapter", "ToolTransformer"]
+__all__ = [
+    "CONTROL_ACCEPTED",
+    "LEDGER_EVENT_PREFIX",
+    "QUEUED",
+    "RUN_INTERRUPTED",
+    "TOOL_PROGRESS",
+    "AgUIAdapter",
+    "ToolTransformer",
+]
 
 #: Name of the ``CUSTOM`` event a run that parked on yielded tools sends before it finishes.
 #: The answer an approval interrupt expects (``resume`` payload).
@@ -61,6 +72,23 @@ _DECISION_SCHEMA: dict[str, Any] = {
 }
 
 RUN_INTERRUPTED = "RUN_INTERRUPTED"
+#: ``CUSTOM`` name: a message went to the session's inbox (value: ``id``, ``position``).
+QUEUED = "QUEUED"
+#: ``CUSTOM`` name: a control (stop, steer, pause) was written for an invocation running in
+#: another process (value: ``invocationId``).
+CONTROL_ACCEPTED = "CONTROL_ACCEPTED"
+#: ``CUSTOM`` name: a generator tool's preliminary output (value: ``toolCallId``,
+#: ``toolCallName``, ``content``); the call's one ``TOOL_CALL_RESULT`` comes when it ends.
+TOOL_PROGRESS = "TOOL_PROGRESS"
+#: Prefix of the ``CUSTOM`` names of ledger events with no AG-UI counterpart (``dormant.pause``,
+#: ``dormant.input_requested``, ...): the value is the event's JSON form.
+LEDGER_EVENT_PREFIX = "dormant."
+
+#: Ledger events of turn control that reach the client as ``CUSTOM`` ``dormant.<type>``.
+_AS_CUSTOM = frozenset({
+    "stop_requested", "pause", "resume", "interrupt", "queue_edit", "queue_move",
+    "queue_remove", "queue_send_now", "input_requested", "input_response",
+})
 
 #: Rewrites what the client is shown of a yielded call (its ``args``) in the interrupt.
 ToolTransformer = Callable[[YieldedTool], Any]
@@ -82,7 +110,17 @@ class AgUIAdapter:
     translated from it; ``tool_transformers`` maps a yielding tool's name to a function of the
     :class:`~dormant.YieldedTool` whose return value is shown as that call's ``args`` in the
     interrupt; ``yield_schemas`` maps a yielding tool's name to the JSON Schema of the answer
-    it expects (sent as the interrupt's ``responseSchema``).
+    it expects (sent as the interrupt's ``responseSchema``); ``invocation_id`` is the
+    invocation the run belongs to, sent as ``RUN_STARTED.metadata.invocationId`` (default: the
+    run id; pass it when they differ, as for a run that reopens an invocation).
+
+    Turn control: a steer's ``user`` event (``steer=True``) and a ``seed`` become a
+    ``TEXT_MESSAGE_*`` of their role; a generator tool's preliminary result a ``CUSTOM``
+    :data:`TOOL_PROGRESS` (the call's one ``TOOL_CALL_RESULT`` is its final result); a
+    ``queued`` event a ``CUSTOM`` :data:`QUEUED`; the other control events (stop, pause,
+    resume, interrupt, inbox edits, input requests and responses) a ``CUSTOM`` named
+    ``dormant.<type>`` whose value is the event's JSON. How each turn status ends the run:
+    see :meth:`finish`.
 
     The loop ``app.handler.agui`` runs, written by hand (seed 002)::
 
@@ -105,9 +143,11 @@ class AgUIAdapter:
         raw_events: bool = False,
         tool_transformers: Mapping[str, ToolTransformer] | None = None,
         yield_schemas: Mapping[str, dict[str, Any]] | None = None,
+        invocation_id: str | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
+        self.invocation_id = invocation_id or run_id
         self.parent_run_id = parent_run_id
         self.include_steps = include_steps
         self.reasoning = reasoning
@@ -119,14 +159,16 @@ class AgUIAdapter:
         self._thoughts: dict[str, int] = {}  # reasoning messages opened per thought id
         self._step: str | None = None  # the open step
         self._holder: str | None = None  # the message this step's tool calls hang under
+        self._queued: set[str] = set()  # queued message ids already announced
 
     # --- opening -------------------------------------------------------------------------------
 
     def run_started(self) -> RunStartedEvent:
         """``RUN_STARTED``: ``threadId`` the session, ``runId`` this run, ``parentRunId`` the
-        run this one resumes."""
+        run this one resumes, ``metadata.invocationId`` the invocation (what a stop names)."""
         return RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id,
                                parent_run_id=self.parent_run_id,
+                               metadata={"invocationId": self.invocation_id},
                                protocol_version=PROTOCOL_VERSION, timestamp=now_ms())
 
     def state_snapshot(self, state: Any) -> StateSnapshotEvent:
@@ -184,12 +226,28 @@ class AgUIAdapter:
                 out.append(ToolCallArgsEvent(tool_call_id=event.call_id,
                                              delta=args_json(event.args), **meta))
                 out.append(ToolCallEndEvent(tool_call_id=event.call_id, **meta))
+            case ToolResult() if event.preliminary:
+                out.append(CustomEvent(name=TOOL_PROGRESS, value={
+                    "toolCallId": event.call_id, "toolCallName": event.name,
+                    "content": result_text(event.result, event.error)}, **self._meta(event)))
             case ToolResult():
                 out.append(ToolCallResultEvent(
                     message_id=event.id, tool_call_id=event.call_id, role="tool",
                     content=result_text(event.result, event.error), **self._meta(event)))
             case StateDelta():
                 out.append(StateDeltaEvent(delta=event.patch, **self._meta(event)))
+            case UserEvent() if event.steer:  # the run's own message is the client's already
+                self._said(out, event, event.message_id, "user", event.text)
+            case SeedEvent():
+                self._said(out, event, event.message_id, event.role, event.text)
+            case QueuedEvent():
+                self._queued.add(event.message_id)
+                out.append(CustomEvent(name=QUEUED, value={
+                    "id": event.message_id, "position": event.position}, **self._meta(event)))
+            case _ if kind in _AS_CUSTOM:
+                out.append(CustomEvent(name=LEDGER_EVENT_PREFIX + kind,
+                                       value=event.model_dump(mode="json"),
+                                       **self._meta(event)))
             case _:
                 pass
         return out
@@ -197,33 +255,60 @@ class AgUIAdapter:
     # --- endings -------------------------------------------------------------------------------
 
     def finish(self, result: TurnResult) -> list[BaseEvent]:
-        """The run's ending for a turn result: interrupted when it yielded tools (and that
-        was stored), an error when it failed or was aborted, otherwise finished. A superseded
-        turn was dropped whole, so it finishes with ``commitStatus: "superseded"`` and no
-        interrupt: there is nothing to answer."""
-        if result.status == "error":
+        """The run's ending for a turn result (whatever is open is closed first):
+
+        - ``error`` (failed, aborted, refused): ``RUN_ERROR``, no ``RUN_FINISHED``;
+        - ``yielded_tool`` with calls waiting (and stored): :meth:`run_interrupted`; a
+          superseded turn was dropped whole, so it just finishes: there is nothing to answer;
+        - ``queued``: ``CUSTOM`` :data:`QUEUED` (``id``, ``position``; once, if the stream did
+          not announce it already), then ``RUN_FINISHED`` whose result adds ``queued``;
+        - ``accepted``: ``CUSTOM`` :data:`CONTROL_ACCEPTED` (``invocationId``), then
+          ``RUN_FINISHED``;
+        - anything else (``completed``, ``yielded_message``, ``stopped``, ``paused``,
+          ``interrupted``, ``recorded``): ``RUN_FINISHED``.
+
+        Every ``RUN_FINISHED`` result is ``{"commitStatus": ..., "status": <turn status>}``.
+        """
+        status = result.status
+        if status == "error":
             return self.run_error(result.error or "the turn failed", code=result.code)
-        if (result.status == "yielded_tool"
+        if (status == "yielded_tool"
                 and (result.yielded_tools or result.pending_approvals)
                 and result.commit_status != "superseded"):
             return self.run_interrupted(result.yielded_tools or [],
                                         approvals=result.pending_approvals or [],
-                                        commit_status=result.commit_status, usage=result.usage)
-        return self.run_finished(result.commit_status, usage=result.usage)
+                                        commit_status=result.commit_status, usage=result.usage,
+                                        status=status)
+        out = self._close_all()
+        extra: dict[str, Any] = {}
+        if status == "queued" and result.queued is not None:
+            ref = result.queued
+            extra["queued"] = {"id": ref.id, "position": ref.position}
+            if ref.id not in self._queued:
+                self._queued.add(ref.id)
+                out.append(CustomEvent(name=QUEUED, value=extra["queued"], timestamp=now_ms()))
+        elif status == "accepted":
+            out.append(CustomEvent(name=CONTROL_ACCEPTED, timestamp=now_ms(), value={
+                "invocationId": result.invocation_id}))
+        out.extend(self.run_finished(result.commit_status, usage=result.usage, status=status,
+                                     **extra))
+        return out
 
-    def run_finished(self, commit_status: str | None = None, *,
-                     usage: Usage | None = None) -> list[BaseEvent]:
-        """``RUN_FINISHED`` with ``result: {commitStatus}`` (after closing what is open)."""
+    def run_finished(self, commit_status: str | None = None, *, usage: Usage | None = None,
+                     status: str | None = None, **extra: Any) -> list[BaseEvent]:
+        """``RUN_FINISHED`` with ``result: {commitStatus}`` (plus ``status`` when given, and
+        any ``extra`` keys), after closing what is open."""
         out = self._close_all()
         out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
-                                    result={"commitStatus": commit_status},
+                                    result=_result(commit_status, status, **extra),
                                     usage=_usage(usage), timestamp=now_ms()))
         return out
 
     def run_interrupted(self, yielded: Sequence[YieldedTool], *,
                         approvals: Sequence[PendingApproval] = (),
                         commit_status: str | None = None,
-                        usage: Usage | None = None) -> list[BaseEvent]:
+                        usage: Usage | None = None,
+                        status: str | None = None) -> list[BaseEvent]:
         """A ``CUSTOM`` named ``RUN_INTERRUPTED`` whose value names the waiting calls
         (``callIds``; ``yieldedTools`` with ``callId``, ``name``, ``args``; ``pendingApprovals``
         with ``approvalId``, ``callId``, ``tool``, ``args``), then ``RUN_FINISHED`` with an
@@ -256,7 +341,7 @@ class AgUIAdapter:
             for request in approvals
         ]
         out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
-                                    result={"commitStatus": commit_status},
+                                    result=_result(commit_status, status),
                                     outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
                                     usage=_usage(usage), timestamp=now_ms()))
         return out
@@ -275,6 +360,17 @@ class AgUIAdapter:
         if self.raw_events:
             meta["raw_event"] = event.model_dump(mode="json")
         return meta
+
+    def _said(self, out: list[BaseEvent], event: StreamEvent, message_id: str,
+              role: Literal["user", "system"], text: str) -> None:
+        """A whole message as ``TEXT_MESSAGE_START/CONTENT/END`` (no content event when
+        empty: the protocol wants non-empty deltas)."""
+        meta = self._meta(event)
+        out.append(TextMessageStartEvent(message_id=message_id, role=role, **meta))
+        if text:
+            out.append(TextMessageContentEvent(message_id=message_id, delta=text, **meta))
+        out.append(TextMessageEndEvent(message_id=message_id, **meta))
+        self._holder = None
 
     def _shown_args(self, tool: YieldedTool) -> Any:
         transformer = self.tool_transformers.get(tool.name)
@@ -319,6 +415,14 @@ class AgUIAdapter:
         self._close_text(out, None)
         self._close_step(out, None)
         return out
+
+
+def _result(commit_status: str | None, status: str | None, **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {"commitStatus": commit_status}
+    if status is not None:
+        result["status"] = status
+    result.update(extra)
+    return result
 
 
 def _usage(usage: Usage | None) -> list[TokenUsage] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -19,17 +20,28 @@ __all__ = ["SSE_CONTENT_TYPE", "AgUIRun", "agui_handler", "encode_sse", "run_ids
 #: The media type of :func:`encode_sse`'s output.
 SSE_CONTENT_TYPE = "text/event-stream"
 
-_OPENERS = ("invocation_start", "invocation_resume")
+log = logging.getLogger("dormant")
+
+#: The events that open (or reopen) an invocation: once one is read, the run's ids are known.
+#: A ``resume`` opens one only when it continues a paused invocation (it names it).
+_OPENERS = ("invocation_start", "invocation_resume", "retry", "resume")
+
+
+def _opens(event: StreamEvent) -> bool:
+    return event.type in _OPENERS and (event.type != "resume" or event.invocation_id is not None)
 
 
 class AgUIRun(Iterator[BaseEvent]):
     """One request's AG-UI run: iterate it for ``ag_ui.core`` events.
 
     Lazy like the :class:`~dormant.TurnStream` it wraps (``turn``): nothing runs until it is
-    iterated. ``abort()`` stops the turn (the run then ends with ``RUN_ERROR``, code
-    ``aborted``, and nothing is written); ``close()`` (a client that hung up) aborts it and
-    ends the iteration. ``result`` is the turn's result once exhausted; ``adapter`` the
-    :class:`AgUIAdapter` in use once the run has started.
+    iterated. ``abort()`` stops the turn (the run then ends as the turn does: ``RUN_ERROR``,
+    code ``aborted``, when nothing was written). ``close()`` is a client that hung up: it
+    aborts the turn (:meth:`~dormant.TurnStream.abort`) and ends the iteration; the turn
+    underneath is then run to its end, which comes at its next check of the abort (what it
+    writes then is the turn's business), unless another thread is iterating the run: that
+    thread then sees the abort. ``result`` is the turn's result once it has ended;
+    ``adapter`` the :class:`AgUIAdapter` in use once the run has started.
     """
 
     def __init__(self, config: _Config, request: HandlerInput | dict[str, Any]) -> None:
@@ -52,12 +64,25 @@ class AgUIRun(Iterator[BaseEvent]):
         self.turn.abort()
 
     def close(self) -> None:
-        """Stop early (the client hung up): the turn is aborted and writes nothing."""
-        if self._gen is None:
-            self._gen = _nothing()
-        self._gen.close()
-        if self.turn.result is None:
-            self.turn.abort()
+        """Stop early (the client hung up): abort the turn, end the iteration, and let the
+        turn run to the end its abort leads to."""
+        turn = self.turn
+        if turn.result is None:
+            turn.abort()
+        started, self._gen = self._gen, self._gen or _nothing()
+        if started is None:  # never iterated: the turn never ran
+            return
+        try:
+            started.close()
+        except ValueError:  # another thread is iterating the run: it runs into the abort
+            return
+        if turn.result is None:
+            try:
+                for _ in turn:  # the turn stops at its next check of the abort
+                    pass
+            except Exception:
+                log.exception("the aborted turn failed while it stopped",
+                              extra={"session_id": turn.session_id})
 
     def __iter__(self) -> AgUIRun:
         return self
@@ -72,14 +97,16 @@ class AgUIRun(Iterator[BaseEvent]):
         try:
             # Read up to the event that opens (or reopens) the invocation: by then the session
             # is loaded, and the run's id is known.
+            # A turn that opens none (a queued message, a control, a refusal) is read whole.
             opening: list[StreamEvent] = []
             for event in turn:
                 opening.append(event)
-                if event.type in _OPENERS:
+                if _opens(event):
                     break
             run_id, parent_run_id = run_ids(turn, opening)
             thread_id = turn.session_id or (turn.result.session_id if turn.result else "")
             adapter = self.adapter = AgUIAdapter(thread_id, run_id, parent_run_id=parent_run_id,
+                                                 invocation_id=invocation_of(turn, opening),
                                                  yield_schemas=self._yield_schemas)
             yield adapter.run_started()
             start = turn.start_head
@@ -108,28 +135,46 @@ def run_ids(turn: TurnStream, opening: Sequence[StreamEvent]) -> tuple[str, str 
     """The AG-UI ``runId`` and ``parentRunId`` of a turn (see the package docs).
 
     The run that starts an invocation is the invocation id, with no parent. A later run of
-    the same invocation (it reopens an invocation parked on tools or on the next message) is
-    ``<invocation id>:<id of its invocation_resume event>`` (a fresh suffix when nothing was
-    reopened); its parent is the run that last opened the invocation, as the loaded ledger
-    shows it, else the invocation's first run.
+    the same invocation (it reopens an invocation parked on tools or on the next message,
+    retries a failed one, or continues a paused one) is ``<invocation id>:<id of the event
+    that reopened it>`` (``invocation_resume``, ``retry`` or ``resume``); a run that reopens
+    nothing while an invocation is parked gets a fresh suffix. Its parent is the run that
+    last opened the invocation, as the loaded ledger shows it, else the invocation's first
+    run. Any other run (nothing opened, nothing parked) is the turn's own id, with no parent.
     """
+    opener = next((e for e in opening if _opens(e)), None)
+    if opener is not None and opener.type == "invocation_start":
+        return opener.invocation_id or turn.invocation_id, None
     start = turn.start_head
-    if start is None or start.parked is None or start.open_invocation is None:
+    if opener is not None and opener.invocation_id is not None:
+        invocation = opener.invocation_id
+    elif start is not None and start.parked is not None and start.open_invocation is not None:
+        invocation = start.open_invocation
+    else:
         return turn.invocation_id, None
-    invocation = start.open_invocation
-    opener = next((e for e in opening if e.type == "invocation_resume"), None)
     run_id = f"{invocation}:{opener.id if opener is not None else new_id('run')}"
     parent = invocation
     events = turn.session.events if turn.session is not None else []
     for event in reversed(events):
-        if event.invocation_id != invocation or event is opener:
+        if (event.invocation_id != invocation or event.type not in _OPENERS
+                or (opener is not None and event.id == opener.id)):
             continue
-        if event.type == "invocation_resume":
+        if event.type != "invocation_start":
             parent = f"{invocation}:{event.id}"
-            break
-        if event.type == "invocation_start":
-            break
+        break
     return run_id, parent
+
+
+def invocation_of(turn: TurnStream, opening: Sequence[StreamEvent]) -> str | None:
+    """The invocation a run belongs to (``RUN_STARTED.metadata.invocationId``): the one its
+    opening event opens or reopens; for a run that opens none, the one its result names (a
+    control's target, a stopped invocation), else the turn's own id."""
+    opener = next((e for e in opening if _opens(e)), None)
+    if opener is not None and opener.invocation_id is not None:
+        return opener.invocation_id
+    if turn.result is not None and turn.result.invocation_id is not None:
+        return turn.result.invocation_id
+    return turn.invocation_id
 
 
 def agui_handler(config: _Config) -> Callable[[HandlerInput | dict[str, Any]], AgUIRun]:

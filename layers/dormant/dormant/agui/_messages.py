@@ -3,7 +3,8 @@
 Message ids agree with the live stream's: an assistant message is its ``assistant`` event's id
 (the id its text deltas carried); tool calls of a model step hang under that message, or, when
 the step said nothing, under the id of the step's first ``tool_call`` event; a tool message is
-its ``tool_result`` event's id.
+its ``tool_result`` event's id (a generator tool's preliminary results are progress, not
+messages); a user message (a steer's too) or a seed is its ``message_id``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from ag_ui.core import (
     AssistantMessage,
     FunctionCall,
     Message,
+    SystemMessage,
     ToolCall,
     ToolMessage,
     UserMessage,
 )
 
 import dormant.events as dormant_events
-from dormant.events import AssistantEvent, Event, ToolResult, UserEvent
+from dormant.events import AssistantEvent, Event, SeedEvent, ToolResult, UserEvent
 
 __all__ = ["CallLike", "args_json", "result_text", "to_agui_messages"]
 
@@ -73,6 +75,11 @@ def to_agui_messages(events: Iterable[Event], calls: Sequence[CallLike] = ()) ->
             case UserEvent():
                 holder = None
                 messages.append(UserMessage(id=event.message_id, content=event.text))
+            case SeedEvent():
+                holder = None
+                messages.append(UserMessage(id=event.message_id, content=event.text)
+                                if event.role == "user"
+                                else SystemMessage(id=event.message_id, content=event.text))
             case AssistantEvent():
                 holder = AssistantMessage(id=event.id, content=event.text)
                 messages.append(holder)
@@ -82,7 +89,7 @@ def to_agui_messages(events: Iterable[Event], calls: Sequence[CallLike] = ()) ->
                     messages.append(holder)
                 holder.tool_calls = [*(holder.tool_calls or []), _call(event)]
                 seen.add(event.call_id)
-            case ToolResult():
+            case ToolResult() if not event.preliminary:
                 holder = None
                 messages.append(ToolMessage(id=event.id, tool_call_id=event.call_id,
                                             content=result_text(event.result, event.error),
