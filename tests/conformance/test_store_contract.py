@@ -16,7 +16,7 @@ from dormant._head import Head
 from dormant.events import Event
 from dormant.stores import MemoryStore, Store
 from dormant.testing import StoreContract
-from dormant.types import CommitResult, SessionSummary, StoredSession
+from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 from .conftest import STORE_FACTORIES
 
@@ -87,6 +87,12 @@ class VendorStore:
 
     def landed(self, session_id: str, seq: int, event_id: str) -> bool:
         return self._rows.landed(session_id, seq, event_id)
+
+    def read_control(self, session_id: str) -> Control | None:
+        return self._rows.read_control(session_id)
+
+    def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
+        return self._rows.write_control(session_id, control, head_version=head_version)
 
     def delete(self, session_id: str) -> bool:
         return self._rows.delete(session_id)

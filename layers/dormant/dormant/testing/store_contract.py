@@ -1,4 +1,5 @@
-"""The store contract as a pytest suite: versions, conflicts, merge, "a refusal writes nothing".
+"""The store contract as a pytest suite: versions, conflicts, merge, "a refusal writes nothing",
+and the session's control record (read by a running turn, written by stop / steer / pause).
 
 Every store shipped with dormant runs it, and so can yours. This module imports pytest: import it
 from test code only (``dormant.testing`` itself does not import it).
@@ -15,12 +16,26 @@ import dormant
 from dormant.events import UserEvent
 from dormant.session import Session
 from dormant.stores import Store
+from dormant.types import Control, ControlSteer, ControlStop
 
 __all__ = ["StoreContract"]
 
 
 def _app(store: Store) -> dormant.App:
     return dormant.App(name="conformance", store=store)
+
+
+def _control(rev: int, *, stop: bool = False, pause: bool = False,
+             steers: int = 0) -> Control:
+    """A control record at ``rev``: a stop, a pause and ``steers`` steers, as asked."""
+    return Control(
+        rev=rev,
+        stop=ControlStop(invocation_id="inv_running", rev=rev, at=1_700_000_000_000)
+        if stop else None,
+        pause=rev if pause else None,
+        steers=[ControlSteer(id=f"steer-{n}", text=f"also check room {n}",
+                             invocation_id="inv_running", rev=rev, at=1_700_000_000_000 + n)
+                for n in range(steers)])
 
 
 class StoreContract:
@@ -276,3 +291,161 @@ class StoreContract:
         assert app.sessions.append("forget", "hello again", id="m-1").ok
         again = app.sessions.get("forget")
         assert again is not None and [e.text for e in again.events] == ["hello again"]  # type: ignore[union-attr]
+
+    # --- the control record --------------------------------------------------------------------
+
+    def test_a_session_without_a_control_record_reads_none(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("quiet")
+        assert store.read_control("session_quiet") is None
+        assert store.read_control("session_nobody") is None
+        stored = store.load("session_quiet")
+        assert stored is not None and stored.control is None
+
+    def test_a_control_write_at_the_current_head_lands_and_reads_back(
+            self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("steered")
+        written = _control(1, stop=True, steers=1)
+        assert store.write_control("session_steered", written, head_version=1) is True
+        assert store.read_control("session_steered") == written
+        after = _control(2, stop=True, pause=True, steers=2)
+        assert store.write_control("session_steered", after, head_version=1) is True
+        assert store.read_control("session_steered") == after
+
+    def test_a_control_write_at_the_wrong_revision_is_refused(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("revs")
+        assert store.write_control("session_revs", _control(2, pause=True),
+                                   head_version=1) is False  # absent counts as revision 0
+        assert store.read_control("session_revs") is None
+        first = _control(1, stop=True)
+        assert store.write_control("session_revs", first, head_version=1) is True
+        for rev in (1, 3):  # a writer that read nothing, or skipped one
+            assert store.write_control("session_revs", _control(rev, pause=True),
+                                       head_version=1) is False
+        assert store.read_control("session_revs") == first
+
+    def test_a_control_write_after_the_head_moved_is_refused(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("moved")
+        read_at = session.version
+        first = _control(1, pause=True)
+        assert store.write_control("session_moved", first, head_version=read_at) is True
+        session.input.message("a commit lands after the writer read the head")
+        assert app.sessions.commit(session).ok
+        assert store.write_control("session_moved", _control(2, stop=True),
+                                   head_version=read_at) is False
+        assert store.read_control("session_moved") == first
+        assert store.write_control("session_moved", _control(2, stop=True),
+                                   head_version=read_at + 1) is True
+
+    def test_head_version_zero_means_the_session_does_not_exist(self, store: Store) -> None:
+        app = _app(store)
+        early = _control(1, pause=True)
+        assert store.write_control("session_unborn", early, head_version=0) is True
+        assert store.read_control("session_unborn") == early
+        assert store.load("session_unborn") is None  # a control record makes no session
+        app.sessions.create("exists")
+        assert store.write_control("session_exists", _control(1, stop=True),
+                                   head_version=0) is False
+        assert store.read_control("session_exists") is None
+
+    def test_load_returns_the_control_record(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("loaded")
+        for n in range(3):
+            session.input.message(f"turn {n}")
+            assert app.sessions.commit(session).ok
+        written = _control(1, stop=True, pause=True, steers=1)
+        assert store.write_control("session_loaded", written, head_version=4) is True
+        for turns in (None, 0, 1, 2):
+            stored = store.load("session_loaded", turns=turns)
+            assert stored is not None and stored.control == written, turns
+            assert stored.head.version == 4
+        windowed = store.load("session_loaded", turns=2)
+        assert windowed is not None
+        assert [e.text for e in windowed.events if isinstance(e, UserEvent)] == [
+            "turn 1", "turn 2"]
+
+    def test_delete_removes_the_control_record(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("dropped")
+        assert store.write_control("session_dropped", _control(1, stop=True),
+                                   head_version=1) is True
+        assert app.sessions.delete("dropped") is True
+        assert store.read_control("session_dropped") is None
+        app.sessions.create("dropped")  # the id again: a new session starts at revision 1
+        assert store.load("session_dropped").control is None  # type: ignore[union-attr]
+        assert store.write_control("session_dropped", _control(1, pause=True),
+                                   head_version=1) is True
+
+    def test_a_commit_leaves_the_control_record_unchanged(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("kept")
+        written = _control(1, stop=True, steers=1)
+        assert store.write_control("session_kept", written, head_version=1) is True
+        session.input.message("a turn commits")
+        assert app.sessions.commit(session).ok
+        assert store.read_control("session_kept") == written
+        stored = store.load("session_kept")
+        assert stored is not None and stored.control == written and stored.head.version == 2
+
+    def test_the_head_remembers_where_each_commit_began(self, store: Store) -> None:
+        """``Head.commit_seqs``: the store appends the position the slice starts at to the
+        head it is given (each commit here starts from the stored head, as a turn does)."""
+        sizes = [1, 2, 1]
+        starts: list[int] = []
+        for n, size in enumerate(sizes):
+            stored = store.load("session_commits", turns=1)
+            session = Session.new("session_commits") if stored is None \
+                else Session.from_stored(stored)
+            for m in range(size):
+                session.input.message(f"commit {n} message {m}")
+            starts.append(session.head.seq - len(session.new_events))
+            first = session.new_events[0]
+            result = store.append(session.head, session.new_events,
+                                  expected_version=session.version)
+            assert result.ok and result.version == n + 1
+            assert store.landed("session_commits", starts[-1], first.id)
+        assert starts == [0, 1, 3]
+        whole = store.load("session_commits")
+        assert whole is not None and whole.head.version == 3
+        assert whole.head.commit_seqs == starts
+        assert [e.text for e in whole.events if isinstance(e, UserEvent)][1] == (
+            "commit 1 message 0")  # position 1 is where the second commit began
+        windowed = store.load("session_commits", turns=0)
+        assert windowed is not None and windowed.head.commit_seqs == starts
+
+    def test_control_reads_in_another_thread_run_beside_commits(self, store: Store) -> None:
+        """A running turn polls ``read_control`` from a background thread while its main
+        thread commits: neither may fail or see a torn record."""
+        app = _app(store)
+        session = app.sessions.create("polled")
+        written = _control(1, stop=True, pause=True, steers=1)
+        assert store.write_control("session_polled", written, head_version=1) is True
+        done = threading.Event()
+        seen: list[Control | None] = []
+        errors: list[BaseException] = []
+
+        def poll() -> None:
+            try:
+                while not done.is_set():
+                    seen.append(store.read_control("session_polled"))
+                    time.sleep(0.001)
+            except BaseException as error:  # reported by the main thread
+                errors.append(error)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            for n in range(10):
+                session.input.message(f"turn {n}")
+                assert app.sessions.commit(session).ok
+        finally:
+            done.set()
+            poller.join()
+        assert errors == []
+        assert seen and all(control == written for control in seen)
+        stored = store.load("session_polled")
+        assert stored is not None and stored.head.version == 11 and stored.control == written
