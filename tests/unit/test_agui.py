@@ -299,12 +299,36 @@ def test_a_partial_answer_interrupts_again_with_the_calls_still_waiting(app, too
     assert [i["id"] for i in data[-1]["outcome"]["interrupts"]] == ["call_ask_2"]
 
 
-def test_a_message_to_a_session_parked_on_a_tool_is_a_run_error(app, tools):
+def test_a_message_to_a_session_parked_on_a_tool_is_queued_in_a_run_of_that_invocation(
+        app, tools):
+    concierge = agent(app, tools, [{"tool_calls": [ASK]}])
+    handle = app.handler.agui(agent=concierge)
+    first = wire(list(handle({"session_id": "s-park", "input": {"message": "book"}})))
+
+    stream = handle({"session_id": "s-park", "input": {"message": "hello?",
+                                                       "message_id": "m-later"}})
+    events = list(stream)
+
+    assert types(events) == ["RUN_STARTED", "STATE_SNAPSHOT", "CUSTOM", "RUN_FINISHED"]
+    data = conformant(events)
+    started, queued, finished = data[0], data[2], data[3]
+    invocation = first[0]["runId"]
+    assert started["runId"].startswith(invocation + ":")
+    assert started["parentRunId"] == invocation
+    assert started["metadata"] == {"invocationId": invocation}
+    assert (queued["name"], queued["value"]) == ("QUEUED", {"id": "m-later", "position": 0})
+    assert finished["result"]["status"] == "queued"
+    assert finished["result"]["queued"] == {"id": "m-later", "position": 0}
+    assert stream.result.status == "queued"
+
+
+def test_a_message_that_may_not_wait_is_a_run_error(app, tools):
     concierge = agent(app, tools, [{"tool_calls": [ASK]}])
     handle = app.handler.agui(agent=concierge)
     list(handle({"session_id": "s-park", "input": {"message": "book"}}))
 
-    events = list(handle({"session_id": "s-park", "input": {"message": "hello?"}}))
+    events = list(handle({"session_id": "s-park",
+                          "input": {"message": "hello?", "if_busy": "reject"}}))
 
     assert types(events) == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_ERROR"]
     assert "call_ask" in conformant(events)[-1]["message"]

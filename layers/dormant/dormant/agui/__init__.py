@@ -39,11 +39,12 @@ paused and resumed) is a new AG-UI run, ``<invocation id>:<id of the event that 
 it>`` (``invocation_resume``, ``retry``, ``resume``), whose ``parentRunId`` names the run
 before it (the run that last opened the invocation, found in the ledger the turn loaded;
 when the agent's history window does not reach back that far, the invocation's first run,
-i.e. the invocation id). The ids are derived from the ledger, so they are the same whichever
-process serves the request. Since a run's id is not always its invocation's,
+i.e. the invocation id). A run that opens no invocation but concerns one (a message queued
+behind it, a control aimed at it) is ``<invocation id>:<fresh suffix>`` with the same parent;
+any other run is a fresh id. The ids are derived from the ledger, so they are the same
+whichever process serves the request. Since a run's id is not always its invocation's,
 ``RUN_STARTED.metadata.invocationId`` names the invocation in every run: the id a stop
-(``input.stop.invocation_id``) or a steer names. A run that opens no invocation (a queued
-message, a control) names the one its result names, else its own id.
+(``input.stop.invocation_id``) or a steer names.
 
 A client that hangs up stops the turn: closing the :class:`AgUIRun` (what the HTTP route does
 when the connection drops) aborts it, as :meth:`~dormant.TurnStream.abort` does.

@@ -137,21 +137,18 @@ def run_ids(turn: TurnStream, opening: Sequence[StreamEvent]) -> tuple[str, str 
     The run that starts an invocation is the invocation id, with no parent. A later run of
     the same invocation (it reopens an invocation parked on tools or on the next message,
     retries a failed one, or continues a paused one) is ``<invocation id>:<id of the event
-    that reopened it>`` (``invocation_resume``, ``retry`` or ``resume``); a run that reopens
-    nothing while an invocation is parked gets a fresh suffix. Its parent is the run that
-    last opened the invocation, as the loaded ledger shows it, else the invocation's first
-    run. Any other run (nothing opened, nothing parked) is the turn's own id, with no parent.
+    that reopened it>`` (``invocation_resume``, ``retry`` or ``resume``). A run that opens
+    nothing but concerns an existing invocation (see :func:`invocation_of`: a message queued
+    behind it, a control aimed at it) is ``<invocation id>:<fresh suffix>``. The parent of
+    either is the run that last opened the invocation, as the loaded ledger shows it, else
+    the invocation's first run. Any other run is the turn's own id, with no parent.
     """
-    opener = next((e for e in opening if _opens(e)), None)
+    opener = _opener(opening)
     if opener is not None and opener.type == "invocation_start":
         return opener.invocation_id or turn.invocation_id, None
-    start = turn.start_head
-    if opener is not None and opener.invocation_id is not None:
-        invocation = opener.invocation_id
-    elif start is not None and start.parked is not None and start.open_invocation is not None:
-        invocation = start.open_invocation
-    else:
-        return turn.invocation_id, None
+    invocation = invocation_of(turn, opening)
+    if opener is None and invocation == turn.invocation_id:
+        return invocation, None
     run_id = f"{invocation}:{opener.id if opener is not None else new_id('run')}"
     parent = invocation
     events = turn.session.events if turn.session is not None else []
@@ -165,16 +162,26 @@ def run_ids(turn: TurnStream, opening: Sequence[StreamEvent]) -> tuple[str, str 
     return run_id, parent
 
 
-def invocation_of(turn: TurnStream, opening: Sequence[StreamEvent]) -> str | None:
+def invocation_of(turn: TurnStream, opening: Sequence[StreamEvent]) -> str:
     """The invocation a run belongs to (``RUN_STARTED.metadata.invocationId``): the one its
-    opening event opens or reopens; for a run that opens none, the one its result names (a
-    control's target, a stopped invocation), else the turn's own id."""
-    opener = next((e for e in opening if _opens(e)), None)
+    opening event opens or reopens. A run that opens none was read whole: it belongs to the
+    invocation its result names (a control's target, a stopped invocation), else to the
+    session's open invocation (the one a queued message waits behind), else to none: then
+    it is the turn's own id."""
+    opener = _opener(opening)
     if opener is not None and opener.invocation_id is not None:
         return opener.invocation_id
-    if turn.result is not None and turn.result.invocation_id is not None:
-        return turn.result.invocation_id
+    named = turn.result.invocation_id if turn.result is not None else None
+    if named is not None and named != turn.invocation_id:
+        return named
+    start = turn.start_head
+    if start is not None and start.open_invocation is not None:
+        return start.open_invocation
     return turn.invocation_id
+
+
+def _opener(opening: Sequence[StreamEvent]) -> StreamEvent | None:
+    return next((e for e in opening if _opens(e)), None)
 
 
 def agui_handler(config: _Config) -> Callable[[HandlerInput | dict[str, Any]], AgUIRun]:
