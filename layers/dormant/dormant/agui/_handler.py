@@ -22,8 +22,8 @@ SSE_CONTENT_TYPE = "text/event-stream"
 
 log = logging.getLogger("dormant")
 
-#: The events that open (or reopen) an invocation: once one is read, the run's ids are known.
-#: A ``resume`` opens one only when it continues a paused invocation (it names it).
+#: The events that open (or reopen) an invocation. A ``resume`` opens one only when it
+#: continues a paused invocation (it names it); it is recorded, not streamed.
 _OPENERS = ("invocation_start", "invocation_resume", "retry", "resume")
 
 
@@ -95,13 +95,14 @@ class AgUIRun(Iterator[BaseEvent]):
     def _drive(self) -> Generator[BaseEvent, None, None]:
         turn = self.turn
         try:
-            # Read up to the event that opens (or reopens) the invocation: by then the session
-            # is loaded, and the run's id is known.
-            # A turn that opens none (a queued message, a control, a refusal) is read whole.
+            # Read up to the first event past the user messages (the one that opens or
+            # reopens the invocation, if any): by then the session is loaded and the run's
+            # ids are known. A turn that streams nothing (a queued message, a control, a
+            # refusal) is read whole.
             opening: list[StreamEvent] = []
             for event in turn:
                 opening.append(event)
-                if _opens(event):
+                if event.type != "user":
                     break
             run_id, parent_run_id = run_ids(turn, opening)
             thread_id = turn.session_id or (turn.result.session_id if turn.result else "")
@@ -132,28 +133,30 @@ def _nothing() -> Generator[BaseEvent, None, None]:
 
 
 def run_ids(turn: TurnStream, opening: Sequence[StreamEvent]) -> tuple[str, str | None]:
-    """The AG-UI ``runId`` and ``parentRunId`` of a turn (see the package docs).
+    """The AG-UI ``runId`` and ``parentRunId`` of a turn (see the package docs), from the
+    events read so far (``opening``) and the session the turn loaded.
 
     The run that starts an invocation is the invocation id, with no parent. A later run of
     the same invocation (it reopens an invocation parked on tools or on the next message,
     retries a failed one, or continues a paused one) is ``<invocation id>:<id of the event
     that reopened it>`` (``invocation_resume``, ``retry`` or ``resume``). A run that opens
-    nothing but concerns an existing invocation (see :func:`invocation_of`: a message queued
-    behind it, a control aimed at it) is ``<invocation id>:<fresh suffix>``. The parent of
-    either is the run that last opened the invocation, as the loaded ledger shows it, else
-    the invocation's first run. Any other run is the turn's own id, with no parent.
+    nothing but concerns an invocation (see :func:`invocation_of`: a message queued behind
+    it, a control aimed at it) is ``<invocation id>:<fresh suffix>``. The parent of either is
+    the run that last opened the invocation, as the loaded ledger shows it, else the
+    invocation's first run. Any other run is the turn's own id, with no parent.
     """
-    opener = _opener(opening)
+    opener = _opener(turn, opening)
     if opener is not None and opener.type == "invocation_start":
         return opener.invocation_id or turn.invocation_id, None
     invocation = invocation_of(turn, opening)
-    if opener is None and invocation == turn.invocation_id:
+    known = _known(turn, invocation)
+    if opener is None and not known and invocation == turn.invocation_id:
         return invocation, None
     run_id = f"{invocation}:{opener.id if opener is not None else new_id('run')}"
-    parent = invocation
+    parent: str | None = invocation if known or opener is not None else None
     events = turn.session.events if turn.session is not None else []
     for event in reversed(events):
-        if (event.invocation_id != invocation or event.type not in _OPENERS
+        if (event.invocation_id != invocation or not _opens(event)
                 or (opener is not None and event.id == opener.id)):
             continue
         if event.type != "invocation_start":
@@ -163,25 +166,40 @@ def run_ids(turn: TurnStream, opening: Sequence[StreamEvent]) -> tuple[str, str 
 
 
 def invocation_of(turn: TurnStream, opening: Sequence[StreamEvent]) -> str:
-    """The invocation a run belongs to (``RUN_STARTED.metadata.invocationId``): the one its
-    opening event opens or reopens. A run that opens none was read whole: it belongs to the
-    invocation its result names (a control's target, a stopped invocation), else to the
-    session's open invocation (the one a queued message waits behind), else to none: then
-    it is the turn's own id."""
-    opener = _opener(opening)
+    """The invocation a run belongs to (``RUN_STARTED.metadata.invocationId``): the one it
+    opens or reopens. A run that opens none belongs to the invocation its result names when
+    the session knows it (a stopped or interrupted invocation), else to the session's open
+    invocation (the one a queued message waits behind), else to the invocation its result
+    names (a control's target, running elsewhere), else to none: then it is the turn's own
+    id."""
+    opener = _opener(turn, opening)
     if opener is not None and opener.invocation_id is not None:
         return opener.invocation_id
     named = turn.result.invocation_id if turn.result is not None else None
-    if named is not None and named != turn.invocation_id:
+    if named is not None and _known(turn, named):
         return named
     start = turn.start_head
     if start is not None and start.open_invocation is not None:
         return start.open_invocation
-    return turn.invocation_id
+    return named or turn.invocation_id
 
 
-def _opener(opening: Sequence[StreamEvent]) -> StreamEvent | None:
-    return next((e for e in opening if _opens(e)), None)
+def _opener(turn: TurnStream, opening: Sequence[StreamEvent]) -> StreamEvent | None:
+    """The event that opened or reopened the run's invocation: streamed, or recorded by the
+    request before the turn ran (a ``resume`` that continues a paused invocation)."""
+    found = next((e for e in opening if _opens(e)), None)
+    if found is None and turn.session is not None:
+        found = next((e for e in turn.session.new_events if _opens(e)), None)
+    return found
+
+
+def _known(turn: TurnStream, invocation: str) -> bool:
+    """Whether the session knows the invocation: open at turn start, or in its ledger."""
+    start = turn.start_head
+    if start is not None and start.open_invocation == invocation:
+        return True
+    events = turn.session.events if turn.session is not None else []
+    return any(e.invocation_id == invocation for e in events)
 
 
 def agui_handler(config: _Config) -> Callable[[HandlerInput | dict[str, Any]], AgUIRun]:
