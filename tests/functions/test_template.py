@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hand_on import QUEUE_URL_ENV  # functions/: on sys.path (see conftest.py)
 
 from dormant.schedulers import TimerDelivery
 from dormant.settings import ENV
@@ -145,6 +146,13 @@ def test_webhook_reads_the_fifo_queue_reporting_partial_failures() -> None:
     assert queue["VisibilityTimeout"] >= 6 * props("WebhookFunction")["Timeout"]
 
 
+def test_every_function_hands_on_to_the_webhook_queue() -> None:
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert env[QUEUE_URL_ENV] == {"Ref": "WebhookQueue"}
+    for function in FUNCTIONS:
+        assert QUEUE_URL_ENV not in props(function).get("Environment", {}).get("Variables", {})
+
+
 # --- least privilege -------------------------------------------------------------------------
 
 
@@ -177,14 +185,17 @@ def test_each_function_may_do_only_what_it_does_on_its_own_resources(
             assert "${OpenAISecretName}-??????" in statement["Resource"]["Fn::Sub"]
         if any(a.startswith("scheduler:") for a in _as_list(statement["Action"])):
             assert statement["Resource"] == {"Fn::Sub": _SCHEDULES}  # the group's schedules
+        if any(a.startswith("sqs:") for a in _as_list(statement["Action"])):
+            assert statement["Resource"] == {"Fn::GetAtt": ["WebhookQueue", "Arn"]}  # hand-on
         if any(a.startswith("iam:") for a in _as_list(statement["Action"])):
             assert statement["Resource"] == {"Fn::GetAtt": ["SchedulerRole", "Arn"]}
             assert statement["Condition"] == {
                 "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}
-    # Every function may set timers: a turn that commits hands its timers to the scheduler.
+    # Every function may set timers: a turn that commits hands its timers to the scheduler;
+    # and may hand on work it cannot finish to the webhook queue (send only).
     assert granted == {"dynamodb": dynamodb, "s3": s3, "secretsmanager": {"GetSecretValue"},
                        "scheduler": {"CreateSchedule", "UpdateSchedule", "DeleteSchedule"},
-                       "iam": {"PassRole"}}
+                       "iam": {"PassRole"}, "sqs": {"SendMessage"}}
 
 
 def test_the_scheduler_role_may_invoke_the_wake_function_and_dead_letter_only() -> None:
@@ -245,6 +256,9 @@ def test_environment_names_are_dormants_and_powertools() -> None:
     assert {ENV.SCHEDULE_GROUP, ENV.WAKE_TARGET_ARN, ENV.SCHEDULER_ROLE_ARN,
             ENV.SCHEDULE_DLQ_ARN} <= names
     assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL"} <= names
+    # The deployment's own (functions/, not the library's): where hand-ons go.
+    assert names - known - {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE",
+                            "LOG_LEVEL"} == {QUEUE_URL_ENV}
 
 
 def test_outputs_name_the_api_url_queue_and_table() -> None:
