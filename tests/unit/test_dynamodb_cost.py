@@ -7,7 +7,10 @@
   is claimed first, then the tool runs, then the turn commits;
 - an answer to a yielded tool without ``execute``: one ``Query`` and one write;
 - a redelivered message older than the head's 32-id window: refused (``duplicate_message``)
-  after one ``Query`` and one ``GetItem`` (the guard), nothing written, the model not called.
+  after one ``Query`` and one ``GetItem`` (the guard), nothing written, the model not called;
+- the session's control record costs an ordinary turn nothing more (``load``'s one ``Query``
+  reads it second, after the head), and a running turn's poll of it (``read_control``) is one
+  strongly consistent ``GetItem`` of an item under 1 KB (one read unit).
 
 Every assertion is an exact list of operations (moto in-process; a ``before-send`` hook on
 the store's client records each request in order, interleaved with what the tools did).
@@ -16,6 +19,7 @@ the store's client records each request in order, interleaved with what the tool
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,9 +28,11 @@ from pydantic import BaseModel
 
 import dormant
 from dormant._head import MESSAGE_ID_WINDOW
+from dormant._ids import new_id, now_ms
 from dormant.models import ScriptedModel
 from dormant.stores import DynamoDBStore
 from dormant.stores._dynamodb import layout
+from dormant.types import Control, ControlSteer, ControlStop
 from tests._moto import aws_env, in_process_aws
 
 TABLE = "dormant-cost"
@@ -100,11 +106,14 @@ class Wire:
 class Chat:
     """A text agent on ``store`` answering from ``replies``, one session, counted."""
 
-    def __init__(self, store: DynamoDBStore, replies: list[Any]) -> None:
+    def __init__(self, store: DynamoDBStore, replies: list[Any],
+                 history: int | None = None) -> None:
         self.app = dormant.App(name="cost", store=store)
         self.model = ScriptedModel(replies)
         self.wire = Wire(store._client)
-        self._rest = self.app.handler.rest(agent=self.app.agent(name="cost", model=self.model))
+        context = [] if history is None else [self.app.context.history(history)]
+        self._rest = self.app.handler.rest(agent=self.app.agent(
+            name="cost", model=self.model, **({"context": context} if context else {})))
 
     def __call__(self, **given: Any) -> Any:
         return self._rest({"session_id": "cost", "input": given})
@@ -266,3 +275,83 @@ def test_message_ids_past_the_head_window_cost_one_guard_read(store: DynamoDBSto
     wire.start()
     assert chat(message="no id").status == "completed"
     assert wire.operations == ONE_READ_ONE_WRITE
+
+
+# --- (f) the control record ----------------------------------------------------------------------
+
+
+def _realistic_controls() -> list[Control]:
+    """What a busy record goes through: a stop (revision 1), a pause (2), one short steer (3)."""
+    running = new_id("inv")
+    at = now_ms()
+    stop = Control(rev=1, stop=ControlStop(invocation_id=running, rev=1, at=at))
+    pause = stop.model_copy(update={"rev": 2, "pause": 2})
+    steer = pause.model_copy(update={"rev": 3, "steers": [ControlSteer(
+        id=new_id("steer"), text="Actually, make it two nights.", invocation_id=running,
+        rev=3, at=at)]})
+    return [stop, pause, steer]
+
+
+@pytest.mark.parametrize("history", [None, 2], ids=["full-history", "history-2"])
+def test_an_ordinary_turn_with_a_control_record_is_still_one_query_and_one_transaction(
+        store: DynamoDBStore, history: int | None) -> None:
+    turns = 6
+    chat = Chat(store, [f"reply {n}" for n in range(turns + 1)], history=history)
+    for n in range(turns):
+        assert chat(message=f"turn {n}").status == "completed"
+    stored = store.load(SID)
+    assert stored is not None
+    # A record with nothing pending: the turn has nothing to take up, only to read past it.
+    control = Control(rev=1)
+    assert store.write_control(SID, control, head_version=stored.head.version)
+
+    wire = chat.wire.start()
+    response = chat(message="How long is my stay?")
+    assert (response.status, response.commit_status) == ("completed", "committed")
+    assert wire.operations == ONE_READ_ONE_WRITE
+    assert store.read_control(SID) == control  # the commit did not touch it
+
+    # The store's own read: one Query returns the head, the control record and the window.
+    for window in (None, 0, 1, history or 3):
+        wire.start()
+        loaded = store.load(SID, turns=window)
+        assert loaded is not None and loaded.control == control
+        assert wire.operations == ["Query"], window
+
+
+def test_polling_the_control_record_is_one_strongly_consistent_read_of_under_1_kb(
+        store: DynamoDBStore) -> None:
+    chat = Chat(store, ["Hello."])
+    assert chat(message="hi").status == "completed"
+    stored = store.load(SID, turns=0)
+    assert stored is not None
+    for control in _realistic_controls():
+        assert store.write_control(SID, control, head_version=stored.head.version)
+    sent: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] = []
+
+    def request(request: Any, **_: Any) -> None:
+        body = request.body if isinstance(request.body, bytes) else request.body.encode()
+        sent.append(json.loads(body))
+
+    def response(parsed: dict[str, Any], **_: Any) -> None:
+        items.append(parsed.get("Item", {}))
+
+    client = store._client.meta.events
+    client.register("before-send.dynamodb.GetItem", request)
+    client.register("after-call.dynamodb.GetItem", response)
+    wire = chat.wire.start()
+    try:
+        assert store.read_control(SID) == control
+    finally:
+        client.unregister("before-send.dynamodb.GetItem", request)
+        client.unregister("after-call.dynamodb.GetItem", response)
+
+    assert wire.operations == ["GetItem"]
+    (body,) = sent
+    assert body["ConsistentRead"] is True
+    assert body["Key"] == {layout.PK: {"S": SID}, layout.SK: {"S": layout.CONTROL_SK}}
+    (item,) = items
+    size = layout.item_size(item)
+    assert size <= 1024, size
+    assert math.ceil(size / 4096) == 1  # one read unit per strongly consistent poll
