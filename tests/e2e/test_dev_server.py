@@ -195,8 +195,9 @@ MISTAKES: dict[str, tuple[Mistake, int, str, str]] = {
         422, "validation_error", "principal: Extra inputs are not permitted"),
     "oversize body": (lambda s, sid, call: _post(s, {"sessionId": sid, "message": "x" * 1_100_000}),
                       413, "payload_too_large", "limit is 1000000"),
-    "message while awaiting tool input": (
-        lambda s, sid, call: _post(s, {"sessionId": sid, "message": "hello?"}), 409,
+    "rejected message while awaiting tool input": (
+        lambda s, sid, call: _post(s, {"sessionId": sid, "message": "hello?",
+                                       "ifBusy": "reject"}), 409,
         "awaiting_input", "ask_guest"),
     "answer to a call nobody asked": (
         lambda s, sid, call: _post(s, {"sessionId": sid, "tools": [
@@ -248,7 +249,8 @@ def test_a_client_mistake_is_a_4xx_json_error_and_writes_nothing(
 
 def test_a_message_to_a_waiting_session_names_the_pending_calls(shared_server: DevServer) -> None:
     call = _pause(shared_server, "names-the-calls")["yieldedTools"][0]
-    reply = _post(shared_server, {"sessionId": "names-the-calls", "message": "hello?"})
+    reply = _post(shared_server, {"sessionId": "names-the-calls", "message": "hello?",
+                                  "ifBusy": "reject"})
     assert reply.status_code == 409
     assert reply.json()["pending"] == [call]
     assert call["callId"] in reply.json()["message"]

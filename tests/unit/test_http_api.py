@@ -173,8 +173,13 @@ def test_the_openapi_description_documents_bodies_and_errors() -> None:
     assert {"400", "404", "409", "413", "422"} <= set(answers)
     assert answers["409"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/ErrorBody")
-    assert set(spec["components"]["schemas"]["TurnRequest"]["properties"]) == {
-        "sessionId", "message", "messageId", "tools", "approvals", "state", "retry"}
+    assert answers["202"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/RestResponse")
+    properties = spec["components"]["schemas"]["TurnRequest"]["properties"]
+    assert set(properties) == {
+        "sessionId", "message", "messageId", "tools", "approvals", "state", "retry", "stop",
+        "steer", "pause", "resume", "interrupt", "queue", "inputs", "seed", "ifBusy"}
+    assert all(field.get("description") for field in properties.values())
 
 
 def test_an_approval_is_pending_in_the_api_and_decided_by_post_turns() -> None:

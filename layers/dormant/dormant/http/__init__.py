@@ -3,8 +3,15 @@
 Routes::
 
     POST   /turns            one turn: {sessionId?, message?, messageId?, tools?, approvals?,
-                             state?} -> the REST response
-    GET    /sessions/{id}    status, version, pending yields, state (+ the ledger with ?events=true)
+                             state?, retry?, stop?, steer?, pause?, resume?, interrupt?, queue?,
+                             inputs?, seed?, ifBusy?} -> the REST response (202 when the message
+                             was queued or a control accepted for a run elsewhere, else 200)
+    GET    /sessions         the caller's sessions (sessionId, status, version, updatedAt)
+    GET    /sessions/{id}    status, version, pending yields and inputs, inbox, state (+ the
+                             ledger with ?events=true)
+    GET    /sessions/{id}/events?after=V[&wait=N]
+                             the committed events after version V (long-polls up to N <= 20 s);
+                             ``dormant dev`` streams them with &follow=true
     DELETE /sessions/{id}    forget a session
     POST   /agui             one turn as AG-UI server-sent events (a standard RunAgentInput)
     GET    /                 the OpenAPI description of these routes (Swagger UI at /docs)
@@ -33,6 +40,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 )
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
+from dormant._follow import Feed, events_after
 from dormant.errors import DormantError, InputError, SessionNotFound
 from dormant.handlers import HandlerInput, RestResponse
 from dormant.http._resolver import JSON, Resolver, error_response, validation_response
@@ -40,6 +48,8 @@ from dormant.http._wire import (
     ApprovalAnswer,
     ErrorBody,
     PendingCall,
+    SessionLine,
+    SessionList,
     SessionView,
     TurnRequest,
     principal_of,
@@ -52,10 +62,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "FOLLOW_KEEPALIVE",
+    "MAX_WAIT",
     "SSE_WRITER_ATTRIBUTE",
     "ApprovalAnswer",
     "ErrorBody",
+    "Feed",
     "PendingCall",
+    "SessionLine",
+    "SessionList",
     "SessionView",
     "TurnRequest",
     "build_resolver",
@@ -73,11 +88,23 @@ SSE_WRITER_ATTRIBUTE = "dormant_sse_writer"
 
 SSE = "text/event-stream"
 
+#: Longest ``wait`` of ``GET /sessions/{id}/events`` (seconds; API Gateway cuts at 29).
+MAX_WAIT = 20.0
+#: Seconds between keep-alive comments of a followed (streamed) session with no commits.
+FOLLOW_KEEPALIVE = 15.0
+#: HTTP status of a successful turn by its status: the work was taken, not done yet.
+ACCEPTED_STATUSES = frozenset({"queued", "accepted"})
+
 
 def _answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
     """OpenAPI ``responses`` for a route: its 200 body and the error statuses it can give."""
     answers: dict[int, Any] = {200: {"description": ok,
                                      "content": {JSON: {"model": model}} if model else {}}}
+    if model is RestResponse:
+        answers[202] = {"description": "taken, not done yet: the message was queued (status "
+                        "`queued`, `queued` says where), or a control was accepted for the "
+                        "invocation running elsewhere (status `accepted`)",
+                        "content": {JSON: {"model": model}}}
     for status in errors:
         answers[status] = {"description": "an error (see `code`)",
                            "content": {JSON: {"model": ErrorBody}}}
@@ -107,15 +134,45 @@ def build_resolver(
     )
     rest = app.handler.rest(agent=agent, **handler_config)
     routes = _Routes(app, agent, resolver, rest, require_principal, handler_config)
+    # What a local server needs to run handed-on work (App.hand_on) the way this API does.
+    resolver.dormant_app, resolver.dormant_rest = app, rest
 
     @resolver.post("/turns", summary="Run one turn", tags=["turns"],
                    description="Start or continue a session: a message, or answers to the calls "
-                   "it waits on. Answers the REST response (sessionId, status, output, "
-                   "yieldedTools...).",
+                   "it waits on, or a control (stop, steer, pause, resume, interrupt, inbox "
+                   "operations, a seed). Answers the REST response (sessionId, status, output, "
+                   "yieldedTools...): 200 when the turn ran or the control applied, 202 when "
+                   "the message was queued or the control accepted for a run elsewhere.",
                    responses=_answers("the turn's outcome", RestResponse,
                                       400, 401, 404, 409, 413, 422))
     def post_turn(request: Annotated[TurnRequest, Body(embed=False)]) -> Response[Any]:
         return routes.turn(request)
+
+    @resolver.get("/sessions", summary="List your sessions", tags=["sessions"],
+                  description="The caller's sessions, most recently updated first.",
+                  responses=_answers("the sessions", SessionList, 401, 422))
+    def list_sessions(
+        limit: Annotated[int, Query(ge=1, le=100, description="At most this many")] = 100,
+    ) -> Response[Any]:
+        return routes.list(limit)
+
+    @resolver.get("/sessions/<session_id>/events", summary="Follow a session",
+                  tags=["sessions"],
+                  description="The committed ledger events after version `after` (keep the "
+                  "`version` of the last answer and pass it next time). With `wait`, waits up "
+                  "to that many seconds for a commit when there is none yet (long polling). "
+                  "`resync: true`: `after` is older than the session remembers; `events` is "
+                  "the whole ledger, replace what you hold. `dormant dev` also streams it as "
+                  "server-sent events with `follow=true`.",
+                  responses=_answers("the events after `after`", Feed, 400, 401, 404, 422))
+    def session_events(
+        session_id: Annotated[str, Path(description="The session id")],
+        after: Annotated[int, Query(ge=0, description="The version you hold (0: all)")] = 0,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
+                                     description="Seconds to wait for a commit (<= 20)")] = 0,
+        follow: Annotated[bool, Query(description="Stream (dormant dev only)")] = False,
+    ) -> Response[Any]:
+        return routes.events(session_id, after, wait, follow)
 
     @resolver.get("/sessions/<session_id>", summary="Read a session", tags=["sessions"],
                   responses=_answers("the session", SessionView, 400, 401, 404))
@@ -210,7 +267,8 @@ class _Routes:
                 if code == "awaiting_input" else None
             return error_response(code, reply.error or code,
                                   session_id=reply.session_id or None, pending=pending)
-        return Response(status_code=200, content_type=JSON, body=reply.wire())
+        status = 202 if reply.status in ACCEPTED_STATUSES else 200
+        return Response(status_code=status, content_type=JSON, body=reply.wire())
 
     def _remaining_time(self) -> float | None:
         """Seconds this Lambda invocation has left (None off Lambda): the turn ends as a
@@ -234,7 +292,9 @@ class _Routes:
             session_id=session.session_id, status=session.status, version=session.version,
             yielded_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args)
                            for c in session.yielded_tools],
-            pending_approvals=session.pending_approvals, state=session.state,
+            pending_approvals=session.pending_approvals,
+            pending_inputs=session.pending_inputs, inbox=session.inbox,
+            open_invocation=session.open_invocation, state=session.state,
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             created_at=head.created_at, updated_at=head.updated_at,
@@ -242,6 +302,55 @@ class _Routes:
         )
         return Response(status_code=200, content_type=JSON,
                         body=view.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    def list(self, limit: int) -> Response[Any]:
+        summaries = self.app.sessions.list(principal=self.principal(), limit=limit)
+        body = SessionList(sessions=[
+            SessionLine(session_id=s.session_id, status=s.status, version=s.version,
+                        updated_at=s.updated_at) for s in summaries])
+        return Response(status_code=200, content_type=JSON,
+                        body=body.model_dump(by_alias=True, mode="json"))
+
+    # --- /sessions/{id}/events -----------------------------------------------------------------
+
+    def events(self, session_id: str, after: int, wait: float, follow: bool) -> Response[Any]:
+        principal = self.principal()
+        if not follow:
+            feed = events_after(self.app, session_id, after, wait=wait, principal=principal)
+            return Response(status_code=200, content_type=JSON, body=feed.wire())
+        writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
+        if writer is None:
+            return error_response(
+                "invalid_input", "follow=true streams only from a local server (dormant dev); "
+                "through this API, long-poll: GET /sessions/{id}/events?after=VERSION&wait=20, "
+                "then again with after = the version it answered")
+        feed = events_after(self.app, session_id, after, principal=principal)  # 404 first
+        self._follow(writer, feed, after, principal)
+        return Response(status_code=200, content_type=SSE, body="",
+                        headers={"Cache-Control": "no-cache"})
+
+    def _follow(self, writer: Callable[[str], None], feed: Feed, after: int,
+                principal: str | None) -> None:
+        """Stream the session's feeds until the client hangs up: a ``data:`` message each
+        time the version moves, a comment every :data:`FOLLOW_KEEPALIVE` seconds otherwise."""
+        try:
+            writer(f": following {feed.session_id} after version {after}\n\n")
+            while True:
+                if feed.version > after:
+                    writer(f"data: {feed.model_dump_json(by_alias=True)}\n\n")
+                    after = feed.version
+                try:
+                    feed = events_after(self.app, feed.session_id, after,
+                                        wait=FOLLOW_KEEPALIVE, principal=principal)
+                except SessionNotFound as error:  # deleted while followed
+                    body = ErrorBody(code=error.code, message=str(error))
+                    data = body.model_dump_json(by_alias=True, exclude_none=True)
+                    writer(f"event: error\ndata: {data}\n\n")
+                    return
+                if feed.version <= after:
+                    writer(": keep-alive\n\n")
+        except OSError:  # the client hung up
+            return
 
     def delete(self, session_id: str) -> Response[Any]:
         session = self._load(session_id, self.principal(), turns=0)

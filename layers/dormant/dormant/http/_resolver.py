@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -51,6 +51,10 @@ class Resolver(APIGatewayRestResolver):
     def __init__(self, *, max_body_bytes: int, **kwargs: Any) -> None:
         self._local = threading.local()
         self.max_body_bytes = max_body_bytes
+        #: The app and REST handler the routes serve (``build_resolver`` sets them): what a
+        #: local server runs handed-on work (``App.hand_on``) with.
+        self.dormant_app: Any = None
+        self.dormant_rest: Callable[..., Any] | None = None
         super().__init__(**kwargs)
 
     @property

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from dormant._head import SessionStatus
+from dormant._turn_wire import (
+    InputAnswer,
+    InterruptRequest,
+    QueueOp,
+    SeedRequest,
+    SteerRequest,
+    StopRequest,
+)
+from dormant.errors import ServerOnly
 from dormant.handlers import HandlerInput, Input, RetryRequest, ToolAnswer
+from dormant.types import PendingInput, QueuedMessage
 
 __all__ = [
     "ApprovalAnswer",
     "ErrorBody",
     "PendingCall",
+    "SessionLine",
+    "SessionList",
     "SessionView",
     "TurnRequest",
     "principal_of",
@@ -36,7 +49,8 @@ class TurnRequest(_Wire):
     """The public body of ``POST /turns``.
 
     Only what a client may say: no ``principal`` (the authorizer names it) and no
-    ``initialState`` or other server-only inputs (SPEC §8). Unknown fields are refused (422).
+    ``initialState`` or other server-only inputs (SPEC §8). Unknown fields are refused (422);
+    a ``seed`` with a role other than ``user`` is refused with ``server_only`` (422).
     """
 
     session_id: str | None = Field(
@@ -55,15 +69,60 @@ class TurnRequest(_Wire):
     retry: RetryRequest | None = Field(
         default=None, description="Rerun a failed turn's failed model call: {retryId} (a "
         "fresh id per retry; resending one lands once). Finished tools are not run again.")
+    stop: StopRequest | None = Field(
+        default=None, description="Stop the running (or waiting) invocation: "
+        "{invocationId, seen?}. `seen`: how many of its stream events you had received, so "
+        "the stored reply ends where your screen does. Answers `stopped`, or 202 `accepted` "
+        "when it runs elsewhere (it stops at its next check); 409 `not_running` when that "
+        "invocation already ended.")
+    steer: SteerRequest | None = Field(
+        default=None, description="A message for the running invocation, taken at its next "
+        "step boundary: {text, invocationId, id?} (202 `accepted`; 409 `not_running` when "
+        "it already ended: send it as a message instead).")
+    pause: bool | None = Field(
+        default=None, description="`true`: pause the session. Nothing runs while paused; "
+        "messages queue in the inbox.")
+    resume: bool | None = Field(
+        default=None, description="`true`: resume a paused session (the inbox runs).")
+    interrupt: InterruptRequest | None = Field(
+        default=None, description="End a waiting or failed response: {owner}, exactly one "
+        "id: a pending call, approval or input id, or the failed invocation's id (409 "
+        "`not_pending` when the session is not waiting on it).")
+    queue: list[QueueOp] | None = Field(
+        default=None, description="Inbox operations, in order: [{op, id, text?, "
+        "position?}] with op `edit` (needs text), `move` (needs position, 0 = next), "
+        "`remove` or `send_now`, on the queued message `id` (409 `not_pending` when it is "
+        "not queued).")
+    inputs: list[InputAnswer] | None = Field(
+        default=None, description="Responses to input requests (see the session's "
+        "`pendingInputs`): [{inputId, value}].")
+    seed: SeedRequest | None = Field(
+        default=None, description="Add a message to the conversation without starting a "
+        "turn: {text, role?, id?}. Only role `user` is public (others are `server_only`, "
+        "422); `id` lands it once.")
+    if_busy: Literal["queue", "reject", "interrupt"] | None = Field(
+        default=None, description="What `message` does when the session cannot take it "
+        "now (it waits on a call, failed, or is paused): `queue` (the default: 202 "
+        "`queued`, it runs when the session is free), `reject` (409), `interrupt` (end the "
+        "waiting response and run this message).")
 
     def to_handler_input(self, principal: str | None) -> HandlerInput:
+        """The handler's input; raises :class:`ServerOnly` for what only trusted server code
+        may send (nothing has been written then)."""
+        if self.seed is not None and self.seed.role != "user":
+            raise ServerOnly(
+                f"seed role {self.seed.role!r} is for trusted server code (app.sessions "
+                "or the handlers in Python), not the public API; a client seeds role "
+                "'user' only")
         return HandlerInput(
             session_id=self.session_id,
             input=Input(
                 message=self.message, message_id=self.message_id, tools=self.tools,
                 approvals=([a.model_dump() for a in self.approvals]
                            if self.approvals is not None else None),
-                state=self.state, retry=self.retry,
+                state=self.state, retry=self.retry, stop=self.stop, steer=self.steer,
+                pause=self.pause, resume=self.resume, interrupt=self.interrupt,
+                queue=self.queue, inputs=self.inputs, seed=self.seed, if_busy=self.if_busy,
             ),
             principal=principal,
         )
@@ -81,15 +140,41 @@ class SessionView(_Wire):
     """The body of ``GET /sessions/{id}``."""
 
     session_id: str
-    status: str
-    version: int
+    status: SessionStatus = Field(
+        description="`active`, `awaiting_input` (parked on a call, approval, input request "
+        "or message), `failed` (until retried or interrupted) or `paused`.")
+    version: int = Field(description="Commits so far (`events?after=` takes it).")
     yielded_tools: list[PendingCall] = Field(default_factory=list)
     pending_approvals: list[Any] = Field(default_factory=list)
+    pending_inputs: list[PendingInput] = Field(
+        default_factory=list, description="Input requests awaiting a response (answer with "
+        "`inputs`): [{inputId, schema, prompt}].")
+    inbox: list[QueuedMessage] = Field(
+        default_factory=list, description="Messages queued while the session could not take "
+        "them, in the order they will run: [{id, text, queuedAt}].")
+    open_invocation: str | None = Field(
+        default=None, description="The invocation that is parked, failed, paused or running "
+        "(what `stop` and `interrupt` name).")
     timers: list[dict[str, Any]] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
     created_at: int = 0
     updated_at: int = 0
     events: list[dict[str, Any]] | None = None
+
+
+class SessionLine(_Wire):
+    """One session of ``GET /sessions``."""
+
+    session_id: str
+    status: SessionStatus
+    version: int
+    updated_at: int
+
+
+class SessionList(_Wire):
+    """The body of ``GET /sessions``: the caller's sessions, most recently updated first."""
+
+    sessions: list[SessionLine]
 
 
 class ErrorBody(_Wire):
