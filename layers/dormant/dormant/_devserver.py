@@ -10,21 +10,32 @@ where API Gateway's authorizer puts it (``requestContext.authorizer.principalId`
 like any other, hands each encoded event to that writer, which sends it as one HTTP chunk and
 flushes. Errors found before the first event (a bad body, an unknown session) still come back
 as ordinary JSON responses. On Lambda there is no writer and the route returns the whole body.
+``GET /sessions/{id}/events?follow=true`` streams through the same writer (a feed per commit).
+
+Work a request cannot finish (``App.hand_on``: the rest of a session's inbox, a deadline
+retry) goes to this server's :class:`Worker`: a daemon thread that runs each handed-on request
+through the REST handler the routes use, one at a time, as AWS's webhook queue would.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import queue
+import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from dormant.http import SSE_WRITER_ATTRIBUTE
 
-__all__ = ["DEFAULT_PRINCIPAL", "DevServer", "to_proxy_event"]
+if TYPE_CHECKING:
+    from dormant.handlers import HandlerInput
+
+__all__ = ["DEFAULT_PRINCIPAL", "DevServer", "Worker", "to_proxy_event"]
 
 log = logging.getLogger("dormant.dev")
 
@@ -122,19 +133,104 @@ class _ChunkWriter:
             self._handler.close_connection = True
 
 
+class Worker:
+    """Runs handed-on requests (``App.hand_on``) on a daemon thread, one at a time.
+
+    ``submit`` queues a :class:`~dormant.handlers.HandlerInput`; the thread passes it to
+    ``run`` (the REST handler). A failure is logged, never raised: the thread keeps serving.
+    """
+
+    def __init__(self, run: Callable[[HandlerInput], Any], *, name: str = "dormant-dev-worker"
+                 ) -> None:
+        self._run = run
+        self._queue: queue.Queue[HandlerInput | None] = queue.Queue()
+        self._idle = threading.Condition()
+        self._pending = 0  # submitted and not finished
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, request: HandlerInput) -> None:
+        """Queue one request to run (returns at once). What ``App.hand_on`` is set to."""
+        with self._idle:
+            self._pending += 1
+        self._queue.put(request)
+
+    def join_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every submitted request has run (and whatever they handed on): True,
+        or False if ``timeout`` seconds passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            while self._pending:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    @property
+    def idle(self) -> bool:
+        with self._idle:
+            return self._pending == 0
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread after the request it runs (queued ones are dropped: they are in
+        the session's inbox, and the next request there takes them up)."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        while True:
+            request = self._queue.get()
+            if request is None:
+                return
+            try:
+                reply = self._run(request)
+                status = getattr(reply, "status", None)
+                if status == "error":
+                    log.warning("handed-on request for %s ended in an error: %s (%s)",
+                                request.session_id, getattr(reply, "error", None),
+                                getattr(reply, "code", None))
+                else:
+                    log.info("handed-on request for %s: %s", request.session_id, status)
+            except Exception:
+                log.exception("handed-on request for %s failed", request.session_id)
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+
 class DevServer(ThreadingHTTPServer):
-    """A threaded HTTP server answering every request with ``resolver.resolve``."""
+    """A threaded HTTP server answering every request with ``resolver.resolve``.
+
+    When the resolver serves an app (``dormant.http.build_resolver``), the server also runs
+    its handed-on work: ``app.hand_on`` is set to :attr:`worker`'s ``submit`` until
+    ``server_close``.
+    """
 
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], resolver: Any) -> None:
         self.resolver = resolver
         super().__init__(address, _Handler)
+        self.worker: Worker | None = None
+        self._app: Any = getattr(resolver, "dormant_app", None)
+        rest = getattr(resolver, "dormant_rest", None)
+        if self._app is not None and rest is not None:
+            self.worker = Worker(rest)
+            self._app.hand_on = self.worker.submit
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self.worker is not None:
+            if self._app is not None and self._app.hand_on == self.worker.submit:
+                self._app.hand_on = None
+            self.worker.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
