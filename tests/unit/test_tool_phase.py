@@ -312,6 +312,17 @@ def test_the_tool_context_carries_the_turns_trigger(app: dormant.App) -> None:
     assert ctx.attempt == 1
 
 
+def test_a_tool_sees_the_user_message_that_triggered_the_turn(app: dormant.App) -> None:
+    seen: list[Any] = []
+    tool = app.tool(name="see", description="d", schema=Ref,
+                    execute=lambda ctx: seen.append(ctx.event))
+    run_test(app.agent(name="a", tools=[tool]), [
+        user("look", id="msg_look"),
+        model(tool_calls=[{"name": "see", "args": {"ref": "x"}}]), model("ok")])
+    assert [(type(e).__name__, e.text, e.message_id) for e in seen] == [
+        ("UserEvent", "look", "msg_look")]
+
+
 # --- a stop --------------------------------------------------------------------------------------
 
 
