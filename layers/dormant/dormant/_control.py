@@ -233,9 +233,9 @@ def pause(session: Session) -> Literal["paused", "accepted"]:
     return "accepted"
 
 
-def resume(session: Session) -> Literal["run", "resumed"]:
-    """Resume: a pause not taken up yet is withdrawn; a paused session resumes (``run``: its
-    paused invocation continues)."""
+def resume(session: Session) -> Literal["continue", "resumed"]:
+    """Resume: a pause not taken up yet is withdrawn; a paused session resumes
+    (``continue``: its invocation was paused between steps and carries on)."""
     head = session.head
     if not head.paused and not session.pause_pending:
         raise NotPending(f"session {head.session_id} is not paused: nothing to resume")
@@ -246,7 +246,7 @@ def resume(session: Session) -> Literal["run", "resumed"]:
     rev = session.control.rev if session.control is not None else 0
     session.add_event(ResumeEvent(invocation_id=head.open_invocation, rev=rev))
     if head.open_invocation is not None and head.parked is None and not head.failed:
-        return "run"  # paused between steps: the invocation carries on
+        return "continue"  # paused between steps: the invocation carries on
     return "resumed"
 
 

@@ -255,6 +255,12 @@ class Head:
             return "input"
         return None
 
+    @property
+    def free(self) -> bool:
+        """Whether a queued message can run now: nothing is waited on, failed or paused,
+        and no parked step is left to settle."""
+        return self.busy() is None and self.parked != "tool"
+
     def knows_invocation(self, invocation_id: str) -> bool:
         """Whether ``invocation_id`` is one of the session's recent invocations."""
         return message_digest(invocation_id) in self.invocations

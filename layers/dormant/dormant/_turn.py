@@ -14,14 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from dormant import _control
 from dormant._commit import Outcome
+from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, take_pending, write_asks
 from dormant._ids import new_id
 from dormant._run import TurnInput, run_turn
 from dormant._turn_wire import (
     HandlerInput,
     Input,
+    QueuedRef,
     ResponseOptions,
+    RetryRequest,
     TurnResult,
+    TurnStatus,
 )
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import (
@@ -54,6 +59,29 @@ log = logging.getLogger("dormant")
 
 #: Seconds kept back from the Lambda deadline for the commit and the reply.
 DEADLINE_MARGIN = 5.0
+#: Seconds of budget a queued message needs to run in the same request (else handed on).
+DRAIN_BUDGET = 30.0
+#: Queued messages one request runs at most before handing the rest on.
+MAX_DRAIN = 16
+
+
+class _Plan:
+    """What a request does once its inputs are applied: run a turn, or finish with
+    ``status`` (queued, accepted, stopped, paused, interrupted, recorded)."""
+
+    __slots__ = ("continue_paused", "message", "message_id", "queued", "run", "status")
+
+    def __init__(self) -> None:
+        self.run = True
+        self.status: TurnStatus | None = None
+        self.queued: QueuedRef | None = None
+        self.message: str | None = None
+        self.message_id: str | None = None
+        self.continue_paused = False
+
+    def finish(self, status: TurnStatus) -> None:
+        self.run = False
+        self.status = status
 
 
 class _Config:
@@ -70,6 +98,8 @@ class _Config:
         timeout: float | None = None,
         response: ResponseOptions | dict[str, bool] | None = None,
         deadline_margin: float = DEADLINE_MARGIN,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        drain_budget: float = DRAIN_BUDGET,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
@@ -80,8 +110,15 @@ class _Config:
         self.schema = schema
         self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
         self.error_handlers = tuple(error_handlers or ())
+        if poll_interval < 0:
+            raise ValueError("poll_interval must be >= 0 seconds (0: no polling)")
         self.timeout = timeout
         self.deadline_margin = deadline_margin
+        #: Seconds between reads of the control record while a turn runs (0: never).
+        self.poll_interval = poll_interval
+        #: Time a queued message needs: the inbox drains in the same request only while at
+        #: least this much of the budget is left (else it is handed on).
+        self.drain_budget = drain_budget
         self.response = (response if isinstance(response, ResponseOptions)
                          else ResponseOptions.model_validate(response or {}))
 
@@ -112,6 +149,11 @@ class TurnStream(Iterator[StreamEvent]):
         #: reads them for its opening snapshots and run ids).
         self.session: Session | None = None
         self.start_head: Head | None = None
+        self._plan = _Plan()
+        self._first: tuple[tuple[str, str], ...] = ()
+        self._seq = 0
+        #: False for the turns a drain runs (the outer request drains; they do not).
+        self.drains = True
         #: Set True before iterating to have ``start_head`` filled (it costs a deep copy).
         self.capture_start = False
 
@@ -161,27 +203,37 @@ class TurnStream(Iterator[StreamEvent]):
             return
         self.session_id = session.session_id
         self.session = session
+        plan = self._plan
+        if not plan.run:
+            self._finish(session, request)
+            return
         if self._resumed is not None:  # the claim reopened the invocation: stream that first
             self.invocation_id = self._resumed.invocation_id or self.invocation_id
-            self.events.append(self._resumed)
-            yield self._resumed
+            yield self._number(self._resumed)
+        if plan.continue_paused and session.head.open_invocation:
+            self.invocation_id = session.head.open_invocation
+        watch = ControlWatch(config.app.store, session.session_id, lambda: self.invocation_id,
+                             self._signal, interval=config.poll_interval,
+                             control_rev=session.head.control_rev).start()
         try:
             retry = request.input.retry.retry_id if request.input.retry else None
             run = run_turn(
                 config.agent, session,
-                TurnInput(message=request.input.message, message_id=request.input.message_id,
+                TurnInput(message=plan.message, message_id=plan.message_id,
                           state=request.input.state, invocation_id=self.invocation_id,
-                          retry_id=retry, resumed=self._resumed is not None),
+                          retry_id=retry, resumed=self._resumed is not None,
+                          resume_paused=plan.continue_paused, first=self._first),
                 hooks=config.hooks, error_handlers=config.error_handlers,
-                signal=self._signal, clock=config.app.clock,
+                signal=self._signal, clock=config.app.clock, watch=watch,
             )
             result = yield from self._pump(run, session)
             self._check_state(session)
-            if session.effects_end == 0:  # aborted at the very end: nothing ran, write nothing
-                self._signal.raise_if_aborted()
+            if session.effects_end == 0 and not self._signal.stopped:
+                self._signal.raise_if_aborted()  # aborted at the very end: write nothing
         except Aborted as error:
             code = "deadline" if self._signal.expired else "aborted"
             self._fail(session.session_id, error, code=code)
+            self._hand_on_cut(request, session, code)
             return
         except DormantError as error:
             self._fail(session.session_id, error)
@@ -194,12 +246,129 @@ class TurnStream(Iterator[StreamEvent]):
             log.exception("turn failed", extra={"session_id": session.session_id})
             self._fail(session.session_id, error, code="run_error")
             return
+        finally:
+            watch.close()
         try:
             outcome = config.app.sessions.policy.commit(session)  # hands timers over too
         except (DuplicateMessage, RetryRefused) as error:  # a redelivery lost the race
             self._fail(session.session_id, error)
             return
         self.result = self._turn_result(session, result, outcome)
+        if self.result.code == "deadline" and outcome.version is not None:
+            self._hand_on_cut(request, session, "deadline")
+        self._write_asks(session)
+        self._drain(session, request)
+
+    def _finish(self, session: Session, request: HandlerInput) -> None:
+        """A request that runs no turn: commit what its inputs recorded, write what it asks
+        of the running turn, drain the inbox if the session became free."""
+        plan = self._plan
+        assert plan.status is not None
+        version: int | None = session.version
+        commit: Any = None
+        if session.dirty:
+            try:
+                outcome = self._config.app.sessions.policy.commit(session)
+            except DormantError as error:
+                self._fail(session.session_id, error)
+                return
+            commit, version = outcome.status, outcome.version
+            if commit == "failed":
+                self._fail(session.session_id, outcome.error or DormantError("commit failed"),
+                           code="store_error")
+                return
+            if commit == "superseded":  # the session moved and these inputs no longer fit
+                self._fail(session.session_id, InputError(
+                    f"session {session.session_id} moved while this request was applied; "
+                    "nothing was written: send it again"), code="conflict")
+                return
+        try:
+            self._write_asks(session)
+        except DormantError as error:
+            self._fail(session.session_id, error)
+            return
+        self.result = TurnResult(
+            session_id=session.session_id, status=plan.status, commit_status=commit,
+            invocation_id=self.invocation_id, version=version, queued=plan.queued,
+            state=dict(session.state))
+        self._drain(session, request)
+
+    def _write_asks(self, session: Session) -> None:
+        if not session.control_asks:
+            return
+        app = self._config.app
+        agent = self._config.agent
+
+        def reload() -> Session | None:
+            return app.sessions.load(session.session_id, turns=agent.history_turns)
+
+        write_asks(app.store, session, reload)
+
+    # --- the inbox and handing on ------------------------------------------------------------
+
+    def _drain(self, session: Session, request: HandlerInput) -> None:
+        """Run the inbox's next messages, each its own turn and commit, while the session
+        can take them and time remains; hand the rest on (``App.hand_on``)."""
+        result = self.result
+        if not self.drains or result is None or result.status == "error":
+            return
+        app = self._config.app
+        head = session.head
+        drained: list[str] = []
+        while head.queue and head.free and not session.pause_pending:
+            if len(drained) >= MAX_DRAIN or not self._time_for_another():
+                if app.hand_on is not None:
+                    app.hand_on(HandlerInput(session_id=session.session_id, input=Input(),
+                                             principal=request.principal))
+                    result.handed_on = True
+                break
+            next_id = head.queue[0]["id"]
+            turn = TurnStream(self._config, HandlerInput(
+                session_id=session.session_id, input=Input(), principal=request.principal),
+                remaining_time=self._left())
+            turn.drains = False
+            turn.invocation_id = _derive_invocation(session.session_id, "queued:" + next_id)
+            done = turn.run()
+            if done.status == "error" or turn.session is None:
+                log.warning("a queued message did not run: %s", done.error,
+                            extra={"session_id": session.session_id})
+                break
+            drained.append(next_id)
+            session = turn.session
+            head = session.head
+        if drained:
+            result.drained = drained
+
+    def _left(self) -> float | None:
+        """Seconds of this request's budget left (None: no budget)."""
+        deadline = self._signal.deadline
+        if deadline is None:
+            return None
+        return max(deadline - time.monotonic(), 0.0) + self._config.deadline_margin
+
+    def _time_for_another(self) -> bool:
+        deadline = self._signal.deadline
+        return deadline is None or deadline - time.monotonic() >= self._config.drain_budget
+
+    def _hand_on_cut(self, request: HandlerInput, session: Session, code: str) -> None:
+        """A turn cut by the deadline carries on in another invocation: as a retry when its
+        progress was committed (the session failed, retryable), else as the same message."""
+        app = self._config.app
+        if code != "deadline" or app.hand_on is None or self.result is None:
+            return
+        head = session.head
+        if head.failed and head.open_invocation:
+            retry_id = f"deadline:{head.open_invocation}:{head.retries}"
+            given = Input(retry=RetryRequest(retry_id=retry_id))
+        elif request.input.message is not None and self.result.commit_status is None:
+            given = Input(message=request.input.message,
+                          message_id=request.input.message_id or new_id("msg"),
+                          state=request.input.state)
+        else:
+            return
+        app.hand_on(HandlerInput(session_id=session.session_id, input=given,
+                                 principal=request.principal))
+        self.result.handed_on = True
 
     def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
         while True:
@@ -209,8 +378,14 @@ class TurnStream(Iterator[StreamEvent]):
                 return stop.value
             if event.type == "invocation_resume" and event.invocation_id:
                 self.invocation_id = event.invocation_id
-            self.events.append(event)
-            yield event
+            yield self._number(event)
+
+    def _number(self, event: StreamEvent) -> StreamEvent:
+        """Give a stream event its ``seq`` (1-based in this invocation's stream)."""
+        self._seq += 1
+        object.__setattr__(event, "seq", self._seq)
+        self.events.append(event)
+        return event
 
     def _request_session_id(self) -> str:
         raw = (self._request.session_id if isinstance(self._request, HandlerInput)
@@ -241,17 +416,20 @@ class TurnStream(Iterator[StreamEvent]):
         if request.input.timer is not None:  # a wake delivery: consume the firing first
             session.add_event(TimerFired(name=request.input.timer.name,
                                       fire_at=request.input.timer.fire_at))
-        message_id = request.input.message_id
+        given = request.input
+        message_id = given.message_id
         if message_id is not None and config.app.sessions.holds_message(session, message_id):
             raise DuplicateMessage(sid, message_id)  # a redelivery: nothing runs again
-        for decision in request.input.approvals or ():
+        self._first = tuple((s.id, s.text) for s in take_pending(session))
+        for decision in given.approvals or ():
             session.input.approval(decision.approval_id, approved=decision.approved,
                                    reason=decision.reason)
-        for answer in request.input.tools or ():
+        for answer in given.tools or ():
             session.input.tool(call_id=answer.call_id, input=answer.input)
         if self.capture_start:  # the state at turn start, what was parked (before a claim)
             self.start_head = session.head.model_copy(deep=True)
-        if self._needs_claim(session, request.input):
+        self._apply_controls(session, given)
+        if self._plan.run and not self._paused_now(session) and self._needs_claim(session, given):
             # SPEC §4: the decision or answer lands before the tool it unlocks runs, so a
             # lost race runs nothing (409 already_decided / already_answered). When it
             # settles the step, the claim reopens the invocation too: only the request that
@@ -262,6 +440,79 @@ class TurnStream(Iterator[StreamEvent]):
                 session.add_event(self._resumed)
             config.app.sessions.policy.claim(session, turns=config.agent.history_turns)
         return session
+
+    def _paused_now(self, session: Session) -> bool:
+        return session.head.paused or session.pause_pending
+
+    def _apply_controls(self, session: Session, given: Input) -> None:
+        """Apply the request's turn-control inputs and decide what it does (``_plan``)."""
+        plan = self._plan
+        controls = False
+        if given.seed is not None:
+            _control.seed(session, given.seed.text, given.seed.role, given.seed.id)
+            controls = True
+        for answer in given.inputs or ():
+            _control.respond(session, answer.input_id, answer.value)
+            controls = True
+        for op in given.queue or ():
+            _control.queue_op(session, op.op, op.id, text=op.text, position=op.position)
+            controls = True
+        status: TurnStatus = "recorded"
+        if given.interrupt is not None:
+            _control.interrupt(session, given.interrupt.owner)
+            controls, status = True, "interrupted"
+        if given.stop is not None:
+            status = _control.stop(session, given.stop.invocation_id, given.stop.seen)
+            controls = True
+            if status == "stopped":
+                self.invocation_id = given.stop.invocation_id
+        if given.pause:
+            _control.pause(session)
+            controls, status = True, "paused"
+        if given.resume:
+            if _control.resume(session) == "continue":
+                plan.continue_paused = True
+                return
+            controls = True
+        text, message_id = given.message, given.message_id
+        if given.steer is not None:
+            outcome, queued = _control.steer(
+                session, given.steer.text, given.steer.invocation_id, given.steer.id,
+                holds=lambda mid: self._config.app.sessions.holds_message(session, mid))
+            if outcome == "accepted":
+                plan.finish("accepted")
+                return
+            if queued is not None:
+                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
+                plan.finish("queued")
+                return
+            text, message_id = given.steer.text, given.steer.id
+        if text is not None:
+            message_id = message_id or new_id("msg")
+            outcome, queued = _control.message(session, text, message_id, given.if_busy)
+            if queued is not None:
+                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
+                plan.finish("queued")
+                return
+            plan.message, plan.message_id = text, message_id
+            if message_id != given.message_id:
+                self.invocation_id = _derive_invocation(session.session_id, message_id)
+            return
+        if self._paused_now(session) and (given.tools or given.approvals or not controls):
+            # paused: answers and decisions are recorded; nothing runs until resume
+            plan.finish("paused")
+            return
+        if not controls:
+            return  # an ordinary request (answers, decisions, a retry, an empty drain)
+        head = session.head
+        if head.queue and head.free and not session.pause_pending:
+            first = head.queue[0]["id"]  # the session is free again: its inbox runs now
+            self.invocation_id = _derive_invocation(session.session_id, "queued:" + first)
+            return
+        if status == "recorded" and given.resume and head.parked == "tool" \
+                and not head.unresolved() and not head.paused:
+            return  # resumed onto a settled step: run it
+        plan.finish(status)
 
     def _needs_claim(self, session: Session, given: Input) -> bool:
         """A claim comes first when the request decides an approval, answers a yielded tool
@@ -342,6 +593,11 @@ class TurnStream(Iterator[StreamEvent]):
             retryable=retryable)
 
 
+def _derive_invocation(session_id: str, key: str) -> str:
+    seed = f"{session_id.removeprefix('session_')}|{key}".encode()
+    return "inv_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
+
+
 def _invocation_id(request: HandlerInput | dict[str, Any]) -> str:
     """A new invocation's id: derived from the session and the message id when the request
     names both (so a redelivery reruns under the same id, and its derived call ids match),
@@ -354,6 +610,5 @@ def _invocation_id(request: HandlerInput | dict[str, Any]) -> str:
         sid = request.get("session_id") or request.get("sessionId")
         mid = given.get("message_id") or given.get("messageId")
     if isinstance(sid, str) and isinstance(mid, str) and sid and mid:
-        seed = f"{sid.removeprefix('session_')}|{mid}".encode()
-        return "inv_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
+        return _derive_invocation(sid, mid)
     return new_id("inv")

@@ -227,11 +227,15 @@ class App:
         tool_approval: dict[str, Any] | None = None,
         hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        tool_lane: str | None = None,
     ) -> Agent:
-        """Declare an agent (context defaults to ``[app.context.history()]``)."""
+        """Declare an agent (context defaults to ``[app.context.history()]``).
+
+        ``tool_lane="tools"`` runs the agent's local tools one at a time, in call order (for
+        tools that share a sandbox); by default independent tools run concurrently."""
         return build_agent(name=name, model=model, context=context, tools=tools, yields=yields,
                            tool_approval=tool_approval, hooks=hooks, max_steps=max_steps,
-                           app_hooks=self.hooks)
+                           app_hooks=self.hooks, tool_lane=tool_lane)
 
     # --- running -------------------------------------------------------------------------------
 

@@ -252,6 +252,7 @@ HTTP_STATUS: dict[str, int] = {
     DormantError.code: 500,
     # Codes the HTTP layer (dormant.http) and the run itself report; one table for all of them.
     "invalid_json": 400,
+    "conflict": 409,
     "unauthorized": 401,
     "not_found": 404,
     "payload_too_large": 413,

@@ -162,7 +162,8 @@ class SessionInput:
         return _control.pause(self._session)
 
     def resume(self) -> str:
-        """Resume a paused session (``"run"``: the next turn continues its invocation)."""
+        """Resume a paused session (``"continue"``: its invocation was paused between steps
+        and the next turn carries it on)."""
         return _control.resume(self._session)
 
     def interrupt(self, owner: str) -> None:

@@ -28,6 +28,7 @@ from dormant.errors import (
     PendingInputError,
     RetryRefused,
     SessionFailed,
+    SessionPaused,
 )
 from dormant.events import (
     AssistantDelta,
@@ -40,9 +41,13 @@ from dormant.events import (
     InvocationYield,
     ModelEnd,
     ModelStart,
+    PauseEvent,
     RetryEvent,
+    SteerEvent,
+    StopRequested,
     StreamEvent,
     ToolCall,
+    ToolResult,
     Usage,
     UserEvent,
 )
@@ -61,7 +66,9 @@ from dormant.results import (
     ErrorResult,
     Output,
     OutputItem,
+    PausedResult,
     RunResult,
+    StoppedResult,
     YieldedMessageResult,
     YieldedToolResult,
 )
@@ -86,6 +93,13 @@ class TurnInput:
     #: The handler's claim already reopened the parked invocation (``invocation_resume`` is
     #: committed): settle its step without reopening it again.
     resumed: bool = False
+    #: The message comes from the session's inbox (its id landed when it was queued).
+    dequeued: bool = False
+    #: The session was resumed (``resume`` is in the slice): its paused invocation carries on.
+    resume_paused: bool = False
+    #: Steers whose invocation ended without taking them: ``(id, text)``, run first as
+    #: ordinary messages.
+    first: tuple[tuple[str, str], ...] = ()
 
 
 def run_turn(
@@ -97,6 +111,7 @@ def run_turn(
     error_handlers: Sequence[ErrorHandler] = (),
     signal: Signal | None = None,
     clock: Clock = now_ms,
+    watch: Any = None,
 ) -> Stream:
     """Run one turn. Raises :class:`InputError` (before writing anything) for bad input.
 
@@ -106,6 +121,7 @@ def run_turn(
     session.pending_retry = None
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
+    run.watch = watch
     return _start(run, turn)
 
 
@@ -115,8 +131,14 @@ def run_turn(
 def _start(run: RunState, turn: TurnInput) -> Stream:
     """Check the input eagerly (so a refusal raises before anything is yielded)."""
     head = run.session.head
-    if turn.resumed:
+    if turn.resumed or turn.resume_paused:
         return _guarded(run, turn)
+    if turn.message is None and turn.retry_id is None and head.queue and head.free:
+        first = head.queue[0]  # the inbox's next message
+        turn = replace(turn, message=first["text"], message_id=first["id"], dequeued=True)
+    if turn.message is None and turn.first:
+        (message_id, text), *rest = turn.first
+        turn = replace(turn, message=text, message_id=message_id, first=tuple(rest))
     if turn.retry_id is not None:
         if head.has_retry(turn.retry_id):
             raise RetryRefused(head.session_id, turn.retry_id, duplicate=True)
@@ -126,8 +148,11 @@ def _start(run: RunState, turn: TurnInput) -> Stream:
     if turn.message is not None:
         # A message already in the session is a redelivery, whatever the session does now
         # (e.g. it parked on a tool the message led to): say so before anything else.
-        if turn.message_id is not None and head.has_message(turn.message_id):
+        if turn.message_id is not None and head.has_message(turn.message_id) \
+                and not turn.dequeued:
             raise DuplicateMessage(head.session_id, turn.message_id)
+        if head.paused:
+            raise SessionPaused(head.session_id)
         if head.parked == "tool":
             pending = [(c.call_id, c.name) for c in head.unresolved()]
             raise PendingInputError(head.session_id, pending)
@@ -140,6 +165,8 @@ def _start(run: RunState, turn: TurnInput) -> Stream:
             return _still_waiting(run)
     elif head.failed:
         raise SessionFailed(head.session_id, head.open_invocation)
+    elif head.paused:
+        raise SessionPaused(head.session_id)
     elif head.inbox == 0:
         raise InputError(
             f"nothing to run in session {head.session_id}: send a message"
@@ -160,6 +187,8 @@ def _guarded(run: RunState, turn: TurnInput) -> Stream:
     try:
         return (yield from _body(run, turn))
     except Aborted as error:
+        if run.signal.stopped:
+            return (yield from _stopped(run))
         if not run.ran and not run.session.claimed:
             raise  # seed 002: an aborted turn that changed nothing writes nothing
         code = "deadline" if run.signal.expired else "aborted"
@@ -187,6 +216,58 @@ def _failed(run: RunState, code: str, message: str, *, retryable: bool) -> Strea
     return _result(run, ErrorResult(error=message, code=code))
 
 
+def _stopped(run: RunState) -> Stream:
+    """A stop took effect: keep what the client saw of the step in flight (its text up to
+    the frontier ``seen``), give calls that did not finish an error result ``stopped``, drop
+    calls the model had not finished (they were never emitted), end ``stopped``."""
+    signal = run.signal
+    seen = signal.stop_seen
+    yield from run.flush()
+    text = "".join(d.delta for d in run.deltas
+                   if seen is None or d.seq is None or d.seq <= seen)
+    run.deltas = []
+    if text:
+        run.said.append(text)
+        yield run.emit(AssistantEvent(id=run.deltas_id or new_id("evt"),
+                                      invocation_id=run.invocation_id, text=text))
+    for call in list(run.session.head.step):
+        if not call.settled:
+            yield run.emit(ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
+                                      name=call.name, error="stopped"))
+    yield run.emit(StopRequested(invocation_id=run.invocation_id, seen=seen,
+                                 rev=signal.stop_rev))
+    yield run.emit(InvocationEnd(invocation_id=run.invocation_id, status="stopped"))
+    return _result(run, StoppedResult())
+
+
+def _boundary(run: RunState) -> Generator[StreamEvent, None, RunResult | None]:
+    """A step boundary: a pause asked meanwhile parks the session here (the invocation
+    stays open; ``resume`` continues it); steers asked meanwhile join the conversation."""
+    watch = run.watch
+    if watch is None:
+        return None
+    if watch.pause_rev is not None:
+        yield run.emit(PauseEvent(invocation_id=run.invocation_id, rev=watch.pause_rev))
+        watch.pause_rev = None
+        return _result(run, PausedResult())
+    yield from _take_steers(run)
+    return None
+
+
+def _take_steers(run: RunState) -> Generator[StreamEvent, None, bool]:
+    """Emit the steers the control record holds for this invocation; True if any."""
+    watch = run.watch
+    steers = watch.take_steers() if watch is not None else []
+    for steer in steers:
+        yield run.emit(SteerEvent(invocation_id=run.invocation_id, message_id=steer.id,
+                                  rev=steer.rev))
+        event = UserEvent(text=steer.text, message_id=steer.id, steer=True,
+                          invocation_id=run.invocation_id, ts=run.clock())
+        run.trigger = event
+        yield run.emit(event)
+    return bool(steers)
+
+
 def _recover(run: RunState, error: Exception) -> str | None:
     for handler in run.error_handlers:
         text = handler(error, run.hook_context())
@@ -198,23 +279,29 @@ def _recover(run: RunState, error: Exception) -> str | None:
 def _body(run: RunState, turn: TurnInput) -> Stream:
     head = run.session.head
     resuming_tools = False
+    run.trigger = run.session.new_events[-1] if run.session.new_events else None
+    if turn.resume_paused:
+        run.invocation_id = head.open_invocation
+        return (yield from _loop(run))
     if turn.resumed:
         run.invocation_id = head.open_invocation
         resuming_tools = True
     elif turn.retry_id is not None:
         run.invocation_id = head.open_invocation
-        yield run.emit(RetryEvent(invocation_id=run.invocation_id, retry_id=turn.retry_id))
+        retry = RetryEvent(invocation_id=run.invocation_id, retry_id=turn.retry_id)
+        run.trigger = retry
+        yield run.emit(retry)
         return (yield from _loop(run))
     elif turn.message is not None:
         if head.parked == "message":
             run.invocation_id = head.open_invocation
-            yield run.emit(_user(run, turn))
+            yield from _users(run, turn)
             yield run.emit(InvocationResume(invocation_id=run.invocation_id))
         else:
             run.invocation_id = turn.invocation_id or new_id("inv")
             yield run.emit(InvocationStart(invocation_id=run.invocation_id,
                                            agent=run.agent.name))
-            yield run.emit(_user(run, turn))
+            yield from _users(run, turn)
     elif head.parked is not None:
         run.invocation_id = head.open_invocation
         resuming_tools = head.parked == "tool"
@@ -235,10 +322,16 @@ def _body(run: RunState, turn: TurnInput) -> Stream:
     return (yield from _loop(run))
 
 
-def _user(run: RunState, turn: TurnInput) -> UserEvent:
+def _users(run: RunState, turn: TurnInput) -> Generator[StreamEvent, None, None]:
+    """The turn's user message, after the steers that missed their invocation."""
+    for message_id, text in turn.first:
+        yield run.emit(UserEvent(text=text, message_id=message_id,
+                                 invocation_id=run.invocation_id, ts=run.clock()))
     assert turn.message is not None
-    return UserEvent(text=turn.message, message_id=turn.message_id or new_id("msg"),
-                     invocation_id=run.invocation_id, ts=run.clock())
+    event = UserEvent(text=turn.message, message_id=turn.message_id or new_id("msg"),
+                      invocation_id=run.invocation_id, ts=run.clock(), queued=turn.dequeued)
+    run.trigger = event
+    yield run.emit(event)
 
 
 # --- the model loop ------------------------------------------------------------------------------
@@ -249,6 +342,10 @@ def _loop(run: RunState) -> Stream:
     step = 0
     while True:
         run.signal.raise_if_aborted()
+        if step > 0:
+            paused = yield from _boundary(run)
+            if paused is not None:
+                return paused
         if step >= agent.max_steps:
             message = (f"agent {agent.name!r} reached max_steps={agent.max_steps} "
                        "without finishing; raise max_steps or check for a tool loop")
@@ -259,6 +356,8 @@ def _loop(run: RunState) -> Stream:
         step += 1
         calls = yield from _model_step(run, step)
         if not calls:
+            if (yield from _take_steers(run)):
+                continue  # a steer arrived as the model answered: one more step
             return (yield from _settle(run))
         yielded = yield from run_tools(run, calls)
         yield from run.flush()
@@ -278,6 +377,8 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     yield ModelStart(invocation_id=invocation_id, step=step)
     reply_id = new_id("evt")
     thought_id = new_id("thought")
+    run.deltas = []
+    run.deltas_id = reply_id
     parts: list[str] = []
     calls: list[Call] = []
     usage = Usage()
@@ -287,8 +388,10 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         if isinstance(chunk, TextDelta):
             if chunk.text:
                 parts.append(chunk.text)
-                yield AssistantDelta(invocation_id=invocation_id, message_id=reply_id,
-                                     delta=chunk.text)
+                delta = AssistantDelta(invocation_id=invocation_id, message_id=reply_id,
+                                       delta=chunk.text)
+                run.deltas.append(delta)
+                yield delta
         elif isinstance(chunk, ThoughtDelta):
             yield ThoughtDeltaEvent(invocation_id=invocation_id, message_id=thought_id,
                                     delta=chunk.text)
@@ -299,6 +402,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     if _counts(usage):
         run.usage = run.usage + usage
     yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage)
+    run.deltas = []
     text = "".join(parts)
     _call_hooks(run, "after_model", request=request, text=text)
     if text:
@@ -322,6 +426,10 @@ def _settle(run: RunState) -> Stream:
         assert run.invocation_id is not None
         return _result(run, YieldedMessageResult(yielded_invocation_id=run.invocation_id))
     yield run.emit(InvocationEnd(invocation_id=run.invocation_id))
+    watch = run.watch
+    if watch is not None and watch.pause_rev is not None:  # asked during the last step
+        yield run.emit(PauseEvent(invocation_id=None, rev=watch.pause_rev))
+        watch.pause_rev = None
     return _result(run, CompletedResult())
 
 

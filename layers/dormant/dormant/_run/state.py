@@ -38,8 +38,10 @@ class RunState:
     #: What other requests ask of this turn (stop, pause, steers), polled from the
     #: session's control record (:class:`dormant._control.ControlWatch`); None: nobody can.
     watch: Any = None
-    #: The current model step's text deltas as streamed (a stop keeps those the client saw).
+    #: The current model step's text deltas as streamed (a stop keeps those the client saw),
+    #: and the id its assistant event takes.
     deltas: list[Any] = field(default_factory=list)
+    deltas_id: str | None = None
     #: The ledger event that triggered the turn (what a tool sees as ``ToolContext.event``).
     trigger: Event | None = None
 

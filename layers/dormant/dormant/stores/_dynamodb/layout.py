@@ -8,8 +8,8 @@ with a ``Limit`` reads the head, then the control record, then the newest events
     pk=session_x  sk=e#000000000004#000  parts=3  n=2  ev=<first 390 KB of the slice>
     pk=session_x  sk=e#000000000004#001  parts=3       ev=<next 390 KB>
     pk=session_x  sk=e#000000000004#002  parts=3       ev=<the rest>
+    pk=session_x  sk=~ctl                rev=2  ctl={"rev":2,"stop":{...},"pause":2,...}
     pk=session_x  sk=~head               ver=3  ua=...  st=active  own=p:alice  head={...}
-    pk=session_x  sk=~ctl                rev=2  ctl={"rev":2,"stop":{...},"pause":null,...}
     pk=session_x  sk=#o#m:msg-42       (a guard: message id msg-42 landed)
 
 Guards (``#o#`` + a once-only id: ``m:<message id>``, ``r:<retry id>``) are written, with a
@@ -25,21 +25,25 @@ the transaction is replaced in the array by ``{"$s3": {"b": bucket, "k": key}}``
 S3. ``own`` (the owner key) and ``ua`` (updated at, ms) feed the ``by_owner`` index that
 ``list`` reads; only head items carry them, so the index stays small.
 
-The control item (``~ctl``: ``~head`` > ``~ctl`` > every ``e#`` key, so a descending query
+The control item (``~ctl``; ``~head`` > ``~ctl`` > every ``e#`` key, so a descending query
 meets it second, right after the head) is the session's control record: what other requests
 (stop, steer, pause) ask of the turn running in another process. ``rev`` (N) is its revision,
-``ctl`` the record's JSON, ``expires_at`` set like the head's when the store has a TTL (from
-the record's last write). It is small (a stop, a pause and a few steers: well under 1 KB, one
-read unit) because a running turn reads it about once a second, with a ``GetItem``
-``ConsistentRead=True``: an eventually consistent read costs half but may return a record a
-second or more old, and a stop or a steer missed by a poll is missed for a whole step. Writers
-replace it whole in a ``TransactWriteItems``: a ``ConditionCheck`` that the head is still at
-the version the writer read (``attribute_not_exists`` when it read none) and a ``Put``
-conditioned on the revision it replaces (``rev = :prev``; ``attribute_not_exists`` for
-revision 1). Commits never write it, so a turn's transaction does not grow; ``load``'s one
-query returns it with the head (the window estimator's ``Limit`` counts a slot for it). It
-carries no ``own``/``ua``, so ``list``'s index never sees it; ``delete`` removes it with the
-rest of the partition.
+``ctl`` the record's JSON, ``expires_at`` set like the head's when the store has a TTL (counted
+from the record's last write; an expired record reads, and is overwritten, as none). It stays
+small (a stop, a pause and a short steer: about 300 bytes; at its fullest, eight steers, about
+1.3 KB: one read unit either way) because a running turn reads it about once a second.
+
+That poll is a ``GetItem`` with ``ConsistentRead=True`` (1 read unit, twice an eventually
+consistent read's): an eventually consistent read may return the record as it was before the
+latest write, so a stop or a steer could go unseen for a while, and the turn would run on
+(calling the model, running tools) past what was asked of it. Writers replace the record whole
+in one ``TransactWriteItems``: a ``ConditionCheck`` that the head is still at the version the
+writer decided on (``ver = :v``; ``attribute_not_exists(pk)`` for version 0, no session yet)
+and a ``Put`` conditioned on the revision it replaces (``rev = :prev``;
+``attribute_not_exists(pk)`` for revision 1). Commits never write it, so a turn's transaction
+does not grow, and ``load``'s one query returns it with the head (the window estimator's
+``Limit`` keeps a slot for it). It carries no ``own``/``ua``, so ``list``'s index never sees
+it; ``delete`` removes it with the rest of the partition.
 """
 
 from __future__ import annotations
