@@ -15,6 +15,14 @@ ordinary turn: 1 read + 1 write), then the approval (approval -> tool -> reply).
 the approval: 1 read + 2 writes (the decision is claimed before the tool runs, then the turn
 commits).
 
+Turn control polling: a running turn reads the session's control record (stop / steer / pause
+asked by other requests) every poll interval (default 1 s), one strongly consistent
+``GetItem`` each. Measured: the ``GetItem`` requests during a turn whose tool runs for a few
+seconds (default interval, and polling disabled), during as long an idle stretch, and the
+bytes of one poll of a realistic record (a stop, a pause, one short steer; and a full one).
+Expected: 1 / interval reads per second while a turn runs (1 read unit each: the item is far
+under 4 KB), none when idle or with polling disabled.
+
     python bench/dynamodb_cost.py            # turns 10, 100, 1,000 (a few minutes: moto
                                              # copies its tables on every transaction)
     python bench/dynamodb_cost.py --checkpoints 10,100   # a shorter run
@@ -79,9 +87,12 @@ class Wire:
         self.sent[operation] += len(body)
         if operation == "TransactWriteItems":
             for action in json.loads(body)["TransactItems"]:
+                if "Put" not in action:
+                    continue  # a control write's ConditionCheck on the head
                 item = action["Put"]["Item"]
                 sk = item["sk"]["S"]
-                kind = "head" if sk == "~head" else "events" if sk.startswith("e#") else "guards"
+                kind = ("head" if sk == "~head" else "control" if sk == "~ctl"
+                        else "events" if sk.startswith("e#") else "guards")
                 self.items[kind] += len(json.dumps(item, separators=(",", ":")))
 
     def _after_call(self, http_response: Any, model: Any, **_: Any) -> None:
@@ -218,6 +229,148 @@ def _approve(rest: Any, model: Any, approval_id: str, n: int) -> None:
         raise SystemExit(f"the approval of turn {n} did not commit cleanly: {response}")
 
 
+# --- turn control polling ------------------------------------------------------------------------
+
+#: How long the polled turn's tool runs (seconds): a few poll intervals.
+RUNNING_TURN_SECONDS = 5.0
+STEER_TEXT = "Actually, make it two nights."
+
+
+@dataclass
+class PollRow:
+    case: str
+    interval: float
+    seconds: float
+    reads: int
+
+    @property
+    def per_second(self) -> float:
+        return self.reads / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class RecordRow:
+    record: str
+    item_bytes: int
+    response_bytes: int
+
+    @property
+    def read_units(self) -> int:
+        """Read units of one strongly consistent GetItem: one per 4 KB (rounded up)."""
+        return max(1, -(-self.item_bytes // 4096))
+
+
+def measure_polling(interval: float | None, turn_seconds: float) -> tuple[list[PollRow],
+                                                                           list[RecordRow]]:
+    """``GetItem`` requests while a turn runs (polling at ``interval``, default: the
+    framework's), with polling disabled, and while idle; and the bytes of one poll."""
+    import time
+
+    from moto import mock_aws
+    from pydantic import BaseModel
+
+    import dormant
+    from dormant._control import DEFAULT_POLL_INTERVAL, MAX_STEERS
+    from dormant._ids import new_id, now_ms
+    from dormant.models import ScriptedModel
+    from dormant.stores import DynamoDBStore
+    from dormant.stores._dynamodb import layout
+    from dormant.types import Control, ControlSteer, ControlStop
+
+    class Work(BaseModel):
+        task: str
+
+    every = DEFAULT_POLL_INTERVAL if interval is None else interval
+    polls: list[PollRow] = []
+    records: list[RecordRow] = []
+    with mock_aws():
+        store = DynamoDBStore("bench-control")
+        store.ensure_table()
+        wire = Wire()
+        wire.attach(store._client)
+        app = dormant.App(name="bench", store=store)
+
+        def work(ctx: Any) -> dict[str, Any]:
+            time.sleep(turn_seconds)
+            return {"done": True}
+
+        slow = app.tool(name="long_task", description="Work for a while", schema=Work,
+                        execute=work)
+        model = ScriptedModel()
+        label = " (the default)" if interval is None else ""
+        for case, poll in ((f"a running turn, polling every {every:g} s{label}", every),
+                           ("a running turn, polling disabled (poll_interval=0)", 0.0)):
+            rest = app.handler.rest(agent=app.agent(name="worker", model=model, tools=[slow]),
+                                    poll_interval=poll)
+            model.add({"tool_calls": [{"name": "long_task", "args": {"task": "report"}}]})
+            model.add("Done.")
+            wire.reset()
+            started = time.perf_counter()
+            response = rest({"session_id": "polled", "input": {"message": "Write the report"}})
+            seconds = time.perf_counter() - started
+            if response.status != "completed" or response.commit_status != "committed":
+                raise SystemExit(f"the polled turn did not commit cleanly: {response}")
+            polls.append(PollRow(case, poll, seconds, wire.requests["GetItem"]))
+        wire.reset()
+        time.sleep(turn_seconds)  # nothing runs: nobody polls
+        polls.append(PollRow("idle (no turn running)", 0.0, turn_seconds,
+                             wire.requests["GetItem"]))
+
+        stored = store.load("session_polled", turns=0)
+        if stored is None:
+            raise SystemExit("the polled session is missing")
+        running, at = new_id("inv"), now_ms()
+        busy = [Control(rev=1, stop=ControlStop(invocation_id=running, rev=1, at=at))]
+        busy.append(busy[-1].model_copy(update={"rev": 2, "pause": 2}))
+        for n in range(MAX_STEERS):
+            rev = 3 + n
+            steer = ControlSteer(id=new_id("steer"), text=STEER_TEXT, invocation_id=running,
+                                 rev=rev, at=at)
+            busy.append(busy[-1].model_copy(update={"rev": rev,
+                                                    "steers": [*busy[-1].steers, steer]}))
+        shown = {2: "a stop, a pause, one short steer",
+                 len(busy) - 1: f"a stop, a pause, {MAX_STEERS} short steers (the most kept)"}
+        for index, control in enumerate(busy):
+            if not store.write_control("session_polled", control,
+                                       head_version=stored.head.version):
+                raise SystemExit(f"could not write control revision {control.rev}")
+            if index not in shown:
+                continue
+            wire.reset()
+            if store.read_control("session_polled") != control:
+                raise SystemExit("the control record did not read back")
+            response_bytes = wire.received["GetItem"]
+            item = store._client.get_item(
+                TableName=store.table_name, ConsistentRead=True,
+                Key={layout.PK: {"S": "session_polled"}, layout.SK: {"S": layout.CONTROL_SK}},
+            )["Item"]
+            records.append(RecordRow(shown[index], layout.item_size(item), response_bytes))
+    return polls, records
+
+
+def polling_table(polls: list[PollRow], records: list[RecordRow]) -> str:
+    units = records[0].read_units if records else 1
+    lines = [
+        "| while | poll interval (s) | seconds | GetItem requests | reads/s (expected: "
+        "1 / interval) | read units/s (strongly consistent) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in polls:
+        interval = f"{row.interval:g}" if row.interval else "-"
+        expected = 1 / row.interval if row.interval else 0.0
+        lines.append(f"| {row.case} | {interval} | {row.seconds:.2f} | {row.reads} | "
+                     f"{row.per_second:.2f} ({expected:g}) | {row.per_second * units:.2f} |")
+    lines += [
+        "",
+        "| control record | item bytes (DynamoDB size) | GetItem response bytes | read units "
+        "per poll |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {r.record} | {r.item_bytes:,} | {r.response_bytes:,} | {r.read_units} |"
+              for r in records]
+    return "\n".join(lines)
+
+
 def table(rows: list[Row]) -> str:
     lines = [
         "| turn kind | agent | turn | read requests | write requests | other requests | write "
@@ -240,22 +393,33 @@ def main(argv: list[str] | None = None) -> None:
                         help="comma-separated turns to measure at (default 10,100,1000)")
     parser.add_argument("--samples", type=int, default=3,
                         help="turns of each kind averaged at each checkpoint")
+    parser.add_argument("--poll-interval", type=float, default=None,
+                        help="control polling interval of the polled turn (default: the "
+                             "framework's)")
     args = parser.parse_args(argv)
     os.environ.update(FAKE_AWS_ENV)
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
         os.environ.pop(name, None)
+    interval, turn_seconds = args.poll_interval, RUNNING_TURN_SECONDS
     if args.smoke:
         checkpoints, samples = [3], 1
+        interval, turn_seconds = interval or 0.1, 0.35
     else:
         checkpoints = sorted(int(c) for c in args.checkpoints.split(",") if c.strip())
         samples = args.samples
     if not checkpoints or checkpoints[0] < 1 or samples < 1:
         parser.error("checkpoints and samples must be positive")
+    if interval is not None and interval <= 0:
+        parser.error("--poll-interval must be positive")
     rows = measure(checkpoints, samples)
     print("DynamoDBStore cost per turn (moto in-process, counted on the wire; mean of "
           f"{samples} turn(s) of each kind at each checkpoint; write bytes add up every "
           "write of the turn)\n")
     print(table(rows))
+    polls, records = measure_polling(interval, turn_seconds)
+    print("\nTurn control polling (a running turn reads its control record every poll "
+          "interval: one strongly consistent GetItem; counted on the wire)\n")
+    print(polling_table(polls, records))
 
 
 if __name__ == "__main__":
