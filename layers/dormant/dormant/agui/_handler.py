@@ -60,7 +60,8 @@ class AgUIRun(Iterator[BaseEvent]):
         return self.turn.result
 
     def abort(self) -> None:
-        """Stop the turn; it commits nothing."""
+        """Stop the turn (:meth:`~dormant.TurnStream.abort`): the run goes on to the ending
+        the turn then reaches."""
         self.turn.abort()
 
     def close(self) -> None:
