@@ -219,9 +219,9 @@ def test_a_model_failure_after_a_tool_ran_keeps_it_and_retry_does_not_rerun_it(
     # Resending the message is not a retry: it is the same message, already landed.
     assert support.rest({"session_id": "kept", "input": {
         "message": "fail after closing", "message_id": "m-1"}}).code == "duplicate_message"
-    # A new message waits for the failed invocation to be retried.
-    assert support.rest({"session_id": "kept", "input": {"message": "hello"}}).code == \
-        "session_failed"
+    # A new message waits for the failed invocation to be retried (or is refused, if asked).
+    assert support.rest({"session_id": "kept", "input": {
+        "message": "hello", "if_busy": "reject"}}).code == "session_failed"
 
     retried = support.rest({"session_id": "kept", "input": {"retry": {"retry_id": "r-1"}}})
     again = support.rest({"session_id": "kept", "input": {"retry": {"retry_id": "r-1"}}})

@@ -144,7 +144,7 @@ def test_a_decision_not_pending_is_rejected_and_writes_nothing(
     assert "apr_from_an_old_step is not pending" in (stale.error or "")
     assert approval_id in (stale.error or "")  # names what is pending
 
-    message = rest({"session_id": "t2", "input": {"message": "hello?"}})
+    message = rest({"session_id": "t2", "input": {"message": "hello?", "if_busy": "reject"}})
     assert message.code == "awaiting_input" and "close_ticket (call_close)" in (message.error
                                                                                or "")
     after = app.sessions.get("t2")

@@ -217,7 +217,8 @@ def test_the_session_view_shows_the_inbox_input_requests_and_open_invocation() -
     assert status == 200
     status, view = _call(resolver, _event("GET", "/sessions/v"))
     assert status == 200
-    assert view["openInvocation"] == parked["invocationId"]
+    assert view["openInvocation"] == app.sessions.get("v").open_invocation  # type: ignore[union-attr]
+    assert parked["status"] == "yielded_tool"
     assert (view["inbox"], view["pendingInputs"]) == ([], [])
 
     stored = app.store.load(normalize_session_id("v"), turns=0)

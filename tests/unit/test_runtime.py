@@ -236,13 +236,19 @@ def test_a_message_to_a_session_awaiting_tool_input_is_refused_naming_the_calls(
     before = app.sessions.get("s1")
     assert before is not None
 
-    refused = rest({"session_id": "s1", "input": {"message": "hello?"}})
+    refused = rest({"session_id": "s1", "input": {"message": "hello?", "if_busy": "reject"}})
 
     assert refused.status == "error" and refused.code == "awaiting_input"
     assert "ask_guest (call_q)" in (refused.error or "")
     after = app.sessions.get("s1")
     assert after is not None and after.version == before.version
     assert len(after.events) == len(before.events)
+
+    queued = rest({"session_id": "s1", "input": {"message": "hello?", "message_id": "m-2"}})
+    assert (queued.status, queued.queued and queued.queued.id) == ("queued", "m-2")
+    parked = app.sessions.get("s1")
+    assert parked is not None and [m.text for m in parked.inbox] == ["hello?"]
+    assert parked.status == "awaiting_input" and parked.yielded_tools  # still waiting
 
 
 @pytest.mark.parametrize("answer, code, expected", [

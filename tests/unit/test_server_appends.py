@@ -32,16 +32,20 @@ def test_an_appended_message_is_stored_once_and_taken_up_by_the_next_turn() -> N
         "user", "invocation_start", "assistant", "invocation_end"]
 
 
-def test_an_append_to_a_session_awaiting_tool_input_is_refused() -> None:
+def test_an_append_to_a_session_awaiting_tool_input_waits_in_its_inbox() -> None:
     app = dormant.App(name="appends")
     ask = app.tool(name="ask", description="d", schema=Question, yield_schema=Question)
     agent = app.agent(name="a", tools=[ask], model=ScriptedModel([
         {"tool_calls": [{"name": "ask", "args": {"q": "?"}, "id": "call_q"}]}]))
     app.handler.rest(agent=agent)({"session_id": "s2", "input": {"message": "go"}})
 
-    with pytest.raises(dormant.PendingInputError, match="ask \\(call_q\\)"):
-        app.sessions.append("s2", "from a webhook", id="evt-1")
-    assert app.sessions.get("s2").version == 1  # type: ignore[union-attr]
+    app.sessions.append("s2", "from a webhook", id="evt-1")
+    session = app.sessions.get("s2")
+    assert session is not None and session.version == 2
+    assert [(m.id, m.text) for m in session.inbox] == [("evt-1", "from a webhook")]
+    assert session.yielded_tools  # the question is still pending
+    app.sessions.append("s2", "from a webhook", id="evt-1")  # a redelivery lands once
+    assert [m.id for m in app.sessions.get("s2").inbox] == ["evt-1"]  # type: ignore[union-attr]
 
 
 def test_an_append_is_scoped_to_its_principal() -> None:

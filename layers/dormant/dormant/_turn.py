@@ -488,14 +488,14 @@ class TurnStream(Iterator[StreamEvent]):
                 return
             text, message_id = given.steer.text, given.steer.id
         if text is not None:
-            message_id = message_id or new_id("msg")
-            outcome, queued = _control.message(session, text, message_id, given.if_busy)
+            outcome, queued = _control.message(session, text, message_id or new_id("msg"),
+                                               given.if_busy)
             if queued is not None:
                 plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
                 plan.finish("queued")
                 return
             plan.message, plan.message_id = text, message_id
-            if message_id != given.message_id:
+            if message_id is not None and message_id != given.message_id:  # a steer's id
                 self.invocation_id = _derive_invocation(session.session_id, message_id)
             return
         if self._paused_now(session) and (given.tools or given.approvals or not controls):

@@ -256,7 +256,10 @@ class RestResponse(BaseModel):
     session_id: str
     status: TurnStatus
     output: Output
-    invocation_id: str | None = None
+    #: The turn's invocation (Python only, like ``commit_status``: a REST client names it by
+    #: its message id — invocation ids derive from session and message id — or reads
+    #: ``openInvocation`` from ``GET /sessions/{id}``; streams carry it from their start).
+    invocation_id: str | None = Field(default=None, exclude=True)
     yielded_tools: list[YieldedTool] | None = None
     pending_approvals: list[PendingApproval] | None = None
     error: str | None = None

@@ -96,8 +96,9 @@ class Sessions:
         """Append a user message from trusted server code and commit it, without running a
         turn (a later turn takes it up). The session is created when new. A message whose
         ``id`` the session already holds is a redelivery: nothing is written and the result
-        is ``ok`` at the current version. Refused with :class:`PendingInputError` while the
-        session waits for tool input or an approval."""
+        is ``ok`` at the current version. While the session cannot take it (it waits for
+        tool input, an approval or an input request, failed, or is paused) the message goes
+        to the session's inbox and runs when the session is free."""
         sid = normalize_session_id(session_id)
         result = CommitResult(ok=False, conflict=True)
         for _ in range(MERGE_ATTEMPTS):
