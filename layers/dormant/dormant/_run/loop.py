@@ -399,6 +399,8 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
             calls.append(_parse_call(chunk))
         elif isinstance(chunk, UsageChunk) and _counts(chunk.usage):
             usage = usage + chunk.usage
+    if signal.aborted:  # the model stopped early because the turn was stopped or aborted
+        raise Aborted("the turn was aborted")
     if _counts(usage):
         run.usage = run.usage + usage
     yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage)

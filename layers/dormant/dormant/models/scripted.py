@@ -29,15 +29,22 @@ class ScriptError(AssertionError):
 class ScriptedModel:
     """Each model call consumes the next reply, streaming its text as deltas.
 
-    A reply is a ``str`` (text) or a dict ``{"text": ..., "tool_calls": [{"name": ...,
+    ``delay``: seconds between streamed pieces (0: instant), for demos and tests of stop
+    and steer. A reply is a ``str`` (text) or a dict ``{"text": ..., "tool_calls": [{"name": ...,
     "args": {...}, "id": optional}], "thought": optional}``. The requests the model was sent
     are kept in ``requests``. A call with no reply left raises :class:`ScriptError`;
     :meth:`assert_consumed` raises if replies are left over.
     """
 
-    def __init__(self, replies: Sequence[str | dict[str, Any]] = ()) -> None:
+    def __init__(self, replies: Sequence[str | dict[str, Any]] = (), *,
+                 delay: float = 0.0) -> None:
         for index, reply in enumerate(replies):
             _check_reply(index, reply)
+        if delay < 0:
+            raise ValueError("delay must be >= 0 seconds")
+        #: Seconds between two streamed pieces (a slow model, to try stop and steer on);
+        #: the wait ends early when the turn is stopped or aborted.
+        self.delay = delay
         self._replies = list(replies)
         self._next = 0
         self._lock = threading.Lock()
@@ -68,17 +75,20 @@ class ScriptedModel:
                 )
             reply = self._replies[self._next]
             self._next += 1
-        return _play(reply)
+        return _play(reply, self.delay, signal)
 
 
-def _play(reply: str | dict[str, Any]) -> Iterator[ModelChunk]:
+def _play(reply: str | dict[str, Any], delay: float = 0.0,
+          signal: Signal | None = None) -> Iterator[ModelChunk]:
     if isinstance(reply, str):
         reply = {"text": reply}
     thought = reply.get("thought")
     if thought:
         yield ThoughtDelta(thought)
     text = reply.get("text") or ""
-    for piece in _WORDS.findall(text):
+    for index, piece in enumerate(_WORDS.findall(text)):
+        if delay and index and signal is not None and signal.wait(delay):
+            return  # stopped or aborted: the run loop sees the signal
         yield TextDelta(piece)
     for call in reply.get("tool_calls") or ():
         yield ToolCallChunk(call_id=call.get("id") or "", name=call["name"],
