@@ -242,10 +242,20 @@ class PollRow:
     interval: float
     seconds: float
     reads: int
+    #: When each GetItem was sent (seconds, perf_counter).
+    sent_at: list[float] = field(default_factory=list)
 
     @property
     def per_second(self) -> float:
+        """Reads per second over the whole turn (the first poll comes one interval in)."""
         return self.reads / self.seconds if self.seconds else 0.0
+
+    @property
+    def gap(self) -> float | None:
+        """Mean seconds between two polls (None: fewer than two)."""
+        if len(self.sent_at) < 2:
+            return None
+        return (self.sent_at[-1] - self.sent_at[0]) / (len(self.sent_at) - 1)
 
 
 @dataclass
@@ -283,11 +293,14 @@ def measure_polling(interval: float | None, turn_seconds: float) -> tuple[list[P
     every = DEFAULT_POLL_INTERVAL if interval is None else interval
     polls: list[PollRow] = []
     records: list[RecordRow] = []
+    sent_at: list[float] = []
     with mock_aws():
         store = DynamoDBStore("bench-control")
         store.ensure_table()
         wire = Wire()
         wire.attach(store._client)
+        store._client.meta.events.register(
+            "before-send.dynamodb.GetItem", lambda **_: sent_at.append(time.perf_counter()))
         app = dormant.App(name="bench", store=store)
 
         def work(ctx: Any) -> dict[str, Any]:
@@ -305,16 +318,18 @@ def measure_polling(interval: float | None, turn_seconds: float) -> tuple[list[P
             model.add({"tool_calls": [{"name": "long_task", "args": {"task": "report"}}]})
             model.add("Done.")
             wire.reset()
+            sent_at.clear()
             started = time.perf_counter()
             response = rest({"session_id": "polled", "input": {"message": "Write the report"}})
             seconds = time.perf_counter() - started
             if response.status != "completed" or response.commit_status != "committed":
                 raise SystemExit(f"the polled turn did not commit cleanly: {response}")
-            polls.append(PollRow(case, poll, seconds, wire.requests["GetItem"]))
+            polls.append(PollRow(case, poll, seconds, wire.requests["GetItem"], list(sent_at)))
         wire.reset()
+        sent_at.clear()
         time.sleep(turn_seconds)  # nothing runs: nobody polls
         polls.append(PollRow("idle (no turn running)", 0.0, turn_seconds,
-                             wire.requests["GetItem"]))
+                             wire.requests["GetItem"], list(sent_at)))
 
         stored = store.load("session_polled", turns=0)
         if stored is None:
@@ -351,15 +366,19 @@ def measure_polling(interval: float | None, turn_seconds: float) -> tuple[list[P
 def polling_table(polls: list[PollRow], records: list[RecordRow]) -> str:
     units = records[0].read_units if records else 1
     lines = [
-        "| while | poll interval (s) | seconds | GetItem requests | reads/s (expected: "
-        "1 / interval) | read units/s (strongly consistent) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| while | poll interval (s) | seconds | GetItem requests | reads/s over the turn | "
+        "s between polls | reads/s while polling (expected: 1 / interval) | read units/s "
+        "while polling (strongly consistent) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in polls:
         interval = f"{row.interval:g}" if row.interval else "-"
         expected = 1 / row.interval if row.interval else 0.0
+        rate = 1 / row.gap if row.gap else row.per_second
+        gap = f"{row.gap:.3f}" if row.gap else "-"
         lines.append(f"| {row.case} | {interval} | {row.seconds:.2f} | {row.reads} | "
-                     f"{row.per_second:.2f} ({expected:g}) | {row.per_second * units:.2f} |")
+                     f"{row.per_second:.2f} | {gap} | {rate:.2f} ({expected:g}) | "
+                     f"{rate * units:.2f} |")
     lines += [
         "",
         "| control record | item bytes (DynamoDB size) | GetItem response bytes | read units "
