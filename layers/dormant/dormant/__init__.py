@@ -15,11 +15,15 @@ from dormant.errors import (
     DormantError,
     DuplicateMessage,
     InputError,
+    NotPending,
+    NotRunning,
     PendingInputError,
     ResumeError,
     RetryRefused,
+    ServerOnly,
     SessionFailed,
     SessionNotFound,
+    SessionPaused,
     StoreError,
 )
 from dormant.handlers import (
@@ -34,15 +38,31 @@ from dormant.results import (
     CompletedResult,
     ErrorResult,
     Output,
+    PausedResult,
     RunResult,
+    StoppedResult,
     YieldedMessageResult,
     YieldedToolResult,
 )
 from dormant.session import Session
-from dormant.tools import Signal, Tool, ToolContext, handler_context, run_with_handler_context
-from dormant.types import CommitResult, PendingApproval, YieldedTool
+from dormant.tools import (
+    Aborted,
+    Signal,
+    Tool,
+    ToolContext,
+    handler_context,
+    run_with_handler_context,
+)
+from dormant.types import (
+    CommitResult,
+    PendingApproval,
+    PendingInput,
+    QueuedMessage,
+    YieldedTool,
+)
 
 __all__ = [
+    "Aborted",
     "Agent",
     "AlreadyAnswered",
     "AlreadyDecided",
@@ -57,18 +77,26 @@ __all__ = [
     "HookContext",
     "Input",
     "InputError",
+    "NotPending",
+    "NotRunning",
     "Output",
+    "PausedResult",
     "PendingApproval",
+    "PendingInput",
     "PendingInputError",
+    "QueuedMessage",
     "ResponseOptions",
     "RestResponse",
     "ResumeError",
     "RetryRefused",
     "RunResult",
+    "ServerOnly",
     "Session",
     "SessionFailed",
     "SessionNotFound",
+    "SessionPaused",
     "Signal",
+    "StoppedResult",
     "StoreError",
     "Tool",
     "ToolContext",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from dormant.events import AssistantEvent, Event, ToolCall, ToolResult, UserEvent
+from dormant.events import AssistantEvent, Event, SeedEvent, ToolCall, ToolResult, UserEvent
 from dormant.models._base import (
     AssistantMessage,
     Message,
@@ -52,6 +52,9 @@ def to_messages(events: Iterable[Event]) -> list[Message]:
             case UserEvent():
                 flush()
                 messages.append(UserMessage(event.text))
+            case SeedEvent():
+                flush()
+                messages.append(UserMessage(event.text, role=event.role))
             case ToolResult(preliminary=True):
                 pass  # a generator tool's progress: not the call's result
             case ToolResult():

@@ -141,17 +141,17 @@ def end_waiting(session: Session, status: Literal["stopped", "interrupted"], *,
     result, then ``invocation_end``."""
     head = session.head
     invocation = head.open_invocation
-    if status == STOPPED:
-        session.add_event(StopRequested(invocation_id=invocation, seen=seen))
-    else:
+    if status == INTERRUPTED:  # first: it checks the owner names what is waited on
         assert owner is not None
         session.add_event(InterruptEvent(invocation_id=invocation, owner=owner))
-    if invocation is None or head.open_invocation != invocation:
-        return  # the interrupt closed an input request only
+        if invocation is None or head.open_invocation != invocation:
+            return  # it closed an input request only
     for call in list(head.step):
         if not call.settled:
             session.add_event(ToolResult(invocation_id=invocation, call_id=call.call_id,
                                          name=call.name, error=status))
+    if status == STOPPED:  # the same shape as a running turn's stop
+        session.add_event(StopRequested(invocation_id=invocation, seen=seen))
     session.add_event(InvocationEnd(invocation_id=invocation, status=status))
 
 

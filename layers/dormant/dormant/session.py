@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from dormant import _control
 from dormant._control import Ask
-from dormant._head import Head, apply, apply_detached, status_of
+from dormant._head import COMMIT_WINDOW, Head, apply, apply_detached, status_of
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant.errors import InputError, RetryRefused
@@ -455,6 +455,8 @@ class Session:
         """The slice landed at ``version``: it becomes part of the loaded ledger."""
         self._loaded.extend(self._new)  # _loaded is always this session's own list
         self._new = []
+        starts = self._head.commit_seqs  # where this version began (as the store wrote it)
+        self._head.commit_seqs = [*starts, self._base_seq][-COMMIT_WINDOW:]
         self._effects = None
         self._head.version = version
         self._base_version = version

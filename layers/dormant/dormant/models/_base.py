@@ -37,8 +37,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class UserMessage:
+    """A user message; ``role="system"`` for a trusted passive note (a system seed) that
+    sits at its place in the conversation."""
+
     text: str
-    role: Literal["user"] = "user"
+    role: Literal["user", "system"] = "user"
 
 
 @dataclass(frozen=True)

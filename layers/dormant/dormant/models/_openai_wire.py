@@ -63,7 +63,7 @@ def responses_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     for message in request.messages:
         if isinstance(message, UserMessage):
-            items.append({"role": "user", "content": message.text})
+            items.append({"role": message.role, "content": message.text})
         elif isinstance(message, AssistantMessage):
             if message.text:
                 items.append({"role": "assistant", "content": message.text})
@@ -94,7 +94,7 @@ def chat_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
                                       for text in request.system]
     for message in request.messages:
         if isinstance(message, UserMessage):
-            messages.append({"role": "user", "content": message.text})
+            messages.append({"role": message.role, "content": message.text})
         elif isinstance(message, AssistantMessage):
             entry: dict[str, Any] = {"role": "assistant",
                                      "content": message.text or None}
