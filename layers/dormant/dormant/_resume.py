@@ -12,6 +12,9 @@ from dormant.events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
+    InputRequested,
+    InputResponse,
+    InterruptEvent,
     ToolInput,
     ToolResult,
     ToolYield,
@@ -30,11 +33,15 @@ class UnresolvedYield(BaseModel):
     args: Any = None
     invocation_id: str | None = None
     approval_id: str | None = None
+    #: Set for an input request (``request_input``): ``call_id`` and ``input_id`` are its id.
+    input_id: str | None = None
 
 
 def validate_resume_state(events: Iterable[Event]) -> list[UnresolvedYield]:
-    """One entry per ``tool_yield`` with neither a ``tool_input`` nor a ``tool_result``, and per
-    ``approval_requested`` with neither an ``approval_decided`` nor a ``tool_result``."""
+    """One entry per ``tool_yield`` with neither a ``tool_input`` nor a final ``tool_result``,
+    per ``approval_requested`` with neither an ``approval_decided`` nor a ``tool_result``, and
+    per ``input_requested`` with neither an ``input_response`` nor an ``interrupt`` naming it.
+    A stop or interrupt settles what it ended (its ``tool_result`` events say so)."""
     waiting: dict[str, UnresolvedYield] = {}
     for event in events:
         match event:
@@ -46,8 +53,18 @@ def validate_resume_state(events: Iterable[Event]) -> list[UnresolvedYield]:
                 waiting[event.call_id] = UnresolvedYield(
                     call_id=event.call_id, name=event.name, args=event.args,
                     invocation_id=event.invocation_id, approval_id=event.approval_id)
+            case ToolResult(preliminary=True):
+                pass  # a generator tool's progress: the call is still running
             case ToolInput() | ToolResult():
                 waiting.pop(event.call_id, None)
+            case InputRequested():
+                waiting["\x00" + event.input_id] = UnresolvedYield(
+                    call_id=event.input_id, name="input request", args=event.prompt,
+                    invocation_id=event.invocation_id, input_id=event.input_id)
+            case InputResponse():
+                waiting.pop("\x00" + event.input_id, None)
+            case InterruptEvent():
+                waiting.pop("\x00" + event.owner, None)
             case ApprovalDecided():
                 for call_id, unresolved in list(waiting.items()):
                     if unresolved.approval_id == event.approval_id:
