@@ -44,7 +44,8 @@ def _line(event: Event, waits: dict[str, str]) -> str:
         case "invocation_start":
             return f"▶ run {event.invocation_id} started (agent {event.agent or '?'})"
         case "user":
-            return f"user: {_short(event.text)}"
+            how = " (steer)" if event.steer else " (from the inbox)" if event.queued else ""
+            return f"user{how}: {_short(event.text)}"
         case "assistant":
             return f"assistant: {_short(event.text)}"
         case "tool_call":
@@ -70,6 +71,8 @@ def _line(event: Event, waits: dict[str, str]) -> str:
             why = f" ({_short(event.reason, 40)})" if event.reason else ""
             return f"← {waits.get(event.call_id, 'call')} {verdict}{why}  [{event.approval_id}]"
         case "tool_result":
+            if event.preliminary:
+                return f"… {event.name} progress: {_short(event.result, 52)}"
             if event.denied:
                 return f"✗ {event.name} denied: {_short(event.error, 56)}"
             if event.error is not None:
@@ -93,6 +96,34 @@ def _line(event: Event, waits: dict[str, str]) -> str:
             return f"✗ run failed ({event.code}): {_short(event.message, 48)} — {again}"
         case "retry":
             return f"↻ run {event.invocation_id} retried  [{event.retry_id}]"
+        case "stop_requested":
+            seen = "" if event.seen is None else f" at event {event.seen}"
+            return f"■ stop{seen}: run {event.invocation_id} rewound to what the client saw"
+        case "steer":
+            return f"↪ steer joined run {event.invocation_id}  [{event.message_id}]"
+        case "pause":
+            where = f" at a step of run {event.invocation_id}" if event.invocation_id else ""
+            return f"⏸ session paused{where}"
+        case "resume":
+            return "▶ session resumed"
+        case "interrupt":
+            return f"■ interrupted [{event.owner}]"
+        case "queued":
+            return f"✉ queued #{event.position}: {_short(event.text, 56)}  [{event.message_id}]"
+        case "queue_edit":
+            return f"✉ queued message edited: {_short(event.text, 48)}  [{event.message_id}]"
+        case "queue_move":
+            return f"✉ queued message moved to #{event.position}  [{event.message_id}]"
+        case "queue_remove":
+            return f"✉ queued message removed  [{event.message_id}]"
+        case "queue_send_now":
+            return f"✉ queued message sent now  [{event.message_id}]"
+        case "input_requested":
+            return f"⏸ input requested: {_short(event.prompt or '', 48)}  [{event.input_id}]"
+        case "input_response":
+            return f"← input {_short(event.value, 48)}  [{event.input_id}]"
+        case "seed":
+            return f"{event.role} (seed): {_short(event.text)}"
     return event.type  # a type added later without a line here
 
 
@@ -158,7 +189,14 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
         example = {"sessionId": session.session_id, "approvals": [
             {"approvalId": approvals[0].approval_id, "approved": True}]}
         out.append(f"  decide with: POST /turns {json.dumps(example)}")
-    if not pending and not approvals:
+    for request_ in session.pending_inputs:
+        out.append(f"    input request [{request_.input_id}]: {_short(request_.prompt or '', 48)}")
+    inbox = session.inbox
+    if inbox:
+        out += ["", "  inbox:"]
+        out += [f"    #{index} {_short(item.text, 56)}  [{item.id}]"
+                for index, item in enumerate(inbox)]
+    if not pending and not approvals and not session.pending_inputs:
         out.append("  pending: nothing")
     return "\n".join(out)
 
@@ -177,6 +215,9 @@ def session_json(session: Session) -> dict[str, Any]:
                              for a in session.pending_approvals],
         "timers": [t.model_dump(by_alias=True, mode="json", exclude_none=True)
                    for t in session.timers],
+        "pendingInputs": [i.model_dump(by_alias=True, mode="json")
+                          for i in session.pending_inputs],
+        "inbox": [m.model_dump(by_alias=True, mode="json") for m in session.inbox],
         "createdAt": session.head.created_at,
         "updatedAt": session.head.updated_at,
         "events": [e.model_dump(mode="json") for e in session.events],

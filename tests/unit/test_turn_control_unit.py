@@ -1,0 +1,149 @@
+"""Turn control in one process: the session builders, the head's rules, input schemas,
+resume checks and the timeline (the cross-process paths are in tests/conformance)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+import dormant
+from dormant._control import schema_errors
+from dormant._inspect import render_session, session_json
+from dormant.events import InputRequested, InputResponse, ToolResult
+from dormant.models import ScriptedModel
+
+
+class Question(BaseModel):
+    q: str
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+def _parked(app: dormant.App, session_id: str = "s") -> dormant.Session:
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer)
+    agent = app.agent(name="c", model=ScriptedModel([{"tool_calls": [
+        {"name": "ask_guest", "args": {"q": "Which night?"}, "id": "call_q"}]}]), tools=[ask])
+    app.handler.rest(agent=agent)({"session_id": session_id, "input": {"message": "book"}})
+    session = app.sessions.get(session_id)
+    assert session is not None and session.status == "awaiting_input"
+    return session
+
+
+def test_builders_queue_a_message_to_a_waiting_session_and_edit_the_inbox() -> None:
+    app = dormant.App()
+    session = _parked(app)
+
+    queued = session.input.message("first", id="a")
+    session.input.message("second", id="b")
+    session.input.queue_move("b", 0)
+    session.input.queue_edit("a", "first, edited")
+    assert app.sessions.commit(session).ok
+
+    stored = app.sessions.get("s")
+    assert stored is not None and queued.type == "queued"
+    assert [(m.id, m.text) for m in stored.inbox] == [("b", "second"), ("a", "first, edited")]
+    with pytest.raises(dormant.NotPending, match="inbox: b, a"):
+        stored.input.queue_remove("zzz")
+    with pytest.raises(dormant.PendingInputError, match="ask_guest"):
+        stored.input.message("no queue please", if_busy="reject")
+    with pytest.raises(dormant.DuplicateMessage):
+        stored.input.message("again", id="a")
+
+
+def test_a_stop_for_an_ended_invocation_is_refused_by_the_builder_too() -> None:
+    app = dormant.App()
+    agent = app.agent(name="c", model=ScriptedModel(["hi"]))
+    stream = app.handler.turn(agent=agent)({"session_id": "e", "input": {"message": "x"}})
+    stream.run()
+    session = app.sessions.get("e")
+    assert session is not None
+    with pytest.raises(dormant.NotRunning, match="not running"):
+        session.input.stop(stream.invocation_id)
+    # An id the session never saw may be running elsewhere: asked through the control record.
+    assert session.input.stop("inv_elsewhere") == "accepted"
+    assert [a.kind for a in session.control_asks] == ["stop"]
+
+
+def test_interrupt_names_exactly_one_owner() -> None:
+    app = dormant.App()
+    session = _parked(app)
+    with pytest.raises(dormant.NotPending, match="waiting on: call_q"):
+        session.input.interrupt("call_other")
+    assert not session.dirty  # a refused interrupt adds nothing
+    session.input.interrupt("call_q")
+    types = [e.type for e in session.new_events]
+    assert types == ["interrupt", "tool_result", "invocation_end"]
+    assert session.status == "active"
+
+
+def test_a_seed_of_any_role_adds_no_turn_and_lands_once() -> None:
+    app = dormant.App()
+    session = app.sessions.create("seeds")
+    session.seed("House rule: no pets.", role="system", id="rule-1")
+    assert app.sessions.commit(session).ok
+    again = app.sessions.get("seeds")
+    assert again is not None
+    with pytest.raises(dormant.DuplicateMessage):
+        again.seed("House rule: no pets.", role="system", id="rule-1")
+    with pytest.raises(dormant.InputError, match="role"):
+        again.seed("x", role="assistant")  # type: ignore[arg-type]
+
+
+def test_input_requests_validate_answers_against_their_schema() -> None:
+    class Budget(BaseModel):
+        amount: int
+
+    app = dormant.App()
+    session = app.sessions.create("in")
+    session.request_input("budget", Budget, "How much?")
+    assert session.status == "awaiting_input"
+    with pytest.raises(dormant.InputError, match="amount: required"):
+        session.input.respond("budget", {})
+    session.input.respond("budget", {"amount": 3})
+    assert session.pending_inputs == [] and session.status == "active"
+    with pytest.raises(dormant.errors.AlreadyAnswered):
+        session.input.respond("budget", {"amount": 4})
+
+
+@pytest.mark.parametrize("value, schema, problem", [
+    ("x", {"type": "integer"}, "expected integer"),
+    ({"a": 1}, {"type": "object", "required": ["b"]}, "value.b: required"),
+    ({"a": 1}, {"type": "object", "additionalProperties": False}, "value.a: not allowed"),
+    ([1, "2"], {"type": "array", "items": {"type": "integer"}}, "value[1]: expected integer"),
+    ("toolong", {"type": "string", "maxLength": 3}, "longer than 3"),
+    (0, {"type": "number", "minimum": 1}, "below 1"),
+    ("c", {"enum": ["a", "b"]}, "one of"),
+    (True, {"type": "integer"}, "expected integer"),
+])
+def test_schema_errors_name_what_is_wrong(value: object, schema: dict[str, object],
+                                          problem: str) -> None:
+    problems = schema_errors(value, schema)  # type: ignore[arg-type]
+    assert any(problem in p for p in problems), problems
+    assert schema_errors({"ok": 1}, {"type": "object"}) == []
+
+
+def test_validate_resume_state_counts_input_requests_and_skips_progress() -> None:
+    events = [InputRequested(input_id="b", prompt="Budget?"),
+              ToolResult(call_id="c", name="n", preliminary=True, result={"pct": 10})]
+    (waiting,) = dormant.validate_resume_state(events)
+    assert (waiting.input_id, waiting.args) == ("b", "Budget?")
+    assert dormant.validate_resume_state([*events, InputResponse(input_id="b", value=1)]) == []
+
+
+def test_the_timeline_shows_the_inbox_stops_and_seeds() -> None:
+    app = dormant.App()
+    session = _parked(app, "show")
+    session.input.message("later please", id="q-1")
+    session.seed("VIP guest", role="system", id="s-1")
+    session.input.stop(session.open_invocation or "")
+    app.sessions.commit(session)
+    shown = app.sessions.get("show")
+    assert shown is not None
+    text = render_session(shown)
+    assert "✉ queued #0: later please  [q-1]" in text
+    assert "system (seed): VIP guest" in text
+    assert "■ stop: run" in text and "■ run ended (stopped)" in text
+    assert "inbox:" in text and "#0 later please  [q-1]" in text
+    assert session_json(shown)["inbox"][0]["id"] == "q-1"
