@@ -4,6 +4,29 @@
 with a :class:`ScriptedModel` fed by the ``model`` steps, on a fresh session, committing after
 every run exactly as a handler would. It raises if the script and the run disagree.
 
+Steps:
+
+- inputs: :func:`user` / :func:`message` (a user message; to a session that waits it lands in
+  the inbox, ``if_busy="reject"`` refuses it instead), :func:`tool_input`, :func:`approval`,
+  :func:`respond` (an input request), :func:`timer` (a pending timer fires now);
+- the model: :func:`model` (one reply), :func:`model_error` (the call fails);
+- turn control: :func:`stop`, :func:`steer` and ``pause(after=N)`` act on the *next* model
+  reply while it streams — each is sent as its own request for the running invocation, through
+  the session's control record the turn polls; :func:`pause` (between steps), :func:`resume`,
+  :func:`interrupt`;
+- faults and recovery: :func:`retry`, :func:`conflict`, :func:`redeliver`.
+
+A script that stops, steers or pauses a turn::
+
+    run = run_test(agent, [
+        user("tell me about my stay"),
+        steer("just the nights, please", after=2),
+        model("Let me look that up"),       # the steer is sent after "Let me "
+        model("Three nights."),             # the step the steer causes
+    ])
+    run = run_test(agent, [user("hi"), stop(after=3, seen=2), model("one two three four")])
+    assert run.status == "stopped" and run.events[-1].status == "stopped"
+
 :class:`StoreContract` (``dormant.testing.store_contract``) is the store conformance suite, for
 pytest; it is imported on first use, so importing this module never imports pytest.
 """
@@ -20,11 +43,19 @@ from dormant._ids import new_id
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.events import Event, ToolResult
-from dormant.models.scripted import ScriptedModel, ScriptError
+from dormant.models.scripted import _WORDS, ScriptedModel, ScriptError
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
-from dormant.testing._drivers import Driver, HandlerDriver, InProcessDriver, KitModel, ModelFault
+from dormant.testing._drivers import (
+    Control,
+    Driver,
+    HandlerDriver,
+    InProcessDriver,
+    KitModel,
+    KitStore,
+    ModelFault,
+)
 
 if TYPE_CHECKING:  # not in __all__ either: a star import must not import pytest
     from dormant.testing.store_contract import StoreContract as StoreContract
@@ -36,11 +67,19 @@ __all__ = [
     "approval",
     "conflict",
     "get_tool_results",
+    "interrupt",
+    "message",
     "model",
     "model_error",
+    "pause",
     "redeliver",
+    "respond",
+    "resume",
     "retry",
     "run_test",
+    "steer",
+    "stop",
+    "timer",
     "tool_input",
     "user",
 ]
@@ -50,6 +89,7 @@ __all__ = [
 class _User:
     text: str
     id: str | None = None
+    if_busy: Literal["queue", "reject", "interrupt"] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,12 +128,52 @@ class _Redeliver:
     pass
 
 
-Step = _User | _Model | _ToolInput | _Approval | _ModelError | _Retry | _Conflict | _Redeliver
+@dataclass(frozen=True)
+class _Pause:
+    pass
+
+
+@dataclass(frozen=True)
+class _Resume:
+    pass
+
+
+@dataclass(frozen=True)
+class _Interrupt:
+    owner: str | None
+
+
+@dataclass(frozen=True)
+class _Respond:
+    input_id: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class _Timer:
+    name: str
+
+
+Step = (_User | _Model | _ToolInput | _Approval | _ModelError | _Retry | _Conflict | _Redeliver
+        | Control | _Pause | _Resume | _Interrupt | _Respond | _Timer)
 
 
 def user(text: str, *, id: str | None = None) -> _User:
-    """A user message (or the message that resumes a ``yields=True`` agent)."""
+    """A user message (or the message that resumes a ``yields=True`` agent). To a session
+    that waits (on a yield, an approval, an input request), failed or is paused, it lands in
+    the inbox (status ``queued``) and runs once the session is free — as :func:`message`."""
     return _User(text, id)
+
+
+def message(text: str, *, id: str | None = None,
+            if_busy: Literal["queue", "reject", "interrupt"] | None = None) -> _User:
+    """A user message sent while the session may be waiting: it runs at once when the session
+    is free, else lands in the inbox (``session.inbox``; the step's result has status
+    ``queued``) and runs after the session frees up (the inbox drains after the step that
+    frees it; script a ``model`` reply for it). ``if_busy="reject"`` makes the refusal the
+    step's result instead (``pending_input``, ``session_failed``, ``session_paused``);
+    ``"interrupt"`` ends the waiting response and runs this message."""
+    return _User(text, id, if_busy)
 
 
 def model(text: str | dict[str, Any] | None = None, *,
@@ -153,6 +233,77 @@ def conflict() -> _Conflict:
     return _Conflict()
 
 
+def stop(*, after: int = 0, seen: int | None = None) -> Control:
+    """Stop the *next* model reply once it streamed ``after`` pieces (words): a stop for the
+    running invocation is sent as its own request (``{"stop": {"invocation_id": ...,
+    "seen": ...}}``) while the reply streams, and the reply waits (up to 5 s) until the turn
+    took it from the session's control record. The turn ends ``stopped``; the reply keeps its
+    first ``seen`` pieces (None: all it streamed).
+
+    Through the handlers, ``seen`` needs the stopped turn to be the step's own (not one the
+    inbox or a timer ran)."""
+    _count("stop", after)
+    if seen is not None:
+        _count("stop: seen", seen)
+        if seen > after:
+            raise ScriptError(f"stop(after={after}, seen={seen}): the client cannot have seen "
+                              "more pieces than the reply streamed")
+    return Control("stop", after, seen=seen)
+
+
+def steer(text: str, *, after: int = 0, id: str | None = None) -> Control:
+    """Steer the running invocation: sent as its own request once the *next* model reply
+    streamed ``after`` pieces; it joins at the next step boundary (a ``steer`` and a
+    ``user`` event with ``steer=True`` inside the invocation), so script one more
+    :func:`model` reply for the step it causes."""
+    _count("steer", after)
+    if not text:
+        raise ScriptError("steer(...) needs a text")
+    return Control("steer", after, text=text, id=id)
+
+
+def pause(*, after: int | None = None) -> _Pause | Control:
+    """Pause the session. ``after=None``: a pause request between steps (no turn runs; the
+    next request takes it up, messages queue until :func:`resume`). ``after=N``: a pause sent
+    while the *next* model reply streams, after ``N`` pieces: the turn stops at its next step
+    boundary with status ``paused`` (after a reply with no tool calls the invocation ends
+    first, and the session is paused after it)."""
+    if after is None:
+        return _Pause()
+    _count("pause", after)
+    return Control("pause", after)
+
+
+def resume() -> _Resume:
+    """Resume a paused session: an invocation paused between steps carries on (script its
+    next :func:`model` reply), then the inbox drains."""
+    return _Resume()
+
+
+def interrupt(owner: str | None = None) -> _Interrupt:
+    """Interrupt what the session waits on: ``owner`` names it (a pending call, approval or
+    input id, or the failed invocation id); by default the first pending yielded call or
+    approval, else the first input request, else the failed invocation."""
+    return _Interrupt(owner)
+
+
+def respond(input_id: str, value: Any) -> _Respond:
+    """Answer the input request ``input_id`` (``session.request_input``) with ``value``."""
+    return _Respond(input_id, value)
+
+
+def timer(name: str) -> _Timer:
+    """The session's pending timer ``name`` fires now: its delivery goes through the wake
+    path (``app.handler.wake`` through the handlers). A name not pending is a
+    :class:`ScriptError` that says what is pending."""
+    return _Timer(name)
+
+
+def _count(what: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ScriptError(f"{what}: expected a count of pieces >= 0, got {value!r}")
+
+
 def redeliver() -> _Redeliver:
     """The previous input arrives again (same message id, answer, decision or retry id): it
     must land once — the repeat is refused (``duplicate_message``, ``already_answered``…)
@@ -162,17 +313,23 @@ def redeliver() -> _Redeliver:
 
 class TestRun:
     """The outcome of :func:`run_test`: ``result`` (the last step's; a :class:`RunResult`, or
-    through the handlers a :class:`~dormant.handlers.TurnResult`), ``results`` (every step's),
-    ``session`` (as stored), ``events`` (its ledger), ``model`` (the scripted model)."""
+    through the handlers a :class:`~dormant.handlers.TurnResult`), ``results`` (every step's
+    that sends a request, in order), ``controls`` (the outcomes of the stops, steers and
+    pauses sent while a reply streamed, normally ``accepted``), ``session`` (as stored),
+    ``events`` (its ledger), ``model`` (the scripted model).
+
+    In process, a step that runs no turn (a queued message, a pause, an interrupt…) has a
+    :class:`~dormant.handlers.TurnResult` with the status a handler would answer."""
 
     __test__ = False  # not a pytest class
 
     def __init__(self, result: Any, session: Session, results: list[Any],
-                 scripted: ScriptedModel) -> None:
+                 scripted: ScriptedModel, controls: list[Any] | None = None) -> None:
         self.result = result
         self.session = session
         self.results = results
         self.model = scripted
+        self.controls = controls if controls is not None else []
 
     @property
     def status(self) -> str:
@@ -188,27 +345,43 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
              session_id: str | None = None) -> TestRun:
     """Run the script against ``agent`` on a fresh session; return the last step's outcome.
 
-    ``through="run"`` (default) runs each step in process and commits it through the app's
-    commit policy; ``through="handlers"`` sends each step to the REST handler as its own
-    request and commit. ``store`` (default: a new :class:`MemoryStore`) holds the session.
-    Fault steps — :func:`model_error`, :func:`conflict`, :func:`redeliver` — and
-    :func:`retry` drive what goes wrong and its recovery.
+    ``through="run"`` (default) runs each step in process (the run loop and
+    ``session.input``) and commits it through the app's commit policy; ``through="handlers"``
+    sends each step to the REST handler as its own request and commit (a :func:`timer` to the
+    wake handler). ``store`` (default: a new :class:`MemoryStore`) holds the session;
+    ``session_id`` names it (it may exist already in ``store``).
+
+    Steps: :func:`user` / :func:`message`, :func:`model`, :func:`tool_input`,
+    :func:`approval`, :func:`respond`, :func:`timer`; turn control — :func:`stop`,
+    :func:`steer` and ``pause(after=N)`` act on the next :func:`model` reply while it streams
+    (sent as their own requests through the session's control record, which the turns the
+    kit runs poll every 0.02 s), :func:`pause`, :func:`resume`, :func:`interrupt` are
+    requests between steps; fault steps — :func:`model_error`, :func:`conflict`,
+    :func:`redeliver` — and :func:`retry` drive what goes wrong and its recovery.
+
+    Every step that sends a request adds its outcome to ``results``; a message to a session
+    that waits gets ``queued`` and runs once the session is free (the inbox drains after the
+    step that frees it: script a :func:`model` reply for each queued message). The outcomes
+    of stops, steers and pauses sent mid-reply go to ``controls``.
     """
     steps = list(steps)
     if through not in ("run", "handlers"):
         raise ValueError(f"through must be 'run' or 'handlers', got {through!r}")
     scripted = KitModel([s.reply if isinstance(s, _Model) else ModelFault(s.message, s.retryable)
-                         for s in steps if isinstance(s, _Model | _ModelError)])
+                         for s in steps if isinstance(s, _Model | _ModelError)],
+                        _controls_by_reply(steps))
     served = replace(agent, model=scripted)
-    app = App(name="test", store=store if store is not None else MemoryStore())
+    app = App(name="test", store=KitStore(store if store is not None else MemoryStore()))
     sid = normalize_session_id(session_id) if session_id else mint_session_id()
     driver: Driver = (HandlerDriver if through == "handlers" else InProcessDriver)(
         app, served, sid)
     for step in steps:
         if isinstance(step, _User):
-            given: dict[str, Any] = {"message": step.text}
-            if step.id is not None:
-                given["message_id"] = step.id
+            # The id is minted here so a redelivery resends it, wherever the message went.
+            given: dict[str, Any] = {"message": step.text,
+                                     "message_id": step.id or new_id("msg")}
+            if step.if_busy is not None:
+                given["if_busy"] = step.if_busy
             driver.deliver(given)
         elif isinstance(step, _ToolInput):
             driver.deliver({"tools": _answer(driver.session(), step.answers)})
@@ -220,10 +393,68 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
             driver.conflict_next = True
         elif isinstance(step, _Redeliver):
             driver.redeliver()
+        elif isinstance(step, _Pause):
+            driver.deliver({"pause": True})
+        elif isinstance(step, _Resume):
+            driver.deliver({"resume": True})
+        elif isinstance(step, _Interrupt):
+            owner = step.owner or _waited_on(driver.session())
+            driver.deliver({"interrupt": {"owner": owner}})
+        elif isinstance(step, _Respond):
+            driver.deliver({"inputs": [{"input_id": step.input_id, "value": step.value}]})
+        elif isinstance(step, _Timer):
+            driver.timer(step.name)
+    if driver.problems:
+        raise ScriptError("; ".join(driver.problems))
     scripted.assert_consumed()
     if not driver.results:
         raise ScriptError("the script has no user(...) step, so nothing ran")
-    return TestRun(driver.results[-1], driver.session(), driver.results, scripted)
+    return TestRun(driver.results[-1], driver.session(), driver.results, scripted,
+                   driver.controls)
+
+
+def _controls_by_reply(steps: list[Step]) -> dict[int, list[Control]]:
+    """Model-call position -> the stops, steers and pauses sent while that reply streams
+    (each acts on the next ``model`` step after it)."""
+    by_reply: dict[int, list[Control]] = {}
+    waiting: list[Control] = []
+    position = 0
+    for step in steps:
+        if isinstance(step, Control):
+            waiting.append(step)
+        elif isinstance(step, _ModelError):
+            if waiting:
+                raise ScriptError(f"{waiting[0].describe()} acts on the next model(...) reply, "
+                                  "but the next model call is a model_error(...)")
+            position += 1
+        elif isinstance(step, _Model):
+            reply = step.reply if isinstance(step.reply, dict) else {"text": step.reply}
+            pieces = len(_WORDS.findall(reply.get("text") or ""))
+            for control in waiting:
+                if control.after > pieces:
+                    raise ScriptError(f"{control.describe()}: the next reply streams only "
+                                      f"{pieces} pieces")
+            if waiting:
+                by_reply[position] = waiting
+                waiting = []
+            position += 1
+    if waiting:
+        raise ScriptError(f"{waiting[0].describe()} needs a model(...) reply after it to act on")
+    return by_reply
+
+
+def _waited_on(session: Session) -> str:
+    """What ``interrupt()`` ends by default: the first pending call or approval, else the
+    first input request, else the failed invocation."""
+    head = session.head
+    for call in head.unresolved():
+        return call.approval_id or call.call_id
+    for item in head.inputs:
+        return str(item["input_id"])
+    if head.failed and head.open_invocation is not None:
+        return head.open_invocation
+    raise ScriptError("interrupt(): the session waits on nothing (no pending call, approval, "
+                      "input request or failed invocation); name the owner")
 
 
 def _answer(session: Session, answers: dict[str, Any]) -> list[dict[str, Any]]:

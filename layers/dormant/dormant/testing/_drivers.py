@@ -1,30 +1,47 @@
-"""How :func:`dormant.testing.run_test` delivers a script's steps: in process (``app.run``
-semantics, committed through the app's commit policy) or through the REST handler, one
-request and one commit per step. Both honour the fault steps: a model call that fails, a
-commit another writer beats, an input delivered twice."""
+"""How :func:`dormant.testing.run_test` delivers a script's steps: in process (``run_turn`` with
+``session.input``, committed through the app's commit policy) or through the REST handler, one
+request and one commit per step. Both honour the fault steps (a model call that fails, a commit
+another writer beats, an input delivered twice) and turn control: a stop, steer or pause sent
+as its own request while a scripted reply streams goes through the session's control record,
+which the running turn polls (:class:`~dormant._control.ControlWatch`) like any turn does.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
-from dormant._run import TurnInput, drain, run_turn
-from dormant.agent import Agent
+from dormant import _control
+from dormant._control import ControlWatch, take_pending, write_asks
+from dormant._ids import new_id
+from dormant._run import TurnInput, run_turn
+from dormant._turn import TurnStream
+from dormant._turn_wire import HandlerInput, Input, QueuedRef, TurnResult, TurnStatus
+from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
-from dormant.errors import DormantError
-from dormant.events import UserEvent
-from dormant.handlers import HandlerInput, Input, TurnResult
-from dormant.models._base import ModelError, ModelRequest
+from dormant.errors import DormantError, DuplicateMessage
+from dormant.events import StreamEvent, TimerFired
+from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta, ThoughtDelta
 from dormant.models.scripted import ScriptedModel, ScriptError
 from dormant.results import ErrorResult, RunResult
+from dormant.schedulers import TimerDelivery
 from dormant.session import Session
 from dormant.stores._base import Store
 from dormant.tools import Signal
 
-__all__ = ["Driver", "HandlerDriver", "InProcessDriver", "KitModel", "ModelFault"]
+__all__ = ["POLL_INTERVAL", "Control", "Driver", "HandlerDriver", "InProcessDriver", "KitModel",
+           "KitStore", "ModelFault"]
 
 Outcome = RunResult | TurnResult
+
+#: Seconds between two reads of the control record by a turn the kit runs (fast tests).
+POLL_INTERVAL = 0.02
+#: Seconds a scripted reply waits for its stop, steer or pause to reach the running turn.
+CONTROL_WAIT = 5.0
+#: Queued messages one in-process delivery runs after its own turn, at most.
+MAX_DRAIN = 16
 
 
 class ModelFault:
@@ -35,44 +52,176 @@ class ModelFault:
         self.retryable = retryable
 
 
-class KitModel(ScriptedModel):
-    """The kit's :class:`ScriptedModel`: replies, and failures in their place."""
+@dataclass(frozen=True)
+class Control:
+    """A control sent as its own request while a scripted reply streams, once the reply has
+    streamed ``after`` pieces: ``stop`` (``seen``: pieces of the reply the client saw),
+    ``steer`` (``text``, ``id``) or ``pause``."""
 
-    def __init__(self, replies: Sequence[str | dict[str, Any] | ModelFault]) -> None:
+    kind: Literal["stop", "steer", "pause"]
+    after: int = 0
+    seen: int | None = None
+    text: str | None = None
+    id: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.kind}(after={self.after})"
+
+
+class KitModel(ScriptedModel):
+    """The kit's :class:`ScriptedModel`: replies, failures in their place, and the controls
+    to send while a reply streams (``controls``: model-call position -> controls)."""
+
+    def __init__(self, replies: Sequence[str | dict[str, Any] | ModelFault],
+                 controls: dict[int, list[Control]] | None = None) -> None:
         super().__init__([r for r in replies if not isinstance(r, ModelFault)])
         #: Model-call position -> the failure scripted there.
         self._faults = {i: r for i, r in enumerate(replies) if isinstance(r, ModelFault)}
+        self._controls = {i: sorted(c, key=lambda c: c.after)
+                          for i, c in (controls or {}).items()}
         self._calls = 0
         self._fault_lock = threading.Lock()
+        #: Sends a control while a reply streams; True when the reply should go on streaming
+        #: (set by the driver).
+        self.send: Callable[[Control, Signal], bool] | None = None
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[Any]:
         with self._fault_lock:
             position = self._calls
             self._calls += 1
             fault = self._faults.pop(position, None)
+            controls = self._controls.pop(position, [])
         if fault is not None:
             self.requests.append(request)
             raise ModelError(fault.message, retryable=fault.retryable)
-        return super().stream(request, signal=signal)
+        chunks = super().stream(request, signal=signal)
+        if not controls:
+            return chunks
+        return self._with_controls(chunks, controls, signal)
+
+    def _with_controls(self, chunks: Iterator[ModelChunk], controls: list[Control],
+                       signal: Signal) -> Iterator[ModelChunk]:
+        pieces = 0
+        for chunk in chunks:
+            if not isinstance(chunk, ThoughtDelta):
+                while controls and controls[0].after <= pieces:
+                    if not self._send(controls.pop(0), signal):
+                        return  # stopped: the run loop sees the signal
+            yield chunk
+            if isinstance(chunk, TextDelta):
+                pieces += 1
+        for control in controls:  # the reply was shorter than scripted (checked up front)
+            self._send(control, signal)
+
+    def _send(self, control: Control, signal: Signal) -> bool:
+        if self.send is None:
+            raise ScriptError(f"{control.describe()}: nothing sends controls for this model")
+        return self.send(control, signal)
 
     def assert_consumed(self) -> None:
         super().assert_consumed()
         if self._faults:
             raise ScriptError(f"{len(self._faults)} scripted model_error(...) steps were "
                               "never reached")
+        if self._controls:
+            left = [c.describe() for cs in self._controls.values() for c in cs]
+            raise ScriptError(f"controls never sent (their model reply was never asked for): "
+                              f"{', '.join(left)}")
+
+
+class KitStore:
+    """The script's store, counting reads of the control record: a reply that sent a steer or
+    a pause waits until the running turn's watch has read the record since (so the control
+    reaches the next step boundary however fast the script streams)."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self._reads = 0
+        self._read = threading.Condition()
+
+    def __getattr__(self, name: str) -> Any:  # close(), and whatever else a store offers
+        return getattr(self.inner, name)
+
+    @property
+    def reads(self) -> int:
+        with self._read:
+            return self._reads
+
+    def wait_reads(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` reads of a control record have started."""
+        with self._read:
+            return self._read.wait_for(lambda: self._reads >= count, timeout)
+
+    def load(self, session_id: str, *, turns: int | None = None) -> Any:
+        return self.inner.load(session_id, turns=turns)
+
+    def append(self, head: Any, events: Any, *, expected_version: int) -> Any:
+        return self.inner.append(head, events, expected_version=expected_version)
+
+    def has_once(self, session_id: str, key: str) -> bool:
+        return self.inner.has_once(session_id, key)
+
+    def landed(self, session_id: str, seq: int, event_id: str) -> bool:
+        return self.inner.landed(session_id, seq, event_id)
+
+    def read_control(self, session_id: str) -> Any:
+        with self._read:
+            self._reads += 1
+            self._read.notify_all()
+        return self.inner.read_control(session_id)
+
+    def write_control(self, session_id: str, control: Any, *, head_version: int) -> bool:
+        return self.inner.write_control(session_id, control, head_version=head_version)
+
+    def delete(self, session_id: str) -> bool:
+        return self.inner.delete(session_id)
+
+    def list(self, *, principal: str | None = None, limit: int = 100) -> Any:
+        return self.inner.list(principal=principal, limit=limit)
+
+
+@dataclass
+class _Plan:
+    """What an in-process delivery does once its inputs are applied (mirrors the handler's):
+    run a turn (``status`` None) or finish with ``status``."""
+
+    status: TurnStatus | None = None
+    message: str | None = None
+    message_id: str | None = None
+    continue_paused: bool = False
+    queued: QueuedRef | None = None
+
+    def finish(self, status: TurnStatus) -> _Plan:
+        self.status = status
+        return self
 
 
 class Driver:
     """Delivers one step at a time to one session; remembers the last input (``redeliver``)
-    and whether the next commit must lose a race (``conflict``)."""
+    and whether the next commit must lose a race (``conflict``). ``controls`` holds the
+    outcomes of the controls sent while a reply streamed; ``problems`` what went wrong
+    sending them (``run_test`` raises them as a :class:`ScriptError`)."""
 
     def __init__(self, app: App, agent: Agent, session_id: str) -> None:
+        if not isinstance(app.store, KitStore):
+            raise TypeError("the kit's drivers need an app on a KitStore")
         self.app = app
-        self.agent = agent
+        self.store: KitStore = app.store
+        #: The agent served, with the kit's hook (it names the invocation a reply belongs to).
+        self.agent = replace(agent, hooks=(*agent.hooks, Hook(before_model=self.before_model)))
+        if isinstance(agent.model, KitModel):
+            agent.model.send = self.send
         self.session_id = session_id
         self.results: list[Outcome] = []
+        self.controls: list[Outcome] = []
+        self.problems: list[str] = []
         self.last: dict[str, Any] | None = None
         self.conflict_next = False
+        #: The invocation whose model is being called (set by the kit's ``before_model`` hook).
+        self.running: str | None = None
+
+    def before_model(self, ctx: HookContext) -> None:
+        self.running = ctx.invocation_id
 
     # What a step asks for, as the wire shape of ``Input`` (so both drivers share it).
     def deliver(self, given: dict[str, Any]) -> Outcome:
@@ -90,8 +239,97 @@ class Driver:
         session = self.app.sessions.get(self.session_id)
         return session if session is not None else Session.new(self.session_id)
 
+    def timer(self, name: str) -> Outcome:
+        """Deliver the session's pending timer ``name`` now."""
+        pending = self.session().timers
+        matches = [t for t in pending if t.name == name]
+        if not matches:
+            waiting = ", ".join(t.name for t in pending) or "none"
+            raise ScriptError(f"timer({name!r}): no such timer is pending; pending: {waiting}")
+        fired = matches[0]
+        given: dict[str, Any] = {"timer": {"name": fired.name, "fire_at": fired.fire_at}}
+        if fired.message is not None:
+            given["message"] = fired.message
+            given["message_id"] = fired.message_id
+        if fired.tool_input:
+            given["tools"] = [{"call_id": str(fired.tool_input["call_id"]),
+                               "input": fired.tool_input.get("input")}]
+        return self.deliver(given)
+
     def _deliver(self, given: dict[str, Any]) -> Outcome:
         raise NotImplementedError
+
+    def _request(self, given: dict[str, Any]) -> Outcome:
+        """A control request sent while a turn runs (not a step of its own)."""
+        raise NotImplementedError
+
+    def _stream_events(self) -> list[StreamEvent] | None:
+        """The numbered events the running turn streamed so far (None: not known here)."""
+        raise NotImplementedError
+
+    # --- controls sent while a reply streams ---------------------------------------------------
+
+    def send(self, control: Control, signal: Signal) -> bool:
+        """Send ``control`` for the running invocation as its own request, then wait (bounded)
+        until it reached the turn: a stop until the turn's signal is stopped (the reply ends:
+        False), a steer or pause until the turn's watch read the control record since."""
+        invocation = self.running
+        if invocation is None:
+            self.problems.append(f"{control.describe()}: no invocation is running")
+            return True
+        given: dict[str, Any]
+        if control.kind == "stop":
+            seen = self._frontier(control)
+            given = {"stop": {"invocation_id": invocation, "seen": seen}}
+        elif control.kind == "steer":
+            given = {"steer": {"text": control.text, "invocation_id": invocation,
+                               "id": control.id or new_id("msg")}}
+        else:
+            given = {"pause": True}
+        reads = self.store.reads
+        outcome = self._request(given)
+        self.controls.append(outcome)
+        # A pause request answers ``paused`` (the session is paused, or will be at the
+        # running turn's next step boundary).
+        if outcome.status not in ("accepted", "paused" if control.kind == "pause" else None):
+            error = getattr(outcome, "error", None)
+            self.problems.append(f"{control.describe()} for the running invocation {invocation} "
+                                 f"was not accepted: {outcome.status}"
+                                 + (f" ({error})" if error else ""))
+            return True
+        if control.kind == "stop":
+            if signal.wait(CONTROL_WAIT):
+                return False
+            self.problems.append(f"{control.describe()}: the running turn did not stop within "
+                                 f"{CONTROL_WAIT:g} s")
+            return True
+        # The second read started after the control was written begins once the poll of the
+        # first (which saw it) has been applied.
+        if not self.store.wait_reads(reads + 2, CONTROL_WAIT):
+            self.problems.append(f"{control.describe()}: the running turn did not read its "
+                                 f"control record within {CONTROL_WAIT:g} s")
+        return True
+
+    def _frontier(self, control: Control) -> int | None:
+        """The stream position (``seen``) of the reply's ``control.seen``-th piece."""
+        if control.seen is None:
+            return None
+        events = self._stream_events()
+        if events is None:
+            self.problems.append(f"{control.describe()}: seen= needs the running turn's stream, "
+                                 "which this driver does not have here (a turn the inbox or "
+                                 "a timer ran); leave seen unset")
+            return None
+        start = max((i for i, e in enumerate(events) if e.type == "model_start"), default=-1)
+        deltas = [e for e in events[start + 1:] if e.type == "assistant_delta"]
+        if control.seen == 0:
+            first = deltas[0].seq if deltas else None
+            if first is not None:
+                return first - 1
+            return events[-1].seq if events and events[-1].seq is not None else 0
+        return deltas[control.seen - 1].seq
+
+    # --- races -------------------------------------------------------------------------------
 
     def _lose_the_next_race(self) -> None:
         """Another writer lands first: the version moves under the turn (no new message)."""
@@ -107,60 +345,227 @@ class Driver:
 
 
 class InProcessDriver(Driver):
-    """Runs each step with the run loop, commits through ``app.sessions.policy`` (the same
-    policy the handlers use)."""
+    """Runs each step with the run loop and ``session.input``, commits through
+    ``app.sessions.policy`` (the same policy the handlers use). A turn it runs polls the
+    session's control record (:class:`ControlWatch`) like a handler's turn; after a step the
+    inbox drains while the session is free."""
+
+    def __init__(self, app: App, agent: Agent, session_id: str) -> None:
+        super().__init__(app, agent, session_id)
+        self._events: list[StreamEvent] | None = None
 
     def _deliver(self, given: dict[str, Any]) -> Outcome:
+        outcome = self._apply(given, may_run=True)
+        if outcome.status != "error":
+            self._drain()
+        return outcome
+
+    def _request(self, given: dict[str, Any]) -> Outcome:
+        return self._apply(given, may_run=False)
+
+    def _stream_events(self) -> list[StreamEvent] | None:
+        return self._events
+
+    def _apply(self, given: dict[str, Any], *, may_run: bool) -> Outcome:
         session = self.session()
-        retry = given.get("retry", {}).get("retry_id") if given.get("retry") else None
+        retry = given["retry"]["retry_id"] if given.get("retry") else None
         try:
+            first = tuple((s.id, s.text) for s in take_pending(session))
+            timer = given.get("timer")
+            if timer is not None:  # a wake delivery: consume the firing first
+                session.add_event(TimerFired(name=timer["name"], fire_at=timer["fire_at"]))
+            message_id = given.get("message_id")
+            if message_id is not None and self.app.sessions.holds_message(session, message_id):
+                raise DuplicateMessage(session.session_id, message_id)
             for decision in given.get("approvals") or ():
                 session.input.approval(decision["approval_id"], approved=decision["approved"],
                                        reason=decision.get("reason"))
             for answer in given.get("tools") or ():
                 session.input.tool(call_id=answer["call_id"], input=answer["input"])
-            message_id = given.get("message_id")
-            if message_id is not None and self.app.sessions.holds_message(session, message_id):
-                raise _duplicate(session, message_id)
-            result = drain(run_turn(
-                self.agent, session,
-                TurnInput(message=given.get("message"), message_id=message_id,
-                          retry_id=retry),
-                clock=self.app.clock))
+            plan = self._plan(session, given)
         except (DormantError, ModelError) as error:
-            return ErrorResult(error=str(error), code=str(getattr(error, "code", "run_error")))
-        if given.get("message") is not None and "message_id" not in given:
-            given["message_id"] = _last_message_id(session)  # what redeliver() resends
+            return _error(error)
+        if plan.status is not None:
+            return self._finish(session, plan)
+        if not may_run:
+            self.problems.append(f"a control sent while a turn runs would run a turn: {given!r}")
+            return ErrorResult(error="the control would run a turn", code="script_error")
+        invocation = session.head.open_invocation if plan.continue_paused else new_id("inv")
+        return self._run(session, TurnInput(
+            message=plan.message, message_id=plan.message_id, invocation_id=invocation,
+            retry_id=retry, resume_paused=plan.continue_paused, first=first))
+
+    def _plan(self, session: Session, given: dict[str, Any]) -> _Plan:
+        """The handler's decision (``TurnStream._apply_controls``), through ``session.input``."""
+        plan = _Plan()
+        controls = False
+        status: TurnStatus = "recorded"
+        for answer in given.get("inputs") or ():
+            session.input.respond(answer["input_id"], answer.get("value"))
+            controls = True
+        if given.get("interrupt") is not None:
+            session.input.interrupt(given["interrupt"]["owner"])
+            controls, status = True, "interrupted"
+        if given.get("stop") is not None:
+            stopped = session.input.stop(given["stop"]["invocation_id"], given["stop"]["seen"])
+            controls, status = True, "stopped" if stopped == "stopped" else "accepted"
+        if given.get("pause"):
+            session.input.pause()
+            controls, status = True, "paused"
+        if given.get("resume"):
+            if session.input.resume() == "continue":
+                plan.continue_paused = True
+                return plan
+            controls = True
+        text, message_id = given.get("message"), given.get("message_id")
+        steer = given.get("steer")
+        if steer is not None:
+            outcome, queued = _control.steer(
+                session, steer["text"], steer["invocation_id"], steer.get("id"),
+                holds=lambda mid: self.app.sessions.holds_message(session, mid))
+            if outcome == "accepted":
+                return plan.finish("accepted")
+            if queued is not None:
+                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
+                return plan.finish("queued")
+            text, message_id = steer["text"], steer.get("id")
+        if text is not None:
+            _, queued = _control.message(session, text, message_id or new_id("msg"),
+                                         given.get("if_busy"))
+            if queued is not None:
+                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
+                return plan.finish("queued")
+            plan.message, plan.message_id = text, message_id
+            return plan
+        head = session.head
+        paused = head.paused or session.pause_pending
+        if paused and (given.get("tools") or given.get("approvals") or not controls):
+            return plan.finish("paused")
+        if not controls:
+            return plan  # answers, decisions, a retry
+        if head.queue and head.free and not session.pause_pending:
+            return plan  # the session is free again: its inbox runs now
+        if status == "recorded" and given.get("resume") and head.parked == "tool" \
+                and not head.unresolved() and not head.paused:
+            return plan  # resumed onto a settled step: run it
+        return plan.finish(status)
+
+    def _finish(self, session: Session, plan: _Plan) -> Outcome:
+        """A delivery that runs no turn: commit what it recorded, write what it asks of the
+        running turn."""
+        assert plan.status is not None
+        commit: Any = None
+        version: int | None = session.version
+        try:
+            if session.dirty:
+                self._lose_the_next_race()
+                outcome = self.app.sessions.policy.commit(session)
+                if outcome.status == "failed":
+                    return ErrorResult(error=f"the commit failed: {outcome.error}",
+                                       code="store_error")
+                if outcome.status == "superseded":
+                    return ErrorResult(error="the session moved while this input was applied",
+                                       code="conflict")
+                commit, version = outcome.status, outcome.version
+            self._write_asks(session)
+        except DormantError as error:
+            return _error(error)
+        return TurnResult(session_id=session.session_id, status=plan.status,
+                          commit_status=commit, version=version, queued=plan.queued,
+                          invocation_id=session.head.open_invocation,
+                          state=dict(session.state))
+
+    def _write_asks(self, session: Session) -> None:
+        if session.control_asks:
+            write_asks(self.app.store, session, lambda: self.app.sessions.load(
+                session.session_id, turns=self.agent.history_turns))
+
+    def _run(self, session: Session, turn: TurnInput) -> Outcome:
+        signal = Signal()
+        self.running = turn.invocation_id
+        self._events = []
+        watch = ControlWatch(self.app.store, session.session_id, lambda: self.running, signal,
+                             interval=POLL_INTERVAL,
+                             control_rev=session.head.control_rev).start()
+        try:
+            result = self._pump(run_turn(self.agent, session, turn, signal=signal,
+                                         clock=self.app.clock, watch=watch))
+        except (DormantError, ModelError) as error:
+            return _error(error)
+        finally:
+            watch.close()
+            self._events = None
         self._lose_the_next_race()
         try:
             outcome = self.app.sessions.policy.commit(session)
+            self._write_asks(session)
         except DormantError as error:
-            return ErrorResult(error=str(error), code=str(getattr(error, "code", "run_error")))
+            return _error(error)
         if outcome.status == "failed":
             return ErrorResult(error=f"the commit failed: {outcome.error}", code="store_error")
         return result
 
+    def _pump(self, stream: Any) -> RunResult:
+        """Run a turn's stream to its end, numbering its events as a handler's stream does
+        (a stop's ``seen`` counts them)."""
+        events = self._events
+        assert events is not None
+        while True:
+            try:
+                event = next(stream)
+            except StopIteration as stop:
+                result: RunResult = stop.value
+                return result
+            if event.invocation_id is not None:
+                self.running = event.invocation_id
+            object.__setattr__(event, "seq", len(events) + 1)
+            events.append(event)
+
+    def _drain(self) -> None:
+        """Run the inbox's messages, each its own turn and commit, while the session is free."""
+        for _ in range(MAX_DRAIN):
+            session = self.session()
+            head = session.head
+            if not (head.queue and head.free and not session.pause_pending):
+                return
+            done = self._run(session, TurnInput(invocation_id=new_id("inv")))
+            if done.status == "error":
+                return
+
 
 class HandlerDriver(Driver):
-    """Sends each step to ``app.handler.rest`` as its own request."""
+    """Sends each step to the turn handler (``app.handler.turn``, what ``rest`` runs) as its
+    own request; a timer goes through the wake handler."""
 
     def __init__(self, app: App, agent: Agent, session_id: str) -> None:
         super().__init__(app, agent, session_id)
-        self._turn = app.handler.turn(agent=agent)
+        self._turn = app.handler.turn(agent=self.agent, poll_interval=POLL_INTERVAL)
+        self._wake = app.handler.wake(agent=self.agent, poll_interval=POLL_INTERVAL)
+        self._current: TurnStream | None = None
 
     def _deliver(self, given: dict[str, Any]) -> Outcome:
         policy = self.app.sessions.policy
         store = policy.store
         if self.conflict_next:
             policy.store = _RaceOnce(store, self)
-        stream = self._turn(HandlerInput(session_id=self.session_id, input=Input(**given)))
         try:
-            result = stream.run()
+            if given.get("timer") is not None:
+                return self._wake(_delivery(self.session_id, given))
+            stream = self._turn(HandlerInput(session_id=self.session_id, input=Input(**given)))
+            self._current = stream
+            return stream.run()
         finally:
+            self._current = None
             policy.store = store
-        if given.get("message") is not None and "message_id" not in given:
-            given["message_id"] = _last_message_id(self.session())
-        return result
+
+    def _request(self, given: dict[str, Any]) -> Outcome:
+        return self._turn(HandlerInput(session_id=self.session_id, input=Input(**given))).run()
+
+    def _stream_events(self) -> list[StreamEvent] | None:
+        current = self._current
+        if current is None or current.result is not None:  # a drained or woken turn runs
+            return None
+        return current.events
 
 
 class _RaceOnce:
@@ -184,14 +589,13 @@ class _RaceOnce:
         return self._inner.write_control(session_id, control, head_version=head_version)
 
 
-def _last_message_id(session: Session) -> str | None:
-    for event in reversed(session.events):
-        if isinstance(event, UserEvent):
-            return event.message_id
-    return None
+def _delivery(session_id: str, given: dict[str, Any]) -> TimerDelivery:
+    timer = given["timer"]
+    tools = given.get("tools") or []
+    return TimerDelivery(session_id=session_id, name=timer["name"], fire_at=timer["fire_at"],
+                         message=given.get("message"), message_id=given.get("message_id"),
+                         tool_input=dict(tools[0]) if tools else None)
 
 
-def _duplicate(session: Session, message_id: str) -> DormantError:
-    from dormant.errors import DuplicateMessage
-
-    return DuplicateMessage(session.session_id, message_id)
+def _error(error: DormantError | ModelError) -> ErrorResult:
+    return ErrorResult(error=str(error), code=str(getattr(error, "code", "run_error")))
