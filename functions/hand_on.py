@@ -110,13 +110,13 @@ class HandOnMessage(BaseModel):
                             principal=self.principal)
 
     def body(self) -> str:
-        """The record's JSON body (keys sorted, compact: equal work, equal bytes)."""
+        """The record's JSON body (compact, fields in a fixed order: equal work, equal bytes)."""
         return json.dumps({
             "kind": self.kind,
             "sessionId": self.session_id,
             "input": self.input.model_dump(by_alias=True, mode="json", exclude_none=True),
             "principal": self.principal,
-        }, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        }, separators=(",", ":"), ensure_ascii=False)
 
     def deduplication_id(self, origin: str | None = None) -> str:
         """SHA-256 of the body; a drain (no id of its own) also hashes its ``origin``."""

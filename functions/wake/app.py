@@ -7,11 +7,12 @@ Scheduler passes a Lambda target's input as the event: the event *is* the delive
 The library's wake handler appends the timer's message (or tool answer) and runs the
 concierge's turn.
 
-Outcomes. A delivery whose turn committed (or merged) is done. A ``stale_timer`` refusal is
-success too: the firing was already delivered (Scheduler delivers at least once), or the timer
-was cancelled or replaced after this schedule was made; nothing was written. Anything else
-raises: a malformed event, a session that waits for a tool answer, a turn that did not commit
-(superseded, store failure), a bug. Scheduler invokes Lambda asynchronously, so a raise is
+Outcomes. A delivery whose turn committed (or merged) is done, and so is one the session could
+not take now (waiting for a tool answer, failed, paused): its message waits in the inbox
+(``queued``). A ``stale_timer`` refusal is success too: the firing was already delivered
+(Scheduler delivers at least once), or the timer was cancelled or replaced after this schedule
+was made; nothing was written. Anything else raises: a malformed event, a turn that did not
+commit (superseded, store failure), a bug. Scheduler invokes Lambda asynchronously, so a raise is
 retried by Lambda's asynchronous invocation (``EventInvokeConfig``), then lands in the wake
 dead-letter queue; that is safe because a delivery that did not commit wrote nothing and its
 timer is still pending in the session. (Scheduler's own retry policy and dead-letter queue

@@ -8,18 +8,23 @@ cut by the deadline, a message whose turn was cut before anything was written), 
 request it is. Senders set ``MessageGroupId`` to the session id (hand-ons use its canonical
 form, ``session_…``), so one session's records run one at a time, in order.
 
-A message record whose message id is already in its session (a redelivery) counts as done, so
-it lands once. A hand-on record is done when its turn landed or ended without needing another
-try: the run's statuses (completed, yielded, queued, recorded, stopped, paused, interrupted),
-its message or retry already in the session (``duplicate_message``, ``duplicate_retry``), a
-retry whose session no longer has a failed invocation (``nothing_to_retry``: it was retried or
-interrupted meanwhile), a stop for an invocation that ended (``not_running``), and for a drain
-(empty input) an inbox with nothing to run (``invalid_input``) or a failed session
+A message record lands when its turn committed, or when the session could not take it now
+(waiting for a tool answer, failed, paused) and it went to the inbox (``queued``). One whose
+message id is already in its session (a redelivery) counts as done, so it lands once.
+
+A hand-on record is done when its turn landed or ended without needing another try: the run's
+statuses (completed, yielded, queued, recorded, stopped, paused, interrupted), its message or
+retry already in the session (``duplicate_message``, ``duplicate_retry``), a retry whose
+session no longer has a failed invocation (``nothing_to_retry``: it was retried or interrupted
+meanwhile), a stop for an invocation that ended (``not_running``), and for a drain (empty
+input) an inbox with nothing to run (``invalid_input``) or a failed session
 (``session_failed``: the inbox waits for the retry, which must not queue behind this record).
-A record that cannot land (bad body, a session waiting for a tool answer, a turn that did not
-commit) is reported in ``batchItemFailures``: SQS retries just that record (and those after it
-in its message group, to keep the order), then moves it to the dead-letter queue. The batch
-itself never fails. The turns' own drains hand on through the same queue (``app.hand_on``).
+The turns' own drains and deadline cuts hand on through the same queue (``app.hand_on``).
+
+A record that cannot land (bad body, a turn or inbox write that did not commit, a session of
+another principal) is reported in ``batchItemFailures``: SQS retries just that record (and
+those after it in its message group, to keep the order), then moves it to the dead-letter
+queue. The batch itself never fails.
 """
 
 from __future__ import annotations
