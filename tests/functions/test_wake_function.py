@@ -13,6 +13,7 @@ from pydantic import BaseModel
 import dormant
 from dormant.schedulers import EventBridgeScheduler, TimerDelivery
 from dormant.stores import DynamoDBStore
+from tests._moto import FaultInjector, server_error
 from tests.functions.conftest import (
     SCHEDULER_ROLE_ARN,
     WAKE_ARN,
@@ -94,23 +95,43 @@ def test_a_malformed_event_raises_and_writes_nothing(
     assert deployed.session(event["sessionId"]) is None
 
 
-def test_a_firing_that_cannot_land_raises_so_lambda_retries_it(
+def test_a_firing_for_a_session_waiting_on_a_tool_queues_its_reminder(
         deployed: Deployment, context: FakeLambdaContext) -> None:
-    """A reminder for a session that waits for a tool answer is refused: the function raises
-    (Lambda retries it, then dead-letters it) and the timer stays pending."""
+    """The session cannot take a message now: the reminder waits in its inbox (it runs when
+    the tool is answered). The firing is delivered; a repeat of it is stale."""
     api = deployed.cold_start("api")
     paused = api.handler(load_event("api_post_turn.json"), context)
     assert json.loads(paused["body"])["status"] == "yielded_tool"
     event = load_event(EVENT)
     event["sessionId"] = "session_thread-42"
     _seed_timer(deployed, event)
-    version = deployed.session("thread-42").version
 
     wake = deployed.cold_start("wake")
-    with pytest.raises(wake.TimerNotDelivered, match="awaiting_input"):
-        wake.handler(event, FakeLambdaContext())
+    summary = wake.handler(event, FakeLambdaContext())
 
+    assert (summary["status"], summary["commitStatus"]) == ("queued", "committed")
     session = deployed.session("thread-42")
+    assert session.status == "awaiting_input"
+    assert [q.text for q in session.inbox] == [event["message"]]
+    assert session.timers == []
+    assert wake.handler(event, FakeLambdaContext())["code"] == "stale_timer"
+
+
+def test_a_firing_that_cannot_land_raises_so_lambda_retries_it(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    """The store keeps failing: the function raises (Lambda retries it, then dead-letters it)
+    and the timer stays pending."""
+    event = load_event(EVENT)
+    _seed_timer(deployed, event)
+    version = deployed.session(event["sessionId"]).version
+    wake = deployed.cold_start("wake")
+    FaultInjector(wake.app.store._client).fail("TransactWriteItems",
+                                               *[server_error() for _ in range(50)])
+
+    with pytest.raises(wake.TimerNotDelivered, match="did not land: store_error"):
+        wake.handler(event, context)
+
+    session = deployed.session(event["sessionId"])
     assert session.version == version
     assert [t.name for t in session.timers] == [event["name"]]
 

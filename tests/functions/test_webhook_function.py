@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+from tests._moto import FaultInjector, server_error
 from tests.functions.conftest import Deployment, FakeLambdaContext, load_event
 
 BATCH = "webhook_sqs_fifo_batch.json"
@@ -80,18 +81,33 @@ def test_a_redelivery_in_a_new_execution_environment_lands_once(
     assert _user_messages(deployed, "thread-9") == ["crm-ticket-883"]
 
 
-def test_a_message_for_a_session_waiting_on_a_tool_is_reported_not_lost(
+def test_a_message_for_a_session_waiting_on_a_tool_waits_in_its_inbox_once(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     webhook = deployed.cold_start("webhook")
     webhook.handler({"Records": [_message("thread-5", "m-1", "Book me in")]}, context)
-    parked = deployed.session("thread-5")
-    assert parked.status == "awaiting_input"
+    assert deployed.session("thread-5").status == "awaiting_input"
 
     record = _message("thread-5", "m-2", "Actually, two nights", n=2)
     response = webhook.handler({"Records": [record]}, FakeLambdaContext())
 
-    assert _failures(response) == [record["messageId"]]
-    assert deployed.session("thread-5").version == parked.version
+    assert _failures(response) == []  # it landed: in the inbox, to run once the tool is answered
+    queued = deployed.session("thread-5")
+    assert queued.status == "awaiting_input"
+    assert [(q.id, q.text) for q in queued.inbox] == [("m-2", "Actually, two nights")]
+
+    assert _failures(webhook.handler({"Records": [record]}, FakeLambdaContext())) == []
+    assert deployed.session("thread-5").version == queued.version  # the redelivery: once
+
+
+def test_a_message_that_cannot_be_written_is_reported_not_lost(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    webhook = deployed.cold_start("webhook")
+    FaultInjector(webhook.app.store._client).fail("TransactWriteItems",
+                                                  *[server_error() for _ in range(50)])
+    record = _message("thread-6", "m-1", "How long is my stay BK-6?")
+
+    assert _failures(webhook.handler({"Records": [record]}, context)) == [record["messageId"]]
+    assert deployed.session("thread-6") is None
 
 
 def test_a_failed_record_holds_back_only_the_rest_of_its_own_session(
