@@ -1,8 +1,9 @@
 """Every AWS call a function makes is one its role in template.yaml allows.
 
 The calls are recorded below botocore's client layer while the functions serve the sample
-events, then mapped to the IAM actions AWS authorises them as (a ``TransactWriteItems`` is
-authorised per action inside it: a ``Put`` as ``dynamodb:PutItem``).
+events (and hand work on to the webhook queue), then mapped to the IAM actions AWS authorises
+them as (a ``TransactWriteItems`` is authorised per action inside it: a ``Put`` as
+``dynamodb:PutItem``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from botocore.client import BaseClient
 from pydantic import BaseModel
 
 import dormant
+from dormant.handlers import HandlerInput, Input, RetryRequest
 from dormant.models import ScriptedModel
 from dormant.stores import DynamoDBStore
 from tests.functions.conftest import Deployment, FakeLambdaContext, api_body, load_event, with_body
@@ -153,3 +155,59 @@ def test_the_wake_function_calls_only_what_its_role_allows(
 
     assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
     assert calls <= _granted("WakeFunction"), calls - _granted("WakeFunction")
+
+
+# --- hand-on: work a request cannot finish goes to the webhook queue ----------------------------
+
+
+@pytest.mark.parametrize("function", ["api", "webhook", "wake"])
+def test_handing_on_needs_only_what_each_role_allows(
+        deployed: Deployment, function: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _record_calls(monkeypatch)
+    module = deployed.cold_start(function)
+
+    module.app.hand_on(HandlerInput(session_id=f"hand-on-{function}", principal="someone"))
+    module.app.hand_on(HandlerInput(session_id=f"hand-on-{function}",
+                                    input=Input(retry=RetryRequest(retry_id="deadline-1"))))
+
+    made = set(calls)
+    assert made == {"sqs:SendMessage"}
+    assert len(deployed.queued()) == 2
+    granted = _granted(f"{function.capitalize()}Function")
+    assert made <= granted, made - granted
+
+
+def test_the_api_handing_on_its_inbox_calls_only_what_its_role_allows(
+        deployed: Deployment, context: FakeLambdaContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _record_calls(monkeypatch)
+    api = deployed.cold_start("api")
+    paused = api_body(api.handler(load_event("api_post_turn.json"), context))
+    later = {"sessionId": "thread-42", "message": "How long is my stay BK-1042?",
+             "messageId": "msg-0002"}
+    assert api.handler(with_body(load_event("api_post_turn.json"), later),
+                       context)["statusCode"] == 202  # queued
+    resume = load_event("api_post_turn_resume.json")
+    body = api_body(resume)
+    body["tools"][0]["callId"] = paused["yieldedTools"][0]["callId"]
+
+    assert api_body(api.handler(with_body(resume, body), context)).get("handedOn") is True
+
+    made = set(calls)
+    assert "sqs:SendMessage" in made
+    assert made <= _granted("ApiFunction"), made - _granted("ApiFunction")
+
+
+def test_the_webhook_running_hand_on_records_calls_only_what_its_role_allows(
+        deployed: Deployment, context: FakeLambdaContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _record_calls(monkeypatch)
+    webhook = deployed.cold_start("webhook")
+
+    event = load_event("webhook_sqs_fifo_hand_on.json")
+    webhook.handler(event, context)
+    webhook.handler(event, FakeLambdaContext())  # the redelivery
+
+    assert deployed.session("thread-13") is not None
+    assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
+    assert calls <= _granted("WebhookFunction"), calls - _granted("WebhookFunction")
