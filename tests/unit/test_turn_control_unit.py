@@ -147,3 +147,22 @@ def test_the_timeline_shows_the_inbox_stops_and_seeds() -> None:
     assert "■ stop: run" in text and "■ run ended (stopped)" in text
     assert "inbox:" in text and "#0 later please  [q-1]" in text
     assert session_json(shown)["inbox"][0]["id"] == "q-1"
+
+
+def test_asks_of_a_running_turn_are_written_when_the_session_is_committed() -> None:
+    app = dormant.App()
+    session = app.sessions.create("asks")
+    assert session.input.stop("inv_running_elsewhere", seen=3) == "accepted"
+    assert session.input.steer("shorter", "inv_running_elsewhere", id="st-1") == "accepted"
+    assert session.input.pause() == "accepted"
+    assert app.sessions.commit(session).ok
+
+    control = app.store.read_control("session_asks")
+    assert control is not None and control.stop is not None
+    assert (control.stop.invocation_id, control.stop.seen) == ("inv_running_elsewhere", 3)
+    assert [s.id for s in control.steers] == ["st-1"] and control.pause == control.rev
+    again = app.sessions.get("asks")
+    assert again is not None and again.status == "paused"  # asked: the next request takes it
+    assert again.input.resume() == "resumed"
+    assert app.sessions.commit(again).ok
+    assert app.sessions.get("asks").status == "active"  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, overload
 from pydantic import BaseModel
 
 from dormant._commit import CommitPolicy
+from dormant._control import write_asks
 from dormant._ids import now_ms
 from dormant._run import TurnInput, drain, run_turn
 from dormant.agent import (
@@ -78,9 +79,18 @@ class Sessions:
         """Write the session's uncommitted slice iff nobody committed since it was loaded.
 
         A refusal is returned (``ok=False, conflict=True, current_version``), not raised, and
-        writes nothing.
+        writes nothing. What the session asks of a turn running elsewhere (``input.stop``,
+        ``input.steer``, ``input.pause`` for a running invocation) is written to its control
+        record once the slice landed (raises :class:`dormant.errors.NotRunning` if the
+        invocation ended meanwhile).
         """
-        return self.policy.write(session)
+        asks_only = bool(session.control_asks) and not session.dirty and session.version > 0
+        result = CommitResult(ok=True, version=session.version) if asks_only \
+            else self.policy.write(session)
+        if result.ok and session.control_asks:
+            sid = session.session_id
+            write_asks(self._store, session, lambda: self.load(sid, turns=0))
+        return result
 
     def merge(self, session: Session, *, turns: int | None = None) -> CommitResult:
         """Re-read the head and append the uncommitted slice onto it.
