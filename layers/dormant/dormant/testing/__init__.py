@@ -371,10 +371,25 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
                          for s in steps if isinstance(s, _Model | _ModelError)],
                         _controls_by_reply(steps))
     served = replace(agent, model=scripted)
-    app = App(name="test", store=KitStore(store if store is not None else MemoryStore()))
+    kit_store = KitStore(store if store is not None else MemoryStore())
+    app = App(name="test", store=kit_store)
     sid = normalize_session_id(session_id) if session_id else mint_session_id()
     driver: Driver = (HandlerDriver if through == "handlers" else InProcessDriver)(
         app, served, sid)
+    try:
+        _play(driver, steps)
+    finally:
+        kit_store.close_reads()
+    if driver.problems:
+        raise ScriptError("; ".join(driver.problems))
+    scripted.assert_consumed()
+    if not driver.results:
+        raise ScriptError("the script has no user(...) step, so nothing ran")
+    return TestRun(driver.results[-1], driver.session(), driver.results, scripted,
+                   driver.controls)
+
+
+def _play(driver: Driver, steps: list[Step]) -> None:
     for step in steps:
         if isinstance(step, _User):
             # The id is minted here so a redelivery resends it, wherever the message went.
@@ -404,13 +419,6 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
             driver.deliver({"inputs": [{"input_id": step.input_id, "value": step.value}]})
         elif isinstance(step, _Timer):
             driver.timer(step.name)
-    if driver.problems:
-        raise ScriptError("; ".join(driver.problems))
-    scripted.assert_consumed()
-    if not driver.results:
-        raise ScriptError("the script has no user(...) step, so nothing ran")
-    return TestRun(driver.results[-1], driver.session(), driver.results, scripted,
-                   driver.controls)
 
 
 def _controls_by_reply(steps: list[Step]) -> dict[int, list[Control]]:

@@ -137,6 +137,8 @@ class KitStore:
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self._reads = 0
+        self._inflight = 0
+        self._closed = False
         self._read = threading.Condition()
 
     def __getattr__(self, name: str) -> Any:  # close(), and whatever else a store offers
@@ -166,9 +168,25 @@ class KitStore:
 
     def read_control(self, session_id: str) -> Any:
         with self._read:
+            if self._closed:  # a watch of a turn that ended, polling once more
+                return None
             self._reads += 1
+            self._inflight += 1
             self._read.notify_all()
-        return self.inner.read_control(session_id)
+        try:
+            return self.inner.read_control(session_id)
+        finally:
+            with self._read:
+                self._inflight -= 1
+                self._read.notify_all()
+
+    def close_reads(self, timeout: float = CONTROL_WAIT) -> None:
+        """The script is over: wait for reads of the control record in flight, refuse later
+        ones (a turn's watch may poll once more after its turn ended; the caller may close
+        the store next)."""
+        with self._read:
+            self._closed = True
+            self._read.wait_for(lambda: self._inflight == 0, timeout)
 
     def write_control(self, session_id: str, control: Any, *, head_version: int) -> bool:
         return self.inner.write_control(session_id, control, head_version=head_version)
