@@ -3,7 +3,8 @@
 
 ``build(store=None, model=None, scheduler=None)`` returns the app and its ``concierge`` agent.
 The model is ``OpenAIModel`` when ``OPENAI_API_KEY`` is set, otherwise :class:`DemoModel`: a
-small, honest, rule-based model (no network) that exercises the same tools a real model would.
+small, honest, rule-based model (no network) that exercises the same tools a real model would,
+and tells a long story slowly on request (something to stop, steer or pause in ``dormant dev``).
 """
 
 from __future__ import annotations
@@ -166,7 +167,12 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
 _DUE = "reminder:"
 _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so a small rule-based model is "
          "answering). Try \"book me in\", \"how long is my stay BK-1042?\", "
-         "\"cancel booking BK-1042\" or \"remind me in 30 seconds to check out\".")
+         "\"cancel booking BK-1042\", \"remind me in 30 seconds to check out\" or "
+         "\"tell me a long story\" (then stop it, or steer it with \"make it shorter\").")
+_STORY = re.compile(r"\bstor(?:y|ies)\b", re.IGNORECASE)
+_THE_END = "The end: the guest checked out happy."
+#: Seconds between two words of the story (slow enough to stop, steer or pause by hand).
+STORY_DELAY = 0.15
 
 
 class DemoModel:
@@ -177,7 +183,17 @@ class DemoModel:
     length of a stay calls ``lookup_stay``; a cancellation asks for approval
     (``request_approval``); "remind me in N seconds to X" calls ``set_reminder``, and when the
     reminder comes due (the message ``Reminder: X``) it passes it on.
+
+    Asked for a story ("tell me a long story"), it streams a long one (some seventy sentences
+    about a hotel guest) one word every ``story_delay`` seconds, waiting on the turn's signal:
+    a stop ends it at once. A steer joins when the story's step ends; one asking for it
+    "shorter" gets the ending (``The end: the guest checked out happy.``).
     """
+
+    def __init__(self, story_delay: float = STORY_DELAY) -> None:
+        if story_delay < 0:
+            raise ValueError("story_delay must be >= 0 seconds")
+        self.story_delay = story_delay
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
         messages = request.messages
@@ -188,7 +204,13 @@ class DemoModel:
             return _say(_after_tool(results[-1]))
         asked = messages[last_user] if last_user >= 0 else None
         text = asked.text if isinstance(asked, UserMessage) else ""
-        return _reply_to(text.lower(), text)
+        lowered = text.lower()
+        if not lowered.startswith(_DUE) and "remind" not in lowered:
+            if _STORY.search(text):
+                return _slowly(story(), self.story_delay, signal)
+            if "shorter" in lowered:  # e.g. a steer while the story streamed
+                return _say(_THE_END)
+        return _reply_to(lowered, text)
 
 
 def _reply_to(lowered: str, text: str) -> Iterator[ModelChunk]:
@@ -241,6 +263,69 @@ def _after_tool(result: ToolMessage) -> str:
 def _say(text: str) -> Iterator[ModelChunk]:
     for piece in _WORDS.findall(text):
         yield TextDelta(piece)
+
+
+def _slowly(text: str, delay: float, signal: Signal) -> Iterator[ModelChunk]:
+    """Stream ``text`` a word every ``delay`` seconds; a stop (or abort) ends it at once."""
+    for index, piece in enumerate(_WORDS.findall(text)):
+        if index and delay and signal.wait(delay):
+            return  # stopped: the run loop keeps what the client saw
+        yield TextDelta(piece)
+
+
+# --- the demo model's story ---------------------------------------------------------------------
+
+#: The parts of the guest's stay: when, where, what she notices, whom she meets (and their
+#: short name), what they talk about, how it goes, what she takes away.
+_STAY = [
+    ("late on a rainy Thursday", "the lobby of the Hotel Linden",
+     "the smell of cedar and wet umbrellas", "Tomas, the night porter", "Tomas",
+     "the trains that no longer stop in town", "Mara laughed more than she expected to",
+     "a brass key with a green tassel"),
+    ("that first evening", "room 412", "a window that looked over the tram depot",
+     "a housekeeper named Ines", "Ines", "how to coax the old radiator into life",
+     "Mara listened more than she spoke", "a spare blanket that smelled of lavender"),
+    ("at dinner", "the dining room under the glass roof", "a piano nobody seemed to play",
+     "a retired conductor at the next table", "The conductor",
+     "the one concert he never finished", "Mara forgot her soup had gone cold",
+     "the name of a waltz she meant to look up"),
+    ("near midnight", "the library on the mezzanine", "a guest book from 1962",
+     "a student who could not sleep either", "The student",
+     "the strangers who had signed the book before them", "Mara felt oddly at home",
+     "a line of her own in the old guest book"),
+    ("at breakfast", "the terrace above the square", "the baker's cart arriving late",
+     "the manager, Mrs Okafor", "Mrs Okafor", "why the hotel still wound every clock by hand",
+     "Mara asked more questions than was polite", "a map with three cafes circled in pencil"),
+    ("on the last morning", "the front desk", "that her suitcase felt lighter than before",
+     "Tomas again, at the end of his shift", "Tomas", "whether the rain would ever stop",
+     "Mara found she did not want to leave", "a postcard of the hotel, stamped and ready"),
+]
+_SCENE = [
+    "It was {when} when Mara found herself in {where}.",
+    "The first thing she noticed was {notice}.",
+    "She stood still for a moment and let the place settle around her.",
+    "Before long she was talking with {who}.",
+    "They spoke about {topic}, slowly, the way people do when nobody is in a hurry.",
+    "{mood}.",
+    "{name} told her that the hotel remembered every guest, in its own way.",
+    "She was not sure she believed it, but she liked the idea.",
+    "Outside, the town went on with its business without her.",
+    "When she finally moved on, she took with her {keep}.",
+    "It seemed a small thing, yet she kept turning it over in her mind.",
+]
+
+
+def story() -> str:
+    """The demo model's long story (some seventy sentences): a guest's stay at an old hotel,
+    part by part, built from the parts of the stay and one scene's sentences."""
+    sentences = ["Once upon a time, a traveller named Mara booked three nights at an old hotel "
+                 "she had chosen for its name alone."]
+    for when, where, notice, who, name, topic, mood, keep in _STAY:
+        sentences += [line.format(when=when, where=where, notice=notice, who=who, name=name,
+                                  topic=topic, mood=mood, keep=keep) for line in _SCENE]
+    sentences.append("On the tram to the station she read the postcard one last time, and "
+                     "decided to come back in the spring.")
+    return " ".join(sentences)
 
 
 def _call(name: str, args: dict[str, Any]) -> Iterator[ModelChunk]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -131,3 +133,143 @@ def test_the_model_is_openai_when_a_key_is_set_else_the_demo() -> None:
     assert isinstance(demo.model, bookings.DemoModel)
     assert "demo model" in bookings.describe_model(demo.model)
     assert isinstance(demo, dormant.Agent)
+
+
+# --- the slow story (something to stop, steer or pause) ----------------------------------------
+
+
+def _story_app(delay: float) -> Any:
+    import bookings
+
+    return bookings.build(model=bookings.DemoModel(story_delay=delay))
+
+
+def _types(events: list[Any]) -> list[str]:
+    return [e.type for e in events]
+
+
+def test_a_story_streams_word_by_word_as_one_long_reply() -> None:
+    import bookings
+
+    app, concierge = _story_app(0.0)
+    stream = app.handler.turn(agent=concierge)(
+        {"session_id": "story", "input": {"message": "Tell me a LONG story, please"}})
+    result = stream.run()
+
+    assert result.status == "completed"
+    text = result.output.text
+    assert text == bookings.story() and text.count(".") >= 60
+    assert "Mara" in text and "Hotel Linden" in text
+    deltas = [e for e in stream.events if e.type == "assistant_delta"]
+    assert len(deltas) == len(text.split()) > 500
+    assert not any(e.type == "tool_call" for e in stream.events)
+
+
+@pytest.mark.parametrize("text", ["Tell me a story", "any stories about this hotel?",
+                                  "A LONG STORY please"])
+def test_a_story_request_is_recognised(text: str) -> None:
+    app, concierge = _story_app(0.0)
+    done = app.handler.rest(agent=concierge)({"session_id": "s", "input": {"message": text}})
+    assert done.output.text.startswith("Once upon a time")
+
+
+def test_history_is_not_a_story(ask: Any) -> None:
+    done = _turn(ask, "history", message="show my booking history")
+    assert not done["output"]["text"].startswith("Once upon a time")
+
+
+def test_the_story_is_slow_and_a_stop_from_another_request_ends_it_at_once() -> None:
+    import bookings
+
+    app, concierge = _story_app(0.02)  # the whole story would take some 18 s
+    stream = app.handler.turn(agent=concierge, poll_interval=0.05)(
+        {"session_id": "story", "input": {"message": "tell me a long story"}})
+    ran = threading.Thread(target=stream.run, daemon=True)
+    ran.start()
+    deadline = time.monotonic() + 5
+    while sum(e.type == "assistant_delta" for e in list(stream.events)) < 5:
+        assert time.monotonic() < deadline, "the story did not start streaming"
+        time.sleep(0.01)
+    began = time.monotonic()
+
+    stop = app.handler.rest(agent=concierge)(
+        {"session_id": "story", "input": {"stop": {"invocation_id": stream.invocation_id}}})
+    ran.join(2.0)
+
+    assert stop.status == "accepted"
+    assert not ran.is_alive() and time.monotonic() - began < 2.0
+    assert stream.result is not None and stream.result.status == "stopped"
+    session = app.sessions.get("story")
+    assert session is not None
+    assert _types(session.events)[-2:] == ["stop_requested", "invocation_end"]
+    assert session.events[-1].status == "stopped"
+    [told] = [e.text for e in session.events if e.type == "assistant"]
+    assert bookings.story().startswith(told) and 5 <= len(told.split()) < 200
+
+
+def test_a_stop_does_not_wait_out_the_pause_between_two_words() -> None:
+    app, concierge = _story_app(3.0)  # a word every 3 s: only a wait on the signal ends sooner
+    stream = app.handler.turn(agent=concierge, poll_interval=0.05)(
+        {"session_id": "slow", "input": {"message": "a story, please"}})
+    ran = threading.Thread(target=stream.run, daemon=True)
+    ran.start()
+    deadline = time.monotonic() + 5
+    while not any(e.type == "assistant_delta" for e in list(stream.events)):
+        assert time.monotonic() < deadline, "the story did not start streaming"
+        time.sleep(0.01)
+    began = time.monotonic()
+
+    app.handler.rest(agent=concierge)(
+        {"session_id": "slow", "input": {"stop": {"invocation_id": stream.invocation_id}}})
+    ran.join(2.0)
+
+    assert not ran.is_alive() and time.monotonic() - began < 1.0
+    assert stream.result is not None and stream.result.status == "stopped"
+    session = app.sessions.get("slow")
+    assert session is not None
+    assert [e.text for e in session.events if e.type == "assistant"] == ["Once "]
+
+
+def test_a_steer_asking_for_it_shorter_gets_the_ending() -> None:
+    app, concierge = _story_app(0.001)
+    stream = app.handler.turn(agent=concierge, poll_interval=0.02)(
+        {"session_id": "steer", "input": {"message": "tell me a long story"}})
+    ran = threading.Thread(target=stream.run, daemon=True)
+    ran.start()
+    deadline = time.monotonic() + 5
+    while not any(e.type == "assistant_delta" for e in list(stream.events)):
+        assert time.monotonic() < deadline, "the story did not start streaming"
+        time.sleep(0.005)
+
+    steered = app.handler.rest(agent=concierge)({"session_id": "steer", "input": {"steer": {
+        "text": "make it shorter", "invocation_id": stream.invocation_id}}})
+    ran.join(10.0)
+
+    assert steered.status == "accepted" and stream.result is not None
+    assert stream.result.status == "completed"
+    assert stream.result.output.text == "The end: the guest checked out happy."
+    session = app.sessions.get("steer")
+    assert session is not None
+    assert _types(session.events) == ["invocation_start", "user", "assistant", "steer", "user",
+                                      "assistant", "invocation_end"]
+
+
+def test_shorter_after_a_story_gets_the_ending_and_the_other_rules_still_hold() -> None:
+    app, concierge = _story_app(0.0)
+    rest = app.handler.rest(agent=concierge)
+
+    def say(text: str) -> str:
+        return str(rest({"session_id": "after", "input": {"message": text}}).output.text)
+
+    assert say("tell me a story").startswith("Once upon a time")
+    assert say("make it shorter") == "The end: the guest checked out happy."
+    assert "book me in" in say("hello")
+    assert say("How long is my stay BK-9?") == "Your stay BK-9 is 3 nights."
+
+
+def test_the_story_delay_defaults_to_a_readable_pace_and_is_checked() -> None:
+    import bookings
+
+    assert bookings.DemoModel().story_delay == 0.15
+    with pytest.raises(ValueError, match="story_delay"):
+        bookings.DemoModel(story_delay=-1)

@@ -473,7 +473,7 @@ def test_a_timer_fires_now_and_its_message_runs_once(reminder: dormant.Agent,
 
 
 def test_a_timer_that_is_not_pending_names_what_is(reminder: dormant.Agent) -> None:
-    with pytest.raises(ScriptError, match="'later'.*pending: nudge"):
+    with pytest.raises(ScriptError, match=r"'later'.*pending: nudge"):
         run_test(reminder, [user("remind me"), model(tool_calls=[REMIND]), model("Will do."),
                             timer("later")])
 
