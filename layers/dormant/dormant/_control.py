@@ -89,8 +89,8 @@ MAX_STEERS = 8
 #: Conditional writes of the control record before giving up (each lost one is a commit).
 WRITE_ATTEMPTS = 8
 
-STOPPED = "stopped"
-INTERRUPTED = "interrupted"
+STOPPED: Literal["stopped"] = "stopped"
+INTERRUPTED: Literal["interrupted"] = "interrupted"
 
 
 @dataclass(frozen=True)

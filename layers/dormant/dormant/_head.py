@@ -326,7 +326,8 @@ def apply(head: Head, event: Event) -> None:
         case InvocationStart():
             _refuse_if_parked_on_tools(head)
             _refuse_if_failed(head)
-            _remember_invocation(head, event.invocation_id)
+            if event.invocation_id is not None:
+                _remember_invocation(head, event.invocation_id)
             head.open_invocation = event.invocation_id
             head.retries = 0
             head.calls = 0

@@ -60,7 +60,7 @@ log = logging.getLogger("dormant")
 #: Seconds kept back from the Lambda deadline for the commit and the reply.
 DEADLINE_MARGIN = 5.0
 #: Seconds of budget a queued message needs to run in the same request (else handed on).
-DRAIN_BUDGET = 30.0
+DRAIN_BUDGET = 10.0
 #: Queued messages one request runs at most before handing the rest on.
 MAX_DRAIN = 16
 

@@ -370,9 +370,10 @@ class Session:
     def dirty(self) -> bool:
         return bool(self._new) or self._base_seq != self._head.seq
 
-    def append(self, text: str, *, id: str | None = None) -> UserEvent:
-        """A server append (SPEC §8): a user message from trusted code — a webhook, a job —
-        with no turn run. ``id`` makes a redelivery land once. The next turn picks it up."""
+    def append(self, text: str, *, id: str | None = None) -> UserEvent | QueuedEvent:
+        """A server append: a user message from trusted code — a webhook, a job — with no
+        turn run. ``id`` makes a redelivery land once. The next turn picks it up; while the
+        session cannot take it (it waits, failed, or is paused) it goes to the inbox."""
         return self.input.message(text, id=id)
 
     # --- timers (SPEC §7) ----------------------------------------------------------------------
