@@ -464,3 +464,33 @@ def test_a_seed_joins_the_conversation_without_running_a_turn(store: Store) -> N
     again = rest({"session_id": "seed", "input": {"seed": {
         "text": "The guest prefers Fridays.", "id": "seed-1"}}})
     assert again.code == "duplicate_message"
+
+
+def test_if_busy_interrupt_and_send_now_end_the_waiting_response_and_run_the_message(
+        store: Store) -> None:
+    app = dormant.App(name="control", store=store)
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer)
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "Which night?"}, "id": "call_1"}]},
+        "Forget the booking: hello!",
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "Which room?"}, "id": "call_2"}]},
+        "Sent now."])
+    agent = app.agent(name="c", model=model, tools=[ask])
+    rest = app.handler.rest(agent=agent)
+    rest({"session_id": "now", "input": {"message": "book"}})
+
+    now = rest({"session_id": "now", "input": {"message": "just say hello",
+                                               "if_busy": "interrupt"}})
+
+    assert now.status == "completed" and now.output.text == "Forget the booking: hello!"
+    rest({"session_id": "now", "input": {"message": "book a room"}})
+    assert rest({"session_id": "now", "input": {"message": "urgent",
+                                                "message_id": "u-1"}}).status == "queued"
+    sent = rest({"session_id": "now", "input": {"queue": [{"op": "send_now", "id": "u-1"}]}})
+
+    assert sent.status == "completed" and sent.output.text == "Sent now."
+    session = app.sessions.get("now")
+    assert session is not None and session.inbox == [] and session.status == "active"
+    assert [e.status for e in session.events if isinstance(e, InvocationEnd)] == [
+        "interrupted", "completed", "interrupted", "completed"]
+    model.assert_consumed()
