@@ -362,7 +362,9 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     Every step that sends a request adds its outcome to ``results``; a message to a session
     that waits gets ``queued`` and runs once the session is free (the inbox drains after the
     step that frees it: script a :func:`model` reply for each queued message). The outcomes
-    of stops, steers and pauses sent mid-reply go to ``controls``.
+    of stops, steers and pauses sent mid-reply go to ``controls``; one the running turn does
+    not take (refused, or not seen within 5 s) fails the script with a :class:`ScriptError`
+    saying why.
     """
     steps = list(steps)
     if through not in ("run", "handlers"):
