@@ -494,3 +494,64 @@ def test_if_busy_interrupt_and_send_now_end_the_waiting_response_and_run_the_mes
     assert [e.status for e in session.events if isinstance(e, InvocationEnd)] == [
         "interrupted", "completed", "interrupted", "completed"]
     model.assert_consumed()
+
+
+def test_a_stop_for_an_invocation_a_message_is_resuming_reaches_that_turn(
+        store: Store) -> None:
+    app = dormant.App(name="control", store=store)
+    model = ScriptedModel(["Which date?", STORY], delay=0.01)
+    agent = app.agent(name="intake", model=model, yields=True)
+    rest = app.handler.rest(agent=agent, poll_interval=POLL)
+    first = rest({"session_id": "res", "input": {"message": "book"}})
+    assert first.status == "yielded_message"
+    stream = app.handler.turn(agent=agent, poll_interval=POLL)(
+        {"session_id": "res", "input": {"message": "Tuesday"}})
+    running = Running(stream)
+    running.wait_for(lambda seen: _deltas(seen) >= 5)
+
+    stop = rest({"session_id": "res", "input": {"stop": {"invocation_id": stream.invocation_id}}})
+    result = running.join()
+
+    assert stop.status == "accepted"
+    assert (result.status, result.commit_status) == ("stopped", "committed")
+    users = [e.text for e in _ledger(app, "res") if isinstance(e, UserEvent)]
+    assert users == ["book", "Tuesday"]  # the message that resumed it is kept
+
+
+def test_a_control_request_never_runs_the_inbox_beside_a_running_turn(store: Store) -> None:
+    started, ran = threading.Event(), []
+    app = dormant.App(name="control", store=store)
+
+    def execute(ctx: dormant.ToolContext) -> dict[str, Any]:
+        started.set()
+        ctx.signal.wait(0.5)
+        ran.append(ctx.call_id)
+        return {"booked": ctx.input.answer}
+
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
+                   execute=execute)
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "Which night?"}, "id": "call_q"}]},
+        STORY, "the queued reply"], delay=0.01)
+    agent = app.agent(name="c", model=model, tools=[ask])
+    rest = app.handler.rest(agent=agent, poll_interval=POLL)
+    rest({"session_id": "busy", "input": {"message": "book"}})
+    assert rest({"session_id": "busy", "input": {"message": "late checkout?"}}).status == "queued"
+    answer = app.handler.turn(agent=agent, poll_interval=POLL)({"session_id": "busy", "input": {
+        "tools": [{"call_id": "call_q", "input": {"answer": "Friday"}}]}})
+    running = Running(answer)
+    assert started.wait(WAIT)
+    running.wait_for(lambda seen: _deltas(seen) >= 3)
+
+    stop = rest({"session_id": "busy", "input": {"stop": {"invocation_id": answer.invocation_id}}})
+    result = running.join()
+
+    assert stop.status == "accepted"  # it did not run the queued message itself
+    assert result.status == "stopped" and result.drained is not None
+    assert len(result.drained) == 1  # the stopped turn's request ran the inbox, once
+    session = app.sessions.get("busy")
+    assert session is not None and session.inbox == []
+    ends = [e.status for e in session.events if isinstance(e, InvocationEnd)]
+    assert ends == ["stopped", "completed"] and ran == ["call_q"]
+    users = [e.text for e in session.events if isinstance(e, UserEvent)]
+    assert users == ["book", "late checkout?"]

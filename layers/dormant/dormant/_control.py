@@ -107,13 +107,15 @@ class Ask:
 # --- deciding ------------------------------------------------------------------------------------
 
 
-def running(session: Session, invocation_id: str) -> bool:
+def running(session: Session, invocation_id: str, *, resumable: bool = False) -> bool:
     """Whether ``invocation_id`` may be running now, as far as the head can tell: it is the
     open invocation and neither parked, failed nor paused — or the head has never seen it
-    (a new invocation writes nothing until it ends)."""
+    (a new invocation writes nothing until it ends). ``resumable``: count an invocation
+    parked on a message yield as possibly running (a message may be resuming it elsewhere)."""
     head = session.head
     if head.open_invocation == invocation_id:
-        return head.parked is None and not head.failed and not head.paused
+        parked_ok = head.parked is None or (resumable and head.parked == "message")
+        return parked_ok and not head.failed and not head.paused
     return not head.knows_invocation(invocation_id)
 
 
@@ -126,9 +128,11 @@ def stop(session: Session, invocation_id: str, seen: int | None = None
         if head.failed:
             raise NotRunning(head.session_id, invocation_id,
                              "it failed; retry it (input.retry) or interrupt it")
-        if head.parked is not None or head.paused:
+        if head.parked == "tool" or head.paused:  # it waits on people: end it now
             end_waiting(session, STOPPED, seen=seen)
             return "stopped"
+        # parked on a message yield: a message may be resuming it in another process right
+        # now (that writes nothing until it ends), so the stop is asked of that turn
     elif head.knows_invocation(invocation_id):
         raise NotRunning(head.session_id, invocation_id)
     session.control_asks.append(Ask("stop", invocation_id, seen=seen))
@@ -347,7 +351,7 @@ def write_asks(store: Store, session: Session, reload: Callable[[], Session | No
         current = fresh
         for ask in asks:
             if ask.kind in ("stop", "steer") and ask.invocation_id is not None \
-                    and not running(current, ask.invocation_id):
+                    and not running(current, ask.invocation_id, resumable=ask.kind == "stop"):
                 raise NotRunning(current.session_id, ask.invocation_id)
     raise StoreError(f"session {session.session_id}: the control record kept changing; "
                      "try again")
@@ -359,8 +363,8 @@ def _with(base: Control, asks: list[Ask], session: Session) -> Control:
     head = session.head
     rev = base.rev + 1
     at = now_ms()
-    stop = base.stop if base.stop is not None and running(session, base.stop.invocation_id) \
-        else None
+    stop = base.stop if base.stop is not None \
+        and running(session, base.stop.invocation_id, resumable=True) else None
     pause_rev = base.pause if base.pause is not None and base.pause > head.control_rev else None
     steers = [s for s in base.steers if not head.has_message(s.id)]
     for ask in asks:
@@ -420,7 +424,12 @@ class ControlWatch:
         return self
 
     def close(self) -> None:
+        """Stop polling; returns once a read in progress has finished (so the caller may
+        close the store)."""
         self._done.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5.0)
 
     def _run(self) -> None:
         while not self._done.wait(self._interval):

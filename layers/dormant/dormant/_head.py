@@ -259,7 +259,8 @@ class Head:
     def free(self) -> bool:
         """Whether a queued message can run now: nothing is waited on, failed or paused,
         and no parked step is left to settle."""
-        return self.busy() is None and self.parked != "tool"
+        return self.busy() is None and (self.open_invocation is None
+                                        or self.parked == "message")
 
     def knows_invocation(self, invocation_id: str) -> bool:
         """Whether ``invocation_id`` is one of the session's recent invocations."""

@@ -56,7 +56,7 @@ def _line(event: Event, waits: dict[str, str]) -> str:
                    f"[{event.call_id}]"
         case "invocation_yield":
             what = "tool input" if event.reason == "tool" else "the next user message"
-            return f"⏸ run paused, waiting for {what}"
+            return f"⏸ run waiting for {what}"
         case "tool_input":
             name = waits.get(event.call_id, "call")
             return f"← input for {name}: {_short(event.input, 48)}  [{event.call_id}]"

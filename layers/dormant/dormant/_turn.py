@@ -505,7 +505,8 @@ class TurnStream(Iterator[StreamEvent]):
         if not controls:
             return  # an ordinary request (answers, decisions, a retry, an empty drain)
         head = session.head
-        if head.queue and head.free and not session.pause_pending:
+        if status not in ("accepted", "paused") and head.queue and head.free \
+                and not session.pause_pending:
             first = head.queue[0]["id"]  # the session is free again: its inbox runs now
             self.invocation_id = _derive_invocation(session.session_id, "queued:" + first)
             return

@@ -181,9 +181,10 @@ class QueuedRef(BaseModel):
 
 
 #: What a turn request ended as. Beyond a run's own statuses: ``queued`` (the message went to
-#: the inbox), ``accepted`` (a control — stop, steer, pause — was written for the invocation
-#: running elsewhere), ``stopped``, ``paused``, ``interrupted``, ``recorded`` (inputs
-#: recorded with no turn to run: a seed, an answer while paused, an inbox edit).
+#: the inbox), ``accepted`` (a stop or steer was written for the invocation running
+#: elsewhere: it takes it within a poll interval), ``stopped``, ``paused`` (the session is
+#: paused, or will be at the running turn's next step boundary), ``interrupted``,
+#: ``recorded`` (inputs recorded with no turn to run: a seed, an inbox edit).
 TurnStatus = Literal["completed", "yielded_tool", "yielded_message", "error", "queued",
                      "accepted", "stopped", "paused", "interrupted", "recorded"]
 
