@@ -97,7 +97,7 @@ def test_the_inspector_renders_a_readable_timeline(dev_server: DevServer) -> Non
     assert "user: book me in" in shown
     assert f"ask_guest yielded: waits for input on {{\"q\": \"Which night?\"}}  " \
            f"[{call['callId']}]" in shown
-    assert "run paused, waiting for tool input" in shown
+    assert "run waiting for tool input" in shown
     assert "expects input {answer: string}" in shown
     assert as_json["yieldedTools"] == [call]
     assert [e["type"] for e in as_json["events"]] == LEDGER_AFTER_RESUME[:5]
