@@ -172,7 +172,7 @@ _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so a small rule-base
 _STORY = re.compile(r"\bstor(?:y|ies)\b", re.IGNORECASE)
 _THE_END = "The end: the guest checked out happy."
 #: Seconds between two words of the story (slow enough to stop, steer or pause by hand).
-STORY_DELAY = 0.15
+STORY_DELAY = 0.05
 
 
 class DemoModel:

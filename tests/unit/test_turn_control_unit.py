@@ -166,3 +166,20 @@ def test_asks_of_a_running_turn_are_written_when_the_session_is_committed() -> N
     assert again.input.resume() == "resumed"
     assert app.sessions.commit(again).ok
     assert app.sessions.get("asks").status == "active"  # type: ignore[union-attr]
+
+
+def test_several_asks_reach_a_session_whose_first_turn_has_not_committed_yet() -> None:
+    app = dormant.App()
+    agent = app.agent(name="c", model=ScriptedModel(["x"]))
+    rest = app.handler.rest(agent=agent)
+    steer = rest({"session_id": "fresh", "input": {"steer": {
+        "text": "shorter", "invocation_id": "inv_first", "id": "st-1"}}})
+    pause = rest({"session_id": "fresh", "input": {"pause": True}})
+    stop = rest({"session_id": "fresh", "input": {"stop": {"invocation_id": "inv_first"}}})
+
+    assert (steer.status, pause.status, stop.status) == ("accepted", "paused", "accepted")
+    control = app.store.read_control("session_fresh")
+    assert control is not None and control.rev == 3
+    assert control.pause == 2 and control.stop is not None and [s.id for s in control.steers] \
+        == ["st-1"]
+    assert app.sessions.get("fresh") is None  # nothing was written to a ledger

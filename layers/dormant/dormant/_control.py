@@ -345,9 +345,11 @@ def write_asks(store: Store, session: Session, reload: Callable[[], Session | No
             session.control_asks = []
             return record.rev
         fresh = reload()
-        if fresh is None:
-            raise NotRunning(session.session_id, asks[0].invocation_id or "?",
-                             "the session no longer exists")
+        if fresh is None:  # no head yet (its first turn may be running): the record alone
+            from dormant.session import Session as _Session
+
+            fresh = _Session.new(session.session_id, principal=session.principal)
+            fresh.control = store.read_control(session.session_id)
         current = fresh
         for ask in asks:
             if ask.kind in ("stop", "steer") and ask.invocation_id is not None \
