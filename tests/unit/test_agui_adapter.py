@@ -123,6 +123,9 @@ def test_raw_events_attach_the_dormant_event(app, ask_guest):
     assert by_type["TEXT_MESSAGE_START"]["rawEvent"]["type"] == "assistant_delta"
     assert by_type["TEXT_MESSAGE_END"]["rawEvent"]["type"] == "model_end"
     assert "rawEvent" not in by_type["RUN_STARTED"]
+    # every raw event carries its stream position: the largest one received is a stop's `seen`
+    seqs = [e["rawEvent"]["seq"] for e in data if "rawEvent" in e]
+    assert seqs == sorted(seqs) and seqs[0] >= 1
 
 
 def test_a_tool_transformer_rewrites_what_the_interrupt_shows(app, ask_guest):

@@ -106,7 +106,8 @@ class AgUIAdapter:
     Options: ``include_steps`` brackets each model step (the model call and the tool calls it
     asked for) with ``STEP_STARTED``/``STEP_FINISHED`` named ``step_<n>``; ``reasoning=False``
     drops the model's thought deltas (otherwise they become ``REASONING_*`` events);
-    ``raw_events`` attaches the dormant event (its JSON form) as ``raw_event`` to every event
+    ``raw_events`` attaches the dormant event (its JSON form, with its stream position ``seq``:
+    the largest a client received is the ``seen`` of a stop) as ``raw_event`` to every event
     translated from it; ``tool_transformers`` maps a yielding tool's name to a function of the
     :class:`~dormant.YieldedTool` whose return value is shown as that call's ``args`` in the
     interrupt; ``yield_schemas`` maps a yielding tool's name to the JSON Schema of the answer
@@ -357,8 +358,8 @@ class AgUIAdapter:
 
     def _meta(self, event: StreamEvent) -> dict[str, Any]:
         meta: dict[str, Any] = {"timestamp": event.ts}
-        if self.raw_events:
-            meta["raw_event"] = event.model_dump(mode="json")
+        if self.raw_events:  # with its stream position: what a stop's ``seen`` counts
+            meta["raw_event"] = {**event.model_dump(mode="json"), "seq": event.seq}
         return meta
 
     def _said(self, out: list[BaseEvent], event: StreamEvent, message_id: str,
