@@ -47,6 +47,7 @@ from dormant.events import (
     ApprovalDecided,
     ApprovalRequested,
     Event,
+    QueuedEvent,
     ToolResult,
     UserEvent,
 )
@@ -322,13 +323,20 @@ class SideEffectMachine(RuleBasedStateMachine):
             "the ledger is not the slices written, in order"
         for done in self.done:
             if done.wrote and done.result.landed:
-                assert done.result.version == done.wrote[-1], (
+                # its own turn's version: the last it wrote, or — when the request then ran
+                # queued messages, each its own commit — the last before those
+                drained = len(done.result.drained or ())
+                assert done.result.version == done.wrote[-1 - drained], (
                     f"request {done.input} reported v{done.result.version}, "
-                    f"wrote {done.wrote}")
+                    f"wrote {done.wrote}, drained {done.result.drained}")
 
     def _messages(self, events: list[Event]) -> None:
-        """2. A message id the caller was told landed is in the ledger once; none twice."""
-        held = Counter(e.message_id for e in events if isinstance(e, UserEvent))
+        """2. A message id the caller was told landed is in the ledger once; none twice. A
+        message that waited in the inbox lands with its ``queued`` event; the ``user`` event
+        it runs as later (``queued=True``) is the same message, not a second landing."""
+        held = Counter(e.message_id for e in events
+                       if (isinstance(e, UserEvent) and not e.queued)
+                       or isinstance(e, QueuedEvent))
         twice = {m: n for m, n in held.items() if n > 1}
         assert not twice, f"message ids in the ledger more than once: {twice}"
         for done in self.done:

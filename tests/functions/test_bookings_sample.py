@@ -270,6 +270,6 @@ def test_shorter_after_a_story_gets_the_ending_and_the_other_rules_still_hold() 
 def test_the_story_delay_defaults_to_a_readable_pace_and_is_checked() -> None:
     import bookings
 
-    assert bookings.DemoModel().story_delay == 0.15
+    assert bookings.DemoModel().story_delay == bookings.STORY_DELAY == 0.05
     with pytest.raises(ValueError, match="story_delay"):
         bookings.DemoModel(story_delay=-1)

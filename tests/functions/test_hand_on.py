@@ -376,8 +376,9 @@ def test_what_counts_as_done_for_a_hand_on_record(
 def test_the_api_hands_on_its_inbox_and_the_webhook_runs_it(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     """A message sent while the session waits on a tool is queued; the answer's turn finishes
-    within API Gateway's time but the inbox does not fit (25 s turns, 30 s needed per queued
-    message): the api hands the drain on and the webhook runs the queued message."""
+    but too little of the invocation's time is left for another turn (14 s left, 5 s kept
+    for the reply, 10 s needed per queued message): the api hands the drain on and the
+    webhook runs the queued message."""
     from tests.functions.conftest import api_body, with_body
 
     api = deployed.cold_start("api")
@@ -391,7 +392,8 @@ def test_the_api_hands_on_its_inbox_and_the_webhook_runs_it(
     body = api_body(resume)
     body["tools"][0]["callId"] = paused["yieldedTools"][0]["callId"]
 
-    answered = api_body(api.handler(with_body(resume, body), FakeLambdaContext()))
+    answered = api_body(api.handler(with_body(resume, body),
+                                    FakeLambdaContext(remaining_ms=14_000)))
 
     assert (answered["status"], answered.get("handedOn")) == ("completed", True)
     assert [q.id for q in deployed.session("thread-42").inbox] == ["msg-0002"]

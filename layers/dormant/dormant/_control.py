@@ -435,19 +435,24 @@ class ControlWatch:
 
     def _run(self) -> None:
         while not self._done.wait(self._interval):
-            self.poll()
+            if not self.poll():
+                return
 
-    def poll(self) -> None:
-        """Read the control record once and act on what concerns this turn."""
+    def poll(self) -> bool:
+        """Read the control record once and act on what concerns this turn. False when
+        polling should end: the turn is gone, or the store refuses for good."""
+        if self._invocation() is None:
+            return False  # the turn was dropped before it ended (its stream abandoned)
         try:
             control = self._store.read_control(self._session_id)
         except StoreError as error:
             log.warning("could not read the control record: %s", error,
                         extra={"session_id": self._session_id})
-            return
+            return error.retryable
         finally:
             self.reads += 1
         self.apply(control)
+        return True
 
     def apply(self, control: Control | None) -> None:
         if control is None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -212,7 +213,7 @@ class TurnStream(Iterator[StreamEvent]):
             yield self._number(self._resumed)
         if plan.continue_paused and session.head.open_invocation:
             self.invocation_id = session.head.open_invocation
-        watch = ControlWatch(config.app.store, session.session_id, lambda: self.invocation_id,
+        watch = ControlWatch(config.app.store, session.session_id, _invocation_of(self),
                              self._signal, interval=config.poll_interval,
                              control_rev=session.head.control_rev).start()
         try:
@@ -329,11 +330,12 @@ class TurnStream(Iterator[StreamEvent]):
             turn.drains = False
             turn.invocation_id = _derive_invocation(session.session_id, "queued:" + next_id)
             done = turn.run()
+            if done.landed:
+                drained.append(next_id)  # it ran (a failure after its tools ran is kept too)
             if done.status == "error" or turn.session is None:
-                log.warning("a queued message did not run: %s", done.error,
+                log.warning("a queued message did not run to its end: %s", done.error,
                             extra={"session_id": session.session_id})
                 break
-            drained.append(next_id)
             session = turn.session
             head = session.head
         if drained:
@@ -592,6 +594,18 @@ class TurnStream(Iterator[StreamEvent]):
             yielded_invocation_id=yielded_invocation_id,
             error=error, code=code, version=version, state=dict(session.state),
             retryable=retryable)
+
+
+def _invocation_of(stream: TurnStream) -> Callable[[], str | None]:
+    """The running invocation's id, read through a weak reference: a stream its caller drops
+    before it ends is not kept alive by its control watch (which then stops polling)."""
+    ref = weakref.ref(stream)
+
+    def invocation() -> str | None:
+        live = ref()
+        return live.invocation_id if live is not None else None
+
+    return invocation
 
 
 def _derive_invocation(session_id: str, key: str) -> str:
