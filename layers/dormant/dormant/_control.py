@@ -346,9 +346,7 @@ def write_asks(store: Store, session: Session, reload: Callable[[], Session | No
             return record.rev
         fresh = reload()
         if fresh is None:  # no head yet (its first turn may be running): the record alone
-            from dormant.session import Session as _Session
-
-            fresh = _Session.new(session.session_id, principal=session.principal)
+            fresh = type(session).new(session.session_id, principal=session.principal)
             fresh.control = store.read_control(session.session_id)
         current = fresh
         for ask in asks:
