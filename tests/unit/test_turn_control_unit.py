@@ -183,3 +183,27 @@ def test_several_asks_reach_a_session_whose_first_turn_has_not_committed_yet() -
     assert control.pause == 2 and control.stop is not None and [s.id for s in control.steers] \
         == ["st-1"]
     assert app.sessions.get("fresh") is None  # nothing was written to a ledger
+
+
+def test_a_pause_after_the_control_record_expired_and_restarted_its_revisions_still_pauses(
+        ) -> None:
+    app = dormant.App()
+    agent = app.agent(name="c", model=ScriptedModel(["one", "two"]))
+    rest = app.handler.rest(agent=agent)
+    rest({"session_id": "ttl", "input": {"message": "hi"}})
+    for _ in range(3):  # the record reaches rev 3 while the ledger takes the pause up
+        rest({"session_id": "ttl", "input": {"steer": {
+            "text": "x", "invocation_id": "inv_elsewhere"}}})
+    assert rest({"session_id": "ttl", "input": {"pause": True}}).status == "paused"
+    assert rest({"session_id": "ttl", "input": {}}).status == "paused"  # taken up (rev 4)
+    assert rest({"session_id": "ttl", "input": {"resume": True}}).status != "error"
+    assert app.sessions.get("ttl").status == "active"  # type: ignore[union-attr]
+    store = app.store
+    store._controls.pop("session_ttl", None)  # type: ignore[attr-defined]  # TTL took it
+
+    assert rest({"session_id": "ttl", "input": {"pause": True}}).status == "paused"
+    control = store.read_control("session_ttl")
+    assert control is not None and control.rev == 1  # the record starts again...
+    again = app.sessions.get("ttl")
+    assert again is not None and again.status == "paused"  # ...and the pause still counts
+    assert rest({"session_id": "ttl", "input": {"message": "queued?"}}).status == "queued"

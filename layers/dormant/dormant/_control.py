@@ -247,7 +247,8 @@ def resume(session: Session) -> Literal["continue", "resumed"]:
         session.control_asks.append(Ask("unpause"))
     if not head.paused:
         return "resumed"
-    rev = session.control.rev if session.control is not None else 0
+    control = session.control
+    rev = control.pause if control is not None and control.pause is not None else 0
     session.add_event(ResumeEvent(invocation_id=head.open_invocation, rev=rev))
     if head.open_invocation is not None and head.parked is None and not head.failed:
         return "continue"  # paused between steps: the invocation carries on
@@ -365,7 +366,7 @@ def _with(base: Control, asks: list[Ask], session: Session) -> Control:
     at = now_ms()
     stop = base.stop if base.stop is not None \
         and running(session, base.stop.invocation_id, resumable=True) else None
-    pause_rev = base.pause if base.pause is not None and base.pause > head.control_rev else None
+    pause_rev = base.pause if base.pause is not None and base.pause != head.control_rev else None
     steers = [s for s in base.steers if not head.has_message(s.id)]
     for ask in asks:
         if ask.kind == "stop":
@@ -460,7 +461,7 @@ class ControlWatch:
                 and control.stop.invocation_id == invocation and not self._signal.stopped:
             self._signal.stop(control.stop.seen, control.stop.rev)
         with self._lock:
-            if control.pause is not None and control.pause > self._control_rev:
+            if control.pause is not None and control.pause != self._control_rev:
                 self.pause_rev = control.pause
             for item in control.steers:
                 if item.invocation_id == invocation and item.id not in self._taken:

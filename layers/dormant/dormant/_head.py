@@ -146,7 +146,9 @@ class Head:
     queue: list[dict[str, Any]] = field(default_factory=list)
     #: Input requests awaiting a response: ``{"input_id", "schema", "prompt"}``.
     inputs: list[dict[str, Any]] = field(default_factory=list)
-    #: The last control record revision the ledger took up (entries above it are pending).
+    #: The revision of the last pause the ledger took up from the control record (or ended
+    #: with a resume): the record's pause is pending while it names another revision (an
+    #: identity, not an order: a record that expired starts its revisions again).
     control_rev: int = 0
     #: Digests of the most recent invocation ids (a stop naming one that ended is refused).
     invocations: list[str] = field(default_factory=list)
@@ -403,12 +405,14 @@ def apply(head: Head, event: Event) -> None:
             _respond(head, event.input_id)
         case PauseEvent():
             head.paused = True
-            head.control_rev = max(head.control_rev, event.rev)
+            if event.rev:
+                head.control_rev = event.rev  # the control record's pause is taken up
         case ResumeEvent():
             if not head.paused:
                 raise NotPending(f"session {head.session_id} is not paused: nothing to resume")
             head.paused = False
-            head.control_rev = max(head.control_rev, event.rev)
+            if event.rev:
+                head.control_rev = event.rev  # a pause asked in the record is over
         case InterruptEvent():
             _interrupt(head, event.owner)
         case StopRequested():

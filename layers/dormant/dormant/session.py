@@ -257,7 +257,7 @@ class Session:
         """A pause is asked in the control record and the ledger has not taken it up yet."""
         control = self.control
         return (control is not None and control.pause is not None and not self._head.paused
-                and control.pause > self._head.control_rev)
+                and control.pause != self._head.control_rev)
 
     def request_input(self, input_id: str, schema: Any, prompt: str | None = None) -> None:
         """Ask a person for application-defined input (trusted server code): it shows in

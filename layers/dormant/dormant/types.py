@@ -114,10 +114,11 @@ class ControlSteer(BaseModel):
 class Control(BaseModel):
     """A session's control record: what other requests ask of the turn running now.
 
-    Small on purpose (a running turn reads it about once a second): a stop, a pause and
-    steers, each stamped with the record's revision ``rev`` when it was added. The head
-    remembers the last revision the ledger took up (``Head.control_rev``); entries above it
-    are pending. Writers replace the record whole at ``rev + 1`` (a conditional write)."""
+    Small on purpose (a running turn reads it about once a second): a stop (pending while its
+    invocation runs), a pause (pending while it names another revision than the last pause
+    the ledger took up, ``Head.control_rev``) and steers (pending until their message id is
+    in the ledger), each stamped with the record's revision ``rev`` when it was added.
+    Writers replace the record whole at ``rev + 1`` (a conditional write)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -126,14 +127,6 @@ class Control(BaseModel):
     #: The revision a pause was asked at (None: no pause asked).
     pause: int | None = None
     steers: list[ControlSteer] = Field(default_factory=list)
-
-    def pending(self, applied: int) -> Control:
-        """What is still pending once the ledger took up everything to ``applied``."""
-        return Control(
-            rev=self.rev,
-            stop=self.stop if self.stop is not None and self.stop.rev > applied else None,
-            pause=self.pause if self.pause is not None and self.pause > applied else None,
-            steers=[s for s in self.steers if s.rev > applied])
 
     @property
     def empty(self) -> bool:
