@@ -555,3 +555,62 @@ def test_a_control_request_never_runs_the_inbox_beside_a_running_turn(store: Sto
     assert ends == ["stopped", "completed"] and ran == ["call_q"]
     users = [e.text for e in session.events if isinstance(e, UserEvent)]
     assert users == ["book", "late checkout?"]
+
+
+def test_a_message_while_a_resumed_invocation_runs_waits_in_the_inbox(store: Store) -> None:
+    started, release = threading.Event(), threading.Event()
+    app = dormant.App(name="control", store=store)
+
+    def execute(ctx: dormant.ToolContext) -> dict[str, Any]:
+        started.set()
+        assert release.wait(WAIT)
+        return {"booked": ctx.input.answer}
+
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
+                   execute=execute)
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "Which night?"}, "id": "call_q"}]},
+        "Booked.", "Breakfast is at eight."])
+    agent = app.agent(name="c", model=model, tools=[ask])
+    rest = app.handler.rest(agent=agent, poll_interval=POLL)
+    rest({"session_id": "run", "input": {"message": "book"}})
+    answer = app.handler.turn(agent=agent, poll_interval=POLL)({"session_id": "run", "input": {
+        "tools": [{"call_id": "call_q", "input": {"answer": "Friday"}}]}})
+    running = Running(answer)
+    assert started.wait(WAIT)  # the answer is claimed: the invocation runs in the other thread
+
+    meanwhile = rest({"session_id": "run", "input": {"message": "breakfast?", "message_id": "b"}})
+    rejected = rest({"session_id": "run", "input": {"message": "now!", "if_busy": "reject"}})
+    release.set()
+    result = running.join()
+
+    assert meanwhile.status == "queued" and rejected.code == "session_running"
+    assert result.status == "completed" and result.drained == ["b"]
+    session = app.sessions.get("run")
+    assert session is not None and session.inbox == []
+    assert [e.text for e in session.events if isinstance(e, UserEvent)] == ["book", "breakfast?"]
+
+
+def test_an_invocation_whose_turn_died_after_its_claim_can_be_interrupted(store: Store) -> None:
+    app = dormant.App(name="control", store=store)
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
+                   execute=lambda ctx: {"booked": ctx.input.answer})
+    agent = app.agent(name="c", model=ScriptedModel([
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]},
+        "After the interrupt."]), tools=[ask])
+    rest = app.handler.rest(agent=agent)
+    rest({"session_id": "dead", "input": {"message": "book"}})
+    # The claim lands, then the process dies before its turn commits.
+    session = app.sessions.load("session_dead", turns=None)
+    assert session is not None
+    invocation = session.open_invocation
+    session.input.tool(call_id="call_q", input={"answer": "Friday"})
+    session.add_event(dormant.events.InvocationResume(invocation_id=invocation))
+    app.sessions.policy.claim(session, turns=None)
+    assert rest({"session_id": "dead", "input": {"message": "hello?"}}).status == "queued"
+
+    done = rest({"session_id": "dead", "input": {"interrupt": {"owner": invocation}}})
+
+    assert done.status == "completed" and done.output.text == "After the interrupt."
+    ends = [e.status for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)]
+    assert ends == ["interrupted", "completed"]

@@ -37,6 +37,7 @@ from dormant.errors import (
     PendingInputError,
     SessionFailed,
     SessionPaused,
+    SessionRunning,
     StoreError,
 )
 from dormant.events import (
@@ -185,7 +186,8 @@ def message(session: Session, text: str, message_id: str,
         return "run", None
     if if_busy == "reject":
         raise _busy_error(session, busy)
-    if if_busy == "interrupt" and busy != "paused":
+    if if_busy == "interrupt" and busy not in ("paused", "running"):  # a live turn is not
+        # interrupted by a message: it queues (steer it, or interrupt it by its id)
         interrupt_all(session)
         if session.head.busy() is None:
             return "run", None
@@ -201,6 +203,8 @@ def _busy_error(session: Session, busy: str) -> InputError:
         return SessionPaused(head.session_id)
     if busy == "failed":
         return SessionFailed(head.session_id, head.open_invocation)
+    if busy == "running":
+        return SessionRunning(head.session_id, head.open_invocation)
     pending = [(c.call_id, c.name) for c in head.unresolved()] + [
         (i["input_id"], "input request") for i in head.inputs]
     return PendingInputError(head.session_id, pending)

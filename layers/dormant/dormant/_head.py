@@ -246,7 +246,7 @@ class Head:
     def busy(self) -> str | None:
         """Why a user message cannot run now (it goes to the inbox), or None: ``paused``,
         ``failed``, ``tool`` (parked on yields or approvals), ``input`` (an input request
-        is open)."""
+        is open), ``running`` (a resumed invocation is running: its claim is committed)."""
         if self.paused:
             return "paused"
         if self.failed:
@@ -255,6 +255,8 @@ class Head:
             return "tool"
         if self.inputs:
             return "input"
+        if self.open_invocation is not None and self.parked is None:
+            return "running"
         return None
 
     @property
@@ -504,15 +506,16 @@ def _interrupt(head: Head, owner: str) -> None:
         head.inputs = [i for i in head.inputs if i["input_id"] != owner]
         _settle(head, message_digest(_INPUT + owner))
         return
-    if head.failed and head.open_invocation == owner:
-        return
+    if head.open_invocation == owner and (head.failed or head.parked is None):
+        return  # a failed invocation, or one left running (its turn may have died)
     if head.parked == "tool" and any(
             owner in (c.call_id, c.approval_id) for c in head.unresolved()):
         return
     waiting = [c.call_id for c in head.unresolved()] + [
         c.approval_id for c in head.unresolved() if c.approval_id] + [
         i["input_id"] for i in head.inputs] + (
-        [head.open_invocation] if head.failed and head.open_invocation else [])
+        [head.open_invocation] if head.open_invocation and (head.failed or head.parked is None)
+        else [])
     raise NotPending(f"interrupt {owner} refused in session {head.session_id}: it is not what "
                      "the session waits on" + (f" (waiting on: {', '.join(waiting)})"
                                                if waiting else " (nothing is waiting)"))

@@ -30,6 +30,7 @@ __all__ = [
     "SessionFailed",
     "SessionNotFound",
     "SessionPaused",
+    "SessionRunning",
     "StaleTimer",
     "StoreError",
     "describe_validation",
@@ -125,6 +126,20 @@ class SessionPaused(InputError):
         self.session_id = session_id
         super().__init__(f"session {session_id} is paused; resume it first "
                          "(input.resume = true), or send the message to its inbox")
+
+
+class SessionRunning(InputError):
+    """A message with ``if_busy="reject"`` reached a session whose resumed invocation is
+    running (its answer or decision was claimed and its tools run now)."""
+
+    code = "session_running"
+
+    def __init__(self, session_id: str, invocation_id: str | None) -> None:
+        self.session_id = session_id
+        self.invocation_id = invocation_id
+        super().__init__(f"session {session_id} is running invocation {invocation_id}; send "
+                         "the message to its inbox (the default), steer the invocation, or "
+                         "interrupt it if its turn died")
 
 
 class RetryRefused(InputError):
@@ -239,6 +254,7 @@ HTTP_STATUS: dict[str, int] = {
     AlreadyAnswered.code: 409,
     SessionFailed.code: 409,
     SessionPaused.code: 409,
+    SessionRunning.code: 409,
     RetryRefused.code: 409,
     "duplicate_retry": 409,
     StaleTimer.code: 409,
