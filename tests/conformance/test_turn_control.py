@@ -614,3 +614,42 @@ def test_an_invocation_whose_turn_died_after_its_claim_can_be_interrupted(store:
     assert done.status == "completed" and done.output.text == "After the interrupt."
     ends = [e.status for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)]
     assert ends == ["interrupted", "completed"]
+
+
+def test_a_turn_whose_redelivery_was_queued_meanwhile_takes_its_message_out_of_the_inbox(
+        store: Store) -> None:
+    app = dormant.App(name="control", store=store)
+    ran: list[str] = []
+    work = app.tool(name="work", description="work", schema=Slow,
+                    execute=lambda ctx: ran.append(ctx.call_id) or {"done": True})
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer)
+
+    class ByMessage:  # the reply depends on the last user message: one script for both turns
+        def stream(self, request: Any, *, signal: Any) -> Iterator[Any]:
+            from dormant.models._base import TextDelta, ToolCallChunk, ToolMessage, UserMessage
+            last = next(m.text for m in reversed(request.messages)
+                        if isinstance(m, UserMessage))
+            if isinstance(request.messages[-1], ToolMessage):
+                yield TextDelta("done")
+            elif last.startswith("work"):
+                yield ToolCallChunk(call_id="", name="work", args={"seconds": 0})
+            else:
+                yield ToolCallChunk(call_id="", name="ask_guest", args={"q": "?"})
+
+    agent = app.agent(name="c", model=ByMessage(), tools=[work, ask])
+    turn = app.handler.turn(agent=agent)
+    first = turn({"session_id": "dup", "input": {"message": "work please", "message_id": "w"}})
+    next(first)  # it read the session while it was idle, and runs
+    assert turn({"session_id": "dup", "input": {"message": "ask me"}}).run().status \
+        == "yielded_tool"
+    redelivered = turn({"session_id": "dup", "input": {"message": "work please",
+                                                       "message_id": "w"}}).run()
+    assert redelivered.status == "queued"  # the session waits: the redelivery is queued
+
+    result = first.run()
+
+    assert result.commit_status == "superseded" and result.version is not None  # tools kept
+    session = app.sessions.get("dup")
+    assert session is not None and session.inbox == []  # it took its message out
+    results = [e.call_id for e in session.events if isinstance(e, ToolResult)]
+    assert ran == results == [ran[0]]  # the tool ran once and is recorded once

@@ -131,6 +131,7 @@ class CommitPolicy:
                 return _merged(outcome) if merged and outcome.status == "committed" else outcome
             stored = writer.stored
             assert stored is not None
+            _take_queued(session, stored)
             _refuse_duplicates(session, stored)
             if own_ts is not None and stored.head.last_user_ts > own_ts:
                 return self._supersede(session, stored)
@@ -269,8 +270,9 @@ class _Writer:
             else:
                 if result.ok:
                     return Outcome("committed", result.version)
-                if result.duplicate is not None:
+                if result.duplicate is not None and not result.conflict:
                     raise _duplicate(session.session_id, result.duplicate)
+                # the version moved (perhaps with the id landing too): the newer head decides
                 self.conflicts += 1
                 if self.conflicts > policy.merge_attempts:
                     return Outcome("failed", error=StoreError(
@@ -324,11 +326,23 @@ def _merged(outcome: Outcome) -> Outcome:
     return Outcome("merged", outcome.version, outcome.error)
 
 
+def _take_queued(session: Session, stored: StoredSession) -> None:
+    """This turn ran a message that a redelivery meanwhile put in the inbox (the session
+    began waiting after this turn had read it): the turn is that message's run, so it takes
+    the message out of the inbox instead of being refused as a duplicate of it."""
+    head = stored.head
+    for event in session.new_events:
+        if isinstance(event, UserEvent) and not event.queued and not event.steer \
+                and head.queued(event.message_id) is not None:
+            session.replace_new(event, event.model_copy(update={"queued": True}))
+
+
 def _refuse_duplicates(session: Session, stored: StoredSession) -> None:
     """A message of this slice that the newer head already holds is a redelivery that lost
     the race: it is a duplicate, never a superseded turn."""
     for event in session.new_events:
-        if isinstance(event, UserEvent) and stored.head.has_message(event.message_id):
+        if isinstance(event, UserEvent) and not event.queued \
+                and stored.head.has_message(event.message_id):
             raise DuplicateMessage(session.session_id, event.message_id)
         if isinstance(event, RetryEvent) and stored.head.has_retry(event.retry_id):
             raise RetryRefused(session.session_id, event.retry_id, duplicate=True)

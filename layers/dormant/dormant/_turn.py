@@ -328,7 +328,7 @@ class TurnStream(Iterator[StreamEvent]):
                 session_id=session.session_id, input=Input(), principal=request.principal),
                 remaining_time=self._left())
             turn.drains = False
-            turn.invocation_id = _derive_invocation(session.session_id, "queued:" + next_id)
+            turn.invocation_id = _derive_invocation(session.session_id, next_id)
             done = turn.run()
             if done.landed:
                 drained.append(next_id)  # it ran (a failure after its tools ran is kept too)
@@ -504,13 +504,19 @@ class TurnStream(Iterator[StreamEvent]):
             # paused: answers and decisions are recorded; nothing runs until resume
             plan.finish("paused")
             return
-        if not controls:
-            return  # an ordinary request (answers, decisions, a retry, an empty drain)
+        if not controls:  # an ordinary request (answers, decisions, a retry, an empty drain)
+            head = session.head
+            if given.retry is None and not given.tools and not given.approvals \
+                    and head.queue and head.free and not session.pause_pending:
+                # an empty request runs the inbox's next message: under the invocation id a
+                # request sending that message would have had (so call ids match)
+                self.invocation_id = _derive_invocation(session.session_id, head.queue[0]["id"])
+            return
         head = session.head
         if status not in ("accepted", "paused") and head.queue and head.free \
                 and not session.pause_pending:
             first = head.queue[0]["id"]  # the session is free again: its inbox runs now
-            self.invocation_id = _derive_invocation(session.session_id, "queued:" + first)
+            self.invocation_id = _derive_invocation(session.session_id, first)
             return
         if status == "recorded" and given.resume and head.parked == "tool" \
                 and not head.unresolved() and not head.paused:

@@ -486,6 +486,11 @@ class Session:
         self._base_version = head.version
         self._base_seq = head.seq - len(pending)
 
+    def replace_new(self, old: Event, new: Event) -> None:
+        """Put ``new`` in the uncommitted slice where ``old`` is (the commit policy, before it
+        puts the slice on a newer head: an event must say something else there)."""
+        self._new[self._new.index(old)] = new
+
     def mark_effects(self) -> None:
         """Tools ran: everything in the slice so far is what a failure must keep."""
         self._effects = (len(self._new), self._head.clone())
