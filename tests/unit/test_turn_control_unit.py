@@ -207,3 +207,22 @@ def test_a_pause_after_the_control_record_expired_and_restarted_its_revisions_st
     again = app.sessions.get("ttl")
     assert again is not None and again.status == "paused"  # ...and the pause still counts
     assert rest({"session_id": "ttl", "input": {"message": "queued?"}}).status == "queued"
+
+
+def test_a_paused_session_records_answers_but_refuses_to_run_a_retry() -> None:
+    from dormant.testing import model, model_error, run_test, user
+
+    app = dormant.App()
+    tick = app.tool(name="tick", description="t", schema=Answer, execute=lambda ctx: {"ok": 1})
+    agent = app.agent(name="c", tools=[tick])
+    failed = run_test(agent, [user("go"), model(tool_calls=[{"name": "tick",
+                                                             "args": {"answer": "x"}}]),
+                              model_error("down")], store=app.store, session_id="p",
+                      through="handlers")
+    assert failed.session.status == "failed"
+    rest = app.handler.rest(agent=agent)
+    assert rest({"session_id": "p", "input": {"pause": True}}).status == "paused"
+
+    refused = rest({"session_id": "p", "input": {"retry": {"retry_id": "r-1"}}})
+
+    assert (refused.status, refused.code) == ("error", "session_paused")

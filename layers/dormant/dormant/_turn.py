@@ -36,6 +36,7 @@ from dormant.errors import (
     InputError,
     RetryRefused,
     SessionNotFound,
+    SessionPaused,
     describe_validation,
 )
 from dormant.events import InvocationResume, StreamEvent, TimerFired
@@ -501,6 +502,8 @@ class TurnStream(Iterator[StreamEvent]):
                 self.invocation_id = _derive_invocation(session.session_id, message_id)
             return
         if self._paused_now(session) and (given.tools or given.approvals or not controls):
+            if given.retry is not None:  # a retry is a run: it waits for no one
+                raise SessionPaused(session.session_id)
             # paused: answers and decisions are recorded; nothing runs until resume
             plan.finish("paused")
             return
