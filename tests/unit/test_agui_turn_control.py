@@ -661,3 +661,89 @@ def test_closing_a_run_never_iterated_runs_nothing(app: dormant.App) -> None:
     assert list(stream) == []
     assert stream.result is None and not model.waiting.is_set()
     assert app.sessions.get("s-never") is None
+
+
+# --- the real handler: stopped, paused, queued and failed runs pass the validator ---------------
+
+
+def _served(app: dormant.App, agent: dormant.Agent) -> Callable[[dict[str, Any]], AgUIRun]:
+    return cast("Callable[[dict[str, Any]], AgUIRun]",
+                app.handler.agui(agent=agent, poll_interval=0.02))
+
+
+def _stream_in_thread(run: AgUIRun) -> tuple[threading.Thread, list[BaseEvent]]:
+    seen: list[BaseEvent] = []
+    thread = threading.Thread(target=lambda: seen.extend(run), daemon=True)
+    thread.start()
+    return thread, seen
+
+
+def _wait_for(seen: list[BaseEvent], kind: str) -> None:
+    deadline = time.monotonic() + 5
+    while not any(e.type.value == kind for e in list(seen)):
+        assert time.monotonic() < deadline, f"no {kind} arrived"
+        time.sleep(0.01)
+
+
+def test_a_real_stopped_run_passes_the_validator(app: dormant.App) -> None:
+    story = " ".join(f"w{i}" for i in range(300))
+    agent = app.agent("teller", model=ScriptedModel([story], delay=0.01))
+    run = _served(app, agent)({"session_id": "v-stop", "input": {"message": "a story"}})
+    thread, seen = _stream_in_thread(run)
+    _wait_for(seen, "TEXT_MESSAGE_CONTENT")
+    invocation = seen[0].metadata["invocationId"]  # type: ignore[attr-defined]
+
+    stop = app.handler.rest(agent=agent)({"session_id": "v-stop", "input": {
+        "stop": {"invocation_id": invocation}}})
+    thread.join(5)
+
+    assert stop.status == "accepted" and not thread.is_alive()
+    data = conformant(seen)
+    assert data[-1]["type"] == "RUN_FINISHED" and data[-1]["result"]["status"] == "stopped"
+
+
+def test_a_real_paused_run_passes_the_validator(app: dormant.App) -> None:
+    started = threading.Event()
+
+    def execute(ctx: dormant.ToolContext) -> dict[str, Any]:
+        started.set()
+        ctx.signal.wait(0.3)
+        return {"ok": True}
+
+    work = app.tool(name="work", description="w", schema=Question, execute=execute)
+    agent = app.agent("worker", model=ScriptedModel([
+        {"tool_calls": [{"name": "work", "args": {"q": "x"}}]}, "after"]), tools=[work])
+    run = _served(app, agent)({"session_id": "v-pause", "input": {"message": "work"}})
+    thread, seen = _stream_in_thread(run)
+    assert started.wait(5)
+
+    app.handler.rest(agent=agent)({"session_id": "v-pause", "input": {"pause": True}})
+    thread.join(5)
+
+    data = conformant(seen)
+    assert data[-1]["type"] == "RUN_FINISHED" and data[-1]["result"]["status"] == "paused"
+
+
+def test_real_queued_and_failed_runs_pass_the_validator(app: dormant.App) -> None:
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer)
+    tick = app.tool(name="tick", description="t", schema=Question, execute=lambda ctx: {"ok": 1})
+
+    class Failing:
+        def stream(self, request: Any, *, signal: Any) -> Iterator[Any]:
+            from dormant.models._base import ModelError, ToolCallChunk, ToolMessage
+            if isinstance(request.messages[-1], ToolMessage):
+                raise ModelError("the provider is down")
+            yield ToolCallChunk(call_id="", name="tick", args={"q": "x"})
+
+    waiting = app.agent("asker", model=ScriptedModel([{"tool_calls": [ASK]}]), tools=[ask])
+    list(_served(app, waiting)({"session_id": "v-queue2", "input": {"message": "book"}}))
+    queued = conformant(list(_served(app, waiting)(
+        {"session_id": "v-queue2", "input": {"message": "and breakfast?"}})))
+    failing = app.agent("failer", model=Failing(), tools=[tick])
+    failed = conformant(list(_served(app, failing)(
+        {"session_id": "v-fail", "input": {"message": "go"}})))
+
+    assert [e["name"] for e in queued if e["type"] == "CUSTOM"] == ["QUEUED"]
+    assert queued[-1]["type"] == "RUN_FINISHED" and queued[-1]["result"]["status"] == "queued"
+    assert failed[-1]["type"] == "RUN_ERROR"
+    assert app.sessions.get("v-fail").status == "failed"  # type: ignore[union-attr]
