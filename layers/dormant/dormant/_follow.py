@@ -26,6 +26,7 @@ from dormant.session import normalize_session_id
 
 if TYPE_CHECKING:
     from dormant.app import App
+    from dormant.types import StoredSession
 
 __all__ = ["DEFAULT_POLL", "Feed", "events_after", "start_of"]
 
@@ -109,23 +110,37 @@ def _visible(head: Head | None, sid: str, principal: str | None) -> Head:
 
 
 def _read(app: App, sid: str, head: Head, after: int, principal: str | None) -> Feed:
-    """The events after ``after``, read with the smallest ledger window that holds them (the
-    head may move between the reads: the window is checked against what came back)."""
+    """The events after ``after``, read with the smallest ledger window that holds them: a
+    windowed read first, the whole ledger when the window does not reach back far enough
+    (the head may have moved between the reads)."""
     turns = _turns_from(head, start_of(head, after))
-    for window in ((turns, None) if turns is not None else (None,)):
-        stored = app.store.load(sid, turns=window)
-        now = _visible(stored.head if stored is not None else None, sid, principal)
-        assert stored is not None
-        if now.version <= after:  # cannot happen (versions only grow) unless recreated
-            return _feed(now, [], resync=False)
-        start = start_of(now, after)
-        if start is None:  # too old to place: the whole ledger, the client starts over
-            if stored.first_seq == 0:
-                return _feed(now, stored.events, resync=True)
-            continue
-        if start >= stored.first_seq:
-            return _feed(now, stored.events[start - stored.first_seq:], resync=False)
-    raise AssertionError("a whole-ledger read always starts at position 0")  # pragma: no cover
+    if turns is not None:
+        feed = _slice(_load(app, sid, turns, principal), after)
+        if feed is not None:
+            return feed
+    whole = _slice(_load(app, sid, None, principal), after)
+    assert whole is not None  # a whole ledger starts at position 0: every start is in it
+    return whole
+
+
+def _load(app: App, sid: str, turns: int | None, principal: str | None) -> StoredSession:
+    stored = app.store.load(sid, turns=turns)
+    _visible(stored.head if stored is not None else None, sid, principal)
+    assert stored is not None
+    return stored
+
+
+def _slice(stored: StoredSession, after: int) -> Feed | None:
+    """The feed after ``after`` from what ``stored`` holds; None if it starts too late."""
+    head = stored.head
+    if head.version <= after:  # cannot happen (versions only grow) unless recreated
+        return _feed(head, [], resync=False)
+    start = start_of(head, after)
+    if start is None:  # too old to place: the whole ledger, the client starts over
+        return _feed(head, stored.events, resync=True) if stored.first_seq == 0 else None
+    if start < stored.first_seq:
+        return None
+    return _feed(head, stored.events[start - stored.first_seq:], resync=False)
 
 
 def _turns_from(head: Head, start: int | None) -> int | None:
