@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
+from dormant._turn_wire import Input, QueuedRef, TurnStatus
 from dormant.errors import (
     DuplicateMessage,
     InputError,
@@ -67,9 +68,11 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "Ask",
     "ControlWatch",
+    "Plan",
     "interrupt",
     "message",
     "pause",
+    "plan",
     "queue_op",
     "request_input",
     "respond",
@@ -332,6 +335,106 @@ def take_pending(session: Session) -> list[ControlSteer]:
     return [s for s in control.steers
             if not head.has_message(s.id) and not running(session, s.invocation_id)]
 
+
+
+# --- what a request does -------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What a request does once its turn-control inputs are applied: run a turn (``status``
+    None: ``message``/``message_id`` to run, or ``continue_paused``), or finish with
+    ``status`` (queued, accepted, stopped, paused, interrupted, recorded). ``invocation_key``:
+    the message id the run's invocation id derives from, when it is not the request's own;
+    ``stopped``: the waiting invocation a stop ended."""
+
+    status: TurnStatus | None = None
+    message: str | None = None
+    message_id: str | None = None
+    continue_paused: bool = False
+    queued: QueuedRef | None = None
+    invocation_key: str | None = None
+    stopped: str | None = None
+
+    @property
+    def run(self) -> bool:
+        return self.status is None
+
+    def finish(self, status: TurnStatus, queued: QueuedEvent | None = None) -> Plan:
+        self.status = status
+        if queued is not None:
+            self.queued = QueuedRef(id=queued.message_id, position=queued.position)
+        return self
+
+
+def plan(session: Session, given: Input, *, holds: Callable[[str], bool]) -> Plan:
+    """Apply a request's turn-control inputs to ``session`` (answers and decisions are
+    already in its slice) and decide what the request does. ``holds(message_id)``: whether
+    the session ever took that message id (the store's word beyond the head's window). The
+    one decision the handlers and the test kit's in-process driver share."""
+    result = Plan()
+    controls = False
+    if given.seed is not None:
+        seed(session, given.seed.text, given.seed.role, given.seed.id)
+        controls = True
+    for answer in given.inputs or ():
+        respond(session, answer.input_id, answer.value)
+        controls = True
+    for op in given.queue or ():
+        queue_op(session, op.op, op.id, text=op.text, position=op.position)
+        controls = True
+    status: TurnStatus = "recorded"
+    if given.interrupt is not None:
+        interrupt(session, given.interrupt.owner)
+        controls, status = True, "interrupted"
+    if given.stop is not None:
+        status = stop(session, given.stop.invocation_id, given.stop.seen)
+        controls = True
+        if status == "stopped":
+            result.stopped = given.stop.invocation_id
+    if given.pause:
+        pause(session)
+        controls, status = True, "paused"
+    if given.resume:
+        if resume(session) == "continue":
+            result.continue_paused = True
+            return result
+        controls = True
+    text, message_id = given.message, given.message_id
+    if given.steer is not None:
+        outcome, queued = steer(session, given.steer.text, given.steer.invocation_id,
+                                given.steer.id, holds=holds)
+        if outcome != "run":
+            return result.finish("accepted" if queued is None else "queued", queued)
+        text, message_id = given.steer.text, given.steer.id
+    head = session.head
+    if text is not None:
+        _, queued = message(session, text, message_id or new_id("msg"), given.if_busy)
+        if queued is not None:
+            return result.finish("queued", queued)
+        result.message, result.message_id = text, message_id
+        if message_id is not None and message_id != given.message_id:  # a steer's id
+            result.invocation_key = message_id
+        return result
+    if (head.paused or session.pause_pending) and (given.tools or given.approvals
+                                                   or not controls):
+        if given.retry is not None:  # a retry is a run: it waits for no one
+            raise SessionPaused(head.session_id)
+        return result.finish("paused")  # answers and decisions are recorded; nothing runs
+    free = head.queue and head.free and not session.pause_pending
+    if not controls:  # an ordinary request (answers, decisions, a retry, an empty drain)
+        if free and given.retry is None and not given.tools and not given.approvals:
+            # an empty request runs the inbox's next message, under the invocation id a
+            # request sending that message would have had (so call ids match)
+            result.invocation_key = head.queue[0]["id"]
+        return result
+    if free and status not in ("accepted", "paused"):
+        result.invocation_key = head.queue[0]["id"]  # free again: its inbox runs now
+        return result
+    if status == "recorded" and given.resume and head.parked == "tool" \
+            and not head.unresolved() and not head.paused:
+        return result  # resumed onto a settled step: run it
+    return result.finish(status)
 
 # --- writing the control record ------------------------------------------------------------------
 

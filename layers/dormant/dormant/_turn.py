@@ -23,11 +23,9 @@ from dormant._run import TurnInput, run_turn
 from dormant._turn_wire import (
     HandlerInput,
     Input,
-    QueuedRef,
     ResponseOptions,
     RetryRequest,
     TurnResult,
-    TurnStatus,
 )
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import (
@@ -36,7 +34,6 @@ from dormant.errors import (
     InputError,
     RetryRefused,
     SessionNotFound,
-    SessionPaused,
     describe_validation,
 )
 from dormant.events import InvocationResume, StreamEvent, TimerFired
@@ -65,25 +62,6 @@ DEADLINE_MARGIN = 5.0
 DRAIN_BUDGET = 10.0
 #: Queued messages one request runs at most before handing the rest on.
 MAX_DRAIN = 16
-
-
-class _Plan:
-    """What a request does once its inputs are applied: run a turn, or finish with
-    ``status`` (queued, accepted, stopped, paused, interrupted, recorded)."""
-
-    __slots__ = ("continue_paused", "message", "message_id", "queued", "run", "status")
-
-    def __init__(self) -> None:
-        self.run = True
-        self.status: TurnStatus | None = None
-        self.queued: QueuedRef | None = None
-        self.message: str | None = None
-        self.message_id: str | None = None
-        self.continue_paused = False
-
-    def finish(self, status: TurnStatus) -> None:
-        self.run = False
-        self.status = status
 
 
 class _Config:
@@ -151,7 +129,7 @@ class TurnStream(Iterator[StreamEvent]):
         #: reads them for its opening snapshots and run ids).
         self.session: Session | None = None
         self.start_head: Head | None = None
-        self._plan = _Plan()
+        self._plan = _control.Plan()
         self._first: tuple[tuple[str, str], ...] = ()
         self._seq = 0
         #: False for the turns a drain runs (the outer request drains; they do not).
@@ -432,7 +410,8 @@ class TurnStream(Iterator[StreamEvent]):
         if self.capture_start:  # the state at turn start, what was parked (before a claim)
             self.start_head = session.head.model_copy(deep=True)
         self._apply_controls(session, given)
-        if self._plan.run and not self._paused_now(session) and self._needs_claim(session, given):
+        if self._plan.run and not self._paused_now(session) \
+                and self._needs_claim(session, given):
             # SPEC §4: the decision or answer lands before the tool it unlocks runs, so a
             # lost race runs nothing (409 already_decided / already_answered). When it
             # settles the step, the claim reopens the invocation too: only the request that
@@ -449,82 +428,13 @@ class TurnStream(Iterator[StreamEvent]):
 
     def _apply_controls(self, session: Session, given: Input) -> None:
         """Apply the request's turn-control inputs and decide what it does (``_plan``)."""
-        plan = self._plan
-        controls = False
-        if given.seed is not None:
-            _control.seed(session, given.seed.text, given.seed.role, given.seed.id)
-            controls = True
-        for answer in given.inputs or ():
-            _control.respond(session, answer.input_id, answer.value)
-            controls = True
-        for op in given.queue or ():
-            _control.queue_op(session, op.op, op.id, text=op.text, position=op.position)
-            controls = True
-        status: TurnStatus = "recorded"
-        if given.interrupt is not None:
-            _control.interrupt(session, given.interrupt.owner)
-            controls, status = True, "interrupted"
-        if given.stop is not None:
-            status = _control.stop(session, given.stop.invocation_id, given.stop.seen)
-            controls = True
-            if status == "stopped":
-                self.invocation_id = given.stop.invocation_id
-        if given.pause:
-            _control.pause(session)
-            controls, status = True, "paused"
-        if given.resume:
-            if _control.resume(session) == "continue":
-                plan.continue_paused = True
-                return
-            controls = True
-        text, message_id = given.message, given.message_id
-        if given.steer is not None:
-            outcome, queued = _control.steer(
-                session, given.steer.text, given.steer.invocation_id, given.steer.id,
-                holds=lambda mid: self._config.app.sessions.holds_message(session, mid))
-            if outcome == "accepted":
-                plan.finish("accepted")
-                return
-            if queued is not None:
-                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
-                plan.finish("queued")
-                return
-            text, message_id = given.steer.text, given.steer.id
-        if text is not None:
-            outcome, queued = _control.message(session, text, message_id or new_id("msg"),
-                                               given.if_busy)
-            if queued is not None:
-                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
-                plan.finish("queued")
-                return
-            plan.message, plan.message_id = text, message_id
-            if message_id is not None and message_id != given.message_id:  # a steer's id
-                self.invocation_id = _derive_invocation(session.session_id, message_id)
-            return
-        if self._paused_now(session) and (given.tools or given.approvals or not controls):
-            if given.retry is not None:  # a retry is a run: it waits for no one
-                raise SessionPaused(session.session_id)
-            # paused: answers and decisions are recorded; nothing runs until resume
-            plan.finish("paused")
-            return
-        if not controls:  # an ordinary request (answers, decisions, a retry, an empty drain)
-            head = session.head
-            if given.retry is None and not given.tools and not given.approvals \
-                    and head.queue and head.free and not session.pause_pending:
-                # an empty request runs the inbox's next message: under the invocation id a
-                # request sending that message would have had (so call ids match)
-                self.invocation_id = _derive_invocation(session.session_id, head.queue[0]["id"])
-            return
-        head = session.head
-        if status not in ("accepted", "paused") and head.queue and head.free \
-                and not session.pause_pending:
-            first = head.queue[0]["id"]  # the session is free again: its inbox runs now
-            self.invocation_id = _derive_invocation(session.session_id, first)
-            return
-        if status == "recorded" and given.resume and head.parked == "tool" \
-                and not head.unresolved() and not head.paused:
-            return  # resumed onto a settled step: run it
-        plan.finish(status)
+        plan = self._plan = _control.plan(
+            session, given, holds=lambda mid: self._config.app.sessions.holds_message(
+                session, mid))
+        if plan.stopped is not None:
+            self.invocation_id = plan.stopped
+        if plan.invocation_key is not None:
+            self.invocation_id = _derive_invocation(session.session_id, plan.invocation_key)
 
     def _needs_claim(self, session: Session, given: Input) -> bool:
         """A claim comes first when the request decides an approval, answers a yielded tool

@@ -18,7 +18,7 @@ from dormant._control import ControlWatch, take_pending, write_asks
 from dormant._ids import new_id
 from dormant._run import TurnInput, run_turn
 from dormant._turn import TurnStream
-from dormant._turn_wire import HandlerInput, Input, QueuedRef, TurnResult, TurnStatus
+from dormant._turn_wire import HandlerInput, Input, TurnResult
 from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
 from dormant.errors import DormantError, DuplicateMessage
@@ -199,21 +199,6 @@ class KitStore:
 
 
 @dataclass
-class _Plan:
-    """What an in-process delivery does once its inputs are applied (mirrors the handler's):
-    run a turn (``status`` None) or finish with ``status``."""
-
-    status: TurnStatus | None = None
-    message: str | None = None
-    message_id: str | None = None
-    continue_paused: bool = False
-    queued: QueuedRef | None = None
-
-    def finish(self, status: TurnStatus) -> _Plan:
-        self.status = status
-        return self
-
-
 class Driver:
     """Delivers one step at a time to one session; remembers the last input (``redeliver``)
     and whether the next commit must lose a race (``conflict``). ``controls`` holds the
@@ -400,7 +385,8 @@ class InProcessDriver(Driver):
                                        reason=decision.get("reason"))
             for answer in given.get("tools") or ():
                 session.input.tool(call_id=answer["call_id"], input=answer["input"])
-            plan = self._plan(session, given)
+            plan = _control.plan(session, Input.model_validate(given), holds=lambda mid:
+                                 self.app.sessions.holds_message(session, mid))
         except (DormantError, ModelError) as error:
             return _error(error)
         if plan.status is not None:
@@ -413,62 +399,7 @@ class InProcessDriver(Driver):
             message=plan.message, message_id=plan.message_id, invocation_id=invocation,
             retry_id=retry, resume_paused=plan.continue_paused, first=first))
 
-    def _plan(self, session: Session, given: dict[str, Any]) -> _Plan:
-        """The handler's decision (``TurnStream._apply_controls``), through ``session.input``."""
-        plan = _Plan()
-        controls = False
-        status: TurnStatus = "recorded"
-        for answer in given.get("inputs") or ():
-            session.input.respond(answer["input_id"], answer.get("value"))
-            controls = True
-        if given.get("interrupt") is not None:
-            session.input.interrupt(given["interrupt"]["owner"])
-            controls, status = True, "interrupted"
-        if given.get("stop") is not None:
-            stopped = session.input.stop(given["stop"]["invocation_id"], given["stop"]["seen"])
-            controls, status = True, "stopped" if stopped == "stopped" else "accepted"
-        if given.get("pause"):
-            session.input.pause()
-            controls, status = True, "paused"
-        if given.get("resume"):
-            if session.input.resume() == "continue":
-                plan.continue_paused = True
-                return plan
-            controls = True
-        text, message_id = given.get("message"), given.get("message_id")
-        steer = given.get("steer")
-        if steer is not None:
-            outcome, queued = _control.steer(
-                session, steer["text"], steer["invocation_id"], steer.get("id"),
-                holds=lambda mid: self.app.sessions.holds_message(session, mid))
-            if outcome == "accepted":
-                return plan.finish("accepted")
-            if queued is not None:
-                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
-                return plan.finish("queued")
-            text, message_id = steer["text"], steer.get("id")
-        if text is not None:
-            _, queued = _control.message(session, text, message_id or new_id("msg"),
-                                         given.get("if_busy"))
-            if queued is not None:
-                plan.queued = QueuedRef(id=queued.message_id, position=queued.position)
-                return plan.finish("queued")
-            plan.message, plan.message_id = text, message_id
-            return plan
-        head = session.head
-        paused = head.paused or session.pause_pending
-        if paused and (given.get("tools") or given.get("approvals") or not controls):
-            return plan.finish("paused")
-        if not controls:
-            return plan  # answers, decisions, a retry
-        if head.queue and head.free and not session.pause_pending:
-            return plan  # the session is free again: its inbox runs now
-        if status == "recorded" and given.get("resume") and head.parked == "tool" \
-                and not head.unresolved() and not head.paused:
-            return plan  # resumed onto a settled step: run it
-        return plan.finish(status)
-
-    def _finish(self, session: Session, plan: _Plan) -> Outcome:
+    def _finish(self, session: Session, plan: _control.Plan) -> Outcome:
         """A delivery that runs no turn: commit what it recorded, write what it asks of the
         running turn."""
         assert plan.status is not None
