@@ -226,3 +226,24 @@ def test_a_paused_session_records_answers_but_refuses_to_run_a_retry() -> None:
     refused = rest({"session_id": "p", "input": {"retry": {"retry_id": "r-1"}}})
 
     assert (refused.status, refused.code) == ("error", "session_paused")
+
+
+def test_a_timer_delivery_to_a_paused_session_waits_in_its_inbox() -> None:
+    app = dormant.App()
+    agent = app.agent(name="c", model=ScriptedModel(["Reminder passed on."]))
+    session = app.sessions.create("tp")
+    session.schedule("nudge", delay="60s", message="Reminder: call Ana")
+    app.sessions.commit(session)
+    rest = app.handler.rest(agent=agent)
+    assert rest({"session_id": "tp", "input": {"pause": True}}).status == "paused"
+    (timer,) = app.sessions.get("tp").timers  # type: ignore[union-attr]
+
+    fired = app.handler.wake(agent=agent)(timer)
+
+    assert fired.status == "queued"
+    paused = app.sessions.get("tp")
+    assert paused is not None and paused.status == "paused" and paused.timers == []
+    assert [m.text for m in paused.inbox] == ["Reminder: call Ana"]
+    resumed = rest({"session_id": "tp", "input": {"resume": True}})
+    assert resumed.status == "completed" and resumed.output.text == "Reminder passed on."
+    assert app.sessions.get("tp").inbox == []  # type: ignore[union-attr]
