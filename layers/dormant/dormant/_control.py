@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
-from dormant._turn_wire import Input, QueuedRef, TurnStatus
+from dormant._turn_wire import CommitStatus, Input, QueuedRef, TurnStatus
 from dormant.errors import (
     DuplicateMessage,
     InputError,
@@ -37,6 +37,7 @@ from dormant.errors import (
     NotRunning,
     PendingInputError,
     SessionFailed,
+    SessionMoved,
     SessionPaused,
     SessionRunning,
     StoreError,
@@ -60,6 +61,7 @@ from dormant.events import (
 from dormant.types import Control, ControlSteer, ControlStop
 
 if TYPE_CHECKING:
+    from dormant._commit import CommitPolicy
     from dormant.session import Session
     from dormant.stores._base import Store
     from dormant.tools import Signal
@@ -74,6 +76,7 @@ __all__ = [
     "pause",
     "plan",
     "queue_op",
+    "record",
     "request_input",
     "respond",
     "resume",
@@ -435,6 +438,27 @@ def plan(session: Session, given: Input, *, holds: Callable[[str], bool]) -> Pla
             and not head.unresolved() and not head.paused:
         return result  # resumed onto a settled step: run it
     return result.finish(status)
+
+def record(policy: CommitPolicy, session: Session, reload: Callable[[], Session | None]
+           ) -> tuple[CommitStatus | None, int | None]:
+    """A request that runs no turn: commit what its inputs recorded (if anything), then write
+    what it asks of the running turn. Returns the commit status (None: nothing to commit) and
+    the session's version. Raises :class:`StoreError` when the store could not be written and
+    :class:`SessionMoved` when the inputs no longer fit a newer head."""
+    commit: CommitStatus | None = None
+    version: int | None = session.version
+    if session.dirty:
+        outcome = policy.commit(session)
+        if outcome.status == "failed":
+            raise outcome.error or StoreError(f"session {session.session_id} could not be "
+                                              "written")
+        if outcome.status == "superseded":
+            raise SessionMoved(session.session_id)
+        commit, version = outcome.status, outcome.version
+    if session.control_asks:
+        write_asks(policy.store, session, reload)
+    return commit, version
+
 
 # --- writing the control record ------------------------------------------------------------------
 

@@ -244,26 +244,9 @@ class TurnStream(Iterator[StreamEvent]):
         of the running turn, drain the inbox if the session became free."""
         plan = self._plan
         assert plan.status is not None
-        version: int | None = session.version
-        commit: Any = None
-        if session.dirty:
-            try:
-                outcome = self._config.app.sessions.policy.commit(session)
-            except DormantError as error:
-                self._fail(session.session_id, error)
-                return
-            commit, version = outcome.status, outcome.version
-            if commit == "failed":
-                self._fail(session.session_id, outcome.error or DormantError("commit failed"),
-                           code="store_error")
-                return
-            if commit == "superseded":  # the session moved and these inputs no longer fit
-                self._fail(session.session_id, InputError(
-                    f"session {session.session_id} moved while this request was applied; "
-                    "nothing was written: send it again"), code="conflict")
-                return
         try:
-            self._write_asks(session)
+            commit, version = _control.record(self._config.app.sessions.policy, session,
+                                              self._reload(session))
         except DormantError as error:
             self._fail(session.session_id, error)
             return
@@ -273,16 +256,13 @@ class TurnStream(Iterator[StreamEvent]):
             state=dict(session.state))
         self._drain(session, request)
 
+    def _reload(self, session: Session) -> Callable[[], Session | None]:
+        app, turns = self._config.app, self._config.agent.history_turns
+        return lambda: app.sessions.load(session.session_id, turns=turns)
+
     def _write_asks(self, session: Session) -> None:
-        if not session.control_asks:
-            return
-        app = self._config.app
-        agent = self._config.agent
-
-        def reload() -> Session | None:
-            return app.sessions.load(session.session_id, turns=agent.history_turns)
-
-        write_asks(app.store, session, reload)
+        if session.control_asks:
+            write_asks(self._config.app.store, session, self._reload(session))
 
     # --- the inbox and handing on ------------------------------------------------------------
 
@@ -306,8 +286,7 @@ class TurnStream(Iterator[StreamEvent]):
             turn = TurnStream(self._config, HandlerInput(
                 session_id=session.session_id, input=Input(), principal=request.principal),
                 remaining_time=self._left())
-            turn.drains = False
-            turn.invocation_id = _derive_invocation(session.session_id, next_id)
+            turn.drains = False  # (its plan derives the invocation id from next_id)
             done = turn.run()
             if done.landed:
                 drained.append(next_id)  # it ran (a failure after its tools ran is kept too)

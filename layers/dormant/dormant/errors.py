@@ -28,6 +28,7 @@ __all__ = [
     "SchedulerError",
     "ServerOnly",
     "SessionFailed",
+    "SessionMoved",
     "SessionNotFound",
     "SessionPaused",
     "SessionRunning",
@@ -115,6 +116,18 @@ class SessionFailed(InputError):
         self.invocation_id = invocation_id
         super().__init__(f"session {session_id} has a failed invocation ({invocation_id}); "
                          "retry it first (input.retry = {\"retry_id\": ...})")
+
+
+class SessionMoved(InputError):
+    """Inputs recorded with no turn (an inbox edit, an interrupt…) no longer fit the session:
+    another request changed it first. Nothing was written; send them again."""
+
+    code = "conflict"
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} moved while this request was applied; "
+                         "nothing was written: send it again")
 
 
 class SessionPaused(InputError):

@@ -401,22 +401,13 @@ class InProcessDriver(Driver):
 
     def _finish(self, session: Session, plan: _control.Plan) -> Outcome:
         """A delivery that runs no turn: commit what it recorded, write what it asks of the
-        running turn."""
+        running turn (what a handler does, :func:`dormant._control.record`)."""
         assert plan.status is not None
-        commit: Any = None
-        version: int | None = session.version
+        if session.dirty:
+            self._lose_the_next_race()
         try:
-            if session.dirty:
-                self._lose_the_next_race()
-                outcome = self.app.sessions.policy.commit(session)
-                if outcome.status == "failed":
-                    return ErrorResult(error=f"the commit failed: {outcome.error}",
-                                       code="store_error")
-                if outcome.status == "superseded":
-                    return ErrorResult(error="the session moved while this input was applied",
-                                       code="conflict")
-                commit, version = outcome.status, outcome.version
-            self._write_asks(session)
+            commit, version = _control.record(self.app.sessions.policy, session, self._reload(
+                session))
         except DormantError as error:
             return _error(error)
         return TurnResult(session_id=session.session_id, status=plan.status,
@@ -424,10 +415,13 @@ class InProcessDriver(Driver):
                           invocation_id=session.head.open_invocation,
                           state=dict(session.state))
 
+    def _reload(self, session: Session) -> Callable[[], Session | None]:
+        return lambda: self.app.sessions.load(session.session_id,
+                                              turns=self.agent.history_turns)
+
     def _write_asks(self, session: Session) -> None:
         if session.control_asks:
-            write_asks(self.app.store, session, lambda: self.app.sessions.load(
-                session.session_id, turns=self.agent.history_turns))
+            write_asks(self.app.store, session, self._reload(session))
 
     def _run(self, session: Session, turn: TurnInput) -> Outcome:
         signal = Signal()
