@@ -545,8 +545,6 @@ class ControlWatch:
         self._thread: threading.Thread | None = None
         #: The revision of a pause the turn has not taken yet (None: none asked).
         self.pause_rev: int | None = None
-        #: Reads made (for cost accounting and tests).
-        self.reads = 0
 
     def start(self) -> ControlWatch:
         if self._interval > 0:
@@ -579,8 +577,6 @@ class ControlWatch:
             log.warning("could not read the control record: %s", error,
                         extra={"session_id": self._session_id})
             return error.retryable
-        finally:
-            self.reads += 1
         self.apply(control)
         return True
 

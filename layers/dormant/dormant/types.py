@@ -128,10 +128,6 @@ class Control(BaseModel):
     pause: int | None = None
     steers: list[ControlSteer] = Field(default_factory=list)
 
-    @property
-    def empty(self) -> bool:
-        return self.stop is None and self.pause is None and not self.steers
-
 
 class StoredSession(NamedTuple):
     """What a store returns: the head, the ledger from position ``first_seq`` on, and the
