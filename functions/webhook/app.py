@@ -1,7 +1,10 @@
 """The ``webhook`` function: SQS FIFO records -> one turn request each.
 
 A record's body is one of two kinds. A :class:`WebhookMessage` (``{sessionId, messageId,
-text}``) from trusted server code: a user message appended to its session, and a turn. A
+text, principal}``) from trusted server code: a user message appended to its session, and a
+turn. ``principal`` names the user the session belongs to (the Cognito ``sub`` the API knows
+them by): a new session is created owned by them, and a message for a session another
+principal owns does not land (it ends in the dead-letter queue). A
 :class:`~hand_on.HandOnMessage` (``{"kind": "hand_on", sessionId, input, principal}``): work
 another invocation handed on (``App.hand_on``: the rest of a session's inbox, a retry of a turn
 cut by the deadline, a message whose turn was cut before anything was written), run as the turn
@@ -24,7 +27,9 @@ The turns' own drains and deadline cuts hand on through the same queue (``app.ha
 A record that cannot land (bad body, a turn or inbox write that did not commit, a session of
 another principal) is reported in ``batchItemFailures``: SQS retries just that record (and
 those after it in its message group, to keep the order), then moves it to the dead-letter
-queue. The batch itself never fails.
+queue. The batch itself never fails: every record's body is parsed inside its own handling
+(not by the batch processor, whose FIFO group-skipping would otherwise parse a skipped
+record outside its error handling and let one bad body fail every record of the batch).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from aws_lambda_powertools.utilities.batch import (
     SqsFifoPartialProcessor,
     process_partial_response,
 )
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
@@ -78,6 +84,10 @@ class WebhookMessage(BaseModel):
     message_id: str = Field(min_length=1, max_length=128,
                             description="Stable id of the message: a redelivery lands once.")
     text: str = Field(min_length=1, description="The user message to append.")
+    principal: str = Field(
+        min_length=1, max_length=256,
+        description="Whom the session belongs to (the user's Cognito sub): a new session is "
+        "created owned by them; another principal's session is not touched.")
 
 
 def _kind(body: Any) -> Literal["hand_on", "message"]:
@@ -102,7 +112,9 @@ class RecordNotLanded(Exception):
 
 
 # skip_group_on_error: a failed record holds back only the later records of its own session.
-processor = SqsFifoPartialProcessor(model=WebhookRecord, skip_group_on_error=True)
+# No model: the processor would validate the records of a skipped group outside its error
+# handling (one bad body would fail the whole batch); record_handler validates each itself.
+processor = SqsFifoPartialProcessor(skip_group_on_error=True)
 # A batch whose every record failed is reported record by record too, not raised: raising
 # would make the event source retry the batch as a whole (the FIFO constructor does not take
 # this option, hence the attribute).
@@ -110,8 +122,12 @@ processor.raise_on_entire_batch_failure = False
 
 
 @tracer.capture_method
-def record_handler(record: WebhookRecord, lambda_context: LambdaContext | None = None) -> None:
-    """Run the record's turn request; raise unless its work is in the session (or done)."""
+def record_handler(record: SQSRecord | WebhookRecord,
+                   lambda_context: LambdaContext | None = None) -> None:
+    """Parse the record, run its turn request; raise unless its work is in the session (or
+    done). A body that does not parse raises here, failing this record alone."""
+    if isinstance(record, SQSRecord):
+        record = WebhookRecord.model_validate(record.raw_event)
     body = record.body
     if lambda_context is not None and lambda_context.get_remaining_time_in_millis() < NEEDED_MS:
         # Cut off mid-turn, the record would be redelivered anyway, after the whole visibility
@@ -132,7 +148,8 @@ def _message(message: WebhookMessage, remaining: float | None) -> None:
     with logger.append_context_keys(session_id=message.session_id,
                                     message_id=message.message_id):
         reply = turn(HandlerInput(session_id=message.session_id,
-                                  input=Input(message=message.text, message_id=message.message_id)),
+                                  input=Input(message=message.text, message_id=message.message_id),
+                                  principal=message.principal),
                      remaining_time=remaining)
         _report(message, reply)
 

@@ -226,7 +226,8 @@ def test_a_drain_handed_on_by_the_api_with_nothing_queued_is_done(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     webhook = deployed.cold_start("webhook")
     webhook.handler({"Records": [_record({"sessionId": "thread-6", "messageId": "m-1",
-                                          "text": "How long is my stay BK-6?"}, 0,
+                                          "text": "How long is my stay BK-6?",
+                                          "principal": "guest-6"}, 0,
                                          group="thread-6")]}, context)
     version = deployed.session("thread-6").version
     deployed.cold_start("api").app.hand_on(HandlerInput(session_id="thread-6"))

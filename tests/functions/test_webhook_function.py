@@ -27,10 +27,11 @@ def _user_messages(deployment: Deployment, session_id: str) -> list[str]:
 
 
 def _message(session_id: str, message_id: str, text: str, group: str | None = None,
-             n: int = 1) -> dict[str, Any]:
+             n: int = 1, principal: str = "guest-1") -> dict[str, Any]:
     record = copy.deepcopy(_record(load_event(BATCH), 0))
     record["messageId"] = f"sqs-{message_id}-{n}"
-    record["body"] = json.dumps({"sessionId": session_id, "messageId": message_id, "text": text})
+    record["body"] = json.dumps({"sessionId": session_id, "messageId": message_id, "text": text,
+                                 "principal": principal})
     record["attributes"]["MessageGroupId"] = group or session_id
     return record
 
@@ -131,10 +132,13 @@ def test_bodies_that_are_not_a_webhook_message_are_reported(
     webhook = deployed.cold_start("webhook")
     records = []
     for n, body in enumerate(["not json", json.dumps({"sessionId": "s", "messageId": "m",
-                                                       "text": "hi", "principal": "admin"}),
-                              json.dumps({"sessionId": "", "messageId": "m", "text": "hi"}),
+                                                       "text": "hi", "principal": "p",
+                                                       "role": "admin"}),
+                              json.dumps({"sessionId": "s", "messageId": "m", "text": "hi"}),
+                              json.dumps({"sessionId": "", "messageId": "m", "text": "hi",
+                                          "principal": "p"}),
                               json.dumps({"sessionId": "bad id!", "messageId": "m",
-                                          "text": "hi"})]):
+                                          "text": "hi", "principal": "p"})]):
         record = _message(f"thread-{n}", f"m-{n}", "x", n=n)
         record["body"] = body
         records.append(record)

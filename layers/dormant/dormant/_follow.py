@@ -103,8 +103,7 @@ def _head(app: App, sid: str, principal: str | None) -> Head:
 
 def _visible(head: Head | None, sid: str, principal: str | None) -> Head:
     """The head, if the caller may see it (the rule of every session route)."""
-    if head is None or (principal is not None and head.principal is not None
-                        and head.principal != principal):
+    if head is None or not head.visible_to(principal):
         raise SessionNotFound(sid)
     return head
 

@@ -109,6 +109,7 @@ class Head:
     #: Events in the ledger (the next event's position).
     seq: int = 0
     state: dict[str, Any] = field(default_factory=dict)
+    #: The session's owner (SPEC: every session has one; None: reachable by no principal).
     principal: str | None = None
     created_at: int = 0
     updated_at: int = 0
@@ -204,6 +205,11 @@ class Head:
                     list(self.commit_seqs))
 
     # --- reading -------------------------------------------------------------------------------
+
+    def visible_to(self, principal: str | None) -> bool:
+        """Whether a request scoped to ``principal`` may see this session: only its owner's
+        may (an ownerless session is nobody's); ``None`` is trusted server code, unscoped."""
+        return principal is None or self.principal == principal
 
     def window_start(self, turns: int | None) -> int:
         """Position of the first event a ``turns``-turn history window needs (0: everything)."""

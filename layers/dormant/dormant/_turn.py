@@ -33,6 +33,7 @@ from dormant.errors import (
     DuplicateMessage,
     InputError,
     RetryRefused,
+    ServerOnly,
     SessionNotFound,
     describe_validation,
 )
@@ -80,6 +81,7 @@ class _Config:
         deadline_margin: float = DEADLINE_MARGIN,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         drain_budget: float = DRAIN_BUDGET,
+        client_state: Sequence[str] = (),
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
@@ -101,6 +103,12 @@ class _Config:
         self.drain_budget = drain_budget
         self.response = (response if isinstance(response, ResponseOptions)
                          else ResponseOptions.model_validate(response or {}))
+        if isinstance(client_state, str) or not all(
+                isinstance(key, str) and key for key in client_state):
+            raise TypeError("client_state must be a list of state keys public clients may "
+                            f"write, e.g. client_state=['theme'], got {client_state!r}")
+        #: The state keys a public request (HTTP, AG-UI) may change; any other is refused.
+        self.client_state = frozenset(client_state)
 
 
 class TurnStream(Iterator[StreamEvent]):
@@ -362,13 +370,16 @@ class TurnStream(Iterator[StreamEvent]):
         sid = (normalize_session_id(request.session_id) if request.session_id is not None
                else mint_session_id())
         self.session_id = sid
+        if request.public:
+            _refuse_server_only(request.input)
         session = config.app.sessions.load(sid, turns=config.agent.history_turns)
         if session is None:
             session = Session.new(sid, state=self._initial_state(request.input.initial_state),
                                   principal=request.principal)
-        elif (request.principal is not None and session.principal is not None
-              and session.principal != request.principal):
+        elif not session.head.visible_to(request.principal):
             raise SessionNotFound(sid)
+        if request.public and request.input.state:
+            self._check_client_state(session, request.input.state)
         retry = request.input.retry
         if retry is not None and session.head.failed and not session.head.knows_every_message \
                 and config.app.store.has_once(sid, "r:" + retry.retry_id):
@@ -445,6 +456,20 @@ class TurnStream(Iterator[StreamEvent]):
             raise InputError(f"initial_state does not fit the state schema: "
                              f"{describe_validation(error)}") from error
 
+    def _check_client_state(self, session: Session, state: dict[str, Any]) -> None:
+        """A public request may change only the ``client_state`` keys; a key it sends back
+        unchanged (AG-UI clients echo the state they were shown) is not a write."""
+        current = session.state
+        refused = sorted(key for key, value in state.items()
+                         if key not in self._config.client_state
+                         and (key not in current or current[key] != value))
+        if refused:
+            allowed = sorted(self._config.client_state)
+            raise ServerOnly(
+                f"state key(s) {', '.join(map(repr, refused))} may not be written by a client: "
+                f"the handler lets clients write {allowed or 'no state keys'} "
+                "(client_state=[...]); server code writes the rest")
+
     def _check_state(self, session: Session) -> None:
         schema = self._config.schema
         if schema is not None:
@@ -492,6 +517,17 @@ class TurnStream(Iterator[StreamEvent]):
             yielded_invocation_id=yielded_invocation_id,
             error=error, code=code, version=version, state=dict(session.state),
             retryable=retryable)
+
+
+def _refuse_server_only(given: Input) -> None:
+    """What only trusted server code may send, refused from a public request (nothing read or
+    written yet). The public wire types cannot carry these; this holds for any other path."""
+    named = [name for name, value in (("initial_state", given.initial_state),
+                                      ("timer", given.timer)) if value is not None]
+    if given.seed is not None and given.seed.role != "user":
+        named.append(f"seed role {given.seed.role!r}")
+    if named:
+        raise ServerOnly(f"{', '.join(named)}: for trusted server code, not a public client")
 
 
 def _invocation_of(stream: TurnStream) -> Callable[[], str | None]:

@@ -154,13 +154,18 @@ class Input(_In):
 class HandlerInput(_In):
     """One request: ``session_id`` (minted when absent) and its ``input``.
 
-    ``principal`` scopes the request: a session created by one principal is invisible to
-    another. It is server-side only: HTTP layers set it from the authorizer, never the body.
+    ``principal`` scopes the request: the session's owner must be that principal (a session
+    with no owner is reachable by no principal; ``None`` is trusted server code, unscoped). A
+    new session is created owned by it. ``public`` marks a request from a public client (the
+    HTTP and AG-UI layers set it): its ``state`` may change only the handler's
+    ``client_state`` keys, and server-only inputs are refused. Both are server-side only:
+    HTTP layers set them from the authorizer and the route, never from the body.
     """
 
     session_id: str | None = None
     input: Input = Field(default_factory=Input)
     principal: str | None = None
+    public: bool = False
 
 
 class ResponseOptions(_In):

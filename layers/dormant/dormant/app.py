@@ -56,10 +56,15 @@ class Sessions:
         hand_over(self._scheduler(), session_id, timers)
 
     def create(self, session_id: str | None = None, state: dict[str, Any] | None = None, *,
-               principal: str | None = None) -> Session:
-        """Create and commit an empty session (``InputError`` if the id is taken)."""
+               owner: str | None = None, principal: str | None = None) -> Session:
+        """Create and commit an empty session (``InputError`` if the id is taken).
+
+        ``owner``: the principal the session belongs to, the only one the public API lets
+        reach it (``principal=`` is the same argument under its older name). A session created
+        without one is reachable by no public principal, only by trusted server code.
+        """
         sid = normalize_session_id(session_id) if session_id else mint_session_id()
-        session = Session.new(sid, state=state, principal=principal)
+        session = Session.new(sid, state=state, principal=_owner(owner, principal))
         result = self.commit(session)
         if not result.ok:
             raise InputError(f"session {sid} already exists")
@@ -102,18 +107,24 @@ class Sessions:
         return self.policy.merge(session, turns=turns)
 
     def append(self, session_id: str, text: str, *, id: str | None = None,
-               principal: str | None = None) -> CommitResult:
+               owner: str | None = None, principal: str | None = None) -> CommitResult:
         """Append a user message from trusted server code and commit it, without running a
         turn (a later turn takes it up). The session is created when new. A message whose
         ``id`` the session already holds is a redelivery: nothing is written and the result
         is ``ok`` at the current version. While the session cannot take it (it waits for
         tool input, an approval or an input request, failed, or is paused) the message goes
-        to the session's inbox and runs when the session is free."""
+        to the session's inbox and runs when the session is free.
+
+        ``owner`` (or its older name ``principal``) scopes the append: a new session is created
+        owned by it, and an existing session must be its (else :class:`SessionNotFound`,
+        nothing written). Without it the append is unscoped and a new session has no owner.
+        """
         sid = normalize_session_id(session_id)
+        owner = _owner(owner, principal)
         result = CommitResult(ok=False, conflict=True)
         for _ in range(MERGE_ATTEMPTS):
-            session = self.load(sid, turns=0) or Session.new(sid, principal=principal)
-            if principal is not None and session.principal not in (None, principal):
+            session = self.load(sid, turns=0) or Session.new(sid, principal=owner)
+            if not session.head.visible_to(owner):
                 raise SessionNotFound(sid)
             if id is not None and self.holds_message(session, id):
                 return CommitResult(ok=True, version=session.version)
@@ -139,6 +150,16 @@ class Sessions:
     def list(self, *, principal: str | None = None, limit: int = 100) -> builtins.list[
             SessionSummary]:
         return self._store.list(principal=principal, limit=limit)
+
+
+def _owner(owner: str | None, principal: str | None) -> str | None:
+    """``owner=``, or ``principal=`` (its older name); naming two different ones is a mistake."""
+    if owner is not None and principal is not None and owner != principal:
+        raise ValueError(f"owner={owner!r} and principal={principal!r} disagree: pass owner= only")
+    owner = owner if owner is not None else principal
+    if owner is not None and (not isinstance(owner, str) or not owner):
+        raise ValueError(f"owner must be a non-empty string, got {owner!r}")
+    return owner
 
 
 class App:

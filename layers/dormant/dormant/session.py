@@ -359,7 +359,13 @@ class Session:
                 for c in self._head.pending_approvals() if c.approval_id is not None]
 
     @property
+    def owner(self) -> str | None:
+        """The principal this session belongs to (None: reachable by no public principal)."""
+        return self._head.principal
+
+    @property
     def principal(self) -> str | None:
+        """The owner, under its older name."""
         return self._head.principal
 
     @property

@@ -16,7 +16,7 @@ _MAX_MESSAGE_ID = 128
 
 
 def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
-                         principal: str | None = None) -> HandlerInput:
+                         principal: str | None = None, public: bool = True) -> HandlerInput:
     """Map an AG-UI ``RunAgentInput`` onto one turn's request.
 
     - ``threadId`` is the session (normalised by the handler: ``thread-42`` is
@@ -28,7 +28,9 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
       becomes the message id, so a resent request lands once. Earlier messages are the
       client's copy of the conversation and are ignored: the session holds the real one.
     - A non-empty object ``state`` is merged (shallowly) into the session state at the start
-      of the turn and recorded as a ``state_delta``; an empty or absent one is ignored.
+      of the turn and recorded as a ``state_delta``; an empty or absent one is ignored. An
+      AG-UI body is a public client's (``public``): it may change only the handler's
+      ``client_state`` keys (keys sent back unchanged are not writes; any other is refused).
     - ``runId``, ``parentRunId``, ``tools``, ``context`` and ``forwardedProps`` are ignored
       (run ids are the server's; client-side tools are not supported).
 
@@ -60,6 +62,7 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
         input=Input(message=message, message_id=message_id, tools=answers or None,
                     approvals=decisions or None, state=state),
         principal=principal,
+        public=public,
     )
 
 
