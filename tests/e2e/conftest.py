@@ -26,9 +26,10 @@ class DevServer:
     """One ``dormant dev`` process on a SQLite file; ``restart()`` keeps the file and port."""
 
     def __init__(self, db: Path, app: Path = BOOKINGS, *, env: dict[str, str] | None = None,
-                 log: Path | None = None) -> None:
+                 log: Path | None = None, args: tuple[str, ...] = ()) -> None:
         self.db = db
         self.app = app
+        self.args = args
         self.env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
         self.env.update(env or {})
         self.log = log or db.with_suffix(".log")
@@ -40,7 +41,7 @@ class DevServer:
     def start(self) -> DevServer:
         command = [sys.executable, "-m", "dormant.cli", "dev", "--host", "127.0.0.1",
                    "--port", str(self.port), "--db", str(self.db), "--app", str(self.app),
-                   "--quiet"]
+                   "--quiet", *self.args]
         with self.log.open("a") as log:
             self._proc = subprocess.Popen(command, cwd=ROOT, env=self.env, text=True,
                                           stdout=subprocess.PIPE, stderr=log)

@@ -271,3 +271,44 @@ def test_client_state_must_be_a_list_of_keys() -> None:
         app.handler.rest(agent=agent, client_state="theme")
     with pytest.raises(TypeError, match="client_state"):
         app.handler.rest(agent=agent, client_state=["theme", 3])
+
+
+# --- the same rules on `dormant dev` (X-Principal names the caller) ---------------------------
+
+
+def test_dormant_dev_scopes_sessions_to_x_principal_and_takes_client_state_keys(
+        tmp_path: Any) -> None:
+    import httpx
+
+    from tests.e2e.conftest import DevServer
+
+    db = tmp_path / "dormant.db"
+    orphan = SqliteStore(str(db))
+    dormant.App(name="setup", store=orphan).sessions.append("crm-9", "from the crm", id="c")
+    orphan.close()
+    server = DevServer(db, args=("--client-state", "theme")).start()
+    try:
+        def post(body: dict[str, Any], principal: str = "local") -> httpx.Response:
+            return httpx.post(f"{server.url}/turns", json=body, timeout=30,
+                              headers={"X-Principal": principal})
+
+        themed = post({"sessionId": "mine", "message": "hi", "state": {"theme": "dark"}})
+        forged = post({"sessionId": "mine", "message": "hi", "state": {"credit": 9}})
+        other = httpx.get(f"{server.url}/sessions/mine", headers={"X-Principal": "eve"},
+                          timeout=30)
+        orphaned = post({"sessionId": "crm-9", "message": "hi"})
+
+        assert themed.status_code == 200, themed.text
+        assert (forged.status_code, forged.json()["code"]) == (422, "server_only")
+        assert (other.status_code, other.json()["code"]) == (404, "session_not_found")
+        assert (orphaned.status_code, orphaned.json()["code"]) == (404, "session_not_found")
+    finally:
+        server.kill()
+    store = SqliteStore(str(db))
+    try:
+        app = dormant.App(name="check", store=store)
+        mine = app.sessions.get("mine")
+        assert mine is not None and mine.owner == "local" and mine.state == {"theme": "dark"}
+        assert app.sessions.get("crm-9").version == 1  # type: ignore[union-attr]
+    finally:
+        store.close()

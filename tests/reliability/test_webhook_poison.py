@@ -13,14 +13,7 @@ import copy
 import json
 from typing import Any
 
-from tests.functions.conftest import (  # noqa: F401  (fixtures used by name)
-    Deployment,
-    FakeLambdaContext,
-    context,
-    deployed,
-    iam_recorded,
-    load_event,
-)
+from tests.functions.conftest import Deployment, FakeLambdaContext, load_event
 
 BATCH = "webhook_sqs_fifo_batch.json"
 

@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--app", default=DEFAULT_APP,
                      help="Python file with build(store=..., model=...) -> (app, agent) "
                           "(default: %(default)s)")
+    dev.add_argument("--client-state", action="append", default=[], metavar="KEY",
+                     help="a session state key clients may write through the API's `state` "
+                          "(repeat for more; default: none, any client state write is refused)")
     dev.add_argument("--quiet", action="store_true", help="do not log each request")
     dev.set_defaults(run=_dev)
 
@@ -129,7 +132,7 @@ def _dev(args: argparse.Namespace) -> int:
     describe = getattr(module, "describe_model", None)
     model = describe(agent.model) if callable(describe) else type(agent.model).__name__
     timeout = Settings.from_env().turn_timeout
-    resolver = build_resolver(app, agent, timeout=timeout)
+    resolver = build_resolver(app, agent, timeout=timeout, client_state=args.client_state)
     try:
         server = DevServer((args.host, args.port), resolver)
     except OSError as error:
