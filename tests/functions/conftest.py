@@ -10,11 +10,12 @@ would not reproduce.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import json
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests._moto import MotoServer, aws_env, in_process_aws, shared_moto_server
+from tests.functions.iam_policy import CallRecorder, Names, acting_as, refused
 
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ROOT / "functions"
@@ -32,8 +34,8 @@ if str(FUNCTIONS) not in sys.path:
     sys.path.insert(0, str(FUNCTIONS))
 
 #: Modules a cold start imports from ``functions/``; dropped before each fresh import.
-_FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "deployment",
-                     "bookings", "hand_on")
+_FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "cleanup",
+                     "cleanup.app", "deployment", "bookings", "hand_on")
 #: What the template gives every function for timers (EventBridge Scheduler -> wake function).
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test-wake"
 SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/dormant-test-scheduler"
@@ -100,11 +102,31 @@ class Deployment:
     server: MotoServer | None = None
 
     def cold_start(self, function: str) -> ModuleType:
-        """Import ``functions/<function>/app.py`` afresh, as a new execution environment does."""
+        """Import ``functions/<function>/app.py`` afresh, as a new execution environment does.
+
+        The AWS calls its import, its ``handler`` and its modules make are ``function``'s: the
+        recorder (:func:`iam_recorded`) checks them against the function's role."""
         for name in _FUNCTION_MODULES:
             sys.modules.pop(name, None)
         importlib.invalidate_caches()
-        return importlib.import_module(f"{function}.app")
+        if _recording is not None:
+            _recording.deployment = self
+        with acting_as(function):
+            module = importlib.import_module(f"{function}.app")
+        if _recording is not None:
+            app = getattr(module, "app", None)
+            parts = [getattr(app, part, None) for part in ("store", "scheduler", "hand_on")]
+            _recording.recorder.claim(
+                function, [sys.modules[name] for name in _FUNCTION_MODULES if name in sys.modules],
+                [thing for thing in (app, *parts) if thing is not None])
+        module.handler = _acting_handler(function, module.handler)
+        return module
+
+    def names(self) -> Names:
+        """What the template's resources are called in this deployment (for its policies)."""
+        return Names(table=self.table, bucket=self.bucket, schedule_group=self.schedule_group,
+                     queue=self.queue, scheduler_role_arn=SCHEDULER_ROLE_ARN,
+                     wake_dlq_arn=WAKE_DLQ_ARN)
 
     def session(self, session_id: str) -> Any:
         """The stored session (whole ledger), read with a store of its own."""
@@ -138,6 +160,52 @@ class Deployment:
                 client.delete_message(QueueUrl=self.queue_url,
                                       ReceiptHandle=message["ReceiptHandle"])
             taken.extend(batch)
+
+
+def _acting_handler(function: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(handler)
+    def acting(*args: Any, **kwargs: Any) -> Any:
+        with acting_as(function):
+            return handler(*args, **kwargs)
+
+    return acting
+
+
+@dataclass
+class Recording:
+    """The AWS calls of the functions one test drove, and the deployment they ran in."""
+
+    recorder: CallRecorder
+    deployment: Deployment | None = None
+
+    def refused(self) -> list[str]:
+        """Each recorded call its function's role in template.yaml does not allow."""
+        from tests.functions.test_template import template
+
+        if not self.recorder.calls:
+            return []
+        assert self.deployment is not None, "calls were recorded outside any deployment"
+        return [str(c) for c in refused(template(), self.recorder.calls, self.deployment.names())]
+
+
+_recording: Recording | None = None
+
+
+@pytest.fixture(autouse=True)
+def iam_recorded() -> Iterator[Recording]:
+    """Record every AWS call of every function a test drives; fail the test naming each call
+    the function's role in template.yaml does not allow (see iam_policy.py)."""
+    global _recording
+    recording = Recording(CallRecorder().start())
+    _recording = recording
+    try:
+        yield recording
+    finally:
+        recording.recorder.stop()
+        _recording = None
+    if problems := recording.refused():
+        pytest.fail("calls outside the function's role in template.yaml:\n  "
+                    + "\n  ".join(problems), pytrace=False)
 
 
 def _deployment_env(monkeypatch: pytest.MonkeyPatch) -> Deployment:

@@ -1,65 +1,36 @@
-"""Every AWS call a function makes is one its role in template.yaml allows.
+"""The paths each function's role must cover: the sample events, timers, hand-on.
 
-The calls are recorded below botocore's client layer while the functions serve the sample
-events (and hand work on to the webhook queue), then mapped to the IAM actions AWS authorises
-them as (a ``TransactWriteItems`` is authorised per action inside it: a ``Put`` as
-``dynamodb:PutItem``).
+Every test under tests/functions is recorded (``iam_recorded`` in conftest.py): each AWS call a
+function makes is checked against its role in template.yaml, and a call the role does not allow
+fails the test (see iam_policy.py). The tests here drive the paths a role is easiest to get
+wrong on and say which authorisations they needed, so a path that stops being exercised shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from botocore.client import BaseClient
 from pydantic import BaseModel
 
 import dormant
 from dormant.handlers import HandlerInput, Input, RetryRequest
 from dormant.models import ScriptedModel
 from dormant.stores import DynamoDBStore
-from tests.functions.conftest import Deployment, FakeLambdaContext, api_body, load_event, with_body
-from tests.functions.test_template import statements
-
-_TRANSACTION_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
-                        "ConditionCheck": "ConditionCheckItem"}
-_S3_ACTIONS = {"DeleteObjects": "DeleteObject"}
-
-
-def _record_calls(monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """Start recording the IAM actions of every AWS call; returns the (growing) set."""
-    actions: set[str] = set()
-    original: Callable[..., Any] = BaseClient._make_api_call
-
-    def recording(self: BaseClient, operation: str, params: dict[str, Any]) -> Any:
-        service = self.meta.service_model.endpoint_prefix
-        if service == "dynamodb" and operation == "TransactWriteItems":
-            for item in params["TransactItems"]:
-                actions.update(f"dynamodb:{_TRANSACTION_ACTIONS[kind]}" for kind in item)
-        elif service == "s3":
-            actions.add(f"s3:{_S3_ACTIONS.get(operation, operation)}")
-        else:
-            actions.add(f"{service}:{operation}")
-        return original(self, operation, params)
-
-    monkeypatch.setattr(BaseClient, "_make_api_call", recording)
-    return actions
-
-
-def _granted(function: str) -> set[str]:
-    granted: set[str] = set()
-    for statement in statements(function):
-        action = statement["Action"]
-        granted.update(action if isinstance(action, list) else [action])
-    return granted
+from tests.functions.conftest import (
+    Deployment,
+    FakeLambdaContext,
+    Recording,
+    api_body,
+    load_event,
+    with_body,
+)
 
 
 def test_the_api_function_calls_only_what_its_role_allows(
         deployed: Deployment, context: FakeLambdaContext,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _record_calls(monkeypatch)
+        iam_recorded: Recording) -> None:
     api = deployed.cold_start("api")
 
     paused = api_body(api.handler(load_event("api_post_turn.json"), context))
@@ -71,14 +42,13 @@ def test_the_api_function_calls_only_what_its_role_allows(
     assert api.handler(load_event("api_post_agui.json"), context)["statusCode"] == 200
     assert api.handler(load_event("api_delete_session.json"), context)["statusCode"] == 200
 
-    assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"} <= calls
-    assert calls <= _granted("ApiFunction"), calls - _granted("ApiFunction")
+    assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem",
+            "dynamodb:BatchWriteItem"} <= iam_recorded.recorder.actions("api")
 
 
 def test_the_webhook_function_calls_only_what_its_role_allows(
         deployed: Deployment, context: FakeLambdaContext,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _record_calls(monkeypatch)
+        iam_recorded: Recording) -> None:
     webhook = deployed.cold_start("webhook")
 
     batch = load_event("webhook_sqs_fifo_batch.json")
@@ -86,21 +56,19 @@ def test_the_webhook_function_calls_only_what_its_role_allows(
     webhook.handler(batch, FakeLambdaContext())  # the redelivery
 
     assert deployed.session("thread-7") is not None
-    assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
-    assert calls <= _granted("WebhookFunction"), calls - _granted("WebhookFunction")
+    assert {"dynamodb:Query", "dynamodb:PutItem"} <= iam_recorded.recorder.actions("webhook")
 
 
 def test_with_the_secret_configured_the_concierge_is_openai_and_cold_start_reads_no_key(
-        deployed: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+        deployed: Deployment, monkeypatch: pytest.MonkeyPatch, iam_recorded: Recording) -> None:
     monkeypatch.setenv("DORMANT_OPENAI_SECRET", "dormant/openai-api-key")
     monkeypatch.setenv("DORMANT_OPENAI_MODEL", "gpt-test-model")
-    calls = _record_calls(monkeypatch)
 
     api = deployed.cold_start("api")
 
     model = api.concierge.model
     assert (type(model).__name__, model.model) == ("OpenAIModel", "gpt-test-model")
-    assert calls == set()  # the key is read on the first model call, not at import
+    assert iam_recorded.recorder.of("api") == []  # the key is read on the first model call
 
 
 class _Snooze(BaseModel):
@@ -122,39 +90,34 @@ def _snoozing_agent(app: dormant.App) -> dormant.Agent:
 
 @pytest.mark.parametrize("function", ["api", "webhook", "wake"])
 def test_setting_and_cancelling_timers_needs_only_what_each_role_allows(
-        deployed: Deployment, function: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        deployed: Deployment, function: str, iam_recorded: Recording) -> None:
     """Any function's committed turn may set and cancel timers (the deployment's scheduler)."""
-    calls = _record_calls(monkeypatch)
     module = deployed.cold_start(function)
 
     reply = module.app.handler.rest(agent=_snoozing_agent(module.app))(
         {"session_id": f"snooze-{function}", "input": {"message": "snooze it"}})
 
-    made = set(calls)  # before the test's own reads below
     assert reply.commit_status == "committed"
     assert len(deployed.schedules()) == 1
-    assert {"scheduler:CreateSchedule", "scheduler:DeleteSchedule"} <= made
-    granted = _granted(f"{function.capitalize()}Function")
-    assert made <= granted, made - granted
+    assert {"scheduler:CreateSchedule", "scheduler:DeleteSchedule",
+            "iam:PassRole"} <= iam_recorded.recorder.actions(function)
 
 
 def test_the_wake_function_calls_only_what_its_role_allows(
         deployed: Deployment, context: FakeLambdaContext,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        iam_recorded: Recording) -> None:
     event = load_event("wake-timer.json")
     app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
     session = app.sessions.create(event["sessionId"])
     session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
                      message=event["message"])
     assert app.sessions.commit(session).ok
-    calls = _record_calls(monkeypatch)
     wake = deployed.cold_start("wake")
 
     assert wake.handler(event, context)["commitStatus"] == "committed"
     assert wake.handler(event, FakeLambdaContext())["code"] == "stale_timer"
 
-    assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
-    assert calls <= _granted("WakeFunction"), calls - _granted("WakeFunction")
+    assert {"dynamodb:Query", "dynamodb:PutItem"} <= iam_recorded.recorder.actions("wake")
 
 
 # --- hand-on: work a request cannot finish goes to the webhook queue ----------------------------
@@ -162,25 +125,20 @@ def test_the_wake_function_calls_only_what_its_role_allows(
 
 @pytest.mark.parametrize("function", ["api", "webhook", "wake"])
 def test_handing_on_needs_only_what_each_role_allows(
-        deployed: Deployment, function: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _record_calls(monkeypatch)
+        deployed: Deployment, function: str, iam_recorded: Recording) -> None:
     module = deployed.cold_start(function)
 
     module.app.hand_on(HandlerInput(session_id=f"hand-on-{function}", principal="someone"))
     module.app.hand_on(HandlerInput(session_id=f"hand-on-{function}",
                                     input=Input(retry=RetryRequest(retry_id="deadline-1"))))
 
-    made = set(calls)
-    assert made == {"sqs:SendMessage"}
+    assert iam_recorded.recorder.actions(function) == {"sqs:SendMessage"}
     assert len(deployed.queued()) == 2
-    granted = _granted(f"{function.capitalize()}Function")
-    assert made <= granted, made - granted
 
 
 def test_the_api_handing_on_its_inbox_calls_only_what_its_role_allows(
         deployed: Deployment, context: FakeLambdaContext,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _record_calls(monkeypatch)
+        iam_recorded: Recording) -> None:
     api = deployed.cold_start("api")
     paused = api_body(api.handler(load_event("api_post_turn.json"), context))
     later = {"sessionId": "thread-42", "message": "How long is my stay BK-1042?",
@@ -194,15 +152,12 @@ def test_the_api_handing_on_its_inbox_calls_only_what_its_role_allows(
     short = FakeLambdaContext(remaining_ms=14_000)  # too little left to drain it here
     assert api_body(api.handler(with_body(resume, body), short)).get("handedOn") is True
 
-    made = set(calls)
-    assert "sqs:SendMessage" in made
-    assert made <= _granted("ApiFunction"), made - _granted("ApiFunction")
+    assert "sqs:SendMessage" in iam_recorded.recorder.actions("api")
 
 
 def test_the_webhook_running_hand_on_records_calls_only_what_its_role_allows(
         deployed: Deployment, context: FakeLambdaContext,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _record_calls(monkeypatch)
+        iam_recorded: Recording) -> None:
     webhook = deployed.cold_start("webhook")
 
     event = load_event("webhook_sqs_fifo_hand_on.json")
@@ -210,5 +165,4 @@ def test_the_webhook_running_hand_on_records_calls_only_what_its_role_allows(
     webhook.handler(event, FakeLambdaContext())  # the redelivery
 
     assert deployed.session("thread-13") is not None
-    assert {"dynamodb:Query", "dynamodb:PutItem"} <= calls
-    assert calls <= _granted("WebhookFunction"), calls - _granted("WebhookFunction")
+    assert {"dynamodb:Query", "dynamodb:PutItem"} <= iam_recorded.recorder.actions("webhook")

@@ -171,11 +171,14 @@ _SCHEDULES = ("arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:
               "schedule/${ScheduleGroup}/*")
 
 
+_TURN_TABLE_ACTIONS = {"Query", "GetItem", "PutItem", "ConditionCheckItem", "DeleteItem"}
+_OBJECTS = {"GetObject", "PutObject", "DeleteObject"}
+
+
 @pytest.mark.parametrize(("function", "dynamodb", "s3"), [
-    ("ApiFunction", {"Query", "PutItem", "DeleteItem", "BatchWriteItem"},
-     {"GetObject", "PutObject", "DeleteObject"}),
-    ("WebhookFunction", {"Query", "PutItem"}, {"GetObject", "PutObject"}),
-    ("WakeFunction", {"Query", "PutItem"}, {"GetObject", "PutObject"}),
+    ("ApiFunction", _TURN_TABLE_ACTIONS | {"BatchWriteItem"}, _OBJECTS),
+    ("WebhookFunction", _TURN_TABLE_ACTIONS, _OBJECTS),
+    ("WakeFunction", _TURN_TABLE_ACTIONS, _OBJECTS),
 ])
 def test_each_function_may_do_only_what_it_does_on_its_own_resources(
         function: str, dynamodb: set[str], s3: set[str]) -> None:
@@ -189,7 +192,11 @@ def test_each_function_may_do_only_what_it_does_on_its_own_resources(
         for target in _as_list(statement["Resource"]):
             assert target != "*"
         if any(a.startswith("dynamodb:") for a in _as_list(statement["Action"])):
-            assert statement["Resource"] == {"Fn::GetAtt": ["SessionsTable", "Arn"]}
+            # the table, or (listing a principal's sessions: a query only) its by_owner index
+            assert statement["Resource"] in ({"Fn::GetAtt": ["SessionsTable", "Arn"]}, {
+                "Fn::Sub": f"${{SessionsTable.Arn}}/index/{DynamoDBStore.INDEX_NAME}"})
+            if statement["Resource"] != {"Fn::GetAtt": ["SessionsTable", "Arn"]}:
+                assert statement["Action"] == "dynamodb:Query"
         if any(a.startswith("s3:") for a in _as_list(statement["Action"])):
             assert statement["Resource"] == {"Fn::Sub": "${OffloadBucket.Arn}/ledger/*"}
         if any(a.startswith("secretsmanager:") for a in _as_list(statement["Action"])):
