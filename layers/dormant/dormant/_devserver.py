@@ -20,6 +20,7 @@ through the REST handler the routes use, one at a time, as AWS's webhook queue w
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import queue
 import threading
@@ -30,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+from dormant.errors import public_message
 from dormant.http import SSE_WRITER_ATTRIBUTE
 
 if TYPE_CHECKING:
@@ -43,6 +45,10 @@ DEFAULT_PRINCIPAL = "local"
 PRINCIPAL_HEADER = "X-Principal"
 #: Bodies past this are refused before being read (API Gateway's own payload limit).
 TRANSPORT_LIMIT = 10 * 1024 * 1024
+#: Connections the kernel holds for ``accept`` while every thread is busy starting others.
+#: The stdlib's default (5) resets connections when a burst of clients (a browser opening a
+#: page, a test with 32 threads) arrives at once.
+LISTEN_BACKLOG = 1024
 
 
 def to_proxy_event(method: str, target: str, headers: Mapping[str, str], body: bytes,
@@ -209,6 +215,7 @@ class DevServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], resolver: Any) -> None:
         self.resolver = resolver
@@ -255,21 +262,31 @@ class _Handler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         self._serve()
 
+    def do_HEAD(self) -> None:
+        self._serve()
+
     def log_message(self, format: str, *args: Any) -> None:
         log.info("%s %s", self.address_string(), format % args)
 
     def _serve(self) -> None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            body = self._read_chunked()
-            if body is None:
-                self._refuse_oversize(TRANSPORT_LIMIT + 1)
-                return
-        else:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > TRANSPORT_LIMIT:
-                self._refuse_oversize(length)
-                return
-            body = self.rfile.read(length) if length else b""
+        try:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                body = self._read_chunked()
+                if body is None:
+                    self._refuse_oversize(TRANSPORT_LIMIT + 1)
+                    return
+            else:
+                length = int(self.headers.get("Content-Length") or 0)
+                if length < 0:
+                    raise ValueError(f"negative Content-Length {length}")
+                if length > TRANSPORT_LIMIT:
+                    self._refuse_oversize(length)
+                    return
+                body = self.rfile.read(length) if length else b""
+        except ValueError:  # a Content-Length or chunk size that is not a size
+            self._refuse(400, "invalid_body", "the request's framing is broken (Content-Length "
+                         "or a chunk size is not a size)")
+            return
         principal = self.headers.get(PRINCIPAL_HEADER) or DEFAULT_PRINCIPAL
         headers = {k: v for k, v in self.headers.items()}
         event = to_proxy_event(self.command, self.path, headers, body, principal=principal,
@@ -283,8 +300,11 @@ class _Handler(BaseHTTPRequestHandler):
             if writer.started:
                 writer.finish()
                 return
+            request_id = event["requestContext"]["requestId"]
             result = {"statusCode": 500, "headers": {"Content-Type": "application/json"},
-                      "body": '{"code":"internal_error","message":"see the server log"}'}
+                      "body": json.dumps({
+                          "code": "internal_error", "requestId": request_id,
+                          "message": public_message("internal_error", "", request_id)})}
         if writer.started:
             writer.finish()
             return
@@ -324,9 +344,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.readline()  # the CRLF after each chunk
 
     def _refuse_oversize(self, length: int) -> None:
-        body = (b'{"code":"payload_too_large","message":"the request body is %d bytes; the '
-                b'server accepts at most %d"}' % (length, TRANSPORT_LIMIT))
-        self.send_response(413)
+        self._refuse(413, "payload_too_large", f"the request body is {length} bytes; the "
+                     f"server accepts at most {TRANSPORT_LIMIT}")
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """Answer before the request reached the resolver, and close the connection (what
+        is left of the request cannot be told from the next one)."""
+        body = json.dumps({"code": code, "message": message}).encode()
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")

@@ -35,6 +35,8 @@ __all__ = [
     "StaleTimer",
     "StoreError",
     "describe_validation",
+    "is_client_error",
+    "public_message",
 ]
 
 
@@ -281,15 +283,50 @@ HTTP_STATUS: dict[str, int] = {
     DormantError.code: 500,
     # Codes the HTTP layer (dormant.http) and the run itself report; one table for all of them.
     "invalid_json": 400,
+    "invalid_body": 400,
     "conflict": 409,
     "unauthorized": 401,
     "not_found": 404,
+    "method_not_allowed": 405,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     "validation_error": 422,
+    "internal_error": 500,
     "run_error": 500,
     "max_steps": 500,
     "model_error": 502,
     "aborted": 504,
     "deadline": 504,
 }
+
+
+#: What a public answer says of a server-side failure, by code (the detail goes to the log).
+_FAILURES: dict[str, str] = {
+    "model_error": "the model provider failed",
+    "deadline": "the turn ran out of time",
+    "aborted": "the turn was aborted",
+    "max_steps": "the turn took more model steps than the agent allows",
+    "store_error": "the session store failed",
+    "scheduler_error": "the timer service failed",
+}
+
+
+def is_client_error(code: str | None) -> bool:
+    """Whether ``code`` is a client's mistake (a 4xx in :data:`HTTP_STATUS`): its message is
+    about the client's own input and may be shown to it. Anything else (unlisted codes too) is
+    a failure on the server side, whose text may hold what no client should see."""
+    return code is not None and HTTP_STATUS.get(code, 500) < 500
+
+
+def public_message(code: str | None, message: str, request_id: str | None = None) -> str:
+    """What a public response (HTTP body, AG-UI ``RUN_ERROR``) may say about an error.
+
+    A client mistake keeps its message. A server-side failure (a model provider's error text,
+    a store's, an exception's) is never shown: the answer names the failure by its code and the
+    request id under which the caller logged the detail.
+    """
+    if is_client_error(code):
+        return message
+    what = _FAILURES.get(code or "", "the server failed")
+    where = f" (request id {request_id})" if request_id else ""
+    return f"{what}; the details are in the server log{where}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -37,6 +38,7 @@ from ag_ui.core import (
 from dormant._ids import now_ms
 from dormant._turn_wire import TurnResult
 from dormant.agui._messages import CallLike, args_json, result_text, to_agui_messages
+from dormant.errors import is_client_error, public_message
 from dormant.events import (
     AssistantDelta,
     Event,
@@ -90,6 +92,8 @@ _AS_CUSTOM = frozenset({
     "queue_remove", "queue_send_now", "input_requested", "input_response",
 })
 
+log = logging.getLogger("dormant.agui")
+
 #: Rewrites what the client is shown of a yielded call (its ``args``) in the interrupt.
 ToolTransformer = Callable[[YieldedTool], Any]
 
@@ -113,7 +117,8 @@ class AgUIAdapter:
     interrupt; ``yield_schemas`` maps a yielding tool's name to the JSON Schema of the answer
     it expects (sent as the interrupt's ``responseSchema``); ``invocation_id`` is the
     invocation the run belongs to, sent as ``RUN_STARTED.metadata.invocationId`` (default: the
-    run id; pass it when they differ, as for a run that reopens an invocation).
+    run id; pass it when they differ, as for a run that reopens an invocation);
+    ``request_id`` the request a server-side failure's ``RUN_ERROR`` and log record name.
 
     Turn control: a steer's ``user`` event (``steer=True``) and a ``seed`` become a
     ``TEXT_MESSAGE_*`` of their role; a generator tool's preliminary result a ``CUSTOM``
@@ -145,6 +150,7 @@ class AgUIAdapter:
         tool_transformers: Mapping[str, ToolTransformer] | None = None,
         yield_schemas: Mapping[str, dict[str, Any]] | None = None,
         invocation_id: str | None = None,
+        request_id: str | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -155,6 +161,7 @@ class AgUIAdapter:
         self.raw_events = raw_events
         self.tool_transformers = dict(tool_transformers or {})
         self.yield_schemas = dict(yield_schemas or {})
+        self.request_id = request_id
         self._text: str | None = None  # the open text message
         self._thought: str | None = None  # the open reasoning message
         self._thoughts: dict[str, int] = {}  # reasoning messages opened per thought id
@@ -258,7 +265,11 @@ class AgUIAdapter:
     def finish(self, result: TurnResult) -> list[BaseEvent]:
         """The run's ending for a turn result (whatever is open is closed first):
 
-        - ``error`` (failed, aborted, refused): ``RUN_ERROR``, no ``RUN_FINISHED``;
+        - ``error`` (failed, aborted, refused): ``RUN_ERROR``, no ``RUN_FINISHED``. A
+          refusal of the client's input keeps its message; a failure on the server side (the
+          model provider's, the store's, a bug: any code not a 4xx in
+          :data:`dormant.errors.HTTP_STATUS`) is logged in full with :attr:`request_id`, and
+          its ``RUN_ERROR`` says only what failed and under which request id;
         - ``yielded_tool`` with calls waiting (and stored): :meth:`run_interrupted`; a
           superseded turn was dropped whole, so it just finishes: there is nothing to answer;
         - ``queued``: ``CUSTOM`` :data:`QUEUED` (``id``, ``position``; once, if the stream did
@@ -272,7 +283,13 @@ class AgUIAdapter:
         """
         status = result.status
         if status == "error":
-            return self.run_error(result.error or "the turn failed", code=result.code)
+            message = result.error or "the turn failed"
+            if not is_client_error(result.code):
+                log.error("request %s: turn of %s failed: %s: %s", self.request_id,
+                          self.thread_id, result.code, message,
+                          extra={"request_id": self.request_id, "session_id": self.thread_id})
+                message = public_message(result.code, message, self.request_id)
+            return self.run_error(message, code=result.code)
         if (status == "yielded_tool"
                 and (result.yielded_tools or result.pending_approvals)
                 and result.commit_status != "superseded"):

@@ -41,11 +41,15 @@ class AgUIRun(Iterator[BaseEvent]):
     underneath is then run to its end, which comes at its next check of the abort (what it
     writes then is the turn's business), unless another thread is iterating the run: that
     thread then sees the abort. ``result`` is the turn's result once it has ended;
-    ``adapter`` the :class:`AgUIAdapter` in use once the run has started.
+    ``adapter`` the :class:`AgUIAdapter` in use once the run has started. ``request_id``
+    names the request in the log record of a server-side failure, and in its ``RUN_ERROR``
+    (whose message never carries the failure's own text: see :meth:`AgUIAdapter.finish`).
     """
 
-    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any]) -> None:
+    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any], *,
+                 request_id: str | None = None) -> None:
         self.turn = TurnStream(config, request)
+        self.request_id = request_id
         self.turn.capture_start = True  # the opening snapshots need the head at turn start
         self.adapter: AgUIAdapter | None = None
         self._yield_schemas = {
@@ -109,7 +113,8 @@ class AgUIRun(Iterator[BaseEvent]):
             thread_id = turn.session_id or (turn.result.session_id if turn.result else "")
             adapter = self.adapter = AgUIAdapter(thread_id, run_id, parent_run_id=parent_run_id,
                                                  invocation_id=invocation_of(turn, opening),
-                                                 yield_schemas=self._yield_schemas)
+                                                 yield_schemas=self._yield_schemas,
+                                                 request_id=self.request_id)
             yield adapter.run_started()
             start = turn.start_head
             if start is not None:
@@ -203,13 +208,14 @@ def _known(turn: TurnStream, invocation: str) -> bool:
     return any(e.invocation_id == invocation for e in events)
 
 
-def agui_handler(config: _Config) -> Callable[[HandlerInput | dict[str, Any]], AgUIRun]:
-    """``handler(request) -> AgUIRun``: a thin loop over the turn, translated by
-    :class:`AgUIAdapter` (without the options the adapter offers; write the loop yourself
-    for steps, raw events, transformers or reasoning off)."""
+def agui_handler(config: _Config) -> Callable[..., AgUIRun]:
+    """``handler(request, *, request_id=None) -> AgUIRun``: a thin loop over the turn,
+    translated by :class:`AgUIAdapter` (without the options the adapter offers; write the
+    loop yourself for steps, raw events, transformers or reasoning off)."""
 
-    def handle(request: HandlerInput | dict[str, Any]) -> AgUIRun:
-        return AgUIRun(config, request)
+    def handle(request: HandlerInput | dict[str, Any], *,
+               request_id: str | None = None) -> AgUIRun:
+        return AgUIRun(config, request, request_id=request_id)
 
     return handle
 

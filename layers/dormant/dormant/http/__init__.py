@@ -19,7 +19,11 @@ Routes::
 The principal comes only from API Gateway's ``requestContext`` (see :func:`principal_of`), never
 from the body; a session owned by another principal answers 404. Errors are JSON
 ``{"code", "message"}`` with a status from :data:`dormant.errors.HTTP_STATUS`; a refused request
-writes nothing.
+writes nothing. A client's mistake is a 4xx whose message says what was wrong; a known path
+asked with another method is 405 (with ``Allow``); a body in another media type than JSON is
+415. A failure on the server side (the model provider's, the store's, a bug) never shows its
+exception text: the answer names the failure and the request id (API Gateway's
+``requestContext.requestId``) under which the ``dormant`` logger recorded the detail.
 
 Powertools is imported here and nowhere else in the library: only the HTTP entry points pay for
 it. The resolver is thread-safe (``dormant dev`` serves it from many threads), see
@@ -28,6 +32,7 @@ it. The resolver is thread-safe (``dormant dev`` serves it from many threads), s
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -41,10 +46,17 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from dormant._follow import Feed, events_after
-from dormant.errors import DormantError, InputError, SessionNotFound
-from dormant.handlers import HandlerInput, RestResponse
+from dormant.errors import (
+    DormantError,
+    InputError,
+    SessionNotFound,
+    is_client_error,
+    public_message,
+)
+from dormant.handlers import RestResponse
 from dormant.http._resolver import JSON, Resolver, error_response, validation_response
 from dormant.http._wire import (
+    SESSION_ID_SCHEMA,
     ApprovalAnswer,
     ErrorBody,
     PendingCall,
@@ -52,9 +64,11 @@ from dormant.http._wire import (
     SessionList,
     SessionView,
     TurnRequest,
+    checked_session_id,
     principal_of,
+    request_id_of,
 )
-from dormant.session import Session, normalize_session_id
+from dormant.session import Session
 
 if TYPE_CHECKING:
     from dormant.agent import Agent
@@ -76,6 +90,8 @@ __all__ = [
     "build_resolver",
     "error_response",
     "principal_of",
+    "public_events",
+    "request_id_of",
 ]
 
 log = logging.getLogger("dormant.http")
@@ -94,10 +110,14 @@ MAX_WAIT = 20.0
 FOLLOW_KEEPALIVE = 15.0
 #: HTTP status of a successful turn by its status: the work was taken, not done yet.
 ACCEPTED_STATUSES = frozenset({"queued", "accepted"})
+#: Error statuses every route can answer: a body that is not UTF-8 (400), another method on
+#: its path (405), a body too large (413) or not JSON (415), a server-side failure (5xx).
+_ANY_ROUTE = (400, 405, 413, 415, 500, 503)
 
 
 def _answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
-    """OpenAPI ``responses`` for a route: its 200 body and the error statuses it can give."""
+    """OpenAPI ``responses`` for a route: its 200 body and the error statuses it can give
+    (each with the :class:`ErrorBody` schema), besides those any route can give."""
     answers: dict[int, Any] = {200: {"description": ok,
                                      "content": {JSON: {"model": model}} if model else {}}}
     if model is RestResponse:
@@ -105,7 +125,7 @@ def _answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
                         "`queued`, `queued` says where), or a control was accepted for the "
                         "invocation running elsewhere (status `accepted`)",
                         "content": {JSON: {"model": model}}}
-    for status in errors:
+    for status in sorted({*errors, *_ANY_ROUTE}):
         answers[status] = {"description": "an error (see `code`)",
                            "content": {JSON: {"model": ErrorBody}}}
     return answers
@@ -144,7 +164,7 @@ def build_resolver(
                    "yieldedTools...): 200 when the turn ran or the control applied, 202 when "
                    "the message was queued or the control accepted for a run elsewhere.",
                    responses=_answers("the turn's outcome", RestResponse,
-                                      400, 401, 404, 409, 413, 422))
+                                      400, 401, 404, 409, 413, 422, 502, 504))
     def post_turn(request: Annotated[TurnRequest, Body(embed=False)]) -> Response[Any]:
         return routes.turn(request)
 
@@ -166,7 +186,8 @@ def build_resolver(
                   "server-sent events with `follow=true`.",
                   responses=_answers("the events after `after`", Feed, 400, 401, 404, 422))
     def session_events(
-        session_id: Annotated[str, Path(description="The session id")],
+        session_id: Annotated[str, Path(description="The session id",
+                                        json_schema_extra=SESSION_ID_SCHEMA)],
         after: Annotated[int, Query(ge=0, description="The version you hold (0: all)")] = 0,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                                      description="Seconds to wait for a commit (<= 20)")] = 0,
@@ -177,7 +198,8 @@ def build_resolver(
     @resolver.get("/sessions/<session_id>", summary="Read a session", tags=["sessions"],
                   responses=_answers("the session", SessionView, 400, 401, 404))
     def get_session(
-        session_id: Annotated[str, Path(description="The session id")],
+        session_id: Annotated[str, Path(description="The session id",
+                                        json_schema_extra=SESSION_ID_SCHEMA)],
         events: Annotated[bool, Query(description="Include the ledger")] = False,
     ) -> Response[Any]:
         return routes.show(session_id, events)
@@ -185,7 +207,8 @@ def build_resolver(
     @resolver.delete("/sessions/<session_id>", summary="Delete a session", tags=["sessions"],
                      responses=_answers("deleted", None, 400, 401, 404))
     def delete_session(
-        session_id: Annotated[str, Path(description="The session id")],
+        session_id: Annotated[str, Path(description="The session id",
+                                        json_schema_extra=SESSION_ID_SCHEMA)],
     ) -> Response[Any]:
         return routes.delete(session_id)
 
@@ -193,7 +216,8 @@ def build_resolver(
                    description="Body: an AG-UI RunAgentInput (threadId is the session, the last "
                    "user message the input, resume entries the tool answers). Answers "
                    "text/event-stream.",
-                   responses={**_answers("AG-UI events", None, 401, 413, 422),
+                   responses={**_answers("AG-UI events", None, 400, 401, 404, 409, 413,
+                                         422),
                               200: {"description": "AG-UI events, as server-sent events",
                                     "content": {SSE: {"schema": {"type": "string"}}}}})
     def post_agui(body: Annotated[dict[str, Any], Body(embed=False)]) -> Response[Any]:
@@ -220,13 +244,41 @@ def build_resolver(
     @resolver.not_found
     def not_found(error: NotFoundError) -> Response[Any]:
         event = resolver.current_event
+        allowed = resolver.allowed_methods(event.path)
+        if allowed:
+            return error_response("method_not_allowed",
+                                  f"{event.http_method} is not a method of {event.path} "
+                                  f"(it allows {', '.join(allowed)})",
+                                  headers={"Allow": ", ".join(allowed)})
         return error_response("not_found", f"no route {event.http_method} {event.path}")
 
     @resolver.exception_handler(DormantError)  # type: ignore[untyped-decorator]
     def dormant_error(error: DormantError) -> Response[Any]:
-        return error_response(error.code, str(error))
+        return error_response(error.code, str(error), request_id=routes.request_id(),
+                              session_id=getattr(error, "session_id", None))
+
+    @resolver.exception_handler(Exception)  # type: ignore[untyped-decorator]
+    def internal_error(error: Exception) -> Response[Any]:
+        # A bug (or a dependency failing) under a route: the detail goes to the log only.
+        log.error("request %s: unhandled error", routes.request_id(), exc_info=error,
+                  extra={"request_id": routes.request_id()})
+        return error_response("internal_error", type(error).__name__,
+                              request_id=routes.request_id())
 
     return resolver
+
+
+def public_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger events (JSON form) as a public answer shows them: an ``invocation_failed`` of a
+    server-side failure says what failed, not its exception's text (the log of the request
+    that failed has that)."""
+    shown = []
+    for event in events:
+        if event.get("type") == "invocation_failed" and not is_client_error(event.get("code")):
+            event = {**event, "message": public_message(event.get("code"),
+                                                        str(event.get("message")))}
+        shown.append(event)
+    return shown
 
 
 def _version() -> str:
@@ -247,7 +299,7 @@ class _Routes:
         self.rest = rest
         self.require_principal = require_principal
         self.handler_config = handler_config
-        self._agui: Callable[[HandlerInput], Any] | None = None
+        self._agui: Callable[..., Any] | None = None
 
     def principal(self) -> str | None:
         principal = principal_of(self.resolver.current_event.raw_event)
@@ -255,20 +307,39 @@ class _Routes:
             raise _Unauthorized()
         return principal
 
+    def request_id(self) -> str | None:
+        """This request's id: API Gateway's (``dormant dev`` mints one), else the Lambda
+        invocation's."""
+        found = request_id_of(self.resolver.current_event.raw_event)
+        return found or getattr(self.resolver.lambda_context, "aws_request_id", None)
+
     # --- POST /turns ---------------------------------------------------------------------------
 
     def turn(self, request: TurnRequest) -> Response[Any]:
         principal = self.principal()
+        if request.session_id is not None:
+            checked_session_id(request.session_id)
         reply = self.rest(request.to_handler_input(principal),
                           remaining_time=self._remaining_time())
         if reply.status == "error" and reply.commit_status in (None, "failed"):
             code = reply.code or "run_error"
             pending = self._pending(reply.session_id, principal) \
                 if code == "awaiting_input" else None
-            return error_response(code, reply.error or code,
+            return error_response(code, reply.error or code, request_id=self.request_id(),
                                   session_id=reply.session_id or None, pending=pending)
         status = 202 if reply.status in ACCEPTED_STATUSES else 200
-        return Response(status_code=status, content_type=JSON, body=reply.wire())
+        body = reply.wire()
+        if body.get("events"):
+            body["events"] = public_events(body["events"])
+        if reply.error is not None and not is_client_error(reply.code or "run_error"):
+            # A failure after a tool ran: progress saved (200), the failure's text logged.
+            request_id = self.request_id()
+            log.error("request %s: turn of %s failed: %s: %s", request_id, reply.session_id,
+                      reply.code, reply.error,
+                      extra={"request_id": request_id, "session_id": reply.session_id})
+            body["error"] = public_message(reply.code or "run_error", reply.error, request_id)
+            body["requestId"] = request_id
+        return Response(status_code=status, content_type=JSON, body=body)
 
     def _remaining_time(self) -> float | None:
         """Seconds this Lambda invocation has left (None off Lambda): the turn ends as a
@@ -298,7 +369,8 @@ class _Routes:
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             created_at=head.created_at, updated_at=head.updated_at,
-            events=[e.model_dump(mode="json") for e in session.events] if events else None,
+            events=public_events([e.model_dump(mode="json") for e in session.events])
+            if events else None,
         )
         return Response(status_code=200, content_type=JSON,
                         body=view.model_dump(by_alias=True, mode="json", exclude_none=True))
@@ -315,9 +387,12 @@ class _Routes:
 
     def events(self, session_id: str, after: int, wait: float, follow: bool) -> Response[Any]:
         principal = self.principal()
+        checked_session_id(session_id)
         if not follow:
             feed = events_after(self.app, session_id, after, wait=wait, principal=principal)
-            return Response(status_code=200, content_type=JSON, body=feed.wire())
+            body = feed.wire()
+            body["events"] = public_events(body["events"])
+            return Response(status_code=200, content_type=JSON, body=body)
         writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
         if writer is None:
             return error_response(
@@ -337,7 +412,9 @@ class _Routes:
             writer(f": following {feed.session_id} after version {after}\n\n")
             while True:
                 if feed.version > after:
-                    writer(f"data: {feed.model_dump_json(by_alias=True)}\n\n")
+                    shown = feed.wire()
+                    shown["events"] = public_events(shown["events"])
+                    writer(f"data: {json.dumps(shown, separators=(',', ':'))}\n\n")
                     after = feed.version
                 try:
                     feed = events_after(self.app, feed.session_id, after,
@@ -369,10 +446,9 @@ class _Routes:
                         body={"sessionId": session.session_id, "deleted": True})
 
     def _load(self, session_id: str, principal: str | None, *, turns: int | None) -> Session:
-        sid = normalize_session_id(session_id)
+        sid = checked_session_id(session_id)
         session = self.app.sessions.load(sid, turns=turns)
-        if session is None or (principal is not None and session.principal is not None
-                               and session.principal != principal):
+        if session is None or not session.head.visible_to(principal):
             raise SessionNotFound(sid)
         return session
 
@@ -386,14 +462,19 @@ class _Routes:
         principal = self.principal()
         try:
             request = from_run_agent_input(body, principal=principal)
+            if request.session_id is not None:  # as POST /turns: a bad id is 400, no stream
+                checked_session_id(request.session_id)
         except InputError as error:
             cause = error.__cause__
             if isinstance(cause, ValidationError):  # not a RunAgentInput: name the fields
                 return validation_response(RequestValidationError(cause.errors()))
             return error_response(error.code, str(error))
-        if self._agui is None:
-            self._agui = self.app.handler.agui(agent=self.agent, **self.handler_config)
-        run: Any = self._agui(request)  # an AgUIRun: iterable, and close() stops the turn
+        if self._agui is None:  # takes request_id= too (dormant.agui.agui_handler)
+            handler: Any = self.app.handler.agui(agent=self.agent, **self.handler_config)
+            self._agui = handler
+        # An AgUIRun: iterable, and close() stops the turn. Its RUN_ERROR names a server-side
+        # failure by code and this request id; the detail goes to the log.
+        run: Any = self._agui(request, request_id=self.request_id())
         chunks = encode_sse(run)
         writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
         headers = {"Cache-Control": "no-cache"}

@@ -3,26 +3,48 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import json
+import logging
+import math
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import ResponseBuilder, Route
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from dormant.errors import HTTP_STATUS
+from dormant.errors import HTTP_STATUS, public_message
 from dormant.http._wire import ErrorBody
 
-__all__ = ["JSON", "Resolver", "error_response", "validation_response"]
+__all__ = ["JSON", "MAX_JSON_DEPTH", "Resolver", "error_response", "strict_json",
+           "validation_response"]
 
 JSON = "application/json"
 
+#: Deepest nesting of arrays and objects a request body may have (deeper is ``invalid_json``):
+#: far past any real request, well short of what makes Python's recursion give out later.
+MAX_JSON_DEPTH = 64
 
-def error_response(code: str, message: str, **extra: Any) -> Response[Any]:
-    """A JSON error with the status :data:`HTTP_STATUS` gives ``code`` (500 if unlisted)."""
+log = logging.getLogger("dormant.http")
+
+
+def error_response(code: str, message: str, *, request_id: str | None = None,
+                   headers: Mapping[str, str] | None = None, **extra: Any) -> Response[Any]:
+    """A JSON error with the status :data:`HTTP_STATUS` gives ``code`` (500 if unlisted).
+
+    A server-side failure (5xx) is logged here, in full, with ``request_id``; its answer says
+    only what failed and under which request id (see :func:`dormant.errors.public_message`).
+    """
+    status = HTTP_STATUS.get(code, 500)
+    if status >= 500:
+        log.error("request %s failed: %s: %s", request_id, code, message,
+                  extra={"request_id": request_id, "error_code": code})
+        message = public_message(code, message, request_id)
+        extra = {"session_id": extra.get("session_id"), "request_id": request_id}
     body = ErrorBody(code=code, message=message, **extra)
-    return Response(status_code=HTTP_STATUS.get(code, 500), content_type=JSON,
+    return Response(status_code=status, content_type=JSON, headers=dict(headers or {}),
                     body=body.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
@@ -40,12 +62,77 @@ def validation_response(error: RequestValidationError) -> Response[Any]:
     return error_response("validation_error", f"invalid request: {named}", fields=fields)
 
 
+def strict_json(text: str) -> Any:
+    """``json.loads`` for request bodies, refusing (``JSONDecodeError``, so: 400
+    ``invalid_json``) what Python would parse but nothing downstream can hold: ``NaN`` and
+    ``Infinity``, numbers out of float range or past Python's digit limit, nesting deeper than
+    :data:`MAX_JSON_DEPTH`, and ``\\u`` escapes naming half a surrogate pair (not a character:
+    no store could encode it)."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except json.JSONDecodeError:
+        raise
+    except _Refused as error:
+        raise json.JSONDecodeError(str(error), text, 0) from error
+    except ValueError as error:  # an integer past Python's digit limit
+        raise json.JSONDecodeError("a number has too many digits", text, 0) from error
+    except RecursionError as error:
+        raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text,
+                                   0) from error
+    if _depth(value) > MAX_JSON_DEPTH:
+        raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, 0)
+    if "\\u" in text.lower():
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError as error:
+            raise json.JSONDecodeError("a \\u escape names half of a surrogate pair, not a "
+                                       "character", text, 0) from error
+    return value
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _Refused(f"the number {text[:40]} is out of range")
+    return number
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in ``value`` (iteratively: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if level <= MAX_JSON_DEPTH:
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 class Resolver(APIGatewayRestResolver):
-    """``APIGatewayRestResolver`` with per-thread request state, and a body-size guard.
+    """``APIGatewayRestResolver`` with per-thread request state, and the transport checks.
 
     Powertools keeps the current event on the ``BaseRouter`` class: fine in Lambda (one request
     per process), wrong in a threaded server. Here the event, context and per-request dict live
     in a ``threading.local``, so ``dormant dev`` can serve the same resolver from many threads.
+
+    Before a request reaches its route, :meth:`resolve` refuses what no route should see: a
+    body past ``max_body_bytes`` (413 ``payload_too_large``), a body in another media type
+    than JSON (415 ``unsupported_media_type``; no content type at all is read as JSON, as
+    ``curl --json`` and most clients send it), and a body that is not UTF-8 text, or not
+    valid base64 when marked so (400 ``invalid_body``). A known path asked with a method it
+    does not serve is 405 ``method_not_allowed`` with ``Allow`` (see :meth:`allowed_methods`).
     """
 
     def __init__(self, *, max_body_bytes: int, **kwargs: Any) -> None:
@@ -55,6 +142,7 @@ class Resolver(APIGatewayRestResolver):
         #: local server runs handed-on work (``App.hand_on``) with.
         self.dormant_app: Any = None
         self.dormant_rest: Callable[..., Any] | None = None
+        kwargs.setdefault("json_body_deserializer", strict_json)
         super().__init__(**kwargs)
 
     @property
@@ -93,49 +181,84 @@ class Resolver(APIGatewayRestResolver):
     def processed_stack_frames(self, value: list[str]) -> None:
         self._local.frames = value
 
+    def allowed_methods(self, path: str) -> list[str]:
+        """The methods the routes serve at ``path`` (empty: an unknown path), sorted."""
+        return sorted({route.method for route in self._routes()
+                       if route.rule.match(self._remove_prefix(path))})
+
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        """Answer one API Gateway REST proxy event (refusing oversize bodies first)."""
-        size = _body_size(event)
-        if size > self.max_body_bytes:
-            response = error_response(
-                "payload_too_large",
-                f"the request body is {size} bytes; the limit is {self.max_body_bytes}")
-            return {"statusCode": response.status_code, "body": _json_text(response.body),
-                    "headers": {"Content-Type": JSON}, "isBase64Encoded": False}
-        self.current_event = self._to_proxy_event(_json_content(event))
+        """Answer one API Gateway REST proxy event (after the transport checks)."""
         self.lambda_context = context
         try:
+            route = self._route_of(event)
+            refusal = None if route is None else _refusal(event, self.max_body_bytes)
+            if isinstance(refusal, Response):
+                self.current_event = self._to_proxy_event(dict(event, body=None))
+                assert route is not None
+                return self._build_response(ResponseBuilder(refusal, self._serializer, route))
+            self.current_event = self._to_proxy_event(refusal if refusal is not None
+                                                      else dict(event))
             return self._build_response(self._resolve())
         finally:
             self.clear_context()  # type: ignore[no-untyped-call]
 
+    def _routes(self) -> list[Route]:
+        # Powertools keeps its route table in these two lists and offers no lookup by path.
+        return [*self._static_routes, *self._dynamic_routes]
 
-def _body_size(event: Mapping[str, Any]) -> int:
+    def _route_of(self, event: Mapping[str, Any]) -> Route | None:
+        method = str(event.get("httpMethod") or "").upper()
+        path = self._remove_prefix(str(event.get("path") or "/"))
+        return next((route for route in self._routes()
+                     if route.method == method and route.rule.match(path)), None)
+
+
+def _refusal(event: Mapping[str, Any], limit: int) -> Response[Any] | dict[str, Any] | None:
+    """Why a routed request's body is refused (a response), or the event with its body as
+    checked text (a dict), or None when it has no body."""
     body = event.get("body")
     if not body:
-        return 0
+        return None
     if event.get("isBase64Encoded"):
-        return len(base64.b64decode(body))
-    return len(body.encode()) if isinstance(body, str) else len(body)
+        try:
+            data = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            return error_response("invalid_body", "the request body is marked base64 but is "
+                                  "not valid base64")
+    elif isinstance(body, str):
+        try:
+            data = body.encode()
+        except UnicodeEncodeError:  # lone surrogates: not text any store can hold
+            return error_response("invalid_body", "the request body is not UTF-8 text")
+    else:
+        data = bytes(body)
+    if len(data) > limit:
+        return error_response("payload_too_large",
+                              f"the request body is {len(data)} bytes; the limit is {limit}")
+    media = _content_type(event)
+    if media and media.split(";", 1)[0].strip().lower() != JSON:
+        return error_response("unsupported_media_type",
+                              f"this API reads only {JSON} request bodies, not {media[:80]}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return error_response("invalid_body", f"the request body is not UTF-8 text (byte "
+                              f"{error.start} is not part of a UTF-8 character)")
+    checked = dict(event, body=text, isBase64Encoded=False)
+    if media:  # media types are case-insensitive; Powertools compares them as written
+        for key in ("headers", "multiValueHeaders"):
+            headers = event.get(key)
+            if headers:
+                checked[key] = {name: ([JSON] if isinstance(value, list) else JSON)
+                                if name.lower() == "content-type" else value
+                                for name, value in headers.items()}
+    return checked
 
 
-def _json_content(event: Mapping[str, Any]) -> dict[str, Any]:
-    """The event with a form content type read as JSON: this API speaks only JSON, and
-    ``curl -d`` labels JSON bodies ``application/x-www-form-urlencoded`` by default."""
-    copy = dict(event)
+def _content_type(event: Mapping[str, Any]) -> str:
     for key in ("headers", "multiValueHeaders"):
-        headers = copy.get(key)
-        if not headers:
-            continue
-        fixed = dict(headers)
-        for name, value in headers.items():
-            first = value[0] if isinstance(value, list) and value else value
-            if name.lower() == "content-type" and isinstance(first, str) \
-                    and first.startswith("application/x-www-form-urlencoded"):
-                fixed[name] = [JSON] if isinstance(value, list) else JSON
-        copy[key] = fixed
-    return copy
-
-
-def _json_text(body: Any) -> str:
-    return body if isinstance(body, str) else json.dumps(body, separators=(",", ":"))
+        for name, value in (event.get(key) or {}).items():
+            if name.lower() == "content-type":
+                first = value[0] if isinstance(value, list) and value else value
+                return first.strip() if isinstance(first, str) else ""
+    return ""

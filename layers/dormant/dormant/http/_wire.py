@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -17,8 +18,9 @@ from dormant._turn_wire import (
     SteerRequest,
     StopRequest,
 )
-from dormant.errors import ServerOnly
+from dormant.errors import InputError, ServerOnly
 from dormant.handlers import HandlerInput, Input, RetryRequest, ToolAnswer
+from dormant.session import MAX_SESSION_ID, normalize_session_id
 from dormant.types import PendingInput, QueuedMessage
 
 __all__ = [
@@ -30,7 +32,29 @@ __all__ = [
     "SessionView",
     "TurnRequest",
     "principal_of",
+    "request_id_of",
 ]
+
+_PREFIX = "session_"
+#: A session id the API accepts, as a JSON Schema (ECMA 262) pattern: 1-120 characters from
+#: ``A-Z a-z 0-9 . _ : -``, optionally after the ``session_`` prefix (``thread-42`` and
+#: ``session_thread-42`` are one session), and not the bare prefix itself.
+SESSION_ID_PATTERN = (rf"^(?!{_PREFIX}$)({_PREFIX})?"
+                      rf"[A-Za-z0-9._:-]{{1,{MAX_SESSION_ID - len(_PREFIX)}}}$")
+#: The JSON Schema of every session id of the API (path parameters and body fields alike).
+SESSION_ID_SCHEMA: dict[str, Any] = {"pattern": SESSION_ID_PATTERN, "minLength": 1,
+                                     "maxLength": MAX_SESSION_ID}
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+
+
+def checked_session_id(session_id: str) -> str:
+    """The canonical form of a session id from a request, checked against exactly what the
+    OpenAPI description says (:data:`SESSION_ID_PATTERN`, matched whole: no trailing
+    newline slips past a ``$``). Raises :class:`InputError` (400 ``invalid_input``)."""
+    if not isinstance(session_id, str) or _SESSION_ID.fullmatch(session_id) is None:
+        raise InputError(f"invalid session id {session_id!r}: use 1-"
+                         f"{MAX_SESSION_ID - len(_PREFIX)} characters from A-Z a-z 0-9 . _ : -")
+    return normalize_session_id(session_id)
 
 
 class _Wire(BaseModel):
@@ -49,13 +73,13 @@ class TurnRequest(_Wire):
     """The public body of ``POST /turns``.
 
     Only what a client may say: no ``principal`` (the authorizer names it) and no
-    ``initialState`` or other server-only inputs (SPEC §8). Unknown fields are refused (422);
+    ``initialState`` or other server-only inputs. Unknown fields are refused (422);
     a ``seed`` with a role other than ``user`` is refused with ``server_only`` (422).
     """
 
     session_id: str | None = Field(
         default=None, description="The session (minted when absent; `thread-42` and "
-        "`session_thread-42` are one session).")
+        "`session_thread-42` are one session).", json_schema_extra=SESSION_ID_SCHEMA)
     message: str | None = Field(default=None, min_length=1, description="The user's message.")
     message_id: str | None = Field(
         default=None, min_length=1, max_length=128,
@@ -125,6 +149,7 @@ class TurnRequest(_Wire):
                 queue=self.queue, inputs=self.inputs, seed=self.seed, if_busy=self.if_busy,
             ),
             principal=principal,
+            public=True,
         )
 
 
@@ -178,13 +203,22 @@ class SessionList(_Wire):
 
 
 class ErrorBody(_Wire):
-    """Every error answer: a stable ``code``, a message naming the id involved."""
+    """Every error answer: a stable ``code``, a message naming the id involved.
 
-    code: str
-    message: str
+    A client's mistake (a 4xx) says what was wrong with its request. A failure on the server
+    side (a 5xx) never carries its exception's text: ``message`` names the failure and
+    ``requestId`` the id under which the server logged the detail.
+    """
+
+    code: str = Field(description="Stable machine-readable reason.")
+    message: str = Field(description="What went wrong, for a person.")
     session_id: str | None = None
-    pending: list[PendingCall] | None = None
-    fields: list[dict[str, str]] | None = None
+    pending: list[PendingCall] | None = Field(
+        default=None, description="The calls a session waits on (`awaiting_input`).")
+    fields: list[dict[str, str]] | None = Field(
+        default=None, description="Each invalid field and what is wrong with it.")
+    request_id: str | None = Field(
+        default=None, description="A server-side failure: the request id its log names.")
 
 
 def principal_of(event: Mapping[str, Any]) -> str | None:
@@ -202,3 +236,11 @@ def principal_of(event: Mapping[str, Any]) -> str | None:
         if isinstance(candidate, str) and candidate:
             return candidate
     return None
+
+
+def request_id_of(event: Mapping[str, Any]) -> str | None:
+    """The request's id as API Gateway named it (``requestContext.requestId``; ``dormant dev``
+    mints one per request): what a server-side failure's answer and log record both carry."""
+    context = event.get("requestContext") or {}
+    value = context.get("requestId") if isinstance(context, Mapping) else None
+    return value if isinstance(value, str) and value else None
