@@ -20,7 +20,7 @@ from dormant.settings import ENV
 from dormant.stores import DynamoDBStore
 from tests.functions.conftest import EVENTS, ROOT
 
-FUNCTIONS = ("ApiFunction", "WebhookFunction", "WakeFunction")
+FUNCTIONS = ("ApiFunction", "WebhookFunction", "WakeFunction", "CleanupFunction")
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -216,6 +216,29 @@ def test_each_function_may_do_only_what_it_does_on_its_own_resources(
                        "iam": {"PassRole"}, "sqs": {"SendMessage"}}
 
 
+def test_the_cleanup_function_deletes_offloaded_objects_of_removed_slice_items_only() -> None:
+    from dormant.stores._dynamodb import layout
+
+    cleanup = props("CleanupFunction")
+    assert statements("CleanupFunction") == [{
+        "Sid": "OffloadedEvents", "Effect": "Allow", "Action": "s3:DeleteObject",
+        "Resource": {"Fn::Sub": "${OffloadBucket.Arn}/ledger/*"}}]
+    # The removed item's old image names the keys: the stream must carry it.
+    assert props("SessionsTable")["StreamSpecification"] == {"StreamViewType": "OLD_IMAGE"}
+    [event] = cleanup["Events"].values()
+    assert event["Type"] == "DynamoDB"
+    source = event["Properties"]
+    assert source["Stream"] == {"Fn::GetAtt": ["SessionsTable", "StreamArn"]}
+    assert source["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    [criteria] = source["FilterCriteria"]["Filters"]
+    assert json.loads(criteria["Pattern"]) == {
+        "eventName": ["REMOVE"],
+        "dynamodb": {"Keys": {"sk": {"S": [{"prefix": layout.EVENT_PREFIX}]}}}}
+    assert layout.OFFLOADED == "s3"  # the attribute functions/cleanup/app.py reads
+    assert source["DestinationConfig"]["OnFailure"] == {
+        "Type": "SQS", "Destination": {"Fn::GetAtt": ["CleanupDeadLetterQueue", "Arn"]}}
+
+
 def test_the_scheduler_role_may_invoke_the_wake_function_and_dead_letter_only() -> None:
     role = props("SchedulerRole")
     assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
@@ -314,5 +337,8 @@ def test_every_sample_event_is_an_event_of_the_function_it_is_named_for() -> Non
             assert all(r["attributes"]["MessageGroupId"] for r in event["Records"])
         elif path.name.startswith("wake-"):  # Scheduler passes the target input as the event
             TimerDelivery.model_validate(event)
+        elif path.name.startswith("cleanup_"):
+            assert {r["eventSource"] for r in event["Records"]} == {"aws:dynamodb"}
+            assert {r["dynamodb"]["StreamViewType"] for r in event["Records"]} == {"OLD_IMAGE"}
         kinds.add(re.split(r"[_-]", path.name, maxsplit=1)[0])
-    assert kinds == {"api", "webhook", "wake"}
+    assert kinds == {"api", "webhook", "wake", "cleanup"}

@@ -1,0 +1,202 @@
+"""Offloaded S3 objects go with their session: the table's stream -> the cleanup function.
+
+Sessions are written by a real ``DynamoDBStore`` (events over ``offload_above`` go to S3); the
+stream records are built from the real items, removed from the table as TTL removes them, in
+the shape Lambda delivers them (``StreamViewType: OLD_IMAGE``); the template's event filter is
+applied to them as Lambda applies it. Every S3 call the function makes is checked against its
+role in template.yaml (``iam_recorded``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+
+import dormant
+from dormant.stores import DynamoDBStore
+from tests.functions.conftest import Deployment, FakeLambdaContext, Recording, load_event
+from tests.functions.test_template import props
+
+SAMPLE = "cleanup_ddb_stream_remove.json"
+
+
+def _store(deployed: Deployment) -> DynamoDBStore:
+    """The deployment's store, offloading any event over 1 KB (as a large tool result is)."""
+    return DynamoDBStore(deployed.table, bucket=deployed.bucket, offload_above=1_000)
+
+
+def _write(deployed: Deployment, session_id: str, *texts: str) -> None:
+    app = dormant.App(store=_store(deployed))
+    for n, text in enumerate(texts):
+        assert app.sessions.append(session_id, text, id=f"m-{n}").ok
+
+
+def _items(deployed: Deployment, session_id: str) -> list[dict[str, Any]]:
+    return boto3.client("dynamodb").query(
+        TableName=deployed.table, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": session_id}})["Items"]
+
+
+def _objects(deployed: Deployment, session_id: str) -> set[str]:
+    listed = boto3.client("s3").list_objects_v2(Bucket=deployed.bucket,
+                                                Prefix=f"ledger/{session_id}/")
+    return {o["Key"] for o in listed.get("Contents", [])}
+
+
+def _record(item: dict[str, Any], n: int, name: str = "REMOVE") -> dict[str, Any]:
+    """The stream record of ``item``'s removal (or insertion), as Lambda delivers it."""
+    image = {"OldImage": item} if name == "REMOVE" else {}
+    return {
+        "eventID": f"event-{n}", "eventName": name, "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+        "dynamodb": {"ApproximateCreationDateTime": 1764547200,
+                     "Keys": {"pk": item["pk"], "sk": item["sk"]}, **image,
+                     "SequenceNumber": f"{1000 + n:021d}", "SizeBytes": 512,
+                     "StreamViewType": "OLD_IMAGE"},
+        "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"},
+        "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/dormant-test/stream/"
+                          "2026-01-01T00:00:00.000",
+    }
+
+
+def _expire(deployed: Deployment, session_id: str) -> list[dict[str, Any]]:
+    """Remove the session's items as TTL does; the stream records of the removals."""
+    client = boto3.client("dynamodb")
+    records = []
+    for n, item in enumerate(_items(deployed, session_id)):
+        client.delete_item(TableName=deployed.table, Key={"pk": item["pk"], "sk": item["sk"]})
+        records.append(_record(item, n))
+    return records
+
+
+# --- the event source's filter: what reaches the function ---------------------------------------
+
+
+def _matches(pattern: Any, value: Any) -> bool:
+    """Lambda event filtering, for what the template's pattern uses (values, prefixes)."""
+    if isinstance(pattern, dict):
+        return isinstance(value, dict) and all(
+            key in value and _matches(sub, value[key]) for key, sub in pattern.items())
+    assert isinstance(pattern, list), pattern
+    for option in pattern:
+        if isinstance(option, dict):
+            assert set(option) == {"prefix"}, f"this test does not evaluate {option}"
+            if isinstance(value, str) and value.startswith(option["prefix"]):
+                return True
+        elif option == value:
+            return True
+    return False
+
+
+def _delivered(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The event Lambda invokes the function with: the records its filter passes."""
+    [event] = props("CleanupFunction")["Events"].values()
+    [filter_] = event["Properties"]["FilterCriteria"]["Filters"]
+    pattern = json.loads(filter_["Pattern"])
+    return {"Records": [r for r in records if _matches(pattern, r)]}
+
+
+def _failures(reply: dict[str, Any]) -> list[str]:
+    return [f["itemIdentifier"] for f in reply["batchItemFailures"]]
+
+
+# --- the behaviour --------------------------------------------------------------------------------
+
+
+def test_an_expired_session_s_objects_are_deleted_and_nobody_else_s(
+        deployed: Deployment, context: FakeLambdaContext, iam_recorded: Recording) -> None:
+    _write(deployed, "session_gone", "x" * 2_000, "short", "y" * 3_000)
+    _write(deployed, "session_kept", "z" * 2_000)
+    assert len(_objects(deployed, "session_gone")) == 2
+    kept = _objects(deployed, "session_kept")
+    cleanup = deployed.cold_start("cleanup")
+
+    reply = cleanup.handler(_delivered(_expire(deployed, "session_gone")), context)
+
+    assert _failures(reply) == []
+    assert _objects(deployed, "session_gone") == set()
+    assert _objects(deployed, "session_kept") == kept != set()
+    assert iam_recorded.recorder.actions("cleanup") == {"s3:DeleteObject"}
+
+
+def test_a_session_created_again_under_the_same_id_keeps_its_new_objects(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    _write(deployed, "session_again", "old " * 500)
+    old = _objects(deployed, "session_again")
+    removed = _expire(deployed, "session_again")
+    _write(deployed, "session_again", "new " * 500)  # same id, same position, new event id
+    new = _objects(deployed, "session_again") - old
+    assert len(new) == 1
+
+    reply = deployed.cold_start("cleanup").handler(_delivered(removed), context)
+
+    assert _failures(reply) == []
+    assert _objects(deployed, "session_again") == new
+    assert deployed.session("session_again").events[-1].text == "new " * 500
+
+
+def test_only_removed_slice_items_reach_the_function(deployed: Deployment) -> None:
+    _write(deployed, "session_filtered", "x" * 2_000)
+    items = {item["sk"]["S"][:2]: item for item in _items(deployed, "session_filtered")}
+    head, slice_ = items["~h"], items["e#"]
+
+    delivered = _delivered([_record(head, 1), _record(slice_, 2, "INSERT"),
+                            _record(slice_, 3, "MODIFY"), _record(slice_, 4)])
+
+    assert [r["eventID"] for r in delivered["Records"]] == ["event-4"]
+
+
+def test_a_poison_record_fails_alone_and_deletes_nothing(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    _write(deployed, "session_a", "a" * 2_000)
+    _write(deployed, "session_b", "b" * 2_000)
+    _write(deployed, "session_victim", "v" * 2_000)
+    victim = _objects(deployed, "session_victim")
+    first, second = _expire(deployed, "session_a"), _expire(deployed, "session_b")
+    # An item naming another session's object, and one without its old image.
+    [stolen] = [r for r in second if "s3" in r["dynamodb"]["OldImage"]]
+    foreign = json.loads(json.dumps(stolen))
+    foreign["dynamodb"]["OldImage"]["s3"] = {"SS": sorted(victim)}
+    foreign["dynamodb"]["SequenceNumber"] = "000000000000000009998"
+    imageless = json.loads(json.dumps(stolen))
+    del imageless["dynamodb"]["OldImage"]
+    imageless["dynamodb"]["SequenceNumber"] = "000000000000000009999"
+    batch = _delivered([*first, foreign, imageless, *second])
+
+    reply = deployed.cold_start("cleanup").handler(batch, context)
+
+    assert _failures(reply) == ["000000000000000009998", "000000000000000009999"]
+    assert _objects(deployed, "session_a") == _objects(deployed, "session_b") == set()
+    assert _objects(deployed, "session_victim") == victim
+
+
+def test_a_redelivered_removal_is_done_again_harmlessly(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    _write(deployed, "session_twice", "t" * 2_000)
+    event = _delivered(_expire(deployed, "session_twice"))
+    cleanup = deployed.cold_start("cleanup")
+    assert _failures(cleanup.handler(event, context)) == []
+
+    assert _failures(cleanup.handler(event, FakeLambdaContext())) == []
+    assert _objects(deployed, "session_twice") == set()
+
+
+def test_the_sample_event_deletes_the_objects_it_names(
+        deployed: Deployment, context: FakeLambdaContext, iam_recorded: Recording) -> None:
+    event = load_event(SAMPLE)
+    [record] = event["Records"]
+    keys = record["dynamodb"]["OldImage"]["s3"]["SS"]
+    for key in keys:
+        boto3.client("s3").put_object(Bucket=deployed.bucket, Key=key, Body=b"{}")
+    session_id = record["dynamodb"]["Keys"]["pk"]["S"]
+    assert _objects(deployed, session_id) == set(keys)
+    assert _delivered(event["Records"]) == event  # the filter passes it
+
+    reply = deployed.cold_start("cleanup").handler(event, context)
+
+    assert _failures(reply) == []
+    assert _objects(deployed, session_id) == set()
+    assert {c.resource for c in iam_recorded.recorder.of("cleanup")} == {
+        f"arn:aws:s3:::{deployed.bucket}/{key}" for key in keys}
