@@ -1,4 +1,5 @@
-"""DynamoDBStore factories for the conformance suite: moto in-process and moto server (HTTP)."""
+"""DynamoDBStore factories for the conformance suite: moto in-process, moto server (HTTP), and
+Amazon's DynamoDB Local."""
 
 from __future__ import annotations
 
@@ -35,3 +36,21 @@ def dynamodb_server() -> Iterator[Store]:
             yield store
         finally:
             server.client("dynamodb").delete_table(TableName=table)
+
+
+def dynamodb_local() -> Iterator[Store]:
+    """Amazon's DynamoDB Local (a second, independent engine), in its own network namespace
+    (see ``tests/_dynamodb_local.py``); a fresh table per test, deleted after."""
+    from tests._dynamodb_local import shared_dynamodb_local
+
+    with pytest.MonkeyPatch.context() as patch:
+        aws_env(patch)
+        local = shared_dynamodb_local()
+        patch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local.url)
+        table = f"dormant-conformance-{uuid.uuid4().hex[:12]}"
+        store = DynamoDBStore(table)
+        store.ensure_table()
+        try:
+            yield store
+        finally:
+            local.client().delete_table(TableName=table)

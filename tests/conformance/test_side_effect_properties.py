@@ -400,7 +400,8 @@ class SideEffectMachine(RuleBasedStateMachine):
 #: a table, so those get few). A failure found on memory is shrunk; on the slower stores it
 #: is reported as found (shrinking there would take minutes, and the commit policy under test
 #: is the same code for every store).
-EXAMPLES = {"memory": 300, "sqlite": 150, "dynamodb-moto": 20, "dynamodb-server": 15}
+EXAMPLES = {"memory": 300, "sqlite": 150, "dynamodb-moto": 20, "dynamodb-server": 15,
+            "dynamodb-local": 15}
 SHRUNK = frozenset({"memory"})
 
 

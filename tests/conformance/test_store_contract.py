@@ -69,6 +69,12 @@ class TestDynamoDBStoreOnMotoServer(_FromFactory):
     factory = "dynamodb-server"
 
 
+if "dynamodb-local" in STORE_FACTORIES:  # absent only outside CI, without Java or root
+
+    class TestDynamoDBStoreOnDynamoDBLocal(_FromFactory):
+        factory = "dynamodb-local"
+
+
 class VendorStore:
     """A store from outside the package: its own class, only the ``Store`` protocol's methods
     (backed by a MemoryStore to stay small)."""
