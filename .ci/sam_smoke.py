@@ -39,7 +39,7 @@ def event(name: str) -> dict:
 
 def fresh_path(function: str) -> None:
     sys.path[:0] = [str(build / function), str(build / "DormantLayer" / "python")]
-    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake",
+    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake", "cleanup",
                                                                 "deployment", "bookings"}]:
         del sys.modules[name]
 
@@ -72,11 +72,27 @@ else:
     raise AssertionError("the wake function accepted an event that is not a timer delivery")
 assert wake.app.__file__.startswith(str(build / "WakeFunction")), wake.app.__file__
 
+fresh_path("CleanupFunction")
+import cleanup.app  # noqa: E402
+
+# A removal that names no S3 object needs no AWS call; one naming another session's key is
+# refused on its own (reported, nothing deleted).
+removed = event("cleanup_ddb_stream_remove.json")
+[record] = removed["Records"]
+quiet = json.loads(json.dumps(record))
+del quiet["dynamodb"]["OldImage"]["s3"]
+foreign = json.loads(json.dumps(record))
+foreign["dynamodb"]["OldImage"]["s3"] = {"SS": ["ledger/another-session/000000000001-x.json"]}
+foreign["dynamodb"]["SequenceNumber"] = "2"
+reply = cleanup.app.handler({"Records": [quiet, foreign]}, Context())
+assert reply == {"batchItemFailures": [{"itemIdentifier": "2"}]}, reply
+assert cleanup.app.__file__.startswith(str(build / "CleanupFunction")), cleanup.app.__file__
+
 import pydantic  # noqa: E402
 
 import dormant  # noqa: E402
 
 for module in (dormant, pydantic):
     assert str(build / "DormantLayer") in module.__file__, module.__file__
-print(f"sam build smoke: api, webhook and wake import and answer under Python "
+print(f"sam build smoke: api, webhook, wake and cleanup import and answer under Python "
       f"{sys.version.split()[0]} from {build}")
