@@ -1,12 +1,15 @@
 """DynamoDBStore beyond the shared contract: item layout, large events, retries, TTL, cost.
 
-Runs against moto in-process (calls into moto serialised, see ``tests/_moto.py``); faults
-moto never produces (throttling, TransactionConflict) are injected with a ``before-send``
-hook.
+Runs against two engines: moto in-process (calls into moto serialised, see
+``tests/_moto.py``), and Amazon's DynamoDB Local (``tests/_dynamodb_local.py``; S3 stays on
+moto), which enforces what moto does not (the 4 MB transaction, client request tokens, unused
+expression values). Faults neither produces (throttling, TransactionConflict) are injected
+with a ``before-send`` hook.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +25,7 @@ from dormant.models import ScriptedModel
 from dormant.session import Session
 from dormant.stores import DynamoDBStore
 from dormant.stores._dynamodb import layout
+from tests import _dynamodb_local
 from tests._moto import (
     FaultInjector,
     MotoServer,
@@ -42,12 +46,25 @@ class Ref(BaseModel):
     ref: str
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+#: DynamoDB engines: DynamoDB Local joins where it can run (CI always: see
+#: tests/conformance/conftest.py, which says why when it cannot).
+ENGINES = ["moto", *(["dynamodb-local"] if _dynamodb_local.unavailable() is None else [])]
+
+
+@pytest.fixture(params=ENGINES)
+def aws(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     aws_env(monkeypatch)
-    with in_process_aws():
+    local = _dynamodb_local.shared_dynamodb_local() if request.param != "moto" else None
+    with in_process_aws():  # S3 (and DynamoDB, for moto): in-process moto
+        if local is not None:  # DynamoDB Local's address is no AWS endpoint: moto passes it on
+            monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local.url)
         boto3.client("s3").create_bucket(Bucket=BUCKET)
-        yield
+        try:
+            yield
+        finally:
+            if local is not None:
+                with contextlib.suppress(local.client().exceptions.ResourceNotFoundException):
+                    local.client().delete_table(TableName=TABLE)
 
 
 class Clock:
