@@ -36,6 +36,7 @@ import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, CORSConfig, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -154,6 +155,8 @@ def build_resolver(
     )
     rest = app.handler.rest(agent=agent, **handler_config)
     routes = _Routes(app, agent, resolver, rest, require_principal, handler_config)
+    client_state = sorted(handler_config.get("client_state") or ())
+    resolver.describe = lambda openapi: _describe(openapi, client_state)
     # What a local server needs to run handed-on work (App.hand_on) the way this API does.
     resolver.dormant_app, resolver.dormant_rest = app, rest
 
@@ -268,6 +271,81 @@ def build_resolver(
     return resolver
 
 
+def _describe(openapi: dict[str, Any], client_state: list[str]) -> None:
+    """What the generated description cannot know from the route signatures: the state keys
+    a client may write (``client_state``; any other key is refused unless sent back
+    unchanged), that a public seed is a ``user`` seed, what each inbox operation needs, and
+    the body of ``POST /agui`` and its events: the
+    AG-UI protocol's own ``RunAgentInput`` schema (its ``threadId`` a session id), which the
+    route validates itself so that the protocol package loads only when AG-UI is used."""
+    from ag_ui.core import Event, RunAgentInput
+    from pydantic import TypeAdapter
+
+    components = openapi.setdefault("components", {}).setdefault("schemas", {})
+    state = {"type": "object", "additionalProperties": False,
+             "properties": {key: {} for key in client_state}}
+    writes = ("Merged (shallowly) into the session state for this turn. A client writes only "
+              f"the keys the server lists ({', '.join(client_state) or 'none here'}); any "
+              "other key is refused (422) unless sent back unchanged.")
+    turn = components["TurnRequest"]["properties"]
+    turn["state"] = {"anyOf": [state, {"type": "null"}], "description": writes}
+    # An edit needs its text, a move its position.
+    components["QueueOp"]["allOf"] = [
+        {"if": {"properties": {"op": {"const": "edit"}}},
+         "then": {"required": ["text"], "properties": {"text": {"type": "string"}}}},
+        {"if": {"properties": {"op": {"const": "move"}}},
+         "then": {"required": ["position"], "properties": {"position": {"type": "integer"}}}}]
+    components["SeedRequest"]["properties"]["role"] = {
+        "type": "string", "enum": ["user"], "default": "user",
+        "description": "Only `user` (other roles are for trusted server code)."}
+    refs = "#/components/schemas/AgUi{model}"
+    agui = RunAgentInput.model_json_schema(by_alias=True, ref_template=refs)
+    event = TypeAdapter(Event).json_schema(by_alias=True, ref_template=refs,
+                                           mode="serialization")
+    for name, definition in {**agui.pop("$defs", {}), **event.pop("$defs", {})}.items():
+        components[f"AgUi{name}"] = definition
+    components["AgUiEvent"] = event
+    _require_tags(components)
+    agui["properties"]["threadId"] = {"type": "string", **SESSION_ID_SCHEMA,
+                                      "description": "The session."}
+    components["AgUiResumeEntry"]["properties"]["interruptId"]["minLength"] = 1
+    # A state that is not an object is ignored; an object is a write, as in POST /turns.
+    agui["properties"]["state"] = {"anyOf": [state, {"not": {"type": "object"}}],
+                                   "description": writes}
+    components["RunAgentInput"] = agui
+    post = openapi["paths"]["/agui"]["post"]
+    post["requestBody"] = {
+        "required": True,
+        "content": {JSON: {"schema": {"$ref": "#/components/schemas/RunAgentInput"}}}}
+    # Each server-sent event's data is one AG-UI event, as JSON.
+    post["responses"]["200"]["content"] = {SSE: {"schema": {
+        "type": "object", "required": ["data"],
+        "properties": {"data": {"type": "string", "contentMediaType": JSON,
+                                "contentSchema": {"$ref": "#/components/schemas/AgUiEvent"}},
+                       "event": {"type": "string"}}}}}
+
+
+def _require_tags(components: dict[str, Any]) -> None:
+    """Make each discriminated union's tag required in its members: pydantic leaves a tag with
+    a default (``role: "user"``) optional in the JSON Schema, yet refuses a member without
+    it, so a schema-valid message without its ``role`` would be refused."""
+    stack: list[Any] = list(components.values())
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            tag = node.get("discriminator")
+            if isinstance(tag, dict):
+                for ref in (tag.get("mapping") or {}).values():
+                    member = components.get(str(ref).rsplit("/", 1)[-1])
+                    if member is not None and tag["propertyName"] not in member.get(
+                            "required", []):
+                        member["required"] = [*member.get("required", []),
+                                              tag["propertyName"]]
+            stack.extend(node.values())
+
+
 def public_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Ledger events (JSON form) as a public answer shows them: an ``invocation_failed`` of a
     server-side failure says what failed, not its exception's text (the log of the request
@@ -356,6 +434,9 @@ class _Routes:
     # --- /sessions/{id} ------------------------------------------------------------------------
 
     def show(self, session_id: str, events: bool) -> Response[Any]:
+        # Path parameters arrive as the URL spelled them: ``a%3Ab`` is session ``a:b``. A
+        # session id has no ``%``, so decoding an already decoded one changes nothing.
+        session_id = unquote(session_id)
         principal = self.principal()
         session = self._load(session_id, principal, turns=None if events else 0)
         head = session.head
@@ -386,6 +467,7 @@ class _Routes:
     # --- /sessions/{id}/events -----------------------------------------------------------------
 
     def events(self, session_id: str, after: int, wait: float, follow: bool) -> Response[Any]:
+        session_id = unquote(session_id)
         principal = self.principal()
         checked_session_id(session_id)
         if not follow:
@@ -430,7 +512,7 @@ class _Routes:
             return
 
     def delete(self, session_id: str) -> Response[Any]:
-        session = self._load(session_id, self.principal(), turns=0)
+        session = self._load(unquote(session_id), self.principal(), turns=0)
         if not self.app.sessions.delete(session.session_id):
             raise SessionNotFound(session.session_id)
         scheduler = self.app.scheduler
@@ -464,6 +546,8 @@ class _Routes:
             request = from_run_agent_input(body, principal=principal)
             if request.session_id is not None:  # as POST /turns: a bad id is 400, no stream
                 checked_session_id(request.session_id)
+        except ValidationError as error:  # a RunAgentInput whose entries fit no turn input
+            return validation_response(RequestValidationError(error.errors()))
         except InputError as error:
             cause = error.__cause__
             if isinstance(cause, ValidationError):  # not a RunAgentInput: name the fields

@@ -142,8 +142,19 @@ class Resolver(APIGatewayRestResolver):
         #: local server runs handed-on work (``App.hand_on``) with.
         self.dormant_app: Any = None
         self.dormant_rest: Callable[..., Any] | None = None
+        #: Completes the generated OpenAPI description (a dict, changed in place) with what
+        #: the route signatures cannot say; ``/``, ``/docs`` and any other reader see it.
+        self.describe: Callable[[dict[str, Any]], None] | None = None
         kwargs.setdefault("json_body_deserializer", strict_json)
         super().__init__(**kwargs)
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        schema = super().get_openapi_schema(**kwargs)
+        if self.describe is None:
+            return schema
+        data = schema.model_dump(by_alias=True, exclude_none=True, mode="json")
+        self.describe(data)
+        return type(schema).model_validate(data)
 
     @property
     def current_event(self) -> Any:
