@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import boto3
+import pytest
 
 import dormant
 from dormant.stores import DynamoDBStore
@@ -200,3 +201,33 @@ def test_the_sample_event_deletes_the_objects_it_names(
     assert _objects(deployed, session_id) == set()
     assert {c.resource for c in iam_recorded.recorder.of("cleanup")} == {
         f"arn:aws:s3:::{deployed.bucket}/{key}" for key in keys}
+
+
+class _RefusingS3:
+    """An S3 client whose ``DeleteObjects`` answers 200 with per-key errors, as S3 does when
+    it refuses some keys of a batch (moto never does)."""
+
+    def __init__(self) -> None:
+        self.deleted: list[list[str]] = []
+
+    def delete_objects(self, *, Bucket: str, Delete: dict[str, Any]) -> dict[str, Any]:
+        keys = [o["Key"] for o in Delete["Objects"]]
+        self.deleted.append(keys)
+        return {"Errors": [{"Key": k, "Code": "AccessDenied", "Message": "Access Denied"}
+                           for k in keys]}
+
+
+def test_objects_s3_refuses_to_delete_fail_their_record_so_it_is_retried(
+        deployed: Deployment, context: FakeLambdaContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(deployed, "session_refused", "r" * 2_000)
+    event = _delivered(_expire(deployed, "session_refused"))
+    cleanup = deployed.cold_start("cleanup")
+    refusing = _RefusingS3()
+    monkeypatch.setattr(cleanup, "_s3", refusing)
+
+    reply = cleanup.handler(event, context)
+
+    [record] = [r for r in event["Records"] if "s3" in r["dynamodb"]["OldImage"]]
+    assert _failures(reply) == [record["dynamodb"]["SequenceNumber"]]
+    assert refusing.deleted == [record["dynamodb"]["OldImage"]["s3"]["SS"]]
