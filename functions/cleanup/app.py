@@ -120,8 +120,9 @@ def record_handler(record: DynamoDBRecord) -> None:
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """A batch of DynamoDB stream records -> ``batchItemFailures`` for the ones that failed."""
-    response = dict(process_partial_response(event=event, record_handler=record_handler,
-                                             processor=processor, context=context))
+    response: dict[str, Any] = dict(process_partial_response(
+        event=event, record_handler=record_handler,
+        processor=processor, context=context))
     if failed := len(response.get("batchItemFailures", [])):
         metrics.add_metric(name="CleanupRecordsFailed", unit=MetricUnit.Count, value=failed)
     return response
