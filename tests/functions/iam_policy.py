@@ -3,10 +3,11 @@
 :class:`CallRecorder` hooks botocore below the client layer (``BaseClient._make_api_call``)
 and attributes each call to the function whose code made it: the one whose handler is running
 or whose cold start is importing (:func:`acting_as`, which ``Deployment.cold_start`` applies),
-else the one whose modules are on the stack (each cold start imports ``deployment``,
-``hand_on`` and ``bookings`` afresh, so their module objects say whose they are), else the one
-whose code built the client. A test's own calls (provisioning, reading back) belong to nobody
-and are not checked.
+else the one whose modules or objects (its app, store, scheduler, hand-on sender) are on the
+stack (each cold start imports ``deployment``, ``hand_on`` and ``bookings`` afresh, so their
+module objects say whose they are), else the one whose code built the client (a running turn
+polls its control record on a thread of its own, with its function's store client). A test's
+own calls (provisioning, reading back) belong to nobody and are not checked.
 
 Each call is turned into what IAM authorises it as (:func:`authorisations`): an action and a
 resource ARN, plus the condition keys AWS adds (``iam:PassedToService`` for the role a schedule
@@ -17,7 +18,9 @@ is created with). A ``TransactWriteItems`` is authorised per action inside it (`
 the function's inline statements (``!GetAtt``, ``!Sub``, ``!Ref``) to the test deployment's
 ARNs, and :func:`allows` evaluates them (Allow statements, ``*``/``?`` wildcards,
 ``StringEquals``/``StringLike`` conditions; anything else does not match, so the check fails
-closed).
+closed). Every call is checked, refused or not (a conditional write that fails still needed the
+permission), except one on a resource that exists nowhere in the deployment (a test pointing a
+function at a deleted queue): that fails whatever the role says.
 """
 
 from __future__ import annotations
