@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.event_handler.exceptions import BadRequestError
 from pydantic import BaseModel
 
 import dormant
@@ -289,6 +290,19 @@ def test_an_unexpected_error_under_a_route_is_500_internal_error_without_its_tex
     assert (status, body["code"], body["requestId"]) == (500, "internal_error", REQUEST_ID)
     assert not any(bit in json.dumps(body) for bit in SECRET_BITS)
     assert "org-7Hq2SecretOrg" in caplog.text
+
+
+def test_a_client_error_powertools_raises_under_a_route_stays_a_4xx(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    app, resolver = _api()
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise BadRequestError("the request is malformed")
+
+    monkeypatch.setattr(app.sessions, "load", refuse)
+    status, body, _ = _call(resolver, _event("GET", "/sessions/s1"))
+
+    assert (status, body["code"]) == (400, "invalid_input")
 
 
 def test_client_mistakes_keep_their_helpful_messages() -> None:

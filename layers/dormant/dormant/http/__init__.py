@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, CORSConfig, Response
-from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError, ServiceError
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
@@ -111,6 +111,8 @@ MAX_WAIT = 20.0
 FOLLOW_KEEPALIVE = 15.0
 #: HTTP status of a successful turn by its status: the work was taken, not done yet.
 ACCEPTED_STATUSES = frozenset({"queued", "accepted"})
+#: Codes for the 4xx Powertools itself may raise (``ServiceError``), by status.
+_SERVICE_CODES = {401: "unauthorized", 404: "not_found", 413: "payload_too_large"}
 #: Error statuses every route can answer: a body that is not UTF-8 (400), another method on
 #: its path (405), a body too large (413) or not JSON (415), a server-side failure (5xx).
 _ANY_ROUTE = (400, 405, 413, 415, 500, 503)
@@ -262,6 +264,9 @@ def build_resolver(
 
     @resolver.exception_handler(Exception)  # type: ignore[untyped-decorator]
     def internal_error(error: Exception) -> Response[Any]:
+        if isinstance(error, ServiceError) and error.status_code < 500:  # Powertools' own 4xx
+            code = _SERVICE_CODES.get(error.status_code, "invalid_input")
+            return error_response(code, str(error.msg))
         # A bug (or a dependency failing) under a route: the detail goes to the log only.
         log.error("request %s: unhandled error", routes.request_id(), exc_info=error,
                   extra={"request_id": routes.request_id()})
