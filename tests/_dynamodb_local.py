@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import functools
 import glob
 import os
 import shutil
@@ -62,8 +63,9 @@ def jar_path() -> Path | None:
     return Path(found[-1]) if found else None
 
 
+@functools.cache
 def unavailable() -> str | None:
-    """What is missing for DynamoDB Local here, or None when it can run."""
+    """What is missing for DynamoDB Local here, or None when it can run (asked once)."""
     if not sys.platform.startswith("linux"):
         return f"network namespaces need Linux (this is {sys.platform})"
     missing = []
