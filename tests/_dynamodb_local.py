@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,8 @@ def _bridge(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
-def _relay_handler(connect: Any) -> type[socketserver.BaseRequestHandler]:
+def _relay_handler(
+        connect: Callable[[], socket.socket]) -> type[socketserver.BaseRequestHandler]:
     class Relay(socketserver.BaseRequestHandler):
         def handle(self) -> None:
             try:
@@ -145,6 +147,12 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, siocsifflags, struct.pack("16sh", b"lo", flags | iff_up))
 
 
+def _java_connection() -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", INNER_PORT), timeout=10)
+    sock.settimeout(None)  # a pooled connection may idle, and a request may take long
+    return sock
+
+
 def _inner(socket_path: str, jar: str) -> int:
     """Run inside ``unshare -n``: loopback up, Java on it, relay from ``socket_path``."""
     _loopback_up()
@@ -153,8 +161,7 @@ def _inner(socket_path: str, jar: str) -> int:
          "-XX:TieredStopAtLevel=1",  # C1 only: starts sooner, and a test run is short
          "-jar", jar, "-inMemory", "-sharedDb", "-port", str(INNER_PORT)],
         cwd=Path(jar).parent, stdin=subprocess.DEVNULL)  # output: ours, i.e. the log file
-    server = _UnixRelay(socket_path, _relay_handler(
-        lambda: socket.create_connection(("127.0.0.1", INNER_PORT), timeout=10)))
+    server = _UnixRelay(socket_path, _relay_handler(_java_connection))
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
     def watch_java() -> None:
@@ -243,7 +250,7 @@ class DynamoDBLocal:
                                        f"{START_TIMEOUT:.0f}s ({error}):\n{self.log()}") from error
             time.sleep(0.2)
 
-    def client(self, retries: dict[str, Any] | None = None) -> Any:
+    def client(self, retries: Any = None) -> Any:
         """A boto3 DynamoDB client for this instance (fake credentials)."""
         import boto3
         from botocore.config import Config
