@@ -81,7 +81,7 @@ def _api(model: Any = None) -> tuple[dormant.App, Any]:
 
 def _event(method: str, path: str, body: str | bytes | None = None, *,
            content_type: str | None = "application/json", base64_body: bool = False,
-           query: dict[str, str] | None = None) -> dict[str, Any]:
+           query: dict[str, str] | None = None, principal: str = "alice") -> dict[str, Any]:
     if isinstance(body, bytes) or (base64_body and body is not None):
         raw = body if isinstance(body, bytes) else body.encode()
         text: str | None = base64.b64encode(raw).decode()
@@ -97,7 +97,7 @@ def _event(method: str, path: str, body: str | bytes | None = None, *,
         "pathParameters": None, "stageVariables": None,
         "requestContext": {"resourcePath": path, "httpMethod": method, "path": path,
                            "stage": "test", "requestId": REQUEST_ID,
-                           "authorizer": {"principalId": "alice"}, "identity": {}},
+                           "authorizer": {"principalId": principal}, "identity": {}},
         "body": text, "isBase64Encoded": base64_body,
     }
 
@@ -340,6 +340,25 @@ def test_agui_with_a_bad_thread_id_is_the_400_rest_gives_and_no_stream(thread_id
     assert agui[1]["code"] == rest[1]["code"] == "invalid_input"
     assert agui[2]["content-type"] == "application/json"
     assert app.sessions.list() == []
+
+
+@pytest.mark.parametrize(("who", "state", "status", "code"), [
+    ("mallory", None, 404, "session_not_found"),
+    ("alice", {"isAdmin": True}, 422, "server_only"),
+])
+def test_agui_refused_once_the_session_is_read_gives_the_json_error_rest_gives(
+        who: str, state: dict[str, Any] | None, status: int, code: str) -> None:
+    app, resolver = _api()
+    before = _parked(app, resolver)
+    agui = {**_agui("s1"), **({"state": state} if state else {})}
+    turn = {"sessionId": "s1", "message": "hello", **({"state": state} if state else {})}
+
+    streamed = _call(resolver, _event("POST", "/agui", json.dumps(agui), principal=who))
+    rest = _call(resolver, _event("POST", "/turns", json.dumps(turn), principal=who))
+
+    assert (streamed[0], streamed[1]["code"]) == (rest[0], rest[1]["code"]) == (status, code)
+    assert streamed[2]["content-type"] == "application/json"
+    assert _ledger(app, "s1") == before
 
 
 def test_agui_with_a_body_that_is_not_a_run_agent_input_is_422_and_no_stream() -> None:

@@ -32,6 +32,7 @@ it. The resolver is thread-safe (``dormant dev`` serves it from many threads), s
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable
@@ -405,11 +406,8 @@ class _Routes:
         reply = self.rest(request.to_handler_input(principal),
                           remaining_time=self._remaining_time())
         if reply.status == "error" and reply.commit_status in (None, "failed"):
-            code = reply.code or "run_error"
-            pending = self._pending(reply.session_id, principal) \
-                if code == "awaiting_input" else None
-            return error_response(code, reply.error or code, request_id=self.request_id(),
-                                  session_id=reply.session_id or None, pending=pending)
+            return self._refused(reply.code or "run_error", reply.error or "the turn failed",
+                                 reply.session_id, principal)
         status = 202 if reply.status in ACCEPTED_STATUSES else 200
         body = reply.wire()
         if body.get("events"):
@@ -423,6 +421,14 @@ class _Routes:
             body["error"] = public_message(reply.code or "run_error", reply.error, request_id)
             body["requestId"] = request_id
         return Response(status_code=status, content_type=JSON, body=body)
+
+    def _refused(self, code: str, message: str, session_id: str | None,
+                 principal: str | None) -> Response[Any]:
+        """The JSON error of a turn that ended in an error having written nothing."""
+        pending = self._pending(session_id, principal) \
+            if code == "awaiting_input" and session_id else None
+        return error_response(code, message, request_id=self.request_id(),
+                              session_id=session_id or None, pending=pending)
 
     def _remaining_time(self) -> float | None:
         """Seconds this Lambda invocation has left (None off Lambda): the turn ends as a
@@ -564,7 +570,15 @@ class _Routes:
         # An AgUIRun: iterable, and close() stops the turn. Its RUN_ERROR names a server-side
         # failure by code and this request id; the detail goes to the log.
         run: Any = self._agui(request, request_id=self.request_id())
-        chunks = encode_sse(run)
+        # The first event comes once the turn has read the session: a request refused by then
+        # (another principal's session, a state key it may not write...) wrote nothing and
+        # streamed nothing, so it gets the JSON error POST /turns gives, not a 200.
+        first = next(run)
+        ended = run.result
+        if ended is not None and ended.status == "error" and ended.commit_status is None:
+            return self._refused(ended.code or "run_error", ended.error or "the turn failed",
+                                 ended.session_id, principal)
+        chunks = encode_sse(itertools.chain([first], run))
         writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
         headers = {"Cache-Control": "no-cache"}
         if writer is not None:  # a local server streams each event as it is produced
