@@ -164,19 +164,25 @@ def _inner(socket_path: str, jar: str) -> int:
     server = _UnixRelay(socket_path, _relay_handler(_java_connection))
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
+    stopping = threading.Event()
+
     def watch_java() -> None:
         java.wait()
+        if stopping.is_set():
+            return
         print(f"dynamodb-local: java exited with {java.returncode}", file=sys.stderr,
               flush=True)
         os._exit(1)
 
     threading.Thread(target=watch_java, daemon=True).start()
     sys.stdin.buffer.read()  # EOF: the test process is gone (or stopping us)
+    stopping.set()
     java.terminate()
     try:
         java.wait(10)
     except subprocess.TimeoutExpired:
         java.kill()
+    shutil.rmtree(os.path.dirname(socket_path), ignore_errors=True)  # even if it was killed
     return 0
 
 
@@ -221,6 +227,7 @@ class DynamoDBLocal:
             ["unshare", "-n", sys.executable, __file__, sock, str(jar)],
             stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True)
+        atexit.register(self.stop)
         self._relay = _TCPRelay(("127.0.0.1", 0), _relay_handler(lambda: _unix(sock)))
         threading.Thread(target=self._relay.serve_forever, daemon=True,
                          name="dynamodb-local-relay").start()
@@ -304,8 +311,7 @@ def shared_dynamodb_local() -> DynamoDBLocal:
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = DynamoDBLocal().start()
-            atexit.register(_shared.stop)
+            _shared = DynamoDBLocal().start()  # stopped at exit, like every instance
         return _shared
 
 
