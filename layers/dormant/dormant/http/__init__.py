@@ -56,6 +56,7 @@ from dormant.errors import (
     public_message,
 )
 from dormant.handlers import RestResponse
+from dormant.http._openapi import SSE, answers, describe
 from dormant.http._resolver import JSON, Resolver, error_response, validation_response
 from dormant.http._wire import (
     SESSION_ID_SCHEMA,
@@ -104,8 +105,6 @@ DEFAULT_MAX_BODY_BYTES = 1_000_000
 #: The attribute of the Lambda context through which a local server streams ``POST /agui``.
 SSE_WRITER_ATTRIBUTE = "dormant_sse_writer"
 
-SSE = "text/event-stream"
-
 #: Longest ``wait`` of ``GET /sessions/{id}/events`` (seconds; API Gateway cuts at 29).
 MAX_WAIT = 20.0
 #: Seconds between keep-alive comments of a followed (streamed) session with no commits.
@@ -114,27 +113,6 @@ FOLLOW_KEEPALIVE = 15.0
 ACCEPTED_STATUSES = frozenset({"queued", "accepted"})
 #: Codes for the 4xx Powertools itself may raise (``ServiceError``), by status.
 _SERVICE_CODES = {401: "unauthorized", 404: "not_found", 413: "payload_too_large"}
-#: Error statuses every route can answer: a body that is not UTF-8 (400), another method on
-#: its path (405), a body too large (413) or not JSON (415), a server-side failure (5xx).
-_ANY_ROUTE = (400, 405, 413, 415, 500, 503)
-
-
-def _answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
-    """OpenAPI ``responses`` for a route: its 200 body and the error statuses it can give
-    (each with the :class:`ErrorBody` schema), besides those any route can give."""
-    answers: dict[int, Any] = {200: {"description": ok,
-                                     "content": {JSON: {"model": model}} if model else {}}}
-    if model is RestResponse:
-        answers[202] = {"description": "taken, not done yet: the message was queued (status "
-                        "`queued`, `queued` says where), or a control was accepted for the "
-                        "invocation running elsewhere (status `accepted`)",
-                        "content": {JSON: {"model": model}}}
-    for status in sorted({*errors, *_ANY_ROUTE}):
-        answers[status] = {"description": "an error (see `code`)",
-                           "content": {JSON: {"model": ErrorBody}}}
-    return answers
-
-
 def build_resolver(
     app: App,
     agent: Agent,
@@ -159,7 +137,7 @@ def build_resolver(
     rest = app.handler.rest(agent=agent, **handler_config)
     routes = _Routes(app, agent, resolver, rest, require_principal, handler_config)
     client_state = sorted(handler_config.get("client_state") or ())
-    resolver.describe = lambda openapi: _describe(openapi, client_state)
+    resolver.describe = lambda openapi: describe(openapi, client_state)
     # What a local server needs to run handed-on work (App.hand_on) the way this API does.
     resolver.dormant_app, resolver.dormant_rest = app, rest
 
@@ -169,14 +147,14 @@ def build_resolver(
                    "operations, a seed). Answers the REST response (sessionId, status, output, "
                    "yieldedTools...): 200 when the turn ran or the control applied, 202 when "
                    "the message was queued or the control accepted for a run elsewhere.",
-                   responses=_answers("the turn's outcome", RestResponse,
+                   responses=answers("the turn's outcome", RestResponse,
                                       400, 401, 404, 409, 413, 422, 502, 504))
     def post_turn(request: Annotated[TurnRequest, Body(embed=False)]) -> Response[Any]:
         return routes.turn(request)
 
     @resolver.get("/sessions", summary="List your sessions", tags=["sessions"],
                   description="The caller's sessions, most recently updated first.",
-                  responses=_answers("the sessions", SessionList, 401, 422))
+                  responses=answers("the sessions", SessionList, 401, 422))
     def list_sessions(
         limit: Annotated[int, Query(ge=1, le=100, description="At most this many")] = 100,
     ) -> Response[Any]:
@@ -190,7 +168,7 @@ def build_resolver(
                   "`resync: true`: `after` is older than the session remembers; `events` is "
                   "the whole ledger, replace what you hold. `dormant dev` also streams it as "
                   "server-sent events with `follow=true`.",
-                  responses=_answers("the events after `after`", Feed, 400, 401, 404, 422))
+                  responses=answers("the events after `after`", Feed, 400, 401, 404, 422))
     def session_events(
         session_id: Annotated[str, Path(description="The session id",
                                         json_schema_extra=SESSION_ID_SCHEMA)],
@@ -202,7 +180,7 @@ def build_resolver(
         return routes.events(session_id, after, wait, follow)
 
     @resolver.get("/sessions/<session_id>", summary="Read a session", tags=["sessions"],
-                  responses=_answers("the session", SessionView, 400, 401, 404))
+                  responses=answers("the session", SessionView, 400, 401, 404))
     def get_session(
         session_id: Annotated[str, Path(description="The session id",
                                         json_schema_extra=SESSION_ID_SCHEMA)],
@@ -211,7 +189,7 @@ def build_resolver(
         return routes.show(session_id, events)
 
     @resolver.delete("/sessions/<session_id>", summary="Delete a session", tags=["sessions"],
-                     responses=_answers("deleted", None, 400, 401, 404))
+                     responses=answers("deleted", None, 400, 401, 404))
     def delete_session(
         session_id: Annotated[str, Path(description="The session id",
                                         json_schema_extra=SESSION_ID_SCHEMA)],
@@ -222,7 +200,7 @@ def build_resolver(
                    description="Body: an AG-UI RunAgentInput (threadId is the session, the last "
                    "user message the input, resume entries the tool answers). Answers "
                    "text/event-stream.",
-                   responses={**_answers("AG-UI events", None, 400, 401, 404, 409, 413,
+                   responses={**answers("AG-UI events", None, 400, 401, 404, 409, 413,
                                          422),
                               200: {"description": "AG-UI events, as server-sent events",
                                     "content": {SSE: {"schema": {"type": "string"}}}}})
@@ -275,81 +253,6 @@ def build_resolver(
                               request_id=routes.request_id())
 
     return resolver
-
-
-def _describe(openapi: dict[str, Any], client_state: list[str]) -> None:
-    """What the generated description cannot know from the route signatures: the state keys
-    a client may write (``client_state``; any other key is refused unless sent back
-    unchanged), that a public seed is a ``user`` seed, what each inbox operation needs, and
-    the body of ``POST /agui`` and its events: the
-    AG-UI protocol's own ``RunAgentInput`` schema (its ``threadId`` a session id), which the
-    route validates itself so that the protocol package loads only when AG-UI is used."""
-    from ag_ui.core import Event, RunAgentInput
-    from pydantic import TypeAdapter
-
-    components = openapi.setdefault("components", {}).setdefault("schemas", {})
-    state = {"type": "object", "additionalProperties": False,
-             "properties": {key: {} for key in client_state}}
-    writes = ("Merged (shallowly) into the session state for this turn. A client writes only "
-              f"the keys the server lists ({', '.join(client_state) or 'none here'}); any "
-              "other key is refused (422) unless sent back unchanged.")
-    turn = components["TurnRequest"]["properties"]
-    turn["state"] = {"anyOf": [state, {"type": "null"}], "description": writes}
-    # An edit needs its text, a move its position.
-    components["QueueOp"]["allOf"] = [
-        {"if": {"properties": {"op": {"const": "edit"}}},
-         "then": {"required": ["text"], "properties": {"text": {"type": "string"}}}},
-        {"if": {"properties": {"op": {"const": "move"}}},
-         "then": {"required": ["position"], "properties": {"position": {"type": "integer"}}}}]
-    components["SeedRequest"]["properties"]["role"] = {
-        "type": "string", "enum": ["user"], "default": "user",
-        "description": "Only `user` (other roles are for trusted server code)."}
-    refs = "#/components/schemas/AgUi{model}"
-    agui = RunAgentInput.model_json_schema(by_alias=True, ref_template=refs)
-    event = TypeAdapter(Event).json_schema(by_alias=True, ref_template=refs,
-                                           mode="serialization")
-    for name, definition in {**agui.pop("$defs", {}), **event.pop("$defs", {})}.items():
-        components[f"AgUi{name}"] = definition
-    components["AgUiEvent"] = event
-    _require_tags(components)
-    agui["properties"]["threadId"] = {"type": "string", **SESSION_ID_SCHEMA,
-                                      "description": "The session."}
-    components["AgUiResumeEntry"]["properties"]["interruptId"]["minLength"] = 1
-    # A state that is not an object is ignored; an object is a write, as in POST /turns.
-    agui["properties"]["state"] = {"anyOf": [state, {"not": {"type": "object"}}],
-                                   "description": writes}
-    components["RunAgentInput"] = agui
-    post = openapi["paths"]["/agui"]["post"]
-    post["requestBody"] = {
-        "required": True,
-        "content": {JSON: {"schema": {"$ref": "#/components/schemas/RunAgentInput"}}}}
-    # Each server-sent event's data is one AG-UI event, as JSON.
-    post["responses"]["200"]["content"] = {SSE: {"schema": {
-        "type": "object", "required": ["data"],
-        "properties": {"data": {"type": "string", "contentMediaType": JSON,
-                                "contentSchema": {"$ref": "#/components/schemas/AgUiEvent"}},
-                       "event": {"type": "string"}}}}}
-
-
-def _require_tags(components: dict[str, Any]) -> None:
-    """Make each discriminated union's tag required in its members: pydantic leaves a tag with
-    a default (``role: "user"``) optional in the JSON Schema, yet refuses a member without
-    it, so a schema-valid message without its ``role`` would be refused."""
-    stack: list[Any] = list(components.values())
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            tag = node.get("discriminator")
-            if isinstance(tag, dict):
-                for ref in (tag.get("mapping") or {}).values():
-                    member = components.get(str(ref).rsplit("/", 1)[-1])
-                    if member is not None and tag["propertyName"] not in member.get(
-                            "required", []):
-                        member["required"] = [*member.get("required", []),
-                                              tag["propertyName"]]
-            stack.extend(node.values())
 
 
 def public_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,109 @@
+"""The API's OpenAPI description: what each route answers, and what the route signatures
+cannot say (the constraints the server enforces on bodies it validates itself)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dormant.handlers import RestResponse
+from dormant.http._resolver import JSON
+from dormant.http._wire import SESSION_ID_SCHEMA, ErrorBody
+
+__all__ = ["SSE", "answers", "describe"]
+
+SSE = "text/event-stream"
+
+#: Error statuses every route can answer: a body that is not UTF-8 (400), another method on
+#: its path (405), a body too large (413) or not JSON (415), a server-side failure (5xx).
+_ANY_ROUTE = (400, 405, 413, 415, 500, 503)
+
+
+def answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
+    """OpenAPI ``responses`` for a route: its 200 body and the error statuses it can give
+    (each with the :class:`ErrorBody` schema), besides those any route can give."""
+    answers: dict[int, Any] = {200: {"description": ok,
+                                     "content": {JSON: {"model": model}} if model else {}}}
+    if model is RestResponse:
+        answers[202] = {"description": "taken, not done yet: the message was queued (status "
+                        "`queued`, `queued` says where), or a control was accepted for the "
+                        "invocation running elsewhere (status `accepted`)",
+                        "content": {JSON: {"model": model}}}
+    for status in sorted({*errors, *_ANY_ROUTE}):
+        answers[status] = {"description": "an error (see `code`)",
+                           "content": {JSON: {"model": ErrorBody}}}
+    return answers
+
+
+def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
+    """What the generated description cannot know from the route signatures: the state keys
+    a client may write (``client_state``; any other key is refused unless sent back
+    unchanged), that a public seed is a ``user`` seed, what each inbox operation needs, and
+    the body of ``POST /agui`` and its events: the AG-UI protocol's own ``RunAgentInput``
+    (its ``threadId`` a session id) and ``Event`` schemas. The route validates that body
+    itself, so the protocol package loads only when AG-UI is used."""
+    from ag_ui.core import Event, RunAgentInput
+    from pydantic import TypeAdapter
+
+    components = openapi.setdefault("components", {}).setdefault("schemas", {})
+    state = {"type": "object", "additionalProperties": False,
+             "properties": {key: {} for key in client_state}}
+    writes = ("Merged (shallowly) into the session state for this turn. A client writes only "
+              f"the keys the server lists ({', '.join(client_state) or 'none here'}); any "
+              "other key is refused (422) unless sent back unchanged.")
+    turn = components["TurnRequest"]["properties"]
+    turn["state"] = {"anyOf": [state, {"type": "null"}], "description": writes}
+    # An edit needs its text, a move its position.
+    components["QueueOp"]["allOf"] = [
+        {"if": {"properties": {"op": {"const": "edit"}}},
+         "then": {"required": ["text"], "properties": {"text": {"type": "string"}}}},
+        {"if": {"properties": {"op": {"const": "move"}}},
+         "then": {"required": ["position"], "properties": {"position": {"type": "integer"}}}}]
+    components["SeedRequest"]["properties"]["role"] = {
+        "type": "string", "enum": ["user"], "default": "user",
+        "description": "Only `user` (other roles are for trusted server code)."}
+    refs = "#/components/schemas/AgUi{model}"
+    agui = RunAgentInput.model_json_schema(by_alias=True, ref_template=refs)
+    event = TypeAdapter(Event).json_schema(by_alias=True, ref_template=refs,
+                                           mode="serialization")
+    for name, definition in {**agui.pop("$defs", {}), **event.pop("$defs", {})}.items():
+        components[f"AgUi{name}"] = definition
+    components["AgUiEvent"] = event
+    _require_tags(components)
+    agui["properties"]["threadId"] = {"type": "string", **SESSION_ID_SCHEMA,
+                                      "description": "The session."}
+    components["AgUiResumeEntry"]["properties"]["interruptId"]["minLength"] = 1
+    # A state that is not an object is ignored; an object is a write, as in POST /turns.
+    agui["properties"]["state"] = {"anyOf": [state, {"not": {"type": "object"}}],
+                                   "description": writes}
+    components["RunAgentInput"] = agui
+    post = openapi["paths"]["/agui"]["post"]
+    post["requestBody"] = {
+        "required": True,
+        "content": {JSON: {"schema": {"$ref": "#/components/schemas/RunAgentInput"}}}}
+    # Each server-sent event's data is one AG-UI event, as JSON.
+    post["responses"]["200"]["content"] = {SSE: {"schema": {
+        "type": "object", "required": ["data"],
+        "properties": {"data": {"type": "string", "contentMediaType": JSON,
+                                "contentSchema": {"$ref": "#/components/schemas/AgUiEvent"}},
+                       "event": {"type": "string"}}}}}
+
+
+def _require_tags(components: dict[str, Any]) -> None:
+    """Make each discriminated union's tag required in its members: pydantic leaves a tag with
+    a default (``role: "user"``) optional in the JSON Schema, yet refuses a member without
+    it, so a schema-valid message without its ``role`` would be refused."""
+    stack: list[Any] = list(components.values())
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            tag = node.get("discriminator")
+            if isinstance(tag, dict):
+                for ref in (tag.get("mapping") or {}).values():
+                    member = components.get(str(ref).rsplit("/", 1)[-1])
+                    if member is not None and tag["propertyName"] not in member.get(
+                            "required", []):
+                        member["required"] = [*member.get("required", []),
+                                              tag["propertyName"]]
+            stack.extend(node.values())
