@@ -12,6 +12,11 @@ flushes. Errors found before the first event (a bad body, an unknown session) st
 as ordinary JSON responses. On Lambda there is no writer and the route returns the whole body.
 ``GET /sessions/{id}/events?follow=true`` streams through the same writer (a feed per commit).
 
+Each request gets a fresh id (``requestContext.requestId``, as API Gateway gives one): a
+server-side failure's answer names it, and the log record with the detail carries it. The
+server listens with a backlog of :data:`LISTEN_BACKLOG`, so a burst of clients connecting at
+once waits to be accepted instead of being reset.
+
 Work a request cannot finish (``App.hand_on``: the rest of a session's inbox, a deadline
 retry) goes to this server's :class:`Worker`: a daemon thread that runs each handed-on request
 through the REST handler the routes use, one at a time, as AWS's webhook queue would.
