@@ -146,6 +146,22 @@ def test_the_described_session_id_is_exactly_what_the_library_accepts(session_id
         assert described == _accepted_by_the_library(session_id)
 
 
+def test_every_method_a_described_path_does_not_list_is_405_naming_those_it_does(
+        dev: DevServer) -> None:
+    described = httpx.get(f"{dev.url}/", timeout=30).json()["paths"]
+
+    for template, item in described.items():
+        path = template.replace("{session_id}", "fuzz-allow")
+        listed = sorted(method.upper() for method in item)
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            if method in listed:
+                continue
+            answer = httpx.request(method, f"{dev.url}{path}", json={}, timeout=30)
+            assert answer.status_code == 405, (method, path, answer.text)
+            assert answer.json()["code"] == "method_not_allowed"
+            assert answer.headers["allow"] == ", ".join(listed)
+
+
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 @pytest.mark.parametrize(("method", "path"), OPERATIONS)
 def test_every_operation_answers_as_its_description_says(api: Any, method: str, path: str,
