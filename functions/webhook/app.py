@@ -20,7 +20,7 @@ statuses (completed, yielded, queued, recorded, stopped, paused, interrupted), i
 retry already in the session (``duplicate_message``, ``duplicate_retry``), a retry whose
 session no longer has a failed invocation (``nothing_to_retry``: it was retried or interrupted
 meanwhile), a stop for an invocation that ended (``not_running``), and for a drain (empty
-input) an inbox with nothing to run (``invalid_input``) or a failed session
+input) an inbox with nothing to run (``not_pending``) or a failed session
 (``session_failed``: the inbox waits for the retry, which must not queue behind this record).
 The turns' own drains and deadline cuts hand on through the same queue (``app.hand_on``).
 
@@ -51,7 +51,13 @@ from hand_on import KIND, HandOnMessage, handing_on_from
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Json, Tag
 from pydantic.alias_generators import to_camel
 
-from dormant.errors import DuplicateMessage, InputError, NotRunning, RetryRefused, SessionFailed
+from dormant.errors import (
+    DuplicateMessage,
+    NotPending,
+    NotRunning,
+    RetryRefused,
+    SessionFailed,
+)
 from dormant.handlers import HandlerInput, Input, RestResponse
 
 __all__ = ["HandOnMessage", "RecordNotLanded", "WebhookMessage", "WebhookRecord", "handler",
@@ -194,7 +200,7 @@ DONE_CODES = frozenset({DuplicateMessage.code, "duplicate_retry", RetryRefused.c
                         NotRunning.code})
 #: For a drain (empty input) also: nothing left in the inbox, or a failed session (its
 #: queued messages wait for the retry, whose turn runs them).
-DRAIN_DONE_CODES = frozenset({InputError.code, SessionFailed.code})
+DRAIN_DONE_CODES = frozenset({NotPending.code, SessionFailed.code})
 
 
 def hand_on_done(record: HandOnMessage, reply: RestResponse) -> bool:

@@ -75,7 +75,7 @@ TOOLS = ("work", "ask", "risky")
 #: Codes of a request the session refused: such a request writes nothing.
 REFUSALS = frozenset({
     "duplicate_message", "already_decided", "already_answered", "session_failed",
-    "nothing_to_retry", "duplicate_retry", "awaiting_input", "invalid_input",
+    "nothing_to_retry", "duplicate_retry", "awaiting_input", "invalid_input", "not_pending",
 })
 
 

@@ -202,7 +202,7 @@ MISTAKES: dict[str, tuple[Mistake, int, str, str]] = {
     "answer to a call nobody asked": (
         lambda s, sid, call: _post(s, {"sessionId": sid, "tools": [
             {"callId": "call_unknown", "input": {"answer": "Friday"}}]}),
-        400, "invalid_input", "call_unknown"),
+        409, "not_pending", "call_unknown"),
     "another principal's session": (
         lambda s, sid, call: _post(s, {"sessionId": sid, "tools": [
             {"callId": call, "input": {"answer": "Friday"}}]}, **{"X-Principal": "mallory"}),

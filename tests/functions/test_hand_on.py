@@ -355,7 +355,8 @@ _DRAIN = {"kind": "hand_on", "sessionId": "t", "input": {}}
     (_RETRY, _reply("error", "nothing_to_retry"), True),
     (_RETRY, _reply("error", "duplicate_message"), True),
     (_RETRY, _reply("error", "not_running"), True),
-    (_DRAIN, _reply("error", "invalid_input"), True),  # nothing to run
+    (_DRAIN, _reply("error", "not_pending"), True),  # nothing to run
+    (_DRAIN, _reply("error", "invalid_input"), False),
     (_DRAIN, _reply("error", "session_failed"), True),  # the inbox waits for the retry
     (_RETRY, _reply("error", "invalid_input"), False),
     (_RETRY, _reply("error", "store_error"), False),

@@ -8,9 +8,8 @@ serving the Bookings sample on its demo model. Each answer must pass schemathesi
 - ``status_code_conformance``, ``content_type_conformance``, ``response_schema_conformance``:
   every answer is one the description declares, in the declared media type and shape;
 - schema-valid requests are accepted: 2xx, or a 404/409 that says what the session's state
-  does not allow (no schema can know that state) — schemathesis' ``positive_data_acceptance``
-  with one exception, :data:`STATE_REFUSALS`: three refusals that depend on the session's
-  state alone but are answered 400 ``invalid_input`` today;
+  does not allow (no schema can know that state: a fresh session has nothing to run and
+  waits on no call) — schemathesis' ``positive_data_acceptance`` with those two statuses;
 - ``negative_data_rejection``: a request the schema says is invalid is refused with a 4xx.
 
 The schemathesis pytest plugin's lazy loader does not run on this pytest, so each operation
@@ -61,15 +60,9 @@ negative_data_rejection.enabled = true
 """
 
 
-#: Refusals of a schema-valid request that depend only on the session's state (a fresh
-#: session has nothing to run and waits on no call), answered 400 ``invalid_input`` by the core
-#: where ``not_pending`` (409) would say it; everything else schema-valid must be accepted.
-STATE_REFUSALS = re.compile(r"nothing to run in session |call .+? is not awaiting input in "
-                            r"session |approval .+? is not pending in session ", re.DOTALL)
-
 
 def schema_valid_requests_are_accepted(ctx: Any, response: Any, case: Any) -> None:
-    """``positive_data_acceptance`` with :data:`STATE_REFUSALS` allowed."""
+    """``positive_data_acceptance``, where 404 and 409 (the session's state) are acceptance."""
     if case.meta is None or not case.meta.generation.mode.is_positive:
         return
     status = response.status_code
@@ -77,9 +70,6 @@ def schema_valid_requests_are_accepted(ctx: Any, response: Any, case: Any) -> No
         return
     body = response.json() if response.headers.get("content-type", [""])[0].startswith(
         "application/json") else {}
-    if status == 400 and body.get("code") == "invalid_input" \
-            and STATE_REFUSALS.match(body.get("message", "")):
-        return
     raise AssertionError(f"a schema-valid request was refused: {status} {body}")
 
 

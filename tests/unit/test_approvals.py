@@ -140,7 +140,7 @@ def test_a_decision_not_pending_is_rejected_and_writes_nothing(
 
     stale = rest({"session_id": "t2", "input": {"approvals": [
         {"approval_id": "apr_from_an_old_step", "approved": True}]}})
-    assert stale.status == "error" and stale.code == "invalid_input"
+    assert stale.status == "error" and stale.code == "not_pending"
     assert "apr_from_an_old_step is not pending" in (stale.error or "")
     assert approval_id in (stale.error or "")  # names what is pending
 

@@ -206,7 +206,7 @@ def test_an_approval_is_pending_in_the_api_and_decided_by_post_turns() -> None:
 
     status, stale = _call(resolver, _event("POST", "/turns", {"sessionId": "a1", "approvals": [
         {"approvalId": "apr_stale", "approved": True}]}, authorizer=COGNITO))
-    assert status == 400 and stale["code"] == "invalid_input" and closed == []
+    assert status == 409 and stale["code"] == "not_pending" and closed == []
 
     status, done = _call(resolver, _event("POST", "/turns", {"sessionId": "a1", "approvals": [
         {"approvalId": request["approvalId"], "approved": True}]}, authorizer=COGNITO))

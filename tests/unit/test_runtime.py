@@ -252,7 +252,7 @@ def test_a_message_to_a_session_awaiting_tool_input_is_refused_naming_the_calls(
 
 
 @pytest.mark.parametrize("answer, code, expected", [
-    ({"call_id": "call_nope", "input": {"answer": "x"}}, "invalid_input",
+    ({"call_id": "call_nope", "input": {"answer": "x"}}, "not_pending",
      "call_nope is not awaiting input"),
     ({"call_id": "call_q", "input": {"answer": "x"}}, "already_answered", "already answered"),
 ])
@@ -277,7 +277,7 @@ def test_a_bad_answer_is_refused_and_writes_nothing(app: dormant.App, answer: di
     assert after is not None and after.version == before.version
 
 
-@pytest.mark.parametrize("bad", ["", "a b", "x" * 200, "semi;colon", "slash/y"])
+@pytest.mark.parametrize("bad", ["", "a b", "x" * 200, "semi;colon", "slash/y", "trailing\n"])
 def test_bad_session_ids_are_refused_before_any_write(app: dormant.App, bad: str) -> None:
     rest = app.handler.rest(agent=app.agent(name="a", model=ScriptedModel([])))
     response = rest({"session_id": bad, "input": {"message": "hi"}})

@@ -546,7 +546,7 @@ def _user(head: Head, event: UserEvent) -> None:
     if event.queued:  # it leaves the inbox (its id landed when it was queued)
         position = head.queued(event.message_id)
         if position is None:
-            raise InputError(f"message {event.message_id} is no longer queued in session "
+            raise NotPending(f"message {event.message_id} is no longer queued in session "
                              f"{head.session_id} (it ran, or was removed)")
         _refuse_if_failed(head)
         del head.queue[position]
@@ -593,7 +593,7 @@ def _tool_input(head: Head, event: ToolInput) -> None:
             call is None and answered in head.settled_ids):
         raise AlreadyAnswered(head.session_id, event.call_id)
     if call is None or not call.yielded or call.settled:
-        raise InputError(
+        raise NotPending(
             f"call {event.call_id} is not awaiting input in session {head.session_id}"
             + _awaiting(head)
         )
@@ -610,7 +610,7 @@ def _decide(head: Head, event: ApprovalDecided) -> None:
         raise AlreadyDecided(head.session_id, event.approval_id)
     if call is None:
         pending = ", ".join(f"{c.approval_id} ({c.name})" for c in head.pending_approvals())
-        raise InputError(
+        raise NotPending(
             f"approval {event.approval_id} is not pending in session {head.session_id}"
             + (f" (pending: {pending})" if pending else " (no approval is pending)")
         )

@@ -188,8 +188,11 @@ class NotRunning(InputError):
 
 
 class NotPending(InputError):
-    """An interrupt named an owner the session is not waiting on (a delayed interrupt must
-    not end later work), or an inbox operation named a message that is not queued."""
+    """The request names something the session does not wait on now: an interrupt's owner (a
+    delayed interrupt must not end later work), an inbox operation's message that is not
+    queued, an answer for a call that is not awaiting input, a decision for an approval that
+    is not pending, or a request with nothing to run (no message, nothing parked to resume).
+    A conflict with the session's state (409), not a malformed request."""
 
     code = "not_pending"
 

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 _PREFIX = "session_"
-_ID_CHARS = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_ID_CHARS = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_SESSION_ID = 128
 
 
@@ -63,7 +63,7 @@ def normalize_session_id(session_id: str) -> str:
     if not isinstance(session_id, str):
         raise InputError(f"session id must be a string, got {type(session_id).__name__}")
     bare = session_id.removeprefix(_PREFIX)
-    if not bare or not _ID_CHARS.match(bare) or len(_PREFIX) + len(bare) > MAX_SESSION_ID:
+    if not bare or not _ID_CHARS.fullmatch(bare) or len(_PREFIX) + len(bare) > MAX_SESSION_ID:
         raise InputError(
             f"invalid session id {session_id!r}: use 1-{MAX_SESSION_ID - len(_PREFIX)} characters "
             "from A-Z a-z 0-9 . _ : -"

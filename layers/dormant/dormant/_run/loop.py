@@ -25,6 +25,7 @@ from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
 from dormant.errors import (
     DuplicateMessage,
     InputError,
+    NotPending,
     PendingInputError,
     RetryRefused,
     SessionFailed,
@@ -168,7 +169,7 @@ def _start(run: RunState, turn: TurnInput) -> Stream:
     elif head.paused:
         raise SessionPaused(head.session_id)
     elif head.inbox == 0:
-        raise InputError(
+        raise NotPending(
             f"nothing to run in session {head.session_id}: send a message"
             + (" (the session waits for one)" if head.parked == "message" else "")
         )
