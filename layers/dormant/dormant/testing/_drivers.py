@@ -289,8 +289,10 @@ class Driver:
                                "id": control.id or new_id("msg")}}
         else:
             given = {"pause": True}
-        reads = self.store.reads
         outcome = self._request(given)
+        # Counted once the control is written: a poll already under way may have read the
+        # record before the write, so only reads that start from here are sure to see it.
+        reads = self.store.reads
         self.controls.append(outcome)
         # A pause request answers ``paused`` (the session is paused, or will be at the
         # running turn's next step boundary).
@@ -307,7 +309,7 @@ class Driver:
                                  f"{CONTROL_WAIT:g} s")
             return True
         # The second read started after the control was written begins once the poll of the
-        # first (which saw it) has been applied.
+        # first (which saw it) has been applied: the watch polls one read at a time.
         if not self.store.wait_reads(reads + 2, CONTROL_WAIT):
             self.problems.append(f"{control.describe()}: the running turn did not read its "
                                  f"control record within {CONTROL_WAIT:g} s")
