@@ -566,3 +566,37 @@ def test_a_decision_for_an_approval_already_decided_is_refused_with_409(
     assert again.code == "already_decided"
     assert support.app.sessions.get("late").version == version  # type: ignore[union-attr]
     assert len(support.ran) == (1 if approved else 0)
+
+
+def test_a_turn_that_read_a_free_session_never_starts_beside_a_claimed_invocation(
+        store: Store) -> None:
+    """A turn read the session while it was free; meanwhile another turn parked on an
+    approval and a decision claimed it (that invocation runs now). The first turn's commit
+    must not start a second invocation beside the running one: it is superseded (it ran no
+    tool), and the session keeps one open invocation."""
+    support = Support(store, approval=True, clock=_ticking())
+    turn = support.app.handler.turn(agent=support.agent)
+    late = turn({"session_id": "beside", "input": {"message": "close T-9",
+                                                   "message_id": "late"}})
+    next(late)  # read at version 0 (the session is new and free)
+
+    parked = support.rest({"session_id": "beside", "input": {"message": "close T-7"}})
+    (pending,) = parked.pending_approvals or []
+    decision = turn({"session_id": "beside", "input": {"approvals": [
+        {"approval_id": pending.approval_id, "approved": True}]}})
+    next(decision)  # the decision is claimed: that invocation is running now
+
+    for _ in late:
+        pass
+    for _ in decision:
+        pass
+
+    assert late.result is not None and decision.result is not None
+    assert late.result.commit_status == "superseded" and not late.result.landed
+    assert decision.result.status == "completed", decision.result
+    events = support.ledger("beside")
+    starts = [e.invocation_id for e in events if e.type == "invocation_start"]
+    ends = [e.invocation_id for e in events if e.type == "invocation_end"]
+    assert starts == ends, f"an invocation started beside another: {[e.type for e in events]}"
+    assert "late" not in [e.message_id for e in events if isinstance(e, UserEvent)]
+    assert support.ran == [r.call_id for r in _results(events)]

@@ -25,6 +25,7 @@ from dormant.errors import (
     ResumeError,
     RetryRefused,
     SessionFailed,
+    SessionRunning,
     StaleTimer,
 )
 from dormant.events import (
@@ -337,6 +338,7 @@ def apply(head: Head, event: Event) -> None:
         case InvocationStart():
             _refuse_if_parked_on_tools(head)
             _refuse_if_failed(head)
+            _refuse_if_running(head)
             if event.invocation_id is not None:
                 _remember_invocation(head, event.invocation_id)
             head.open_invocation = event.invocation_id
@@ -525,6 +527,14 @@ def _interrupt(head: Head, owner: str) -> None:
     raise NotPending(f"interrupt {owner} refused in session {head.session_id}: it is not what "
                      "the session waits on" + (f" (waiting on: {', '.join(waiting)})"
                                                if waiting else " (nothing is waiting)"))
+
+
+def _refuse_if_running(head: Head) -> None:
+    """Another invocation is running (its claim committed): a new one cannot start beside it.
+    A request that read the session before that claim and merges onto it lands here: its
+    turn is superseded, its message not run beside the other."""
+    if head.open_invocation is not None and head.parked is None and not head.paused:
+        raise SessionRunning(head.session_id, head.open_invocation)
 
 
 def _refuse_if_failed(head: Head) -> None:
