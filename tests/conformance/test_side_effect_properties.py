@@ -187,6 +187,8 @@ class SideEffectMachine(RuleBasedStateMachine):
         store.append = spied  # type: ignore[method-assign]
 
     def teardown(self) -> None:
+        for _, _, stream in self.streams.values():  # started, never finished: abandon them
+            stream.close()
         self._store_gen.close()
 
     # --- writers -----------------------------------------------------------------------------

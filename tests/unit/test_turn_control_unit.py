@@ -247,3 +247,23 @@ def test_a_timer_delivery_to_a_paused_session_waits_in_its_inbox() -> None:
     resumed = rest({"session_id": "tp", "input": {"resume": True}})
     assert resumed.status == "completed" and resumed.output.text == "Reminder passed on."
     assert app.sessions.get("tp").inbox == []  # type: ignore[union-attr]
+
+
+def test_closing_an_abandoned_stream_stops_its_control_poll_and_commits_nothing() -> None:
+    import threading
+
+    app = dormant.App(name="close")
+    agent = app.agent(name="a", model=ScriptedModel(["one two three"]))
+    stream = app.handler.turn(agent=agent, poll_interval=0.01)(
+        {"session_id": "abandoned", "input": {"message": "hi"}})
+    next(stream)  # running: its control poll is on
+    polls = [t for t in threading.enumerate() if t.name == "dormant-control-session_abandoned"]
+    assert polls and polls[0].is_alive()
+
+    stream.close()
+
+    polls[0].join(timeout=5)
+    assert not polls[0].is_alive()
+    assert app.sessions.get("abandoned") is None  # nothing was committed
+    with pytest.raises(StopIteration):
+        next(stream)

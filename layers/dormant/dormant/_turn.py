@@ -167,6 +167,14 @@ class TurnStream(Iterator[StreamEvent]):
         steps are, with an ``invocation_failed`` (code ``aborted``)."""
         self._signal.abort()
 
+    def close(self) -> None:
+        """Abandon the turn: abort it and release what it holds now (its poll of the control
+        record), instead of when the stream is garbage collected. What an abort keeps is
+        kept; nothing more runs or is committed."""
+        self._signal.abort()
+        if self._gen is not None:
+            self._gen.close()
+
     def run(self) -> TurnResult:
         """Drain the stream and return the result."""
         for _ in self:
