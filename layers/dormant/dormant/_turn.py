@@ -10,7 +10,7 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -125,7 +125,7 @@ class TurnStream(Iterator[StreamEvent]):
         self._request = request
         self._signal = Signal()
         self._remaining = remaining_time
-        self._gen: Iterator[StreamEvent] | None = None
+        self._gen: Generator[StreamEvent, None, None] | None = None
         #: The ``invocation_resume`` a claim committed (then the run does not reopen again).
         self._resumed: InvocationResume | None = None
         self.invocation_id: str = _invocation_id(request)
@@ -184,7 +184,7 @@ class TurnStream(Iterator[StreamEvent]):
 
     # --- the request path ----------------------------------------------------------------------
 
-    def _drive(self) -> Iterator[StreamEvent]:
+    def _drive(self) -> Generator[StreamEvent, None, None]:
         config = self._config
         try:
             request = (self._request if isinstance(self._request, HandlerInput)
