@@ -4,7 +4,8 @@ Amazon's DynamoDB Local."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -25,17 +26,8 @@ def dynamodb_in_process() -> Iterator[Store]:
 def dynamodb_server() -> Iterator[Store]:
     """moto server on 127.0.0.1 over HTTP; the store finds it through
     ``AWS_ENDPOINT_URL_DYNAMODB`` alone, as under ``sam local``."""
-    with pytest.MonkeyPatch.context() as patch:
-        aws_env(patch)
-        server = shared_moto_server()
-        patch.setenv("AWS_ENDPOINT_URL_DYNAMODB", server.url)
-        table = f"dormant-conformance-{uuid.uuid4().hex[:12]}"
-        store = DynamoDBStore(table)
-        store.ensure_table()
-        try:
-            yield store
-        finally:
-            server.client("dynamodb").delete_table(TableName=table)
+    server = shared_moto_server()
+    yield from _fresh_table(server.url, lambda: server.client("dynamodb"))
 
 
 def dynamodb_local() -> Iterator[Store]:
@@ -43,14 +35,20 @@ def dynamodb_local() -> Iterator[Store]:
     (see ``tests/_dynamodb_local.py``); a fresh table per test, deleted after."""
     from tests._dynamodb_local import shared_dynamodb_local
 
+    local = shared_dynamodb_local()
+    yield from _fresh_table(local.url, local.client)
+
+
+def _fresh_table(url: str, client: Callable[[], Any]) -> Iterator[Store]:
+    """A store on a fresh table of the engine at ``url`` (found through
+    ``AWS_ENDPOINT_URL_DYNAMODB`` alone, as under ``sam local``), deleted after."""
     with pytest.MonkeyPatch.context() as patch:
         aws_env(patch)
-        local = shared_dynamodb_local()
-        patch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local.url)
+        patch.setenv("AWS_ENDPOINT_URL_DYNAMODB", url)
         table = f"dormant-conformance-{uuid.uuid4().hex[:12]}"
         store = DynamoDBStore(table)
         store.ensure_table()
         try:
             yield store
         finally:
-            local.client().delete_table(TableName=table)
+            client().delete_table(TableName=table)

@@ -48,6 +48,20 @@ def load_event(name: str) -> dict[str, Any]:
         return copy.deepcopy(json.load(file))
 
 
+def seed_wake_timer(deployed: Deployment, event: dict[str, Any]) -> None:
+    """The session as a turn that asked for a wake event's timer left it (timer pending)."""
+    from datetime import UTC, datetime
+
+    import dormant
+    from dormant.stores import DynamoDBStore
+
+    app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
+    session = app.sessions.get(event["sessionId"]) or app.sessions.create(event["sessionId"])
+    session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
+                     message=event["message"])
+    assert app.sessions.commit(session).ok
+
+
 def api_body(response: dict[str, Any]) -> Any:
     """The JSON body of an API Gateway proxy response."""
     return json.loads(response["body"])

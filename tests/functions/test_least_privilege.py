@@ -8,7 +8,6 @@ wrong on and say which authorisations they needed, so a path that stops being ex
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,13 +16,13 @@ from pydantic import BaseModel
 import dormant
 from dormant.handlers import HandlerInput, Input, RetryRequest
 from dormant.models import ScriptedModel
-from dormant.stores import DynamoDBStore
 from tests.functions.conftest import (
     Deployment,
     FakeLambdaContext,
     Recording,
     api_body,
     load_event,
+    seed_wake_timer,
     with_body,
 )
 
@@ -107,11 +106,7 @@ def test_the_wake_function_calls_only_what_its_role_allows(
         deployed: Deployment, context: FakeLambdaContext,
         iam_recorded: Recording) -> None:
     event = load_event("wake-timer.json")
-    app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
-    session = app.sessions.create(event["sessionId"])
-    session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
-                     message=event["message"])
-    assert app.sessions.commit(session).ok
+    seed_wake_timer(deployed, event)
     wake = deployed.cold_start("wake")
 
     assert wake.handler(event, context)["commitStatus"] == "committed"

@@ -4,7 +4,6 @@ the deployment: a committed turn -> an EventBridge schedule -> its input -> the 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,18 +20,10 @@ from tests.functions.conftest import (
     Deployment,
     FakeLambdaContext,
     load_event,
+    seed_wake_timer,
 )
 
 EVENT = "wake-timer.json"
-
-
-def _seed_timer(deployed: Deployment, event: dict[str, Any]) -> None:
-    """The session as a turn that asked for the event's timer left it (timer pending)."""
-    app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
-    session = app.sessions.get(event["sessionId"]) or app.sessions.create(event["sessionId"])
-    session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
-                     message=event["message"])
-    assert app.sessions.commit(session).ok
 
 
 def _user_texts(deployed: Deployment, session_id: str) -> list[str]:
@@ -50,7 +41,7 @@ def test_the_sample_event_is_a_timer_delivery() -> None:
 def test_a_firing_lands_its_message_once_and_a_repeat_is_a_success(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     event = load_event(EVENT)
-    _seed_timer(deployed, event)
+    seed_wake_timer(deployed, event)
     wake = deployed.cold_start("wake")
 
     first = wake.handler(event, context)
@@ -69,7 +60,7 @@ def test_a_firing_lands_its_message_once_and_a_repeat_is_a_success(
 def test_a_cancelled_timer_firing_late_is_a_success_that_writes_nothing(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     event = load_event(EVENT)
-    _seed_timer(deployed, event)
+    seed_wake_timer(deployed, event)
     app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
     session = app.sessions.get(event["sessionId"])
     assert session is not None
@@ -104,7 +95,7 @@ def test_a_firing_for_a_session_waiting_on_a_tool_queues_its_reminder(
     assert json.loads(paused["body"])["status"] == "yielded_tool"
     event = load_event(EVENT)
     event["sessionId"] = "session_thread-42"
-    _seed_timer(deployed, event)
+    seed_wake_timer(deployed, event)
 
     wake = deployed.cold_start("wake")
     summary = wake.handler(event, FakeLambdaContext())
@@ -122,7 +113,7 @@ def test_a_firing_that_cannot_land_raises_so_lambda_retries_it(
     """The store keeps failing: the function raises (Lambda retries it, then dead-letters it)
     and the timer stays pending."""
     event = load_event(EVENT)
-    _seed_timer(deployed, event)
+    seed_wake_timer(deployed, event)
     version = deployed.session(event["sessionId"]).version
     wake = deployed.cold_start("wake")
     FaultInjector(wake.app.store._client).fail("TransactWriteItems",

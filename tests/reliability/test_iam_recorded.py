@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -27,6 +26,7 @@ from tests.functions.conftest import (
     Recording,
     api_body,
     load_event,
+    seed_wake_timer,
     with_body,
 )
 from tests.functions.iam_policy import FUNCTIONS, acting_as, refused
@@ -75,11 +75,7 @@ def _drive_webhook(deployed: Deployment) -> None:
 
 def _drive_wake(deployed: Deployment) -> None:
     event = load_event("wake-timer.json")
-    app = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
-    session = app.sessions.create(event["sessionId"])
-    session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
-                     message=event["message"])
-    assert app.sessions.commit(session).ok
+    seed_wake_timer(deployed, event)
     assert deployed.cold_start("wake").handler(event, FakeLambdaContext())["commitStatus"] \
         == "committed"
 
@@ -152,11 +148,7 @@ def test_a_wake_turn_opening_a_session_on_an_expired_id_clears_it_with_deleteite
         deployed: Deployment, iam_recorded: Recording) -> None:
     """Trusted server code in a turn (here a tool) may open a session, e.g. a follow-up case."""
     event = load_event("wake-timer.json")
-    seeding = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
-    session = seeding.sessions.create(event["sessionId"])
-    session.schedule(event["name"], at=datetime.fromtimestamp(event["fireAt"] / 1000, UTC),
-                     message=event["message"])
-    assert seeding.sessions.commit(session).ok
+    seed_wake_timer(deployed, event)
     _expired(deployed, "case-9")
     wake = deployed.cold_start("wake")
 
