@@ -533,9 +533,10 @@ def _refuse_server_only(given: Input) -> None:
     named = [name for name, value in (("initial_state", given.initial_state),
                                       ("timer", given.timer)) if value is not None]
     if given.seed is not None and given.seed.role != "user":
-        named.append(f"seed role {given.seed.role!r}")
+        named.append(f"seed role {given.seed.role!r} (a client seeds role 'user' only)")
     if named:
-        raise ServerOnly(f"{', '.join(named)}: for trusted server code, not a public client")
+        raise ServerOnly(f"{', '.join(named)}: for trusted server code (app.sessions or the "
+                         "handlers in Python), not a public client")
 
 
 def _invocation_of(stream: TurnStream) -> Callable[[], str | None]:

@@ -18,7 +18,7 @@ from dormant._turn_wire import (
     SteerRequest,
     StopRequest,
 )
-from dormant.errors import InputError, ServerOnly
+from dormant.errors import InputError
 from dormant.handlers import HandlerInput, Input, RetryRequest, ToolAnswer
 from dormant.session import MAX_SESSION_ID, normalize_session_id
 from dormant.types import PendingInput, QueuedMessage
@@ -131,13 +131,9 @@ class TurnRequest(_Wire):
         "waiting response and run this message).")
 
     def to_handler_input(self, principal: str | None) -> HandlerInput:
-        """The handler's input; raises :class:`ServerOnly` for what only trusted server code
-        may send (nothing has been written then)."""
-        if self.seed is not None and self.seed.role != "user":
-            raise ServerOnly(
-                f"seed role {self.seed.role!r} is for trusted server code (app.sessions "
-                "or the handlers in Python), not the public API; a client seeds role "
-                "'user' only")
+        """The handler's input, marked public: the handler refuses what only trusted server
+        code may send (``server_only``, nothing written) and state keys outside its
+        ``client_state``."""
         return HandlerInput(
             session_id=self.session_id,
             input=Input(
