@@ -3,6 +3,8 @@ resume checks and the timeline (the cross-process paths are in tests/conformance
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import BaseModel
 
@@ -250,20 +252,31 @@ def test_a_timer_delivery_to_a_paused_session_waits_in_its_inbox() -> None:
 
 
 def test_closing_an_abandoned_stream_stops_its_control_poll_and_commits_nothing() -> None:
-    import threading
+    import time
 
     app = dormant.App(name="close")
+    reads: list[str] = []
+    read_control = app.store.read_control
+
+    def counted(session_id: str) -> Any:
+        reads.append(session_id)
+        return read_control(session_id)
+
+    app.store.read_control = counted  # type: ignore[method-assign]
     agent = app.agent(name="a", model=ScriptedModel(["one two three"]))
     stream = app.handler.turn(agent=agent, poll_interval=0.01)(
         {"session_id": "abandoned", "input": {"message": "hi"}})
     next(stream)  # running: its control poll is on
-    polls = [t for t in threading.enumerate() if t.name == "dormant-control-session_abandoned"]
-    assert polls and polls[0].is_alive()
+    deadline = time.monotonic() + 5
+    while not reads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reads, "the running turn never read its control record"
 
     stream.close()
 
-    polls[0].join(timeout=5)
-    assert not polls[0].is_alive()
+    seen = len(reads)
+    time.sleep(0.1)  # ten intervals
+    assert len(reads) == seen  # no read after close
     assert app.sessions.get("abandoned") is None  # nothing was committed
     with pytest.raises(StopIteration):
         next(stream)

@@ -19,8 +19,11 @@ control record.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -522,12 +525,13 @@ def _with(base: Control, asks: list[Ask], session: Session) -> Control:
 
 
 class ControlWatch:
-    """Polls the session's control record for the running turn, on a daemon thread.
+    """Polls the session's control record for the running turn.
 
     A stop for the running invocation sets the turn's :class:`~dormant.tools.Signal` (tools
     and model calls see it at once); a pause and steers wait for the run loop's next step
     boundary (:meth:`take_steers`, :attr:`pause_rev`). The first read happens one interval in:
-    a turn that ends sooner never reads.
+    a turn that ends sooner never reads. The reads run on the process's one control thread
+    (:class:`_Poller`): starting a turn costs a heap push, not a thread.
     """
 
     def __init__(self, store: Store, session_id: str, invocation: Callable[[], str | None],
@@ -539,32 +543,36 @@ class ControlWatch:
         self._interval = interval
         self._control_rev = control_rev
         self._lock = threading.Lock()
+        #: Held while a read is in progress, so :meth:`close` can wait for it.
+        self._reading = threading.Lock()
         self._steers: dict[str, ControlSteer] = {}
         self._taken: set[str] = set()
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._closed = False
         #: The revision of a pause the turn has not taken yet (None: none asked).
         self.pause_rev: int | None = None
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def start(self) -> ControlWatch:
         if self._interval > 0:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"dormant-control-{self._session_id}")
-            self._thread.start()
+            _POLLER.add(self, time.monotonic() + self._interval)
         return self
 
     def close(self) -> None:
         """Stop polling; returns once a read in progress has finished (so the caller may
         close the store)."""
-        self._done.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5.0)
+        self._closed = True
+        if not _POLLER.is_current() and self._reading.acquire(timeout=5.0):
+            self._reading.release()
 
-    def _run(self) -> None:
-        while not self._done.wait(self._interval):
-            if not self.poll():
-                return
+    def tick(self) -> float | None:
+        """One scheduled read (on the control thread): when to read next, None to stop."""
+        with self._reading:
+            if self._closed or not self.poll():
+                return None
+        return time.monotonic() + self._interval
 
     def poll(self) -> bool:
         """Read the control record once and act on what concerns this turn. False when
@@ -601,6 +609,61 @@ class ControlWatch:
             self._steers.clear()
             self._taken.update(s.id for s in taken)
         return taken
+
+
+class _Poller:
+    """The process's one control thread: reads each running turn's control record when due.
+
+    A heap of ``(due, n, watch)``; a closed watch is dropped when it comes up. The thread is
+    started on first use (and again in a forked child, where it does not exist) and waits
+    without polling while no turn runs.
+    """
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._due: list[tuple[float, int, ControlWatch]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, watch: ControlWatch, due: float) -> None:
+        with self._wake:
+            heapq.heappush(self._due, (due, next(self._order), watch))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="dormant-control")
+                self._thread.start()
+            else:
+                self._wake.notify()
+
+    def is_current(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _next(self) -> ControlWatch:
+        with self._wake:
+            while True:
+                while self._due and self._due[0][2].closed:
+                    heapq.heappop(self._due)
+                if not self._due:
+                    self._wake.wait()
+                    continue
+                delay = self._due[0][0] - time.monotonic()
+                if delay <= 0:
+                    return heapq.heappop(self._due)[2]
+                self._wake.wait(delay)
+
+    def _run(self) -> None:
+        while True:
+            watch = self._next()
+            try:
+                due = watch.tick()
+            except Exception:  # one turn's failed read must not end the thread
+                log.exception("control poll failed", extra={"session_id": watch._session_id})
+                due = None
+            if due is not None:
+                self.add(watch, due)
+
+
+_POLLER = _Poller()
 
 
 def schema_errors(value: Any, schema: dict[str, Any], where: str = "value") -> list[str]:
