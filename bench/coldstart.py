@@ -1,69 +1,240 @@
-"""Cold start: what a fresh Lambda interpreter pays to import the code path, side by side.
+"""Cold start: what a fresh Lambda execution environment pays before it answers, side by side.
 
-Each row is the median wall time of N fresh ``python -c`` processes doing one import (process
-start-up itself is measured too and subtracted), in one run, so rows compare:
+Each row is the median wall time of N fresh ``python`` processes (interpreter start-up, measured
+as ``python -c pass``, subtracted), all in one run, so rows compare; each is also shown as a
+multiple of the floor row, a bare ``import boto3, pydantic``:
 
-    python bench/coldstart.py            # 7 processes per row
-    python bench/coldstart.py --smoke    # one process per row (CI keeps it from rotting)
+    python bench/coldstart.py                 # 7 processes per row
+    python bench/coldstart.py --smoke         # one process per row (CI keeps it from rotting)
+    python bench/coldstart.py --json out.json # also write {row: median ms}
+    python bench/coldstart.py --layer         # also the Lambda layer's size (pip, no Docker)
 
-The api function row imports ``functions/api/app.py`` as Lambda would (``functions/`` on the
-path, fake AWS settings, no network): layer, Powertools, boto3 client set-up and the resolver.
+The function rows run ``functions/<name>/app.py`` as Lambda does (``functions/`` on the path,
+the handler module imported, then one request): AWS is a moto server on 127.0.0.1 started by
+this script (the functions reach it through ``AWS_ENDPOINT_URL_*``, as under ``sam local``),
+with the template's table, bucket, schedule group, webhook queue and OpenAI secret in it.
+
+- ``api``: no OpenAI secret (the sample's demo model), tracing off: the import and a first
+  ``POST /turns``.
+- ``api, deployed``: what the template sets: the OpenAI secret (Secrets Manager), the timers'
+  scheduler, the webhook queue, and the Lambda variables that turn Powertools tracing on
+  (``LAMBDA_TASK_ROOT``, ``_X_AMZN_TRACE_ID``). Its first request is one no model call serves
+  (``GET /sessions/{id}``), and, as a separate row, a first ``POST /turns`` whose model call a
+  local fake OpenAI server answers: that row pays for reading the secret and importing
+  ``openai``, which only a model call needs.
+- ``+ DORMANT_XRAY_SDK``: the same with the X-Ray SDK tracer opted into.
+- ``webhook`` and ``wake``: the import in the deployed environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS = ROOT / "functions"
+LAYER = ROOT / "layers" / "dormant"
 
-ROWS: dict[str, str] = {
-    "python -c pass (subtracted)": "pass",
-    "pydantic (the floor: every wire type)": "import pydantic; from pydantic import BaseModel",
-    "import dormant": "import dormant",
-    "dormant + handlers built": (
-        "import dormant; app = dormant.App(); "
-        "a = app.agent(name='a', hooks=[dormant.Hook(before_agent=lambda c: 'x')]); "
-        "app.handler.rest(agent=a)({'input': {'message': 'hi'}})"),
-    "api function module (functions/api/app.py)": "import app",
-    "openai (reference: imported only on a model call)": "import openai",
+TABLE, BUCKET, GROUP, QUEUE = ("dormant-coldstart", "dormant-coldstart", "dormant-coldstart",
+                               "dormant-coldstart.fifo")
+SECRET = "dormant/openai-api-key"
+FLOOR = "floor: import boto3, pydantic"
+
+#: Fake credentials, always: the bench can never reach a real account.
+AWS_ENV = {
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+}
+#: What every function gets from the template, tracing off.
+FUNCTION_ENV = {
+    "DORMANT_TABLE": TABLE, "DORMANT_BUCKET": BUCKET, "DORMANT_SESSION_TTL_DAYS": "30",
+    "POWERTOOLS_SERVICE_NAME": "dormant", "POWERTOOLS_METRICS_NAMESPACE": "Dormant",
+    "POWERTOOLS_TRACE_DISABLED": "true", "LOG_LEVEL": "INFO",
+}
+#: The rest of a deployed function's environment: the secret, timers, hand-ons, and Lambda's
+#: own variables under which Powertools traces (``POWERTOOLS_TRACE_DISABLED`` is removed).
+DEPLOYED_ENV = {
+    "DORMANT_OPENAI_SECRET": SECRET, "DORMANT_OPENAI_MODEL": "gpt-5.6-luna",
+    "DORMANT_SCHEDULE_GROUP": GROUP,
+    "DORMANT_WAKE_TARGET_ARN": "arn:aws:lambda:us-east-1:123456789012:function:dormant-wake",
+    "DORMANT_SCHEDULER_ROLE_ARN": "arn:aws:iam::123456789012:role/dormant-scheduler",
+    "DORMANT_SCHEDULE_DLQ_ARN": "arn:aws:sqs:us-east-1:123456789012:dormant-wake-dlq",
+    "LAMBDA_TASK_ROOT": str(FUNCTIONS), "AWS_LAMBDA_FUNCTION_NAME": "dormant-api",
+    "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+    "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;"
+                        "Sampled=1",
+    "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000", "AWS_XRAY_CONTEXT_MISSING": "LOG_ERROR",
 }
 
-LAMBDA_ENV = {
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing", "DORMANT_TABLE": "dormant-coldstart",
-    "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_SERVICE_NAME": "dormant",
-    "POWERTOOLS_METRICS_NAMESPACE": "Dormant",
-}
+_CONTEXT = """
+class Context:
+    function_name = "dormant-api"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 1024
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:dormant-api"
+    aws_request_id = "c6af9ac6-0000-0000-0000-000000000001"
+    log_group_name = "/aws/lambda/dormant-api"
+    log_stream_name = "coldstart"
+    def get_remaining_time_in_millis(self):
+        return 29_000
+"""
+_EVENT = "import json\nevent = json.load(open({path!r}))\n"
+#: A first POST /turns: a new session each process (no sessionId), one message.
+_TURN = _CONTEXT + _EVENT.format(path=str(ROOT / "events" / "api_post_turn.json")) + """
+event["body"] = json.dumps({"message": "Hi! Please book me in for one night."})
+import api.app
+reply = api.app.handler(event, Context())
+assert reply["statusCode"] == 200, reply
+"""
+#: A first GET /sessions/{id}: no model call (the session does not exist: 404).
+_READ = _CONTEXT + _EVENT.format(path=str(ROOT / "events" / "api_get_session.json")) + """
+import api.app
+reply = api.app.handler(event, Context())
+assert reply["statusCode"] == 404, reply
+"""
 
 
-def _once(code: str) -> float:
-    env = {**os.environ, **LAMBDA_ENV,
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "functions" / "api"),
-                                          str(ROOT / "functions")])}
+def rows() -> dict[str, tuple[str, dict[str, str]]]:
+    """Row name -> (code a fresh process runs, the environment it adds)."""
+    deployed = {**DEPLOYED_ENV, "POWERTOOLS_TRACE_DISABLED": ""}
+    return {
+        "python -c pass (subtracted)": ("pass", {}),
+        FLOOR: ("import boto3, pydantic", {}),
+        "import dormant": ("import dormant", {}),
+        "api: import + first turn (no secret, tracing off)": (_TURN, {}),
+        "api, deployed: import + first GET /sessions/{id}": (_READ, deployed),
+        "api, deployed: import + first turn (model call: openai imported)": (_TURN, deployed),
+        "api, deployed + DORMANT_XRAY_SDK: import + first GET": (
+            _READ, {**deployed, "DORMANT_XRAY_SDK": "true"}),
+        "webhook, deployed: import": ("import webhook.app", deployed),
+        "wake, deployed: import": ("import wake.app", deployed),
+    }
+
+
+def _once(code: str, env: Mapping[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(env), cwd=ROOT)
     return time.perf_counter() - start
+
+
+@contextmanager
+def aws() -> Iterator[dict[str, str]]:
+    """A moto server on 127.0.0.1 holding the template's resources; yields the endpoint env."""
+    os.environ.update(AWS_ENV)
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    try:
+        def client(service: str) -> Any:
+            return boto3.client(service, endpoint_url=url, region_name="us-east-1")
+
+        sys.path.insert(0, str(LAYER))
+        from dormant.stores import DynamoDBStore
+
+        DynamoDBStore(TABLE, client=client("dynamodb")).ensure_table()
+        client("s3").create_bucket(Bucket=BUCKET)
+        client("scheduler").create_schedule_group(Name=GROUP)
+        queue = client("sqs").create_queue(QueueName=QUEUE, Attributes={
+            "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+        client("secretsmanager").create_secret(Name=SECRET, SecretString="sk-coldstart")
+        env = {"AWS_ENDPOINT_URL": url, "WEBHOOK_QUEUE_URL": queue}
+        env.update({f"AWS_ENDPOINT_URL_{s}": url for s in
+                    ("DYNAMODB", "S3", "SQS", "SCHEDULER", "SECRETSMANAGER", "SSM")})
+        yield env
+    finally:
+        server.stop()
+
+
+@contextmanager
+def fake_openai(replies: int) -> Iterator[str]:
+    """The tests' local OpenAI stand-in, scripted with ``replies`` one-line answers."""
+    sys.path.insert(0, str(ROOT))
+    from tests.unit.openai_fake import FakeOpenAI, responses_stream
+
+    server = FakeOpenAI()
+    server.script(*[responses_stream("Which night would you like?") for _ in range(replies)])
+    try:
+        yield server.base_url
+    finally:
+        server.close()
+
+
+def measure(runs: int) -> dict[str, float]:
+    """Median ms per row, interpreter start-up subtracted (the ``pass`` row is dropped)."""
+    table = rows()
+    with aws() as endpoints, fake_openai(runs * 2 + 2) as openai_url:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DORMANT_",
+                                                                          "POWERTOOLS_"))}
+        base.update(AWS_ENV, **FUNCTION_ENV, **endpoints, OPENAI_BASE_URL=openai_url,
+                    PYTHONPATH=os.pathsep.join([str(FUNCTIONS), str(LAYER)]))
+        medians = {}
+        for name, (code, extra) in table.items():
+            env = {**base, **extra}
+            env = {k: v for k, v in env.items() if v != ""}
+            medians[name] = statistics.median(_once(code, env) for _ in range(runs)) * 1000
+    start = medians.pop("python -c pass (subtracted)")
+    return {name: value - start for name, value in medians.items()}
+
+
+def layer_mb(requirements: Path = LAYER / "requirements.txt") -> float:
+    """Size in MB (``du -sm``: disk blocks, MiB) of what ``sam build`` puts in the layer for
+    python3.13 x86_64: the requirements as manylinux wheels for CPython 3.13, installed and
+    byte-compiled by pip as ``sam build`` does, plus the ``dormant`` package (pip downloads
+    the wheels; no Docker)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "python"
+        pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                              "--disable-pip-version-check", "--target", str(target),
+                              "--platform", "manylinux2014_x86_64", "--implementation", "cp",
+                              "--python-version", "3.13", "--only-binary=:all:",
+                              "-r", str(requirements)], capture_output=True, text=True)
+        if pip.returncode:
+            raise SystemExit(f"pip could not build the layer:\n{pip.stderr}")
+        shutil.copytree(LAYER / "dormant", target / "dormant",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        blocks = sum(f.lstat().st_blocks for f in target.rglob("*"))
+    return blocks * 512 / 2**20
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="one process per row")
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="write {row: median ms} (and layer_mb with --layer) here")
+    parser.add_argument("--layer", action="store_true",
+                        help="also measure the layer's size (pip downloads the wheels)")
     args = parser.parse_args()
     runs = 1 if args.smoke else args.runs
-    medians = {name: statistics.median(_once(code) for _ in range(runs)) * 1000
-               for name, code in ROWS.items()}
-    base = medians.pop("python -c pass (subtracted)")
-    print(f"cold import, ms (median of {runs} fresh processes, interpreter start-up of "
-          f"{base:.0f} ms subtracted)")
+    medians = measure(runs)
+    floor = medians[FLOOR]
+    print(f"cold start, ms (median of {runs} fresh processes, interpreter start-up "
+          f"subtracted; x = multiple of the floor row)")
     for name, value in medians.items():
-        print(f"  {name:<52}{value - base:>8.0f}")
+        print(f"  {name:<66}{value:>7.0f}  {value / floor:>5.1f}x")
+    figures: dict[str, float] = {name: round(value, 1) for name, value in medians.items()}
+    if args.layer:
+        size = layer_mb()
+        print(f"  {'Lambda layer (python3.13 x86_64), MB':<66}{size:>7.1f}")
+        figures["layer_mb"] = round(size, 1)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
