@@ -1,9 +1,21 @@
-"""The model's view of a session: ledger events translated into neutral messages."""
+"""The model's view of a session: ledger events translated into neutral messages.
+
+A long session's ledger holds thousands of events; translating them all on every model call
+would make a full-history turn cost what the history costs. :func:`history_messages` keeps,
+per session, the translation of the *committed* ledger it last saw (a :class:`_Fold`: the
+messages so far and the half-built assistant message at its end) and translates only what was
+appended since. Committed positions never change — a commit is a conditional write at the
+next position — so a fold is reused when its window starts where it did and the event at its
+end is still the event it ended on; anything else (another session reusing the id after a
+delete, a shorter ledger, another window) translates afresh.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 
 from dormant.events import AssistantEvent, Event, SeedEvent, ToolCall, ToolResult, UserEvent
 from dormant.models._base import (
@@ -15,54 +27,129 @@ from dormant.models._base import (
 )
 from dormant.session import Session
 
-__all__ = ["history_window", "to_messages"]
+__all__ = ["history_messages", "to_messages"]
+
+#: Sessions whose committed translation is kept (least recently used dropped first).
+FOLD_SESSIONS = 256
 
 
-def history_window(session: Session, turns: int | None, until: int) -> list[Event]:
-    """The ledger events of the last ``turns`` turns (all for None), up to position ``until``."""
-    events = session.events[: until - session.first_seq]
-    if turns is None:
-        return events
-    start = session.head.window_start(turns) - session.first_seq
-    return events[max(start, 0):]
+class _Fold:
+    """Ledger events ``start`` … ``end - 1`` translated: the finished messages, and the
+    assistant text and tool calls not yet flushed into a message."""
+
+    __slots__ = ("calls", "end", "last_id", "messages", "start", "text")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.end = start
+        self.last_id: str | None = None
+        self.messages: list[Message] = []
+        self.text: str | None = None
+        self.calls: list[ToolCallPart] = []
+
+    def copy(self) -> _Fold:
+        fold = _Fold(self.start)
+        fold.end, fold.last_id, fold.text = self.end, self.last_id, self.text
+        fold.messages, fold.calls = self.messages.copy(), self.calls.copy()
+        return fold
+
+    def flush(self) -> None:
+        if self.text is not None or self.calls:
+            self.messages.append(AssistantMessage(text=self.text or "",
+                                                  tool_calls=tuple(self.calls)))
+        self.text = None
+        self.calls = []
+
+    def add(self, events: Sequence[Event]) -> _Fold:
+        messages = self.messages
+        for event in events:
+            match event:
+                case AssistantEvent():
+                    if self.calls:
+                        self.flush()
+                    self.text = event.text if self.text is None else self.text + event.text
+                case ToolCall():
+                    self.calls.append(ToolCallPart(event.call_id, event.name, event.args))
+                case UserEvent():
+                    self.flush()
+                    messages.append(UserMessage(event.text))
+                case SeedEvent():
+                    self.flush()
+                    messages.append(UserMessage(event.text, role=event.role))
+                case ToolResult(preliminary=True):
+                    pass  # a generator tool's progress: not the call's result
+                case ToolResult():
+                    self.flush()
+                    if event.error is not None:
+                        messages.append(ToolMessage(event.call_id, event.name, event.error,
+                                                    True))
+                    else:
+                        messages.append(ToolMessage(event.call_id, event.name,
+                                                    json.dumps(event.result,
+                                                               ensure_ascii=False)))
+        if events:
+            self.end += len(events)
+            self.last_id = events[-1].id
+        return self
+
+    def finished(self) -> list[Message]:
+        """The messages, with the trailing assistant message flushed (the fold unchanged)."""
+        if self.text is None and not self.calls:
+            return self.messages.copy()
+        return [*self.messages, AssistantMessage(text=self.text or "",
+                                                 tool_calls=tuple(self.calls))]
+
+
+class _Folds:
+    """The per-session committed translations, bounded, shared by the process's threads."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._folds: OrderedDict[str, _Fold] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> _Fold | None:
+        with self._lock:
+            fold = self._folds.get(session_id)
+            if fold is not None:
+                self._folds.move_to_end(session_id)
+            return fold
+
+    def put(self, session_id: str, fold: _Fold) -> None:
+        with self._lock:
+            self._folds[session_id] = fold
+            self._folds.move_to_end(session_id)
+            while len(self._folds) > self._capacity:
+                self._folds.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._folds.clear()
+
+
+_FOLDS = _Folds(FOLD_SESSIONS)
+
+
+def history_messages(session: Session, turns: int | None, until: int) -> list[Message]:
+    """The model's messages for the last ``turns`` turns (all for None) up to ledger position
+    ``until``: the session's committed part translated once per process and extended, the
+    turn's own uncommitted events translated on top."""
+    first = session.first_seq
+    start = first if turns is None else max(session.head.window_start(turns), first)
+    committed = min(session.base_seq, until)
+    loaded = session.loaded_events
+    fold = _FOLDS.get(session.session_id)
+    if fold is None or fold.start != start or not start < fold.end <= committed \
+            or loaded[fold.end - 1 - first].id != fold.last_id:
+        fold = _Fold(start)
+    if fold.end < committed:
+        fold = fold.copy().add(loaded[fold.end - first:committed - first])
+        _FOLDS.put(session.session_id, fold)
+    if until > committed:
+        fold = fold.copy().add(session.new_events[:until - committed])
+    return fold.finished()
 
 
 def to_messages(events: Iterable[Event]) -> list[Message]:
     """Translate ledger events into the neutral messages a model adapter maps to its API."""
-    messages: list[Message] = []
-    pending_text: str | None = None
-    pending_calls: list[ToolCallPart] = []
-
-    def flush() -> None:
-        nonlocal pending_text
-        if pending_text is not None or pending_calls:
-            messages.append(AssistantMessage(text=pending_text or "",
-                                             tool_calls=tuple(pending_calls)))
-        pending_text = None
-        pending_calls.clear()
-
-    for event in events:
-        match event:
-            case AssistantEvent():
-                if pending_calls:
-                    flush()
-                pending_text = event.text if pending_text is None else pending_text + event.text
-            case ToolCall():
-                pending_calls.append(ToolCallPart(event.call_id, event.name, event.args))
-            case UserEvent():
-                flush()
-                messages.append(UserMessage(event.text))
-            case SeedEvent():
-                flush()
-                messages.append(UserMessage(event.text, role=event.role))
-            case ToolResult(preliminary=True):
-                pass  # a generator tool's progress: not the call's result
-            case ToolResult():
-                flush()
-                if event.error is not None:
-                    messages.append(ToolMessage(event.call_id, event.name, event.error, True))
-                else:
-                    messages.append(ToolMessage(event.call_id, event.name,
-                                                json.dumps(event.result, ensure_ascii=False)))
-    flush()
-    return messages
+    return _Fold(0).add(list(events)).finished()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -291,6 +291,12 @@ class Session:
     @property
     def events(self) -> list[Event]:
         return self._loaded + self._new
+
+    @property
+    def loaded_events(self) -> Sequence[Event]:
+        """The committed ledger as loaded (positions ``first_seq`` … ``base_seq - 1``), not
+        copied: read it, never change it."""
+        return self._loaded
 
     @property
     def new_events(self) -> list[Event]:

@@ -16,7 +16,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dormant._context import history_window, to_messages
+from dormant._context import history_messages
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant._run.state import Clock, RunState
@@ -482,7 +482,7 @@ def _request(run: RunState, step: int) -> ModelRequest:
     def messages() -> list[Message]:
         if not has_history:
             return []
-        return to_messages(history_window(session, limit, seen))
+        return history_messages(session, limit, seen)
 
     return ModelRequest(system=system, tools=tools, messages=messages, step=step)
 
