@@ -1,0 +1,140 @@
+"""Peer frameworks, pinned, each installed into a venv of its own on demand (never the project's).
+
+A venv lives at ``~/.cache/dormant-bench/<peer>-<version>/`` and is reused while its marker file
+(``bench-installed.json``: what was asked for and what installed) is there. A peer's DynamoDB
+persistence package is a separate, optional install: when it cannot be installed beside the
+pinned framework, the marker says why and the DynamoDB rows say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CACHE = Path(os.environ.get("DORMANT_BENCH_CACHE", Path.home() / ".cache" / "dormant-bench"))
+MARKER = "bench-installed.json"
+#: A peer's venv is built from this interpreter (the peers support the project's Python).
+BASE_PYTHON = os.environ.get("DORMANT_BENCH_PYTHON", "python3.11")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One peer framework: its PyPI distribution pinned, and the extras its scenarios use."""
+
+    key: str
+    name: str
+    distribution: str
+    version: str
+    #: Installed with the framework (test models, the SQLite persistence...).
+    extras: tuple[str, ...] = ()
+    #: The peer's DynamoDB-backed persistence (from its own ecosystem), installed separately.
+    dynamodb: tuple[str, ...] = ()
+    #: Modules the peer's import measures (for the cold start and the layer size).
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def pin(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+    @property
+    def venv(self) -> Path:
+        return CACHE / f"{self.key}-{self.version}"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+
+PEERS: dict[str, Peer] = {p.key: p for p in (
+    Peer("strands", "Strands Agents", "strands-agents", "1.62.0",
+         dynamodb=("strands-dynamodb-session-manager==0.2.0",)),
+    Peer("langgraph", "LangGraph", "langgraph", "1.2.24",
+         extras=("langchain-core", "langgraph-checkpoint-sqlite"),
+         dynamodb=("langgraph-checkpoint-aws==1.2.6",)),
+    Peer("openai_agents", "OpenAI Agents SDK", "openai-agents", "0.24.0",
+         dynamodb=("openai-agents-session==0.1.0",)),
+    Peer("pydantic_ai", "Pydantic AI", "pydantic-ai-slim", "2.62.0",
+         dynamodb=("pya-memory==0.0.1",)),
+    Peer("adk", "Google ADK", "google-adk", "2.13.0",
+         extras=("aiosqlite",),
+         dynamodb=("adk-dynamodb-session==0.0.5",)),
+)}
+
+#: The harness's own venv (matplotlib for the chart), beside the peers'.
+CHART_VENV = CACHE / "chart-matplotlib-3.11"
+CHART_PIN = "matplotlib==3.11.2"
+
+
+def _pip(python: Path, *args: str, log: Path) -> subprocess.CompletedProcess[str]:
+    with log.open("a") as out:
+        out.write(f"\n$ pip {' '.join(args)}\n")
+        out.flush()
+        return subprocess.run([str(python), "-m", "pip", "install", "--quiet",
+                               "--disable-pip-version-check", *args],
+                              stdout=out, stderr=subprocess.STDOUT, text=True, check=False)
+
+
+def _make_venv(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([BASE_PYTHON, "-m", "venv", str(path)], check=True)
+    return path / "bin" / "python"
+
+
+def marker(peer: Peer) -> dict[str, object] | None:
+    """What the peer's venv holds, or None when it is not installed."""
+    path = peer.venv / MARKER
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def ensure_peer(peer: Peer) -> dict[str, object]:
+    """The peer's venv, installed when missing. Returns its marker (``ok`` False: why not)."""
+    found = marker(peer)
+    if found is not None:
+        return found
+    log = peer.venv.parent / f"{peer.venv.name}.log"
+    started = time.perf_counter()
+    python = _make_venv(peer.venv)
+    log.write_text("")
+    result: dict[str, object] = {"peer": peer.key, "pin": peer.pin}
+    core = _pip(python, peer.pin, *peer.extras, "boto3", log=log)
+    if core.returncode != 0:
+        result.update(ok=False, why=f"pip install {peer.pin} failed (see {log})")
+    else:
+        result["ok"] = True
+        extra = _pip(python, *peer.dynamodb, peer.pin, log=log) if peer.dynamodb else None
+        if extra is None:
+            result["dynamodb"] = None
+        elif extra.returncode == 0:
+            result["dynamodb"] = list(peer.dynamodb)
+        else:
+            result["dynamodb"] = None
+            result["dynamodb_why"] = (f"{', '.join(peer.dynamodb)} does not install beside "
+                                      f"{peer.pin}")
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    (peer.venv / MARKER).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def ensure_chart_venv() -> Path:
+    python = CHART_VENV / "bin" / "python"
+    if (CHART_VENV / MARKER).exists():
+        return python
+    log = CHART_VENV.parent / f"{CHART_VENV.name}.log"
+    python = _make_venv(CHART_VENV)
+    log.write_text("")
+    if _pip(python, CHART_PIN, log=log).returncode != 0:
+        raise RuntimeError(f"could not install {CHART_PIN} (see {log})")
+    (CHART_VENV / MARKER).write_text(json.dumps({"pin": CHART_PIN}))
+    return python
+
+
+if __name__ == "__main__":
+    for key in sys.argv[1:] or list(PEERS):
+        print(key, ensure_peer(PEERS[key]), flush=True)

@@ -1,0 +1,243 @@
+"""dormant's scenarios, through its public API: ``dormant.App``, ``app.agent``, ``app.tool``,
+``app.context.history()``, ``app.handler.rest(agent=...)``, ``ScriptedModel``.
+
+Runs in the project's venv. MemoryStore unless the scenario names another store; every
+request goes through the REST handler (parse, load, run, commit, respond), as a Lambda's does.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# Run as a script in a framework's own venv: its folder comes off the path (it shares names
+# with the packages it measures), the repository's root goes last (for bench.peers._common).
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE.parents[1])]
+
+from bench.peers._common import (  # noqa: E402
+    CONTENTION_MODEL_SECONDS,
+    MESSAGE,
+    REPLY,
+    Figures,
+    contention_outcomes,
+    dynamodb_checkpoints,
+    median_us,
+    read_history,
+    run,
+    timed,
+)
+
+SID = "session_bench"
+
+
+def _imports() -> Any:
+    import dormant
+
+    return dormant
+
+
+class Reading:
+    """ScriptedModel behind a model that reads the whole history it is sent first (while
+    ``reading``; seeding a long session does not need to)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        from dormant.models import ScriptedModel
+
+        self.inner = ScriptedModel()
+        self.reading = True
+        self.delay = delay
+
+    def add(self, reply: Any, times: int = 1) -> None:
+        for _ in range(times):
+            self.inner.add(reply)
+
+    def stream(self, request: Any, *, signal: Any) -> Iterator[Any]:
+        if self.reading:
+            read_history([str(getattr(m, "text", None) or getattr(m, "content", ""))
+                          for m in request.messages])
+        if self.delay:
+            time.sleep(self.delay)
+        self.inner.requests.clear()  # it records every request: not what is measured
+        return self.inner.stream(request, signal=signal)
+
+
+def _app(store: Any = None) -> tuple[Any, Any, Reading]:
+    """An app, its REST handler and its model: the agent sends the whole history."""
+    from pydantic import BaseModel
+
+    dormant = _imports()
+
+    class Ref(BaseModel):
+        ref: str
+
+    class Answer(BaseModel):
+        answer: str
+
+    app = dormant.App(name="bench", store=store) if store is not None else dormant.App(
+        name="bench")
+    lookup = app.tool(name="lookup_stay", description="Look up a booking", schema=Ref,
+                      execute=lambda ctx: {"ref": ctx.args.ref, "nights": 3})
+    ask = app.tool(name="ask_guest", description="Ask the guest", schema=Ref,
+                   yield_schema=Answer)
+    model = Reading()
+    agent = app.agent(name="bench", model=model,
+                      context=[app.context.system("Answer booking questions."),
+                               app.context.history()],
+                      tools=[lookup, ask])
+    return app, app.handler.rest(agent=agent), model
+
+
+def _ask(rest: Any, text: str = MESSAGE) -> None:
+    response = rest({"session_id": "bench", "input": {"message": text}})
+    if response.status != "completed" or response.commit_status != "committed":
+        raise SystemExit(f"a turn did not commit cleanly: {response}")
+
+
+def _seeded(history: int, store: Any = None) -> tuple[Any, Reading]:
+    _, rest, model = _app(store)
+    model.reading = False
+    model.add(REPLY, history)
+    for n in range(history):
+        _ask(rest, f"{n}: {MESSAGE}")
+    model.reading = True
+    gc.collect()
+    return rest, model
+
+
+def _per_turn(params: dict[str, Any], history: int, replies: list[Any],
+              store: Any = None) -> float:
+    def sample(turns: int) -> float:
+        rest, model = _seeded(history, store() if store else None)
+        for _ in range(turns):
+            for reply in replies:
+                model.add(reply)
+        return timed(lambda: _ask(rest), turns)
+
+    return median_us(sample, params["turns"], params["repeats"])
+
+
+def text(params: dict[str, Any]) -> Figures:
+    return {"us_per_turn": _per_turn(params, 1, [REPLY])}
+
+
+def tool(params: dict[str, Any]) -> Figures:
+    call = {"tool_calls": [{"name": "lookup_stay", "args": {"ref": "B-1"}}]}
+    return {"us_per_turn": _per_turn(params, 1, [call, REPLY])}
+
+
+def pause(params: dict[str, Any]) -> Figures:
+    def sample(turns: int) -> float:
+        rest, model = _seeded(1)
+        for n in range(turns):
+            model.add({"tool_calls": [{"name": "ask_guest", "args": {"ref": "night"},
+                                       "id": f"call_{n}"}]})
+            model.add("Booked for Friday.")
+        start = time.perf_counter()
+        for n in range(turns):
+            first = rest({"session_id": "bench", "input": {"message": "Book me in"}})
+            second = rest({"session_id": "bench", "input": {
+                "tools": [{"call_id": f"call_{n}", "input": {"answer": "Friday"}}]}})
+        elapsed = time.perf_counter() - start
+        if first.status != "yielded_tool" or second.status != "completed":
+            raise SystemExit(f"pause + resume did not complete: {first} / {second}")
+        return elapsed
+
+    return {"us_per_turn": median_us(sample, params["turns"], params["repeats"]),
+            "mechanism": "a yielding tool (yield_schema); the answer resumes it"}
+
+
+def growth(params: dict[str, Any]) -> Figures:
+    return {str(h): _per_turn(params, h, [REPLY]) for h in params["histories"]}
+
+
+def sqlite(params: dict[str, Any]) -> Figures:
+    from dormant.stores import SqliteStore
+
+    folder = tempfile.mkdtemp(prefix="dormant-bench-")
+    count = iter(range(10**6))
+
+    def store() -> Any:
+        return SqliteStore(os.path.join(folder, f"bench-{next(count)}.db"))
+
+    return {str(h): _per_turn(params, h, [REPLY], store) for h in params["histories"]}
+
+
+def coldstart(params: dict[str, Any]) -> Figures:
+    _, rest, model = _app()
+    model.add(REPLY)
+    _ask(rest)
+    return {}
+
+
+def _dynamodb_store(table: str) -> Any:
+    import boto3
+
+    from dormant.stores import DynamoDBStore
+
+    store = DynamoDBStore(table, client=boto3.client("dynamodb"))
+    store.ensure_table()
+    return store
+
+
+def dynamodb(params: dict[str, Any]) -> Figures:
+    _, rest, model = _app(_dynamodb_store("dormant-bench"))
+
+    def turn(n: int) -> None:
+        model.add(REPLY)
+        _ask(rest, f"{n}: {MESSAGE}")
+
+    return {"persistence": "DynamoDBStore",
+            "turns": dynamodb_checkpoints(turn, params["checkpoints"], params["samples"])}
+
+
+def contention(params: dict[str, Any]) -> Figures:
+    """N requests on one session at once, each in its own app and store client (N Lambdas)."""
+    n = params["n"]
+    _dynamodb_store("dormant-contention")
+    handlers = []
+    for _ in range(n):
+        _, rest, model = _app(_dynamodb_store("dormant-contention"))
+        model.delay = CONTENTION_MODEL_SECONDS
+        model.add(REPLY)
+        handlers.append(rest)
+    _, seed, seed_model = _app(_dynamodb_store("dormant-contention"))
+    seed_model.add(REPLY)
+    _ask(seed, "seed")
+    sent = [f"concurrent message {i}" for i in range(n)]
+    results = [""] * n
+    barrier = threading.Barrier(n)
+
+    def one(i: int) -> None:
+        barrier.wait()
+        try:
+            response = handlers[i]({"session_id": "bench", "input": {"message": sent[i]}})
+            status = response.commit_status
+            results[i] = ("committed" if status in ("committed", "merged")
+                          else "refused" if status in ("superseded", "failed")
+                          else f"error: {status}")
+        except Exception as error:  # counted, not hidden
+            results[i] = f"error: {type(error).__name__}"
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stored = _dynamodb_store("dormant-contention").load(SID)
+    texts = [getattr(e, "text", "") for e in stored.events if e.type == "user"]
+    return {"persistence": "DynamoDBStore",
+            **contention_outcomes(results, texts, sent),
+            "detail": sorted(results)}
+
+
+if __name__ == "__main__":
+    run({"text": text, "tool": tool, "pause": pause, "growth": growth, "sqlite": sqlite,
+         "coldstart": coldstart, "dynamodb": dynamodb, "contention": contention})
