@@ -597,17 +597,18 @@ def test_construction_errors_are_config_errors() -> None:
         OpenAIModel("gpt-5.6-luna", client=openai.OpenAI(api_key="test-key"), api_key="k")
 
 
-def test_importing_dormant_does_not_import_openai() -> None:
+def test_neither_importing_dormant_nor_building_the_model_imports_openai() -> None:
     code = ("import sys, dormant, dormant.models, dormant.handlers; "
             "assert 'openai' not in sys.modules, 'openai imported'; "
-            "dormant.models.OpenAIModel; assert 'openai' in sys.modules")
+            "model = dormant.models.OpenAIModel('gpt-5.6-luna', api_key='sk-test'); "
+            "assert 'openai' not in sys.modules, 'openai imported by the constructor'; "
+            "model._openai(); assert 'openai' in sys.modules")
 
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_a_missing_openai_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "dormant.models.openai")
     monkeypatch.setitem(sys.modules, "openai", None)
 
     with pytest.raises(ImportError, match=r"pip install 'dormant\[openai\]'"):
-        import dormant.models.openai  # noqa: F401
+        OpenAIModel("gpt-5.6-luna", api_key="sk-test")

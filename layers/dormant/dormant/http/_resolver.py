@@ -133,6 +133,10 @@ class Resolver(APIGatewayRestResolver):
     ``curl --json`` and most clients send it), and a body that is not UTF-8 text, or not
     valid base64 when marked so (400 ``invalid_body``). A known path asked with a method it
     does not serve is 405 ``method_not_allowed`` with ``Allow`` (see :meth:`allowed_methods`).
+
+    Swagger UI (:meth:`enable_swagger`) is set up by the first request to its path: Powertools'
+    set-up imports its OpenAPI models, which no other request needs (tens of milliseconds of
+    every Lambda cold start otherwise).
     """
 
     def __init__(self, *, max_body_bytes: int, **kwargs: Any) -> None:
@@ -147,6 +151,24 @@ class Resolver(APIGatewayRestResolver):
         self.describe: Callable[[dict[str, Any]], None] | None = None
         kwargs.setdefault("json_body_deserializer", strict_json)
         super().__init__(**kwargs)
+        self._swagger: tuple[str, dict[str, Any]] | None = None
+        self._swagger_lock = threading.Lock()
+
+    def enable_swagger(self, *, path: str = "/swagger", **options: Any) -> None:
+        """Serve Swagger UI at ``path`` (Powertools' ``enable_swagger``, ``options`` as there),
+        set up when a request first asks for ``path``."""
+        with self._swagger_lock:
+            self._swagger = (path.rstrip("/") or "/", options)
+
+    def _swagger_for(self, path: str) -> None:
+        """Set Swagger UI up now if ``path`` is its path and it is not yet."""
+        pending = self._swagger
+        if pending is None or (path.rstrip("/") or "/") != pending[0]:
+            return
+        with self._swagger_lock:
+            if self._swagger is pending:
+                super().enable_swagger(path=pending[0], **pending[1])
+                self._swagger = None
 
     def get_openapi_schema(self, **kwargs: Any) -> Any:
         schema = super().get_openapi_schema(**kwargs)
@@ -194,6 +216,7 @@ class Resolver(APIGatewayRestResolver):
 
     def allowed_methods(self, path: str) -> list[str]:
         """The methods the routes serve at ``path`` (empty: an unknown path), sorted."""
+        self._swagger_for(self._remove_prefix(path))
         return sorted({route.method for route in self._routes()
                        if route.rule.match(self._remove_prefix(path))})
 
@@ -220,6 +243,7 @@ class Resolver(APIGatewayRestResolver):
     def _route_of(self, event: Mapping[str, Any]) -> Route | None:
         method = str(event.get("httpMethod") or "").upper()
         path = self._remove_prefix(str(event.get("path") or "/"))
+        self._swagger_for(path)
         return next((route for route in self._routes()
                      if route.method == method and route.rule.match(path)), None)
 

@@ -1,23 +1,20 @@
 """``OpenAIModel``: OpenAI's Responses API or Chat Completions, through the official client.
 
 Needs the ``openai`` extra (``pip install 'dormant[openai]'``). This module is imported on
-first use of ``dormant.models.OpenAIModel``, never on the plain Lambda import path.
+first use of ``dormant.models.OpenAIModel``; the ``openai`` package itself (~300 ms) only when
+the first model call needs its client, so a Lambda function builds its model at cold start
+for free.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import re
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, cast
-
-try:
-    import openai
-except ImportError as _missing:
-    raise ImportError(
-        "dormant.models.OpenAIModel needs the openai package: pip install 'dormant[openai]'"
-    ) from _missing
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
@@ -33,6 +30,9 @@ from dormant.models._openai_wire import (
 )
 from dormant.settings import ENV, Settings
 from dormant.tools import Aborted, Signal
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ["OpenAIModel", "openai_api_key_from_settings"]
 
@@ -76,6 +76,19 @@ _SECRET_TEXT = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{3,}")
 #: Backoff between retries: first delay, cap (seconds). ``Retry-After`` wins when present.
 _BACKOFF = 0.5
 _BACKOFF_CAP = 8.0
+
+
+_MISSING = ("dormant.models.OpenAIModel needs the openai package: pip install "
+            "'dormant[openai]'")
+
+
+def _sdk() -> ModuleType:
+    """The ``openai`` package, imported on the first call that needs it."""
+    try:
+        import openai
+    except ImportError as missing:
+        raise ImportError(_MISSING) from missing
+    return openai
 
 
 class OpenAIModel:
@@ -122,6 +135,8 @@ class OpenAIModel:
         timeout: float | None = None,
         **settings: Any,
     ) -> None:
+        if client is None and importlib.util.find_spec("openai") is None:
+            raise ImportError(_MISSING)  # now, not at the first call (looked up, not imported)
         if not model or not isinstance(model, str):
             raise ConfigError("OpenAIModel needs a model name, e.g. OpenAIModel('gpt-5.6-luna')")
         if api not in _APIS:
@@ -204,6 +219,7 @@ class OpenAIModel:
 
     def _translated(self, chunks: Iterator[ModelChunk], signal: Signal
                     ) -> Iterator[ModelChunk]:
+        openai = _sdk()
         try:
             yield from chunks
         except StreamFailed as error:
@@ -216,6 +232,7 @@ class OpenAIModel:
     def _call(self, body: dict[str, Any], signal: Signal) -> Any:
         """One API call, retried on transient failures within the turn's time budget."""
         client = self._openai()
+        openai = _sdk()
         create = (client.responses.create if self.api == "responses"
                   else client.chat.completions.create)
         attempt = 0
@@ -247,6 +264,7 @@ class OpenAIModel:
         return {"timeout": min(limits)} if limits else {}
 
     def _openai(self) -> openai.OpenAI:
+        openai = _sdk()
         with self._lock:
             if self._client is None:
                 try:
@@ -266,6 +284,7 @@ class OpenAIModel:
     # --- errors ---------------------------------------------------------------------------------
 
     def _api_error(self, error: openai.APIError, note: str = "") -> ModelError:
+        openai = _sdk()
         status = getattr(error, "status_code", None)
         body = error.body if isinstance(error.body, dict) else {}
         message = str(body.get("message") or error.message)
@@ -302,6 +321,7 @@ def _classify(status: int | None, api_code: str | None) -> tuple[str, bool]:
 
 
 def _retryable(error: openai.APIError) -> bool:
+    openai = _sdk()
     if isinstance(error, openai.APIConnectionError):
         return True
     if not isinstance(error, openai.APIStatusError):
