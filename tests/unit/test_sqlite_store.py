@@ -99,3 +99,76 @@ def test_a_schema_1_file_is_migrated_with_its_message_ids_as_keys(tmp_path: Path
     assert again.ok and again.version == 40  # a redelivery: nothing new was written
     assert migrated.has_once("session_old", "m:m-0")
     migrated.close()
+
+
+def _talk(app: dormant.App, session_id: str, *texts: str) -> None:
+    for text in texts:
+        session = app.sessions.get(session_id) or app.sessions.create(session_id, owner="p")
+        session.input.message(text)
+        assert app.sessions.commit(session).ok
+
+
+def _decoding(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every event body the SQLite store decodes."""
+    import dormant.stores.sqlite as module
+
+    decoded: list[str] = []
+    real = module.load_event
+
+    def counted(body: str) -> object:
+        decoded.append(body)
+        return real(body)
+
+    monkeypatch.setattr(module, "load_event", counted)
+    return decoded
+
+
+def test_a_load_decodes_only_what_was_appended_since_this_store_last_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "incremental.db"
+    mine, other = SqliteStore(db), SqliteStore(db)  # another process's store on the file
+    _talk(dormant.App(store=other), "session_s", "one", "two", "three")
+    assert mine.load("session_s") is not None  # reads and keeps the whole ledger
+    _talk(dormant.App(store=other), "session_s", "four")
+    decoded = _decoding(monkeypatch)
+
+    stored = mine.load("session_s")
+
+    fresh = SqliteStore(db, cache_events=0).load("session_s")
+    assert stored is not None and fresh is not None
+    assert stored.events == fresh.events and stored.head == fresh.head
+    assert [e.text for e in stored.events if isinstance(e, UserEvent)] \
+        == ["one", "two", "three", "four"]
+    assert len(decoded) == 1 + len(fresh.events)  # mine: the new event only; fresh: all
+    assert '"four"' in decoded[0]
+
+
+def test_a_session_made_again_under_its_id_elsewhere_is_read_afresh(tmp_path: Path) -> None:
+    db = tmp_path / "again.db"
+    mine, other = SqliteStore(db), SqliteStore(db)
+    _talk(dormant.App(store=other), "session_s", "first life", "still first")
+    assert mine.load("session_s") is not None
+    assert other.delete("session_s")
+    _talk(dormant.App(store=other), "session_s", "second life", "still second", "and more")
+
+    stored = mine.load("session_s")
+
+    assert stored is not None
+    assert [e.text for e in stored.events if isinstance(e, UserEvent)] \
+        == ["second life", "still second", "and more"]
+
+
+def test_what_loads_keep_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "bounded.db"
+    _talk(dormant.App(store=SqliteStore(db)), "session_a", "one", "two")
+    _talk(dormant.App(store=SqliteStore(db)), "session_b", "three", "four")
+    store = SqliteStore(db, cache_events=3)
+    assert store.load("session_a") is not None
+    assert store.load("session_b") is not None  # 2 + 2 > 3: session_a's are dropped
+    decoded = _decoding(monkeypatch)
+
+    assert store.load("session_b") is not None and decoded == []
+    stored = store.load("session_a")
+
+    assert stored is not None and len(decoded) == len(stored.events) == 2
+    assert len(SqliteStore(db, cache_events=0).load("session_a").events) == 2  # type: ignore[union-attr]

@@ -18,6 +18,13 @@ transaction back, so a refused commit writes nothing. ``write_control`` is one `
 IMMEDIATE`` transaction too: it checks the head's version and the record's revision, then
 replaces the record.
 
+Reads are incremental: the store keeps, per session, the events it decoded last (a
+:class:`_Decoded`, bounded by ``cache_events`` in all) and the JSON of the last of them; a
+later ``load`` reads the rows from that last one on, and uses what it kept only if that row's
+JSON is still the same (rows are inserted once and never updated; a session deleted and made
+again has other ids in its rows). So a full-history turn decodes the events added since the
+process last read the session, not the whole ledger.
+
 Connections are pooled, one per concurrent caller, so threads never share a connection
 (``sqlite3`` objects are not thread-safe): a running turn polling ``read_control`` from a
 background thread while its main thread commits uses two connections, and WAL lets the reader
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +54,8 @@ __all__ = ["SqliteStore"]
 SCHEMA_VERSION = 3
 #: Seconds a writer waits for another process's write lock before failing.
 BUSY_TIMEOUT = 30.0
+#: Decoded events kept across loads, all sessions together (see the module's docstring).
+CACHE_EVENTS = 50_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -89,15 +99,39 @@ SELECT session_id, 'm:' || json_extract(body, '$.message_id') FROM events WHERE 
 """
 
 
+class _Stale(Exception):
+    """The rows a load kept decoded are not the session's rows any more."""
+
+
+class _Decoded:
+    """Events ``start`` … ``start + len(events) - 1`` of one session as a load decoded them,
+    and the stored JSON of the last one."""
+
+    __slots__ = ("events", "last_body", "start")
+
+    def __init__(self, start: int, events: list[Event], last_body: str) -> None:
+        self.start = start
+        self.events = events
+        self.last_body = last_body
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.events)
+
+
 class SqliteStore:
     """Sessions in a SQLite file: ``SqliteStore("dormant.db")``.
 
     Safe for many threads in one process and for several processes on one file (``dormant dev``
     and ``dormant sessions list`` side by side). Call :meth:`close` to release the connections.
+    ``cache_events``: how many decoded events loads keep for the next load (0: none).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, cache_events: int = CACHE_EVENTS) -> None:
         self.path = Path(path)
+        self._cache_events = cache_events
+        self._decoded: OrderedDict[str, _Decoded] = OrderedDict()
+        self._decoded_total = 0
         if str(path) == ":memory:":
             raise ValueError("SqliteStore needs a file path (use MemoryStore for memory)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +191,15 @@ class SqliteStore:
     # --- the Store protocol --------------------------------------------------------------------
 
     def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
+        kept = self._kept(session_id)
+        try:
+            return self._load(session_id, turns, kept)
+        except _Stale:  # not the rows it kept: read afresh
+            self._forget(session_id)
+            return self._load(session_id, turns, None)
+
+    def _load(self, session_id: str, turns: int | None,
+              kept: _Decoded | None) -> StoredSession | None:
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN")  # one snapshot for the head and its window
@@ -164,19 +207,52 @@ class SqliteStore:
                                    (session_id,)).fetchone()
                 if row is None:
                     conn.rollback()
+                    self._forget(session_id)
                     return None
                 head = Head.model_validate_json(row[0])
                 start = head.window_start(turns)
+                if kept is not None and not kept.start <= start < kept.end <= head.seq:
+                    kept = None
                 bodies = conn.execute(
                     "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
-                    "ORDER BY seq", (session_id, start, head.seq)).fetchall()
+                    "ORDER BY seq", (session_id, kept.end - 1 if kept else start, head.seq),
+                ).fetchall()
                 control = _control(conn, session_id)
                 conn.rollback()
             except sqlite3.Error as error:
                 raise StoreError(f"cannot read session {session_id} from {self.path}: "
                                  f"{error}") from error
-        events = [load_event(body) for (body,) in bodies]
-        return StoredSession(head, events, start, control)
+        if kept is not None and bodies and bodies[0][0] == kept.last_body:
+            events = kept.events + [load_event(body) for (body,) in bodies[1:]]
+            first = kept.start
+        elif kept is not None:
+            raise _Stale
+        else:
+            events = [load_event(body) for (body,) in bodies]
+            first = start
+        if events:
+            self._keep(session_id, _Decoded(first, events, bodies[-1][0]))
+        return StoredSession(head, events[start - first:], start, control)
+
+    def _kept(self, session_id: str) -> _Decoded | None:
+        with self._lock:
+            return self._decoded.get(session_id)
+
+    def _keep(self, session_id: str, decoded: _Decoded) -> None:
+        if len(decoded.events) > self._cache_events:
+            return
+        with self._lock:
+            old = self._decoded.pop(session_id, None)
+            self._decoded[session_id] = decoded
+            self._decoded_total += len(decoded.events) - (len(old.events) if old else 0)
+            while self._decoded_total > self._cache_events:
+                _, dropped = self._decoded.popitem(last=False)
+                self._decoded_total -= len(dropped.events)
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            old = self._decoded.pop(session_id, None)
+            self._decoded_total -= len(old.events) if old else 0
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         written = commit_head(head, expected_version, events)
@@ -278,6 +354,7 @@ class SqliteStore:
                 conn.execute("DELETE FROM once_keys WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM controls WHERE session_id = ?", (session_id,))
                 conn.commit()
+                self._forget(session_id)
             except sqlite3.Error as error:
                 raise StoreError(f"cannot delete session {session_id} from {self.path}: "
                                  f"{error}") from error
