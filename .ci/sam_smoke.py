@@ -1,9 +1,10 @@
 """Import and invoke what `sam build` produced, under python3.13, laid out as Lambda lays it out.
 
-Run with ``python3.13 -I .ci/sam_smoke.py .aws-sam/build``. ``sys.path`` is the function's code
-(/var/task) then the layer (/opt/python) and nothing from a dev environment, so a dependency
-missing from layers/dormant/requirements.txt, or a file missing from the functions' CodeUri,
-fails here. Only requests that need no AWS call are made (the OpenAPI page, a batch whose
+Run with ``python3.13 -I .ci/sam_smoke.py .aws-sam/build [RUNTIME]``. ``sys.path`` is the
+function's code (/var/task), then its layers (/opt/python), then what the Lambda runtime itself
+ships (boto3 and botocore: ``RUNTIME``, a directory .ci/sam installs them into), and nothing
+from a dev environment, so a dependency missing from layers/dormant/requirements.txt, or a file
+missing from the functions' CodeUri, fails here. Only requests that need no AWS call are made (the OpenAPI page, a batch whose
 record is malformed): the moto-backed tests cover the rest.
 """
 
@@ -16,6 +17,8 @@ from pathlib import Path
 
 build = Path(sys.argv[1]).resolve()
 root = Path(__file__).resolve().parents[1]
+if len(sys.argv) > 2:  # the runtime's own packages come after the layers, as on Lambda
+    sys.path.append(str(Path(sys.argv[2]).resolve()))
 os.environ.update({
     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing", "DORMANT_TABLE": "dormant-smoke",
@@ -37,8 +40,8 @@ def event(name: str) -> dict:
     return json.loads((root / "events" / name).read_text())
 
 
-def fresh_path(function: str) -> None:
-    sys.path[:0] = [str(build / function), str(build / "DormantLayer" / "python")]
+def fresh_path(function: str, layers: tuple[str, ...] = ("DormantLayer",)) -> None:
+    sys.path[:0] = [str(build / function), *(str(build / layer / "python") for layer in layers)]
     for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake", "cleanup",
                                                                 "deployment", "bookings"}]:
         del sys.modules[name]
@@ -72,7 +75,7 @@ else:
     raise AssertionError("the wake function accepted an event that is not a timer delivery")
 assert wake.app.__file__.startswith(str(build / "WakeFunction")), wake.app.__file__
 
-fresh_path("CleanupFunction")
+fresh_path("CleanupFunction", ("DormantLayer", "XRaySdkLayer"))
 import cleanup.app  # noqa: E402
 
 # A removal that names no S3 object needs no AWS call; one naming another session's key is
@@ -94,5 +97,8 @@ import dormant  # noqa: E402
 
 for module in (dormant, pydantic):
     assert str(build / "DormantLayer") in module.__file__, module.__file__
+# The runtime's boto3/botocore serve the functions; the layer carries neither, nor the X-Ray SDK.
+for package in ("boto3", "botocore", "aws_xray_sdk"):
+    assert not (build / "DormantLayer" / "python" / package).exists(), package
 print(f"sam build smoke: api, webhook, wake and cleanup import and answer under Python "
       f"{sys.version.split()[0]} from {build}")

@@ -1,7 +1,9 @@
 """The ``api`` function: API Gateway REST events -> the routes of SPEC §9 (``dormant.http``).
 
-Built once per cold start; ``handler`` is the resolver, wrapped in Powertools' Logger (Lambda
-context, API Gateway request id as correlation id), Tracer and Metrics (cold start, and a
+Built once per cold start, and only what a first request needs (no ``openai``: the model
+imports it on its first call; no Swagger UI until ``/docs`` is asked for; no X-Ray SDK unless
+opted into, see ``tracing.py``); ``handler`` is the resolver, wrapped in Powertools' Logger
+(Lambda context, API Gateway request id as correlation id) and Metrics (cold start, and a
 count of responses per status class: ``Responses2xx``/``4xx``/``5xx``).
 The principal is the Cognito user (``claims.sub``) the API's authorizer established.
 Work a request cannot finish within API Gateway's 29 s (the rest of a session's inbox, a turn
@@ -12,13 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
 from hand_on import handing_on_from
+from tracing import tracer as make_tracer
 
 from dormant.http import build_resolver
 
@@ -28,7 +31,8 @@ logger = Logger()
 # The library logs to the standard "dormant" logger: give it this logger's JSON format and
 # Lambda context, so session and invocation ids land in the same structured records.
 copy_config_to_registered_loggers(source_logger=logger, include={"dormant"})
-tracer = Tracer()
+# Lambda's active tracing records every invocation; the X-Ray SDK only when opted into.
+tracer = make_tracer()
 metrics = Metrics()
 
 (app, concierge), settings = deployed_bookings()

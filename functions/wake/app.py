@@ -27,13 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
 from hand_on import handing_on_from
 from pydantic import ValidationError
+from tracing import tracer as make_tracer
 
 from dormant.errors import StaleTimer, describe_validation
 from dormant.handlers import TurnResult
@@ -45,7 +46,8 @@ logger = Logger()
 # The library logs to the standard "dormant" logger: give it this logger's JSON format and
 # Lambda context, so session and invocation ids land in the same structured records.
 copy_config_to_registered_loggers(source_logger=logger, include={"dormant"})
-tracer = Tracer()
+# Lambda's active tracing records every invocation; the X-Ray SDK only when opted into.
+tracer = make_tracer()
 metrics = Metrics()
 
 (app, concierge), settings = deployed_bookings()

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
@@ -44,12 +44,12 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
 from hand_on import KIND, HandOnMessage, handing_on_from
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Json, Tag
 from pydantic.alias_generators import to_camel
+from tracing import tracer as make_tracer
 
 from dormant.errors import (
     DuplicateMessage,
@@ -67,7 +67,8 @@ logger = Logger()
 # The library logs to the standard "dormant" logger: give it this logger's JSON format and
 # Lambda context, so session and invocation ids land in the same structured records.
 copy_config_to_registered_loggers(source_logger=logger, include={"dormant"})
-tracer = Tracer()
+# Lambda's active tracing records every invocation; the X-Ray SDK only when opted into.
+tracer = make_tracer()
 metrics = Metrics()
 
 #: Turn budget when ``DORMANT_TURN_TIMEOUT`` is unset, and the time kept for commit + reply.
@@ -107,9 +108,13 @@ Body = Annotated[Annotated[HandOnMessage, Tag(KIND)] | Annotated[WebhookMessage,
                  Discriminator(_kind)]
 
 
-class WebhookRecord(SqsRecordModel):
-    """An SQS record whose body is a JSON :class:`WebhookMessage` or :class:`HandOnMessage`."""
+class WebhookRecord(BaseModel):
+    """An SQS record whose body is a JSON :class:`WebhookMessage` or :class:`HandOnMessage`.
 
+    Only what this function reads of the record (SQS's other fields are ignored): Powertools'
+    ``SqsRecordModel`` would load the parser's models of every AWS event at cold start."""
+
+    messageId: str = Field(min_length=1)  # SQS spells it so
     body: Json[Body]
 
 

@@ -35,7 +35,7 @@ if str(FUNCTIONS) not in sys.path:
 
 #: Modules a cold start imports from ``functions/``; dropped before each fresh import.
 _FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "cleanup",
-                     "cleanup.app", "deployment", "bookings", "hand_on")
+                     "cleanup.app", "deployment", "bookings", "hand_on", "tracing")
 #: What the template gives every function for timers (EventBridge Scheduler -> wake function).
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test-wake"
 SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/dormant-test-scheduler"

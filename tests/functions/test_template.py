@@ -315,15 +315,47 @@ def _name(requirement: str) -> str:
     return re.split(r"[\[<>=!~ ;]", requirement.strip(), maxsplit=1)[0].lower()
 
 
-def test_layer_requirements_are_the_runtime_dependencies() -> None:
+#: What the Lambda python3.13 runtime ships: a layer must not carry it (a layer's botocore
+#: would shadow the runtime's under the runtime's boto3).
+LAMBDA_RUNTIME_HAS = {"boto3", "botocore"}
+
+
+def _requirements(path: str) -> list[str]:
+    lines = (ROOT / path).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def _extras() -> dict[str, list[str]]:
     with (ROOT / "pyproject.toml").open("rb") as file:
         project = tomllib.load(file)["project"]
-    runtime = {_name(r) for r in project["dependencies"]}
-    for extra in ("openai", "agui", "aws"):
-        runtime |= {_name(r) for r in project["optional-dependencies"][extra]}
-    lines = (ROOT / "layers/dormant/requirements.txt").read_text().splitlines()
-    layer = {_name(line) for line in lines if line.strip() and not line.startswith("#")}
-    assert layer == runtime
+    return {"": project["dependencies"], **project["optional-dependencies"]}
+
+
+def test_layer_requirements_are_the_runtime_dependencies_lambda_lacks() -> None:
+    extras = _extras()
+    runtime = {_name(r) for extra in ("", "openai", "agui", "aws") for r in extras[extra]}
+    layer = {_name(line) for line in _requirements("layers/dormant/requirements.txt")}
+    assert layer == runtime - LAMBDA_RUNTIME_HAS
+
+
+def test_the_dormant_layer_pulls_in_neither_botocore_nor_the_xray_sdk() -> None:
+    # Powertools' [tracer] extra is the X-Ray SDK, which depends on botocore.
+    lines = _requirements("layers/dormant/requirements.txt")
+    assert not [line for line in lines if "[" in line or _name(line) in
+                LAMBDA_RUNTIME_HAS | {"aws-xray-sdk", "s3transfer"}], lines
+
+
+def test_the_xray_layer_is_the_tracer_extra_with_its_boto3_pair() -> None:
+    lines = _requirements("layers/xray/requirements.txt")
+    assert set(_extras()["tracer"]) < set(lines)
+    assert {_name(line) for line in lines} == {"aws-lambda-powertools", "boto3"}
+    layer = resource("XRaySdkLayer")
+    assert layer["Properties"]["ContentUri"] == "layers/xray"
+    assert layer["Metadata"]["BuildMethod"] == "python3.13"
+    # Opt-in: no function but the cleanup function (whose module builds a Tracer) takes it.
+    users = [f for f in FUNCTIONS if {"Ref": "XRaySdkLayer"} in props(f).get("Layers", [])]
+    assert users == ["CleanupFunction"]
+    assert template()["Globals"]["Function"]["Tracing"] == "Active"
 
 
 def test_every_sample_event_is_an_event_of_the_function_it_is_named_for() -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 __all__ = ["ENV", "Settings"]
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
 
 class ENV:
     """Environment variable names dormant reads."""
@@ -30,6 +32,7 @@ class ENV:
     WAKE_TARGET_ARN = "DORMANT_WAKE_TARGET_ARN"  # the wake function's ARN (schedules' target)
     SCHEDULER_ROLE_ARN = "DORMANT_SCHEDULER_ROLE_ARN"  # role Scheduler assumes to invoke it
     SCHEDULE_DLQ_ARN = "DORMANT_SCHEDULE_DLQ_ARN"  # SQS queue for deliveries that failed
+    XRAY_SDK = "DORMANT_XRAY_SDK"  # "true": the Lambda functions trace with the X-Ray SDK
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class Settings:
     wake_target_arn: str | None = None
     scheduler_role_arn: str | None = None
     schedule_dlq_arn: str | None = None
+    #: Trace with the AWS X-Ray SDK (Powertools ``Tracer``: a subsegment per AWS call and per
+    #: traced method) besides Lambda's own active tracing; needs the ``aws-xray-sdk`` package.
+    xray_sdk: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -67,4 +73,5 @@ class Settings:
             wake_target_arn=env.get(ENV.WAKE_TARGET_ARN) or None,
             scheduler_role_arn=env.get(ENV.SCHEDULER_ROLE_ARN) or None,
             schedule_dlq_arn=env.get(ENV.SCHEDULE_DLQ_ARN) or None,
+            xray_sdk=(env.get(ENV.XRAY_SDK) or "").strip().lower() in _TRUE,
         )

@@ -1,0 +1,187 @@
+"""What a cold start loads: only what the first request needs (SPEC §9, STYLE 9).
+
+Each test starts a fresh interpreter with the deployed environment (the OpenAI secret in
+Secrets Manager, the timers' scheduler, the webhook queue, Lambda's variables under which
+Powertools would trace) against the shared moto server, imports the function as Lambda does,
+and reports what ``sys.modules`` and the app hold before and after its first requests.
+Timings are not asserted here: bench/coldstart.py measures them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests._moto import FAKE_AWS_ENV, shared_moto_server
+from tests.functions.conftest import EVENTS, FUNCTIONS, ROOT
+from tests.unit.openai_fake import FakeOpenAI, responses_stream
+
+SECRET = "dormant/openai-api-key"
+OPENAPI_MODELS = "aws_lambda_powertools.event_handler.openapi.models"
+
+#: Runs in the fresh interpreter: import the api function, then (per argv) requests.
+PROBE = """
+import json, sys
+
+class Context:
+    function_name = "dormant-api"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 1024
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:dormant-api"
+    aws_request_id = "cold-start-probe"
+    def get_remaining_time_in_millis(self):
+        return 29_000
+
+def event(name, body=None):
+    with open(f"{EVENTS}/{name}") as file:
+        loaded = json.load(file)
+    if body is not None:
+        loaded["body"] = json.dumps(body)
+    return loaded
+
+def loaded():
+    return {name: name in sys.modules for name in
+            ("openai", "aws_xray_sdk", "botocore", OPENAPI_MODELS)}
+
+import api.app
+app = api.app.app
+seen = {"import": loaded(), "tracer": type(api.app.tracer).__name__,
+        "model": type(api.app.concierge.model).__name__,
+        "scheduler_client_built": app.scheduler._client is not None,
+        "hand_on_client_built": app.hand_on._client is not None}
+for request in sys.argv[1:]:
+    if request == "docs":
+        reply = api.app.handler(event("api_get_docs.json"), Context())
+    else:
+        reply = api.app.handler(event("api_post_turn.json", {"message": "Hi there"}), Context())
+    seen[request] = {"status": reply["statusCode"], "body": reply["body"][:2000],
+                     "loaded": loaded()}
+print(json.dumps(seen))
+"""
+
+
+@pytest.fixture(scope="module")
+def openai_server() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def deployed_env(openai_server: FakeOpenAI) -> dict[str, str]:
+    """A deployed function's environment on the shared moto server (fresh resources)."""
+    from dormant.stores import DynamoDBStore
+
+    server = shared_moto_server()
+    suffix = uuid.uuid4().hex[:8]
+    table, queue, group = (f"dormant-cold-{suffix}", f"dormant-cold-{suffix}.fifo",
+                           f"dormant-cold-{suffix}")
+    client = server.client
+    DynamoDBStore(table, client=client("dynamodb")).ensure_table()
+    client("scheduler").create_schedule_group(Name=group)
+    queue_url = client("sqs").create_queue(QueueName=queue, Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    secrets = client("secretsmanager")
+    with contextlib.suppress(secrets.exceptions.ResourceExistsException):
+        secrets.create_secret(Name=SECRET, SecretString="sk-cold-start")
+    keep = {k: v for k, v in os.environ.items()
+            if not k.startswith(("AWS_", "DORMANT_", "POWERTOOLS_", "OPENAI_", "_X_AMZN"))}
+    return {
+        **keep, **FAKE_AWS_ENV, **server.endpoint_env(),
+        "PYTHONPATH": os.pathsep.join([str(FUNCTIONS), str(ROOT / "layers" / "dormant")]),
+        "DORMANT_TABLE": table, "DORMANT_BUCKET": f"dormant-cold-{suffix}",
+        "DORMANT_OPENAI_SECRET": SECRET, "DORMANT_SCHEDULE_GROUP": group,
+        "DORMANT_WAKE_TARGET_ARN": "arn:aws:lambda:us-east-1:123456789012:function:dormant-wake",
+        "DORMANT_SCHEDULER_ROLE_ARN": "arn:aws:iam::123456789012:role/dormant-scheduler",
+        "DORMANT_SCHEDULE_DLQ_ARN": "arn:aws:sqs:us-east-1:123456789012:dormant-wake-dlq",
+        "WEBHOOK_QUEUE_URL": queue_url, "OPENAI_BASE_URL": openai_server.base_url,
+        "POWERTOOLS_SERVICE_NAME": "dormant", "POWERTOOLS_METRICS_NAMESPACE": "Dormant",
+        # Lambda's own variables: under them Powertools' Tracer would trace.
+        "LAMBDA_TASK_ROOT": str(FUNCTIONS), "AWS_LAMBDA_FUNCTION_NAME": "dormant-api",
+        "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;"
+                            "Parent=53995c3f42cd8ad8;Sampled=1",
+        "AWS_XRAY_CONTEXT_MISSING": "IGNORE_ERROR",
+    }
+
+
+def _cold_start(env: dict[str, str], *requests: str) -> dict[str, Any]:
+    code = (f"EVENTS = {str(EVENTS)!r}\nOPENAPI_MODELS = {OPENAPI_MODELS!r}\n" + PROBE)
+    run = subprocess.run([sys.executable, "-c", code, *requests], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_the_deployed_api_imports_no_openai_xray_sdk_or_openapi_models_at_init(
+        deployed_env: dict[str, str]) -> None:
+    seen = _cold_start(deployed_env)
+
+    assert seen["model"] == "OpenAIModel"  # the secret is configured: the real model
+    assert seen["import"] == {"openai": False, "aws_xray_sdk": False, "botocore": True,
+                              OPENAPI_MODELS: False}
+    assert seen["tracer"] == "Untraced"
+    assert not seen["scheduler_client_built"]
+    assert not seen["hand_on_client_built"]
+
+
+def test_the_first_model_call_imports_openai_reads_the_secret_and_answers(
+        deployed_env: dict[str, str], openai_server: FakeOpenAI) -> None:
+    openai_server.script(responses_stream("Which night would you like?"))
+
+    seen = _cold_start(deployed_env, "turn")
+
+    assert seen["turn"]["status"] == 200, seen["turn"]["body"]
+    body = json.loads(seen["turn"]["body"])
+    assert (body["status"], body["output"]["text"]) == ("completed",
+                                                        "Which night would you like?")
+    assert seen["turn"]["loaded"]["openai"]
+    [call] = openai_server.requests[-1:]
+    assert call.headers.get("authorization") == "Bearer sk-cold-start"  # from the secret
+
+
+def test_docs_still_serve_and_build_the_openapi_description_on_first_request(
+        deployed_env: dict[str, str]) -> None:
+    seen = _cold_start(deployed_env, "docs")
+
+    assert seen["docs"]["status"] == 200
+    assert "swagger" in seen["docs"]["body"].lower()
+    assert seen["docs"]["loaded"][OPENAPI_MODELS]
+    assert not seen["docs"]["loaded"]["openai"]
+
+
+def test_opting_into_the_xray_sdk_traces_with_powertools(deployed_env: dict[str, str]) -> None:
+    seen = _cold_start({**deployed_env, "DORMANT_XRAY_SDK": "true"})
+
+    assert seen["tracer"] == "Tracer"
+    assert seen["import"]["aws_xray_sdk"]
+    assert not seen["import"]["openai"]
+
+
+def test_without_the_opt_in_the_handlers_are_left_as_they_are() -> None:
+    import tracing
+
+    def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+        return event
+
+    untraced = tracing.tracer({})
+    assert untraced.capture_lambda_handler(handler) is handler
+    assert untraced.capture_method(handler) is handler
+    assert isinstance(tracing.tracer({"DORMANT_XRAY_SDK": "false"}), tracing.Untraced)
+
+
+def test_opting_in_without_the_xray_sdk_says_what_to_add(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracing
+
+    monkeypatch.setitem(sys.modules, "aws_xray_sdk", None)  # as if not installed
+
+    with pytest.raises(ImportError, match="XRaySdkLayer"):
+        tracing.tracer({"DORMANT_XRAY_SDK": "true"})
