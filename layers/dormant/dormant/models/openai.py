@@ -19,15 +19,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
 from dormant.models._openai_key import openai_api_key_from_settings
-from dormant.models._openai_wire import (
-    StreamFailed,
-    chat_chunks,
-    chat_request,
-    chat_result_chunks,
-    responses_chunks,
-    responses_request,
-    responses_result_chunks,
-)
 from dormant.settings import ENV, Settings
 from dormant.tools import Aborted, Signal
 
@@ -190,6 +181,14 @@ class OpenAIModel:
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
         """Call the API and yield its reply as chunks (see :mod:`dormant.models._base`)."""
+        # The wire translation loads with the first call, as the openai package does.
+        from dormant.models._openai_wire import (
+            chat_chunks,
+            chat_result_chunks,
+            responses_chunks,
+            responses_result_chunks,
+        )
+
         body = self._body(request)
         reply = self._call(body, signal)
         if not self.streaming:
@@ -205,6 +204,8 @@ class OpenAIModel:
             reply.close()  # a consumer that stops early (abort, error) frees the connection
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
+        from dormant.models._openai_wire import chat_request, responses_request
+
         if self.api == "responses":
             body = responses_request(request, strict=self.strict_tools)
         else:
@@ -219,6 +220,8 @@ class OpenAIModel:
 
     def _translated(self, chunks: Iterator[ModelChunk], signal: Signal
                     ) -> Iterator[ModelChunk]:
+        from dormant.models._openai_wire import StreamFailed
+
         openai = _sdk()
         try:
             yield from chunks
