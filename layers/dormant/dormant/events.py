@@ -429,6 +429,10 @@ class Usage(BaseModel):
         )
 
 
+#: No tokens (frozen: one instance serves every default).
+NO_USAGE = Usage()
+
+
 class ModelStart(_Base):
     """A model call begins."""
 
@@ -457,7 +461,7 @@ class ModelEnd(_Base):
 
     type: Literal["model_end"] = "model_end"
     step: int = Field(description="1-based step number.")
-    usage: Usage = Field(default_factory=Usage, description="Tokens used by this call.")
+    usage: Usage = Field(default=NO_USAGE, description="Tokens used by this call.")
 
 
 StreamEvent = Annotated[

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Discriminator, Field
 
-from dormant.events import Usage
+from dormant.events import NO_USAGE, Usage
 from dormant.types import PendingApproval, YieldedTool, _Wire
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Output(_Wire):
 class _Result(_Wire):
     output: Output = Field(default_factory=Output)
     invocation_id: str | None = None
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage = Field(default=NO_USAGE)
     session_: Any = Field(default=None, exclude=True, repr=False)
 
     @property

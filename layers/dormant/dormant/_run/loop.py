@@ -32,6 +32,7 @@ from dormant.errors import (
     SessionPaused,
 )
 from dormant.events import (
+    NO_USAGE,
     AssistantDelta,
     AssistantEvent,
     ErrorEvent,
@@ -382,7 +383,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     run.deltas_id = reply_id
     parts: list[str] = []
     calls: list[Call] = []
-    usage = Usage()
+    usage = NO_USAGE
     for chunk in model.stream(request, signal=signal):
         if signal.aborted:
             raise Aborted("the turn was aborted")

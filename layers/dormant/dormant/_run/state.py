@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext
-from dormant.events import Event, StreamEvent, Usage
+from dormant.events import NO_USAGE, Event, StreamEvent, Usage
 from dormant.session import Session
 from dormant.tools import Signal
 
@@ -29,7 +29,7 @@ class RunState:
     clock: Clock
     invocation_id: str | None = None
     said: list[str] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE
     #: True once a tool's side effect may have happened in this turn: from then on a
     #: failure commits the finished steps instead of writing nothing.
     ran: bool = False
