@@ -6,7 +6,8 @@ Every request loads the rows, runs one turn, commits with a conditional write an
 
 from __future__ import annotations
 
-from dormant._resume import UnresolvedYield, assert_ready_to_resume, validate_resume_state
+from typing import TYPE_CHECKING, Any
+
 from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
 from dormant.errors import (
@@ -61,6 +62,9 @@ from dormant.types import (
     YieldedTool,
 )
 
+if TYPE_CHECKING:
+    from dormant._resume import UnresolvedYield, assert_ready_to_resume, validate_resume_state
+
 __all__ = [
     "Aborted",
     "Agent",
@@ -113,3 +117,20 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+#: Public names whose modules no Lambda turn needs: imported when first asked for.
+_LAZY = {
+    "UnresolvedYield": "dormant._resume",
+    "assert_ready_to_resume": "dormant._resume",
+    "validate_resume_state": "dormant._resume",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dormant' has no attribute {name!r}")

@@ -1,7 +1,8 @@
 """Models: the contract, the scripted model, and (with the ``openai`` extra) OpenAI.
 
-``OpenAIModel`` is imported on first use: the ``openai`` package costs ~300 ms to import and
-the Lambda path should pay that only when a model call needs it.
+``OpenAIModel`` and ``ScriptedModel`` are imported on first use: the Lambda path loads
+neither module until it is asked for, and the ``openai`` package (~300 ms) only when a model
+call needs it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from dormant.models._base import (
     UsageChunk,
     UserMessage,
 )
-from dormant.models.scripted import ScriptedModel, ScriptError
 
 if TYPE_CHECKING:
     from dormant.models.openai import OpenAIModel
+    from dormant.models.scripted import ScriptedModel, ScriptError
 
 __all__ = [
     "AssistantMessage",
@@ -55,4 +56,8 @@ def __getattr__(name: str) -> Any:
         from dormant.models.openai import OpenAIModel
 
         return OpenAIModel
+    if name in ("ScriptedModel", "ScriptError"):  # tests' model: not on the Lambda path
+        from dormant.models import scripted
+
+        return getattr(scripted, name)
     raise AttributeError(f"module 'dormant.models' has no attribute {name!r}")
