@@ -2,7 +2,10 @@
 
 Each row is the median wall time of N fresh ``python`` processes (interpreter start-up, measured
 as ``python -c pass``, subtracted), all in one run, so rows compare; each is also shown as a
-multiple of the floor row, a bare ``import boto3, pydantic``:
+multiple of the floor row, a bare ``import boto3, pydantic``, and as CPU time (steadier on a
+busy machine). Like Lambda, whose code directories are read-only, the processes write no
+bytecode: ``dormant`` and ``functions/`` are compiled from source at every cold start (the
+dependencies use the bytecode their install wrote).
 
     python bench/coldstart.py                 # 7 processes per row
     python bench/coldstart.py --smoke         # one process per row (CI keeps it from rotting)
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -123,19 +127,30 @@ def rows() -> dict[str, tuple[str, dict[str, str]]]:
     }
 
 
-def _once(code: str, env: Mapping[str, str]) -> float:
+def _once(code: str, env: Mapping[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one fresh process running ``code``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, env=dict(env), cwd=ROOT)
-    return time.perf_counter() - start
+    run = subprocess.run([sys.executable, "-c", code], env=dict(env), cwd=ROOT,
+                         capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if run.returncode:
+        raise SystemExit(f"a cold start failed:\n{code}\n{run.stdout}{run.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 @contextmanager
 def aws() -> Iterator[dict[str, str]]:
     """A moto server on 127.0.0.1 holding the template's resources; yields the endpoint env."""
     os.environ.update(AWS_ENV)
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -175,21 +190,26 @@ def fake_openai(replies: int) -> Iterator[str]:
         server.close()
 
 
-def measure(runs: int) -> dict[str, float]:
-    """Median ms per row, interpreter start-up subtracted (the ``pass`` row is dropped)."""
+def measure(runs: int) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU ms per row, interpreter start-up subtracted (the ``pass`` row is
+    dropped). The process's CPU time is steadier than its wall time on a busy machine (the
+    moto server's work is the parent's, not counted)."""
     table = rows()
     with aws() as endpoints, fake_openai(runs * 2 + 2) as openai_url:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DORMANT_",
                                                                           "POWERTOOLS_"))}
         base.update(AWS_ENV, **FUNCTION_ENV, **endpoints, OPENAI_BASE_URL=openai_url,
-                    PYTHONPATH=os.pathsep.join([str(FUNCTIONS), str(LAYER)]))
+                    PYTHONPATH=os.pathsep.join([str(FUNCTIONS), str(LAYER)]),
+                    PYTHONDONTWRITEBYTECODE="1")
         medians = {}
         for name, (code, extra) in table.items():
             env = {**base, **extra}
             env = {k: v for k, v in env.items() if v != ""}
-            medians[name] = statistics.median(_once(code, env) for _ in range(runs)) * 1000
-    start = medians.pop("python -c pass (subtracted)")
-    return {name: value - start for name, value in medians.items()}
+            samples = [_once(code, env) for _ in range(runs)]
+            medians[name] = (statistics.median(wall for wall, _ in samples) * 1000,
+                             statistics.median(cpu for _, cpu in samples) * 1000)
+    wall0, cpu0 = medians.pop("python -c pass (subtracted)")
+    return {name: (wall - wall0, cpu - cpu0) for name, (wall, cpu) in medians.items()}
 
 
 def layer_mb(requirements: Path = LAYER / "requirements.txt") -> float:
@@ -223,12 +243,14 @@ def main() -> None:
     args = parser.parse_args()
     runs = 1 if args.smoke else args.runs
     medians = measure(runs)
-    floor = medians[FLOOR]
+    floor, cpu_floor = medians[FLOOR]
     print(f"cold start, ms (median of {runs} fresh processes, interpreter start-up "
           f"subtracted; x = multiple of the floor row)")
-    for name, value in medians.items():
-        print(f"  {name:<66}{value:>7.0f}  {value / floor:>5.1f}x")
-    figures: dict[str, float] = {name: round(value, 1) for name, value in medians.items()}
+    print(f"  {'':<66}{'wall':>7}  {'x':>5}  {'cpu':>6}  {'x':>5}")
+    for name, (wall, cpu) in medians.items():
+        print(f"  {name:<66}{wall:>7.0f}  {wall / floor:>4.1f}x  {cpu:>6.0f}  "
+              f"{cpu / cpu_floor:>4.1f}x")
+    figures: dict[str, float] = {name: round(wall, 1) for name, (wall, _) in medians.items()}
     if args.layer:
         size = layer_mb()
         print(f"  {'Lambda layer (python3.13 x86_64), MB':<66}{size:>7.1f}")
