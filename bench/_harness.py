@@ -37,12 +37,14 @@ class Plan:
     """How much of each scenario to run: the full run, or ``--smoke``'s one iteration."""
 
     smoke: bool = False
-    turns: int = 300
+    #: Turns per sample and samples (the median is reported) of the text, tool and pause
+    #: scenarios; the slowest peers take tens of ms a turn, so the whole run stays < 15 min.
+    turns: int = 100
     repeats: int = 5
-    growth_turns: int = 100
+    growth_turns: int = 30
     growth_repeats: int = 3
     histories: tuple[int, ...] = (1, 100, 1000)
-    sqlite_turns: int = 20
+    sqlite_turns: int = 10
     sqlite_histories: tuple[int, ...] = (1, 1000)
     cold_runs: int = 5
     checkpoints: tuple[int, ...] = (10, 500)

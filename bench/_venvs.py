@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 CACHE = Path(os.environ.get("DORMANT_BENCH_CACHE", Path.home() / ".cache" / "dormant-bench"))
@@ -35,8 +35,6 @@ class Peer:
     extras: tuple[str, ...] = ()
     #: The peer's DynamoDB-backed persistence (from its own ecosystem), installed separately.
     dynamodb: tuple[str, ...] = ()
-    #: Modules the peer's import measures (for the cold start and the layer size).
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def pin(self) -> str:
@@ -58,11 +56,11 @@ PEERS: dict[str, Peer] = {p.key: p for p in (
          extras=("langchain-core", "langgraph-checkpoint-sqlite"),
          dynamodb=("langgraph-checkpoint-aws==1.2.6",)),
     Peer("openai_agents", "OpenAI Agents SDK", "openai-agents", "0.24.0",
-         dynamodb=("openai-agents-session==0.1.0",)),
+         dynamodb=("openai-agents-session==0.1.0", "aiobotocore")),
     Peer("pydantic_ai", "Pydantic AI", "pydantic-ai-slim", "2.62.0",
          dynamodb=("pya-memory==0.0.1",)),
     Peer("adk", "Google ADK", "google-adk", "2.13.0",
-         extras=("aiosqlite",),
+         extras=("google-adk[db]==2.13.0", "aiosqlite"),
          dynamodb=("adk-dynamodb-session==0.0.5",)),
 )}
 

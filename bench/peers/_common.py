@@ -144,3 +144,17 @@ def run(scenarios: dict[str, Scenario]) -> None:
     except Unsupported as why:
         result = {"unsupported": str(why)}
     print(PREFIX + json.dumps(result), flush=True)
+
+
+def seeded_once(seed: Callable[[], Any]) -> Callable[[], Any]:
+    """``seed`` on the first call, its result again on later ones: the SQLite scenario seeds
+    its long session once and takes every sample from it (seeding 1,000 turns on disk per
+    sample would take minutes in some frameworks)."""
+    made: list[Any] = []
+
+    def get() -> Any:
+        if not made:
+            made.append(seed())
+        return made[0]
+
+    return get

@@ -32,6 +32,7 @@ from bench.peers._common import (  # noqa: E402
     median_us,
     read_history,
     run,
+    seeded_once,
     timed,
 )
 
@@ -114,8 +115,12 @@ def _seeded(history: int, store: Any = None) -> tuple[Any, Reading]:
 
 def _per_turn(params: dict[str, Any], history: int, replies: list[Any],
               store: Any = None) -> float:
+    """µs per turn; a new session per sample, or (with ``store``) one seeded session."""
+    setup = seeded_once(lambda: _seeded(history, store())) if store else (
+        lambda: _seeded(history))
+
     def sample(turns: int) -> float:
-        rest, model = _seeded(history, store() if store else None)
+        rest, model = setup()
         for _ in range(turns):
             for reply in replies:
                 model.add(reply)

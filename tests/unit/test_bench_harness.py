@@ -1,0 +1,144 @@
+"""``python -m bench``: the smoke run (what CI runs) produces every headline row, the ratio
+arithmetic, and well-formed markdown. No peer is installed: the smoke run measures dormant
+and the floor only."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import _report
+from bench._report import Column
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW = re.compile(r"^\|.*\|$")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench-smoke")
+    done = subprocess.run([sys.executable, "-m", "bench", "all", "--smoke", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def _tables(markdown: str) -> list[list[list[str]]]:
+    """Each table of a markdown text, as rows of cells (the separator row included)."""
+    tables: list[list[list[str]]] = []
+    current: list[list[str]] = []
+    for line in [*markdown.splitlines(), ""]:
+        if ROW.match(line):
+            current.append([c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _assert_well_formed(markdown: str) -> None:
+    tables = _tables(markdown)
+    assert tables, "no table"
+    for rows in tables:
+        header, separator, *body = rows
+        assert all(re.fullmatch(r"---:?", cell) for cell in separator), separator
+        assert len(separator) == len(header)
+        assert body, f"a table with no rows under {header}"
+        for row in body:
+            assert len(row) == len(header), f"{row} under {header}"
+
+
+def test_smoke_run_produces_every_headline_row(smoke: Path) -> None:
+    rows = _tables((smoke / "headline.md").read_text())[0][2:]
+    assert [row[0] for row in rows] == [h.label for h in _report.HEADLINES]
+    measured = {row[0]: row[1] for row in rows}
+    # Everything but the layer (pip downloads wheels: not in a smoke run) has dormant's figure.
+    for headline in _report.HEADLINES:
+        if headline.scenario != "layer":
+            assert measured[headline.label] != "—", headline.label
+    assert all(row[5] in ("met", "missed", "not measured") for row in rows)
+
+
+def test_smoke_run_writes_a_table_per_scenario_and_the_raw_figures(smoke: Path) -> None:
+    from bench.__main__ import SCENARIOS
+
+    assert {p.stem for p in smoke.glob("*.md")} == {*SCENARIOS, "headline"}
+    raw = json.loads((smoke / "results.json").read_text())
+    assert set(raw["results"]) == set(SCENARIOS)
+    assert set(raw["names"]) == {"dormant", "floor"}
+    contention = raw["results"]["contention"]["dormant"]["figures"]
+    assert contention["lost"] == 0 and contention["duplicated"] == 0
+
+
+def test_every_results_file_is_well_formed_markdown(smoke: Path) -> None:
+    for path in smoke.glob("*.md"):
+        text = path.read_text()
+        assert text.startswith("# "), path.name
+        _assert_well_formed(text)
+
+
+def test_committed_results_are_well_formed_markdown() -> None:
+    for path in (ROOT / "bench" / "results").glob("*.md"):
+        _assert_well_formed(path.read_text())
+
+
+def test_ratio_is_the_figure_over_dormants() -> None:
+    assert _report.ratio(300.0, 150.0) == 2.0
+    assert _report.ratio(75.0, 150.0) == 0.5
+    assert _report.ratio(None, 150.0) is None
+    assert _report.ratio(3.0, None) is None
+    assert _report.ratio(3.0, 0.0) is None  # no multiple of nothing
+    assert _report.fmt(2.0, "x") == "2.00×"  # noqa: RUF001
+
+
+def _results(**figures: Any) -> dict[str, dict[str, Any]]:
+    return {key: {"figures": value} if value is not None else {"unsupported": "none here"}
+            for key, value in figures.items()}
+
+
+def test_scenario_table_shows_each_figure_with_its_ratio_to_dormant() -> None:
+    results = {"text": _results(dormant={"us_per_turn": 100.0},
+                                peer={"us_per_turn": 250.0}, other=None)}
+    names = {"dormant": "dormant", "peer": "Peer 1.0", "other": "Other 2.0"}
+    table = _report.scenario_table(results, "text", names, [Column("µs", ("us_per_turn",))])
+    _assert_well_formed(table)
+    rows = {row[0]: row for row in _tables(table)[0][2:]}
+    assert rows["dormant"][1:] == ["100", "1.00×"]  # noqa: RUF001
+    assert rows["Peer 1.0"][1:] == ["250", "2.50×"]  # noqa: RUF001
+    assert rows["Other 2.0"][1] == "n/a: none here"
+
+
+def test_headline_takes_the_lowest_peer_and_judges_dormant_against_the_target() -> None:
+    results: dict[str, dict[str, Any]] = {
+        "text": _results(dormant={"us_per_turn": 20.0}, floor={"us_per_turn": 5.0},
+                         a={"us_per_turn": 900.0}, b={"us_per_turn": 300.0}),
+        "dynamodb": _results(
+            dormant={"turns": {"10": {"read_bytes": 1000.0, "write_units": 3.0},
+                               "500": {"read_bytes": 9000.0, "write_units": 3.0}}},
+            floor={"turns": {"10": {"read_bytes": 800.0, "write_units": 1.0},
+                             "500": {"read_bytes": 8000.0, "write_units": 1.0}}},
+            a=None, b=None),
+    }
+    names = {"dormant": "dormant", "floor": "floor", "a": "A", "b": "B"}
+    rows = {row["label"]: row for row in _report.headline_rows(results, names, {})}
+    text = rows["text turn µs (memory store)"]
+    assert (text["dormant"], text["peer"], text["peer_name"], text["floor"]) == (20, 300, "B", 5)
+    assert text["met"] is True
+    reads = rows["DynamoDB read bytes per turn, full history, turn 500"]
+    assert reads["target"] == 1.5 * 8000 and reads["dormant"] == 9000 and reads["met"] is True
+    assert reads["peer"] is None  # no peer measured it
+    writes = rows["DynamoDB write units per ordinary text turn"]
+    assert writes["met"] is False  # 3 > 2
+    assert rows["Lambda layer MB (python3.13 x86_64)"]["met"] is None
+    _assert_well_formed(_report.headline_table(list(rows.values())))
+
+
+def test_a_table_refuses_a_row_that_does_not_fit_its_header() -> None:
+    with pytest.raises(ValueError, match="2 cells under 3 columns"):
+        _report.table(["a", "b", "c"], [["1", "2"]])
