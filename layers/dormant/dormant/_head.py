@@ -7,6 +7,7 @@ no longer valid (an answer to a call somebody else answered) is caught.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -161,17 +162,17 @@ class Head:
 
     @classmethod
     def model_validate_json(cls, data: str | bytes) -> Head:
-        return _ADAPTER.validate_json(data)
+        return _adapter().validate_json(data)
 
     @classmethod
     def model_validate(cls, data: Any) -> Head:
-        return _ADAPTER.validate_python(data)
+        return _adapter().validate_python(data)
 
     def model_dump_json(self) -> str:
-        return _ADAPTER.dump_json(self).decode()
+        return _adapter().dump_json(self).decode()
 
     def model_dump(self, *, mode: Literal["json", "python"] = "python") -> dict[str, Any]:
-        return _ADAPTER.dump_python(self, mode=mode)  # type: ignore[no-any-return]
+        return _adapter().dump_python(self, mode=mode)  # type: ignore[no-any-return]
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Head:
         copied = self.clone() if deep else self._copy(self.state, self.step, self.turn_starts,
@@ -303,7 +304,10 @@ class Head:
         return None
 
 
-_ADAPTER: TypeAdapter[Head] = TypeAdapter(Head)
+@functools.cache
+def _adapter() -> TypeAdapter[Head]:
+    """Built on first use, not at import (a cold start that never reads JSON skips it)."""
+    return TypeAdapter(Head)
 
 SessionStatus = Literal["active", "awaiting_input", "failed", "paused"]
 

@@ -43,7 +43,8 @@ def landed(commit_status: CommitStatus | None, version: int | None) -> bool:
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              defer_build=True)
 
 
 class ToolAnswer(_In):

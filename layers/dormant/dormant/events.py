@@ -7,6 +7,7 @@ types and new optional fields; never rename or repurpose one.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter
@@ -68,7 +69,7 @@ LEDGER_FORMAT = 1
 
 
 class _Base(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     id: str = Field(default_factory=lambda: new_id("evt"), description="Unique event id.")
     invocation_id: str | None = Field(
@@ -471,22 +472,29 @@ StreamEvent = Annotated[
 
 STREAM_ONLY_TYPES = frozenset({"model_start", "assistant_delta", "thought_delta", "model_end"})
 
-_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
-_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+@functools.cache
+def _events() -> TypeAdapter[list[Event]]:
+    """Built on first use, not at import (a new session's first turn loads no events)."""
+    return TypeAdapter(list[Event])
+
+
+@functools.cache
+def _event() -> TypeAdapter[Event]:
+    return TypeAdapter(Event)
 
 
 def load_events(data: Any) -> list[Event]:
     """Validate a JSON-shaped list (or JSON text) into ledger events."""
     if isinstance(data, str | bytes):
-        return _EVENTS.validate_json(data)
-    return _EVENTS.validate_python(data)
+        return _events().validate_json(data)
+    return _events().validate_python(data)
 
 
 def load_event(data: Any) -> Event:
     """Validate one JSON-shaped event."""
     if isinstance(data, str | bytes):
-        return _EVENT.validate_json(data)
-    return _EVENT.validate_python(data)
+        return _event().validate_json(data)
+    return _event().validate_python(data)
 
 
 def dump_events(events: list[Event]) -> list[dict[str, Any]]:

@@ -33,7 +33,8 @@ __all__ = [
 class _Wire(BaseModel):
     """Base of the frozen wire types: camelCase aliases on the wire, snake_case in Python."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True,
+                              defer_build=True)
 
 
 class YieldedTool(_Wire):
