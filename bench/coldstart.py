@@ -4,8 +4,9 @@ Each row is the median wall time of N fresh ``python`` processes (interpreter st
 as ``python -c pass``, subtracted), all in one run, so rows compare; each is also shown as a
 multiple of the floor row, a bare ``import boto3, pydantic``, and as CPU time (steadier on a
 busy machine). Like Lambda, whose code directories are read-only, the processes write no
-bytecode: ``dormant`` and ``functions/`` are compiled from source at every cold start (the
-dependencies use the bytecode their install wrote).
+bytecode: ``dormant`` comes with its bytecode, as layers/dormant/Makefile builds the layer
+(as do the dependencies, from their install), ``functions/`` is compiled from source at
+every cold start, as ``sam build`` copies it.
 
     python bench/coldstart.py                 # 7 processes per row
     python bench/coldstart.py --smoke         # one process per row (CI keeps it from rotting)
@@ -32,8 +33,10 @@ with the template's table, bucket, schedule group, webhook queue and OpenAI secr
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
+import py_compile
 import resource
 import shutil
 import statistics
@@ -190,16 +193,27 @@ def fake_openai(replies: int) -> Iterator[str]:
         server.close()
 
 
+def _as_the_layer_ships_it(target: Path) -> None:
+    """``dormant`` as layers/dormant/Makefile puts it in the layer: with unchecked-hash
+    bytecode (this interpreter's), which Lambda uses as it is."""
+    shutil.copytree(LAYER / "dormant", target / "dormant",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(target / "dormant", quiet=1,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+
+
 def measure(runs: int) -> dict[str, tuple[float, float]]:
     """Median wall and CPU ms per row, interpreter start-up subtracted (the ``pass`` row is
     dropped). The process's CPU time is steadier than its wall time on a busy machine (the
     moto server's work is the parent's, not counted)."""
     table = rows()
-    with aws() as endpoints, fake_openai(runs * 2 + 2) as openai_url:
+    with (aws() as endpoints, fake_openai(runs * 2 + 2) as openai_url,
+          tempfile.TemporaryDirectory() as layer):
+        _as_the_layer_ships_it(Path(layer))
         base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DORMANT_",
                                                                           "POWERTOOLS_"))}
         base.update(AWS_ENV, **FUNCTION_ENV, **endpoints, OPENAI_BASE_URL=openai_url,
-                    PYTHONPATH=os.pathsep.join([str(FUNCTIONS), str(LAYER)]),
+                    PYTHONPATH=os.pathsep.join([str(FUNCTIONS), layer]),
                     PYTHONDONTWRITEBYTECODE="1")
         medians = {}
         for name, (code, extra) in table.items():
@@ -212,23 +226,24 @@ def measure(runs: int) -> dict[str, tuple[float, float]]:
     return {name: (wall - wall0, cpu - cpu0) for name, (wall, cpu) in medians.items()}
 
 
-def layer_mb(requirements: Path = LAYER / "requirements.txt") -> float:
-    """Size in MB (``du -sm``: disk blocks, MiB) of what ``sam build`` puts in the layer for
-    python3.13 x86_64: the requirements as manylinux wheels for CPython 3.13, installed and
-    byte-compiled by pip as ``sam build`` does, plus the ``dormant`` package (pip downloads
-    the wheels; no Docker)."""
+def layer_mb() -> float:
+    """Size in MB (``du -sm``: disk blocks, MiB) of the layer ``sam build`` makes for
+    python3.13 x86_64, built by the same recipe (``make build-DormantLayer`` in layers/dormant:
+    the requirements as manylinux wheels for CPython 3.13, the ``dormant`` package, their
+    bytecode). pip downloads the wheels; no Docker. The bytecode is python3.13's when it is on
+    PATH, else this interpreter's (about the same size)."""
+    python = "python3.13"
+    try:
+        subprocess.run([python, "--version"], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        python = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
-        target = Path(tmp) / "python"
-        pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                              "--disable-pip-version-check", "--target", str(target),
-                              "--platform", "manylinux2014_x86_64", "--implementation", "cp",
-                              "--python-version", "3.13", "--only-binary=:all:",
-                              "-r", str(requirements)], capture_output=True, text=True)
-        if pip.returncode:
-            raise SystemExit(f"pip could not build the layer:\n{pip.stderr}")
-        shutil.copytree(LAYER / "dormant", target / "dormant",
-                        ignore=shutil.ignore_patterns("__pycache__"))
-        blocks = sum(f.lstat().st_blocks for f in target.rglob("*"))
+        make = subprocess.run(["make", "--silent", "-C", str(LAYER), "build-DormantLayer",
+                               f"ARTIFACTS_DIR={tmp}", f"PYTHON={python}"],
+                              capture_output=True, text=True)
+        if make.returncode:
+            raise SystemExit(f"the layer did not build:\n{make.stdout}{make.stderr}")
+        blocks = sum(f.lstat().st_blocks for f in Path(tmp, "python").rglob("*"))
     return blocks * 512 / 2**20
 
 

@@ -112,11 +112,19 @@ def test_handler_paths_resolve_to_a_handler_under_codeuri(function: str) -> None
     assert template()["Globals"]["Function"]["Layers"] == [{"Ref": "DormantLayer"}]
 
 
-def test_layer_is_built_from_layers_dormant_for_python313() -> None:
+def test_layer_is_built_from_layers_dormant_for_python313_with_its_bytecode() -> None:
     layer = resource("DormantLayer")
     assert layer["Properties"]["ContentUri"] == "layers/dormant"
-    assert layer["Metadata"]["BuildMethod"] == "python3.13"
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.13"]
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
     assert (ROOT / "layers/dormant/dormant/__init__.py").is_file()
+    recipe = (ROOT / "layers/dormant/Makefile").read_text()
+    assert "build-DormantLayer:" in recipe
+    # Wheels for the runtime, not the build machine; bytecode Lambda uses as it is.
+    assert "--platform manylinux2014_x86_64" in recipe
+    assert "--python-version 3.13" in recipe
+    assert "-r requirements.txt" in recipe
+    assert "--invalidation-mode unchecked-hash" in recipe
 
 
 def test_api_routes_are_the_resolvers_and_all_but_docs_need_a_cognito_user() -> None:
