@@ -3,9 +3,11 @@
 Shared by ``api/app.py``, ``webhook/app.py`` and ``wake/app.py`` (Lambda puts this directory,
 the functions' ``CodeUri``, on ``sys.path``). Everything comes from the environment the
 template sets: the table and bucket (``DynamoDBStore.from_env``), and the model
-(``OpenAIModel.from_settings``, whose key is read from Secrets Manager/SSM on the first model
-call, not here). With no secret or parameter configured (``sam local``, tests) the sample's own
-default applies: OpenAI when ``OPENAI_API_KEY`` is set, else its demo model.
+(``OpenAIModel.from_settings``: its key is read from Secrets Manager/SSM, and the ``openai``
+package imported, on the first model call, not here). Nothing else is built before a request
+needs it: the scheduler's and the queue's boto3 clients come with their first use. With no
+secret or parameter configured (``sam local``, tests) the sample's own default applies: OpenAI
+when ``OPENAI_API_KEY`` is set, else its demo model.
 
 Timers (SPEC §7): with ``DORMANT_WAKE_TARGET_ARN`` and ``DORMANT_SCHEDULER_ROLE_ARN`` set (the
 template sets them, with ``DORMANT_SCHEDULE_GROUP`` and ``DORMANT_SCHEDULE_DLQ_ARN``), the app
