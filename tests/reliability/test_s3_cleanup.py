@@ -9,6 +9,7 @@ role in template.yaml (``iam_recorded``).
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -46,8 +47,20 @@ def _objects(deployed: Deployment, session_id: str) -> set[str]:
     return {o["Key"] for o in listed.get("Contents", [])}
 
 
+def _json(value: Any) -> Any:
+    """An item as a stream record carries it: binary values base64 encoded, as in JSON."""
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json(v) for v in value]
+    return value
+
+
 def _record(item: dict[str, Any], n: int, name: str = "REMOVE") -> dict[str, Any]:
     """The stream record of ``item``'s removal (or insertion), as Lambda delivers it."""
+    item = _json(item)
     image = {"OldImage": item} if name == "REMOVE" else {}
     return {
         "eventID": f"event-{n}", "eventName": name, "eventVersion": "1.1",
@@ -138,15 +151,22 @@ def test_a_session_created_again_under_the_same_id_keeps_its_new_objects(
     assert deployed.session("session_again").events[-1].text == "new " * 500
 
 
-def test_only_removed_slice_items_reach_the_function(deployed: Deployment) -> None:
+def test_only_removed_event_items_reach_the_function(deployed: Deployment) -> None:
+    """Version items (``e#v…``, the layout since one item per commit) and the old layout's
+    slices (``e#<position>``) pass the template's filter; guards and the control record do
+    not, and neither do inserts and updates."""
     _write(deployed, "session_filtered", "x" * 2_000)
-    items = {item["sk"]["S"][:2]: item for item in _items(deployed, "session_filtered")}
-    head, slice_ = items["~h"], items["e#"]
+    items = {item["sk"]["S"][:3]: item for item in _items(deployed, "session_filtered")}
+    guard, version = items["#o#"], items["e#v"]
+    assert "s3" in version  # the version item names the object its event went to
+    control = {"pk": guard["pk"], "sk": {"S": "~ctl"}, "rev": {"N": "1"}}
+    old_slice = {"pk": guard["pk"], "sk": {"S": "e#000000000000"}, "ev": {"S": "[]"}}
 
-    delivered = _delivered([_record(head, 1), _record(slice_, 2, "INSERT"),
-                            _record(slice_, 3, "MODIFY"), _record(slice_, 4)])
+    delivered = _delivered([_record(guard, 1), _record(control, 2),
+                            _record(version, 3, "INSERT"), _record(version, 4, "MODIFY"),
+                            _record(version, 5), _record(old_slice, 6)])
 
-    assert [r["eventID"] for r in delivered["Records"]] == ["event-4"]
+    assert [r["eventID"] for r in delivered["Records"]] == ["event-5", "event-6"]
 
 
 def test_a_poison_record_fails_alone_and_deletes_nothing(

@@ -1,10 +1,12 @@
 """The DynamoDB cost promise, counted on the wire through ``app.handler.rest``.
 
-- an ordinary turn (a message in, the model answers): one ``Query`` and one
-  ``TransactWriteItems`` (the message id's guard rides in the same transaction);
+- an ordinary turn (a message in, the model answers): one ``Query`` and one conditional
+  ``PutItem`` of one item, at most 2 write units by DynamoDB's arithmetic
+  (``bench/_capacity.py``); with a client's message id, one ``TransactWriteItems`` (the id's
+  guard item rides with the version item);
 - a resumed turn that unlocks a tool (an approval decision, or an answer to a yielded tool
-  that has ``execute``): one ``Query`` and two ``TransactWriteItems``: the decision or answer
-  is claimed first, then the tool runs, then the turn commits;
+  that has ``execute``): one ``Query`` and two writes: the decision or answer is claimed
+  first, then the tool runs, then the turn commits;
 - an answer to a yielded tool without ``execute``: one ``Query`` and one write;
 - a redelivered message older than the head's 32-id window: refused (``duplicate_message``)
   after one ``Query`` and one ``GetItem`` (the guard), nothing written, the model not called;
@@ -18,6 +20,7 @@ the store's client records each request in order, interleaved with what the tool
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from collections.abc import Iterator
@@ -27,18 +30,20 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
+from bench._capacity import item_bytes, write_units
 from dormant._head import MESSAGE_ID_WINDOW
 from dormant._ids import new_id, now_ms
 from dormant.models import ScriptedModel
 from dormant.stores import DynamoDBStore
-from dormant.stores._dynamodb import layout
+from dormant.stores._dynamodb import codec, layout
 from dormant.types import Control, ControlSteer, ControlStop
 from tests._moto import aws_env, in_process_aws
 
 TABLE = "dormant-cost"
 SID = "session_cost"
 TOOL_RAN = "tool ran"
-ONE_READ_ONE_WRITE = ["Query", "TransactWriteItems"]
+ONE_READ_ONE_WRITE = ["Query", "PutItem"]
+ONE_READ_ONE_TRANSACTION = ["Query", "TransactWriteItems"]
 
 
 class Ticket(BaseModel):
@@ -68,14 +73,17 @@ class Wire:
 
     def __init__(self, client: Any) -> None:
         self.timeline: list[str] = []
-        #: For each TransactWriteItems: the types of the events it writes, in order.
+        #: For each write (PutItem, TransactWriteItems): the types of the events it writes.
         self.written: list[list[str]] = []
+        #: Each write's operation and parameters (the request body).
+        self.requests: list[tuple[str, dict[str, Any]]] = []
         self._on = False
         client.meta.events.register_first("before-send.dynamodb", self._record)
 
     def start(self) -> Wire:
         self.timeline.clear()
         self.written.clear()
+        self.requests.clear()
         self._on = True
         return self
 
@@ -93,14 +101,30 @@ class Wire:
         operation = (target.decode() if isinstance(target, bytes) else str(target)
                      ).rpartition(".")[2]
         self.timeline.append(operation)
-        if operation == "TransactWriteItems":
+        if operation in ("PutItem", "TransactWriteItems"):
             body = request.body if isinstance(request.body, bytes) else request.body.encode()
+            params = json.loads(body)
+            self.requests.append((operation, params))
+            puts = ([params] if operation == "PutItem" else
+                    [a["Put"] for a in params["TransactItems"] if "Put" in a])
             types: list[str] = []
-            for action in json.loads(body)["TransactItems"]:
-                item = action["Put"]["Item"]
-                if item[layout.SK]["S"].startswith(layout.EVENT_PREFIX):
-                    types += [event["type"] for event in json.loads(item[layout.EVENTS]["S"])]
+            for put in puts:
+                item = put["Item"]
+                if item[layout.SK]["S"].startswith(layout.VERSION_PREFIX) and "#" not in \
+                        item[layout.SK]["S"][len(layout.VERSION_PREFIX):]:
+                    doc = codec.unpack(base64.b64decode(item[layout.PAYLOAD]["B"]))
+                    types += [event["type"] for event in doc["ev"]]
             self.written.append(types)
+
+
+def _items(store: DynamoDBStore, session_id: str) -> list[dict[str, Any]]:
+    return list(store._client.query(
+        TableName=store.table_name, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": session_id}})["Items"])
+
+
+MESSAGE = "Can you check my booking for the weekend, and the late check-out? " * 2
+REPLY = "Your booking is confirmed for Friday and Saturday; late check-out is at 1 pm. " * 2
 
 
 class Chat:
@@ -123,7 +147,7 @@ class Chat:
 
 
 @pytest.mark.parametrize("message_id", [None, "m-2"], ids=["no-message-id", "client-message-id"])
-def test_an_ordinary_turn_is_one_query_and_one_transaction(
+def test_an_ordinary_turn_is_one_query_and_one_write(
         store: DynamoDBStore, message_id: str | None) -> None:
     chat = Chat(store, ["Hello.", "Three nights."])
     model, wire = chat.model, chat.wire
@@ -136,9 +160,27 @@ def test_an_ordinary_turn_is_one_query_and_one_transaction(
     response = chat(**given)
 
     assert (response.status, response.commit_status) == ("completed", "committed")
-    assert wire.operations == ONE_READ_ONE_WRITE
+    assert wire.operations == (ONE_READ_ONE_WRITE if message_id is None
+                               else ONE_READ_ONE_TRANSACTION)
     assert wire.written == [["invocation_start", "user", "assistant", "invocation_end"]]
     assert model.remaining == 0
+
+
+def test_an_ordinary_turn_writes_one_item_of_at_most_two_write_units(
+        store: DynamoDBStore) -> None:
+    """The cost target: one item written (the version item: events and head), priced by
+    DynamoDB's rules at no more than 2 write units, at turn 3 and at turn 40 alike."""
+    chat = Chat(store, [REPLY] * 40, history=5)
+    wire = chat.wire
+    for n in range(40):
+        wire.start()
+        assert chat(message=f"{n}: {MESSAGE}").commit_status == "committed"
+        ((operation, params),) = wire.requests
+        assert operation == "PutItem" and params["Item"][layout.SK]["S"].startswith("e#v")
+        units = write_units(operation, params)
+        assert units <= 2, (n, units, item_bytes(params["Item"]))
+    # With no message id there is no guard item: the id was minted by the turn itself.
+    assert not [i for i in _items(store, SID) if i[layout.SK]["S"].startswith("#o#")]
 
 
 # --- (b) an approval turn ------------------------------------------------------------------------
@@ -171,7 +213,7 @@ def test_an_approval_turn_claims_the_decision_before_the_tool_runs(store: Dynamo
 
     assert (done.status, done.commit_status, done.output.text) == ("completed", "committed",
                                                               "Closed T-7.")
-    assert wire.timeline == ["Query", "TransactWriteItems", TOOL_RAN, "TransactWriteItems"]
+    assert wire.timeline == ["Query", "PutItem", TOOL_RAN, "PutItem"]
     claim, commit = wire.written
     assert claim == ["approval_decided", "invocation_resume"]  # the decision, and the reopening
     assert "tool_result" in commit and "approval_decided" not in commit
@@ -211,7 +253,7 @@ def test_an_answer_to_a_yielded_tool_with_execute_is_claimed_before_it_runs(
         store: DynamoDBStore) -> None:
     _, wire, _ = _yielding(store, execute=True)
 
-    assert wire.timeline == ["Query", "TransactWriteItems", TOOL_RAN, "TransactWriteItems"]
+    assert wire.timeline == ["Query", "PutItem", TOOL_RAN, "PutItem"]
     claim, commit = wire.written
     assert claim == ["tool_input", "invocation_resume"]
     assert "tool_result" in commit and "tool_input" not in commit
@@ -239,13 +281,13 @@ def test_message_ids_past_the_head_window_cost_one_guard_read(store: DynamoDBSto
     # ever had: a fresh id is checked against it alone (no GetItem).
     wire.start()
     assert chat(message="32nd", messageId=f"m-{window - 1}").status == "completed"
-    assert wire.operations == ONE_READ_ONE_WRITE
+    assert wire.operations == ONE_READ_ONE_TRANSACTION
     wire.start()
     again = chat(message="turn 0", messageId="m-0")
     assert again.code == "duplicate_message" and wire.operations == ["Query"]
     wire.start()
     assert chat(message="33rd", messageId=f"m-{window}").status == "completed"
-    assert wire.operations == ONE_READ_ONE_WRITE
+    assert wire.operations == ONE_READ_ONE_TRANSACTION
     assert model.remaining == 0
     session = chat.app.sessions.get(SID)
     assert session is not None and session.head.messages == window + 1
@@ -293,7 +335,7 @@ def _realistic_controls() -> list[Control]:
 
 
 @pytest.mark.parametrize("history", [None, 2], ids=["full-history", "history-2"])
-def test_an_ordinary_turn_with_a_control_record_is_still_one_query_and_one_transaction(
+def test_an_ordinary_turn_with_a_control_record_is_still_one_query_and_one_write(
         store: DynamoDBStore, history: int | None) -> None:
     turns = 6
     chat = Chat(store, [f"reply {n}" for n in range(turns + 1)], history=history)
@@ -311,7 +353,7 @@ def test_an_ordinary_turn_with_a_control_record_is_still_one_query_and_one_trans
     assert wire.operations == ONE_READ_ONE_WRITE
     assert store.read_control(SID) == control  # the commit did not touch it
 
-    # The store's own read: one Query returns the head, the control record and the window.
+    # The store's own read: one Query returns the control record, the head and the window.
     for window in (None, 0, 1, history or 3):
         wire.start()
         loaded = store.load(SID, turns=window)

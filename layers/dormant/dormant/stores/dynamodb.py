@@ -1,10 +1,13 @@
-"""The production store: one DynamoDB table, one conditional transaction per commit.
+"""The production store: one DynamoDB table, one conditional write per commit.
 
 Cost per ordinary turn is the physical floor: one ``Query`` (descending, with a ``Limit``
-sized to the agent's history window: it returns the head, then the newest events) and one
-``TransactWriteItems`` (the head, guarded by its version, plus one item holding the turn's new
-events). History is never rewritten; a ``history(limit=N)`` agent reads the same bytes at turn
-10 and turn 10,000. The item layout is described in ``dormant.stores._dynamodb.layout``.
+sized to the agent's history window and the head's checkpoint chain: it returns the control
+record, then the newest version items) and one conditional ``PutItem`` of one version item
+holding the turn's events and the head (under 1 KB for a text turn: 1 write unit, and one
+index write). Commits that carry a client's message id or a retry id (a guard item each), an
+oversize payload (parts), or migrate an old-layout session are one ``TransactWriteItems``.
+History is never rewritten; a ``history(limit=N)`` agent reads the same bytes at turn 10 and
+turn 10,000. The item layout is described in ``dormant.stores._dynamodb.layout``.
 
 The session's control record (stop / steer / pause for the turn running elsewhere) is one small
 item read by the same ``Query`` (so a turn pays nothing more for it), polled by a running turn
@@ -16,7 +19,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -55,6 +61,8 @@ _RETRYABLE = frozenset({
     "RequestLimitExceeded",
 })
 _DELETE_ATTEMPTS = 3
+#: Sessions whose head this process remembers (to write the next version as a delta).
+_MEMO_SIZE = 4096
 
 _Items = list[dict[str, Any]]
 
@@ -107,6 +115,7 @@ class DynamoDBStore:
         self._transaction_limit = transaction_limit
         self._clock = clock
         self._window = WindowEstimator()
+        self._memo = _Memo()
         self._offloader = None if bucket is None else Offloader(
             bucket, offload_prefix,
             (lambda: s3_client) if s3_client is not None else (lambda: _s3_client(region_name)))
@@ -163,41 +172,44 @@ class DynamoDBStore:
             "ConsistentRead": True,
         }
         if turns is not None:
-            request["Limit"] = self._window.limit(session_id, turns)
-            if turns <= 0:  # the head and the control record, never an event item
-                request["KeyConditionExpression"] = "pk = :pk AND sk >= :ctl"
-                request["ExpressionAttributeValues"][":ctl"] = {"S": lay.CONTROL_SK}
-        head: Head | None = None
-        control: Control | None = None
-        start = 0
+            request["Limit"] = self._limit(session_id, turns)
+        fetch = self._offloader.get if self._offloader else _no_bucket(session_id)
         items: _Items = []
         while True:
             page = self._call("read session", session_id, self._client.query, **request)
-            found = list(page.get("Items", []))
-            if head is None:
-                if not found or not lay.head_sk_is(found[0]) or lay.expired(found[0], now_s):
-                    return None
-                head = Head.model_validate_json(found.pop(0)[lay.HEAD]["S"])
-                start = head.window_start(turns)
-            for item in found:
-                if lay.is_control_item(item):
-                    control = _control_of(item, now_s)
-            items.extend(item for item in found if lay.is_event_item(item))
-            needed = reads.items_needed(items, start, head.seq)
-            if needed is not None or "LastEvaluatedKey" not in page:
+            items.extend(page.get("Items", []))
+            exhausted = "LastEvaluatedKey" not in page
+            found = reads.read(session_id, items, turns, now_s, exhausted, fetch)
+            if found is not None:
                 break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
             if turns is not None:
-                request["Limit"] = reads.remaining_limit(items, start, head.seq)
-        if turns is not None and needed is not None:
+                request["Limit"] = max(int(request["Limit"]), 4) * 2
+        if found.known is not None:
+            self._memo.put(session_id, found.known)
+        head = found.head
+        if head is None:
+            return None
+        if turns is not None and turns > 0:
+            start = head.window_start(turns)
             in_window = sum(1 for t in head.turn_starts if t >= start)
-            self._window.observe(session_id, max(in_window, 1), needed)
-        fetch = self._offloader.get if self._offloader else _no_bucket(session_id)
-        events, first_seq = reads.decode(session_id, items, start, head.seq, now_s, fetch)
-        return StoredSession(head, events, first_seq, control)
+            self._window.observe(session_id, max(in_window, 1), max(found.used, 1))
+        control = _control_of(found.control, now_s) if found.control is not None else None
+        return StoredSession(head, found.events, found.first_seq, control)
+
+    def _limit(self, session_id: str, turns: int) -> int:
+        """A windowed read's ``Limit``: the control record and an old head, then enough version
+        items for the window and for the head's chain back to its checkpoint."""
+        known = self._memo.get(session_id)
+        chain = (known.version - known.checkpoint + 2 if known is not None
+                 and known.head is not None else lay.CHECKPOINT_EVERY)
+        window = self._window.limit(session_id, turns) if turns > 0 else 0
+        return max(window, 2 + min(chain, lay.CHECKPOINT_EVERY))
 
     def list(self, *, principal: str | None = None,
              limit: int = 100) -> builtins.list[SessionSummary]:
+        """Reads the ``by_owner`` index newest first: it holds an entry per version item, so a
+        session's first entry is its newest; later ones are skipped."""
         now_s = int(self._clock())
         if principal is not None:
             request: dict[str, Any] = {
@@ -207,63 +219,93 @@ class DynamoDBStore:
                 "ExpressionAttributeNames": {"#own": lay.OWNER},
                 "ExpressionAttributeValues": {":own": {"S": lay.owner_key(principal, "")}},
                 "ScanIndexForward": False,
-                "Limit": limit,
+                "Limit": 2 * limit + 10,
             }
             read = self._client.query
         else:
             request = {"TableName": self.table_name, "IndexName": lay.INDEX_NAME}
             read = self._client.scan  # type: ignore[assignment]
-        found: builtins.list[SessionSummary] = []
+        newest: dict[str, dict[str, Any]] = {}
         while True:
             page = self._call("list sessions", principal or "*", read, **request)
-            found.extend(reads.summary(item) for item in page.get("Items", [])
-                         if not lay.expired(item, now_s))
-            if "LastEvaluatedKey" not in page or (principal is not None and len(found) >= limit):
+            for item in page.get("Items", []):
+                sid = item[lay.PK]["S"]
+                seen = newest.get(sid)
+                if seen is None or int(item[lay.UPDATED]["N"]) > int(seen[lay.UPDATED]["N"]):
+                    newest[sid] = item
+            live = sum(1 for item in newest.values() if not self._index_expired(item, now_s))
+            if "LastEvaluatedKey" not in page or (principal is not None and live >= limit):
                 break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        found = [reads.summary(item) for item in newest.values()
+                 if not self._index_expired(item, now_s)]
         found.sort(key=lambda s: s.updated_at, reverse=True)
         return found[:limit]
+
+    def _index_expired(self, item: dict[str, Any], now_s: int) -> bool:
+        """An index entry's session has expired: the index projects ``expires_at``, not a
+        version item's logical expiry ``lx``, which is ``expires_at`` less this store's
+        margin (see ``layout``)."""
+        if lay.is_version_item(item) and lay.TTL_ATTRIBUTE in item and self.ttl_seconds:
+            stamp = int(item[lay.TTL_ATTRIBUTE]["N"]) - self.ttl_seconds // 4 - 1
+            return stamp <= now_s
+        return lay.expired(item, now_s)
 
     # --- writing -------------------------------------------------------------------------------
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         written = commit_head(head, expected_version, events)
+        sid = head.session_id
         now_s = int(self._clock())
+        known = self._memo.get(sid)
+        if known is None or (known.version == 0) != (expected_version == 0):
+            # Nothing known, or known not to exist while the caller holds a head (or the
+            # reverse): read first, so a commit never lands under a deletion marker or an
+            # expired session's items. Otherwise a stale version is refused by the key.
+            known = self._known_at(sid)
+            if known.version != expected_version:
+                return CommitResult(ok=False, conflict=True, current_version=known.version)
+        if expected_version == 0 and known.stale:
+            self._purge_expired(sid, now_s)
         expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
-        head_item = writes.head_item(written, expires_at)
-        items, uploads = writes.plan_slice(
-            written, events, head_item, expires_at, self._offloader, self._offload_above,
-            self._transaction_limit)
-        put_head = writes.conditional_put(self.table_name, head_item, expected_version)
-        guards = writes.guard_puts(self.table_name, head.session_id, once_keys(events),
+        guards = writes.guard_puts(self.table_name, sid,
+                                   [k for k in once_keys(events) if not lay.is_minted(k)],
                                    expires_at, now_s)
-        for key, text in uploads:
-            self._call("offload an event", head.session_id, self._offload().put, key, text)
-        for round_ in range(2):
-            try:
-                if items or guards:
-                    result = self._transact(written, put_head, items, guards,
-                                            expected_version, round_)
-                else:
-                    result = self._put_head(written, put_head, expected_version)
-                break
-            except _ExpiredIncarnation:
-                # The id is free (its session expired) but TTL has not removed the items yet:
-                # clear them, so the new session's ledger never interleaves with the old one.
-                self._purge_expired(head.session_id, now_s)
+        commit = writes.plan_commit(
+            self.table_name, written, events, known, expected_version, now_s=now_s,
+            ttl_seconds=self.ttl_seconds, offloader=self._offloader,
+            offload_above=self._offload_above, transaction_limit=self._transaction_limit,
+            guards=len(guards))
+        for key, text in commit.uploads:
+            self._call("offload an event", sid, self._offload().put, key, text)
+        if commit.single and not guards:
+            result = self._put_one(written, commit.put)
         else:
-            result = CommitResult(ok=False, conflict=True, current_version=0)
-        if result.conflict and uploads:
-            self._forget_uploads([key for key, _ in uploads])
+            result = self._transact(written, commit, guards, expected_version)
+        if result.ok and commit.known is not None:
+            self._memo.put(sid, commit.known)
+        elif result.conflict:
+            self._memo.forget(sid)
+        if result.conflict and commit.uploads:
+            self._forget_uploads([key for key, _ in commit.uploads])
         return result
 
-    def _transact(self, written: Head, put_head: dict[str, Any], items: _Items,
-                  guards: _Items, expected_version: int, round_: int) -> CommitResult:
-        token = writes.request_token(self.table_name, written, expected_version, round_)
-        actions: builtins.list[Any] = [{"Put": put_head}]
-        actions += [{"Put": {"TableName": self.table_name, "Item": item}} for item in items]
+    def _known_at(self, session_id: str) -> writes.Known:
+        """What this process did not remember of a session: read its head (a commit or a
+        control write without a read before it in this process)."""
+        self.load(session_id, turns=0)
+        known = self._memo.get(session_id)
+        return known if known is not None else writes.Known(version=0)
+
+    def _transact(self, written: Head, commit: writes.Commit, guards: _Items,
+                  expected_version: int) -> CommitResult:
+        token = writes.request_token(self.table_name, written, expected_version, 0)
+        actions: builtins.list[Any] = [{"Put": commit.put}]
+        actions += [{"Put": part} for part in commit.parts]
+        actions += [{"Put": extra} for extra in commit.extra]
         actions += [{"Put": guard} for guard in guards]
-        first_guard = 1 + len(items)
+        first_extra = 1 + len(commit.parts)
+        first_guard = first_extra + len(commit.extra)
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             try:
                 self._client.transact_write_items(TransactItems=actions,
@@ -273,15 +315,19 @@ class DynamoDBStore:
                 if _code(error) != "TransactionCanceledException":
                     raise _store_error("commit", written.session_id, error) from error
                 reasons = error.response.get("CancellationReasons") or []
-                first = reasons[0] if reasons else {}
-                held = next((guards[i - first_guard]["Item"][lay.SK]["S"]
-                             for i, reason in enumerate(reasons) if i >= first_guard
-                             and reason.get("Code") == "ConditionalCheckFailed"), None)
-                if held is not None or first.get("Code") == "ConditionalCheckFailed":
-                    refused = (self._refused(dict(first.get("Item") or {}) or None,
-                                             expected_version)
-                               if first.get("Code") == "ConditionalCheckFailed"
-                               else CommitResult(ok=False, current_version=expected_version))
+                failed = [i for i, r in enumerate(reasons)
+                          if r.get("Code") == "ConditionalCheckFailed"]
+                if failed:
+                    held = next((guards[i - first_guard]["Item"][lay.SK]["S"]
+                                 for i in failed if i >= first_guard), None)
+                    if 0 in failed:
+                        refused = self._refused(dict(reasons[0].get("Item") or {}) or None)
+                    elif any(first_extra <= i < first_guard for i in failed):
+                        # the old layout's head moved (or another writer migrated it)
+                        refused = CommitResult(ok=False, conflict=True,
+                                               current_version=expected_version + 1)
+                    else:
+                        refused = CommitResult(ok=False, current_version=expected_version)
                     if held is not None:
                         refused = refused.model_copy(
                             update={"duplicate": held.removeprefix(lay.GUARD_PREFIX)})
@@ -298,49 +344,103 @@ class DynamoDBStore:
             time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
         raise AssertionError("unreachable")
 
-    def _put_head(self, written: Head, put_head: dict[str, Any],
-                  expected_version: int) -> CommitResult:
-        try:
-            self._client.put_item(**put_head)
-        except ClientError as error:
-            if _code(error) == "ConditionalCheckFailedException":
-                old: Any = error.response.get("Item")
-                return self._refused(old, expected_version)
-            raise _store_error("commit", written.session_id, error) from error
-        except BotoCoreError as error:
-            raise _store_error("commit", written.session_id, error) from error
-        return CommitResult(ok=True, version=written.version)
+    def _put_one(self, written: Head, put: dict[str, Any]) -> CommitResult:
+        """The version item alone: one conditional ``PutItem``. A ``TransactionConflict`` (a
+        transaction was touching the key at that instant) wrote nothing: try again."""
+        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
+            try:
+                self._client.put_item(**put)
+                return CommitResult(ok=True, version=written.version)
+            except ClientError as error:
+                code = _code(error)
+                if code == "ConditionalCheckFailedException":
+                    old: Any = error.response.get("Item")
+                    return self._refused(old)
+                if code != "TransactionConflictException" or attempt == TRANSACTION_ATTEMPTS:
+                    raise _store_error("commit", written.session_id, error) from error
+            except BotoCoreError as error:
+                raise _store_error("commit", written.session_id, error) from error
+            time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
 
-    def _refused(self, old: dict[str, Any] | None, expected_version: int) -> CommitResult:
-        """The version check failed: the current version is in the item DynamoDB returned."""
-        if old is None:
+    def _refused(self, old: dict[str, Any] | None) -> CommitResult:
+        """The version key was taken: the item DynamoDB returned names the version that took
+        it (the head may be further on: the merge that follows reads it); a deletion marker,
+        or an expired item, says there is no session: version 0."""
+        if old is None or lay.DELETED in old or lay.expired(old, int(self._clock())):
             return CommitResult(ok=False, conflict=True, current_version=0)
-        if lay.expired(old, int(self._clock())):
-            if expected_version == 0:
-                raise _ExpiredIncarnation
-            return CommitResult(ok=False, conflict=True, current_version=0)
-        return CommitResult(ok=False, conflict=True, current_version=int(old[lay.VERSION]["N"]))
+        if lay.VERSION in old:
+            return CommitResult(ok=False, conflict=True, current_version=int(old[lay.VERSION]["N"]))
+        version, _ = lay.parse_version_key(old[lay.SK]["S"])
+        return CommitResult(ok=False, conflict=True, current_version=version)
 
     # --- once-only ids and landed commits -------------------------------------------------------
 
     def has_once(self, session_id: str, key: str) -> bool:
+        """The guard item of ``key``; for an id in dormant's minted shape (written without a
+        guard), also the version items that name it (a filtered query of the partition)."""
         item = self._call("read a message guard", session_id, self._client.get_item,
                           TableName=self.table_name, ConsistentRead=True,
                           Key={lay.PK: {"S": session_id}, lay.SK: {"S": lay.guard_key(key)}})
         found = item.get("Item")
-        return found is not None and not lay.expired(found, int(self._clock()))
+        if found is not None and not lay.expired(found, int(self._clock())):
+            return True
+        if not lay.is_minted(key):
+            return False
+        request: dict[str, Any] = {
+            "TableName": self.table_name, "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :v)",
+            "FilterExpression": "contains(#o, :k)",
+            "ProjectionExpression": "#sk, #lx",
+            "ExpressionAttributeNames": {"#o": lay.UNGUARDED, "#sk": lay.SK,
+                                         "#lx": lay.LOGICAL_EXPIRY},
+            "ExpressionAttributeValues": {":pk": {"S": session_id},
+                                          ":v": {"S": lay.VERSION_PREFIX},
+                                          ":k": {"S": f" {key} "}},
+        }
+        now_s = int(self._clock())
+        while True:
+            page = self._call("look for a message id", session_id, self._client.query,
+                              **request)
+            if any(not lay.expired(i, now_s) for i in page.get("Items", [])):
+                return True
+            if "LastEvaluatedKey" not in page:
+                return False
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def landed(self, session_id: str, seq: int, event_id: str) -> bool:
-        """The slice item starting at ``seq`` (or its first part) names ``event_id`` first:
-        the event's JSON, or its S3 key, begins the item's array."""
+        """The version item whose events start at ``seq`` names ``event_id`` first (its JSON,
+        or its S3 key); an old-layout slice the same way."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name, "ConsistentRead": True, "ScanIndexForward": False,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :v)",
+            "ExpressionAttributeValues": {":pk": {"S": session_id},
+                                          ":v": {"S": lay.VERSION_PREFIX}},
+            "Limit": 8,
+        }
+        items: _Items = []
+        while True:
+            page = self._call("read a commit", session_id, self._client.query, **request)
+            items.extend(page.get("Items", []))
+            for version in reads.versions_of(items):
+                if not version.complete:
+                    continue
+                if version.first_seq == seq:
+                    first = version.doc()["ev"][:1]
+                    return bool(first) and event_id in json.dumps(first[0])
+                if version.first_seq < seq:
+                    return False
+            if "LastEvaluatedKey" not in page:
+                break
+            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         page = self._call(
             "read a commit", session_id, self._client.query, TableName=self.table_name,
             ConsistentRead=True, Limit=1,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :sk)",
             ExpressionAttributeValues={":pk": {"S": session_id},
                                        ":sk": {"S": lay.slice_key(seq)}})
-        items = page.get("Items", [])
-        return bool(items) and event_id in items[0][lay.EVENTS]["S"][:1024]
+        found = page.get("Items", [])
+        return bool(found) and event_id in found[0][lay.EVENTS]["S"][:1024]
 
     # --- the control record ------------------------------------------------------------------
 
@@ -354,18 +454,24 @@ class DynamoDBStore:
         return _control_of(item, int(self._clock())) if item is not None else None
 
     def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
-        """One ``TransactWriteItems``: a ``ConditionCheck`` of the head's version and the
-        ``Put`` of the record, conditioned on the revision it replaces. An expired head or
-        record (TTL, not deleted yet) counts as absent, as everywhere in this store."""
+        """One ``TransactWriteItems``: ``ConditionCheck``s that the head is still at
+        ``head_version`` (see ``layout``) and the ``Put`` of the record, conditioned on the
+        revision it replaces. An expired head or record (TTL, not deleted yet) counts as
+        absent, as everywhere in this store."""
         if control.rev < 1:
             return False  # no stored revision is ever below 0
+        known = self._memo.get(session_id)
+        if known is None or known.version != head_version:
+            known = self._known_at(session_id)
+            if known.version != head_version:
+                return False
         now_s = int(self._clock())
         expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
         item = lay.control_item(session_id, control.rev, control.model_dump_json(), expires_at)
         actions: builtins.list[Any] = [
-            {"ConditionCheck": writes.head_at(self.table_name, session_id, head_version, now_s)},
-            {"Put": writes.control_put(self.table_name, item, control.rev, now_s)},
-        ]
+            {"ConditionCheck": check} for check in writes.head_checks(
+                self.table_name, session_id, known, head_version, now_s)]
+        actions.append({"Put": writes.control_put(self.table_name, item, control.rev, now_s)})
         for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
             try:
                 self._client.transact_write_items(TransactItems=actions)
@@ -377,6 +483,7 @@ class DynamoDBStore:
                 reasons = error.response.get("CancellationReasons") or []
                 codes = {r.get("Code") for r in reasons} - {"None", None}
                 if "ConditionalCheckFailed" in codes:
+                    self._memo.forget(session_id)
                     return False  # the head or the record moved: the caller re-reads
                 retryable = codes <= _RETRYABLE
                 if not retryable or attempt == TRANSACTION_ATTEMPTS:
@@ -405,33 +512,87 @@ class DynamoDBStore:
     # --- deleting ------------------------------------------------------------------------------
 
     def delete(self, session_id: str) -> bool:
+        """Removes every item of the session. Version items: a deletion marker takes the next
+        version's key first (so a commit still in flight at the head's version is refused,
+        and a later session under the id numbers its items after it), then the rest goes. Old
+        layout: the ``~head`` goes first, conditioned on its version, then the rest."""
         now_s = int(self._clock())
         for _ in range(_DELETE_ATTEMPTS):
             items = self._keys_of(session_id)
-            head = items[0] if items and lay.head_sk_is(items[0]) else None
+            head = next((i for i in items if lay.is_legacy_head(i)), None)
+            mains = [i for i in items if lay.is_version_item(i)
+                     and lay.parse_version_key(i[lay.SK]["S"])[1] == 0]
+            newest = max(mains, key=lambda i: lay.parse_version_key(i[lay.SK]["S"])[0],
+                         default=None)
+            kept: dict[str, Any] | None = None
             if head is not None:
-                try:
-                    self._client.delete_item(
-                        TableName=self.table_name,
-                        Key={lay.PK: head[lay.PK], lay.SK: head[lay.SK]},
-                        ConditionExpression="ver = :v",
-                        ExpressionAttributeValues={":v": head[lay.VERSION]},
-                    )
-                except ClientError as error:
-                    if _code(error) == "ConditionalCheckFailedException":
-                        continue  # a commit landed meanwhile: list its items too
-                    raise _store_error("delete", session_id, error) from error
-                except BotoCoreError as error:
-                    raise _store_error("delete", session_id, error) from error
-            rest = items[1:] if head is not None else items
-            self._delete_items(session_id, rest)
-            offloaded = [key for item in rest for key in item.get(lay.OFFLOADED, {}).get("SS", [])]
+                existed = not lay.expired(head, now_s)
+                if not self._delete_if("delete", session_id, head, "ver = :v",
+                                       {":v": head[lay.VERSION]}):
+                    continue  # a commit landed meanwhile: list its items too
+            elif newest is not None and lay.DELETED not in newest:
+                existed = not lay.expired(newest, now_s)
+                kept = self._mark_deleted(session_id, newest, now_s)
+                if kept is None:
+                    continue
+            else:
+                existed, kept = False, newest
+            gone = [i for i in items if i is not head
+                    and (kept is None or i[lay.SK] != kept[lay.SK])]
+            marked = kept is not None and newest is not None and lay.DELETED not in newest
+            self._delete_items(session_id, [i for i in gone if not (marked and i is newest)])
+            offloaded = [key for item in gone for key in item.get(lay.OFFLOADED, {}).get("SS", [])]
             if offloaded:
                 self._call("delete offloaded events", session_id, self._offload().delete,
                            offloaded)
+            base = lay.parse_version_key(kept[lay.SK]["S"])[0] if kept is not None else 0
+            self._memo.put(session_id, writes.Known(version=0, base=base))
             self._window.forget(session_id)
-            return head is not None and not lay.expired(head, now_s)
+            return existed
         raise StoreError(f"session {session_id} kept changing while being deleted; retry")
+
+    def _mark_deleted(self, session_id: str, newest: dict[str, Any],
+                      now_s: int) -> dict[str, Any] | None:
+        """One transaction: the deletion marker takes the key after ``newest`` and ``newest``
+        (the head) goes, so the session reads as deleted at once and a commit in flight at
+        its version is refused. None if a commit landed meanwhile."""
+        key = lay.parse_version_key(newest[lay.SK]["S"])[0] + 1
+        marker: dict[str, Any] = {lay.PK: {"S": session_id}, lay.SK: {"S": lay.version_key(key)},
+                                  lay.DELETED: {"N": "1"}}
+        if self.ttl_seconds:
+            marker[lay.TTL_ATTRIBUTE] = {"N": str(now_s + self.ttl_seconds)}
+        try:
+            self._client.transact_write_items(TransactItems=[
+                {"Put": {"TableName": self.table_name, "Item": marker,
+                         "ConditionExpression": "attribute_not_exists(#pk)",
+                         "ExpressionAttributeNames": {"#pk": lay.PK}}},
+                {"Delete": {"TableName": self.table_name,
+                            "Key": {lay.PK: newest[lay.PK], lay.SK: newest[lay.SK]},
+                            "ConditionExpression": "attribute_exists(#pk)",
+                            "ExpressionAttributeNames": {"#pk": lay.PK}}},
+            ])
+        except ClientError as error:
+            if _code(error) == "TransactionCanceledException":
+                return None  # a commit took the key (or a racing delete did): look again
+            raise _store_error("delete", session_id, error) from error
+        except BotoCoreError as error:
+            raise _store_error("delete", session_id, error) from error
+        return marker
+
+    def _delete_if(self, what: str, session_id: str, item: dict[str, Any], condition: str,
+                   values: dict[str, Any], names: dict[str, str] | None = None) -> bool:
+        try:
+            self._client.delete_item(
+                TableName=self.table_name, Key={lay.PK: item[lay.PK], lay.SK: item[lay.SK]},
+                ConditionExpression=condition, ExpressionAttributeValues=values,
+                **({"ExpressionAttributeNames": names} if names else {}))  # type: ignore[arg-type]
+        except ClientError as error:
+            if _code(error) == "ConditionalCheckFailedException":
+                return False
+            raise _store_error(what, session_id, error) from error
+        except BotoCoreError as error:
+            raise _store_error(what, session_id, error) from error
+        return True
 
     def _purge_expired(self, session_id: str, now_s: int) -> None:
         """Delete the items of an expired session (each only if it is still expired, so a
@@ -440,20 +601,13 @@ class DynamoDBStore:
         for item in self._keys_of(session_id):
             if not lay.expired(item, now_s):
                 continue
-            try:
-                self._client.delete_item(
-                    TableName=self.table_name,
-                    Key={lay.PK: item[lay.PK], lay.SK: item[lay.SK]},
-                    ConditionExpression="#ttl <= :now",
-                    ExpressionAttributeNames={"#ttl": lay.TTL_ATTRIBUTE},
-                    ExpressionAttributeValues={":now": {"N": str(now_s)}},
-                )
-            except ClientError as error:
-                if _code(error) != "ConditionalCheckFailedException":
-                    raise _store_error("clear an expired session", session_id, error) from error
-            except BotoCoreError as error:
-                raise _store_error("clear an expired session", session_id, error) from error
-            offloaded += item.get(lay.OFFLOADED, {}).get("SS", [])
+            if self._delete_if(
+                    "clear an expired session", session_id, item,
+                    "(attribute_exists(#lx) AND #lx <= :now) OR "
+                    "(attribute_not_exists(#lx) AND #ttl <= :now)",
+                    {":now": {"N": str(now_s)}},
+                    {"#lx": lay.LOGICAL_EXPIRY, "#ttl": lay.TTL_ATTRIBUTE}):
+                offloaded += item.get(lay.OFFLOADED, {}).get("SS", [])
         if offloaded:
             self._forget_uploads(offloaded)
 
@@ -462,8 +616,10 @@ class DynamoDBStore:
             "TableName": self.table_name,
             "KeyConditionExpression": "pk = :pk",
             "ExpressionAttributeValues": {":pk": {"S": session_id}},
-            "ProjectionExpression": "pk, sk, ver, #s3, #ttl",
-            "ExpressionAttributeNames": {"#s3": lay.OFFLOADED, "#ttl": lay.TTL_ATTRIBUTE},
+            "ProjectionExpression": "pk, sk, ver, #s3, #ttl, #lx, #del, #mv",
+            "ExpressionAttributeNames": {"#s3": lay.OFFLOADED, "#ttl": lay.TTL_ATTRIBUTE,
+                                         "#lx": lay.LOGICAL_EXPIRY, "#del": lay.DELETED,
+                                         "#mv": lay.MOVED},
             "ScanIndexForward": False,
             "ConsistentRead": True,
         }
@@ -504,8 +660,27 @@ class DynamoDBStore:
         return f"DynamoDBStore({self.table_name!r}, bucket={self.bucket!r})"
 
 
-class _ExpiredIncarnation(Exception):
-    """A version-0 commit met the head of an expired session that TTL has not deleted yet."""
+class _Memo:
+    """What this process knows of recently read or written sessions (thread-safe, bounded)."""
+
+    def __init__(self) -> None:
+        self._known: OrderedDict[str, writes.Known] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> writes.Known | None:
+        with self._lock:
+            return self._known.get(session_id)
+
+    def put(self, session_id: str, known: writes.Known) -> None:
+        with self._lock:
+            self._known[session_id] = known
+            self._known.move_to_end(session_id)
+            while len(self._known) > _MEMO_SIZE:
+                self._known.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        with self._lock:
+            self._known.pop(session_id, None)
 
 
 def _code(error: ClientError) -> str:

@@ -1,60 +1,95 @@
 """How a session is laid out in one DynamoDB table.
 
-One partition per session (``pk`` = session id). The sort key puts the session's ledger in
-order and its head last, its control record just before the head, so one descending ``Query``
-with a ``Limit`` reads the head, then the control record, then the newest events::
+One partition per session (``pk`` = session id). **Each commit writes one item, keyed by the
+version it creates**; that item holds the commit's new events *and* the session head as of that
+version, so the newest version item *is* the head::
 
-    pk=session_x  sk=e#000000000000            n=4  ev=[{...}, {...}, {...}, {...}]
-    pk=session_x  sk=e#000000000004#000  parts=3  n=2  ev=<first 390 KB of the slice>
-    pk=session_x  sk=e#000000000004#001  parts=3       ev=<next 390 KB>
-    pk=session_x  sk=e#000000000004#002  parts=3       ev=<the rest>
+    pk=session_x  sk=#o#r:retry-7        (a guard: retry id retry-7 landed)
+    pk=session_x  sk=e#000000000000      n=4  ev=[...]       (old layout: a slice, read only)
+    pk=session_x  sk=e#v0000000001  b=<payload: events 0-3, the whole head>  own=-#3 ua=...
+    pk=session_x  sk=e#v0000000002  b=<payload: events 4-7, the head's delta> own=-#3 ua=...
+    pk=session_x  sk=e#v0000000003  b=<the payload's first 390 KB>  parts=2  own=... s3=[...]
+    pk=session_x  sk=e#v0000000003#001  b=<the rest>
     pk=session_x  sk=~ctl                rev=2  ctl={"rev":2,"stop":{...},"pause":2,...}
-    pk=session_x  sk=~head               ver=3  ua=...  st=active  own=p:alice  head={...}
-    pk=session_x  sk=#o#m:msg-42       (a guard: message id msg-42 landed)
+    pk=session_x  sk=~head               ver=3  moved=1   (old layout's head, once migrated)
+
+Why one item: a write costs 1 unit per started KB of a ``PutItem``, and 2 per started KB of
+*each* item of a transaction. The old layout (a ``~head`` item rewritten on every commit, plus
+one slice item, plus a guard) made an ordinary turn a 3-item transaction of 6-8 units. Now an
+ordinary turn is one conditional ``PutItem`` of well under 1 KB: **1 write unit** (plus one
+index write, below).
+
+Concurrency is the key: a commit at expected version ``v`` writes ``e#v<v+1>`` with
+``attribute_not_exists(pk)``; two writers at the same version write the same key, exactly one
+wins, and the loser gets the winner's item back (``ALL_OLD``), so its version needs no second
+read. ``e#v`` sorts after every old-layout slice (``e#0…``) and before ``~ctl``/``~head``, so
+one descending ``Query`` with a ``Limit`` meets the (old) head and the control record first,
+then the newest version items, then old slices; the ``e#`` prefix also keeps the cleanup
+function's stream filter (removals of ``e#…`` items, ``template.yaml``) seeing both layouts.
+
+The payload (``b``, binary) is ``dormant.stores._dynamodb.codec``'s compact encoding: short
+events (no repeated invocation id or timestamp, no default values), DEFLATE with a preset
+dictionary when smaller. The head is stored whole only in *checkpoint* items: version 1, every
+:data:`CHECKPOINT_EVERY`-th version, and whenever the writer does not hold the previous head
+(it was not the one that read or wrote it); other items carry the head's *delta* against a
+fixed prediction from the previous head and the item's events, which for an ordinary turn is
+empty. So the head does not grow the items with history: its windows (turn starts, commit
+positions, message and invocation digests) are stored once per checkpoint, and a load rebuilds
+the head from the newest checkpoint forward (at most ``CHECKPOINT_EVERY`` items, which a
+windowed read's ``Limit`` always covers). A commit's events too large for one item are split
+into parts (``#001``… written in the same transaction as the version item, UTF-8 and byte
+safe); an event too large for the transaction goes to S3 (``s3`` names its key, for
+``delete`` and the cleanup function) and the payload keeps ``{"$s3": {"b", "k"}}``.
 
 Guards (``#o#`` + a once-only id: ``m:<message id>``, ``r:<retry id>``) are written, with a
-condition that none exists, in the same transaction as the slice that carries the id, so an id
-lands once for the session's life. ``#`` sorts before ``e``: a descending query meets them
-only after the whole ledger, so windowed reads never touch them.
+condition that none exists, in the same transaction as the version item carrying the id, so
+an id lands once for the session's life. Not for ids dormant minted itself in the committing
+process's own format (``msg_<16 hex>_<hex>``: a message sent without an id): no client can
+have sent that id before it was minted, so what keeps it once is the version key and the
+head's message digests; and should a client later echo it back past the digest window,
+:meth:`has_once` finds it in the version items' ``o`` attribute (a filtered query of the
+partition: dear, but only for that echo). That is what keeps an ordinary turn one item.
 
-Each commit writes one *slice* item holding its new events (a JSON array, keyed by the position
-of its first event), so a turn's write is the new events and nothing else, and the per-item
-1 KB write rounding is paid once per commit rather than once per event. A slice over the item
-budget is split into parts (UTF-8 safe) written in the same transaction; an event too large for
-the transaction is replaced in the array by ``{"$s3": {"b": bucket, "k": key}}`` and stored in
-S3. ``own`` (the owner key) and ``ua`` (updated at, ms) feed the ``by_owner`` index that
-``list`` reads; only head items carry them, so the index stays small.
+``list``: only version items carry ``own`` (owner key) and ``ua`` (updated at, ms), so the
+``by_owner`` index holds one entry per version (one index write per commit; the old layout
+paid two, deleting and re-adding the head's entry). ``list`` reads the index newest first and
+keeps each session's first (newest) entry; its version comes from the entry's sort key, its
+status from ``st`` (written only when not ``active``). It reads every entry newer than the
+``limit``-th session's newest: about ``limit`` times the commits per session made meanwhile;
+cheap for a listing page, which is not a turn's path.
 
-The control item (``~ctl``; ``~head`` > ``~ctl`` > every ``e#`` key, so a descending query
-meets it second, right after the head) is the session's control record: what other requests
-(stop, steer, pause) ask of the turn running in another process. ``rev`` (N) is its revision,
-``ctl`` the record's JSON, ``expires_at`` set like the head's when the store has a TTL (counted
-from the record's last write; an expired record reads, and is overwritten, as none). It stays
-small (a stop, a pause and a short steer: about 300 bytes; at its fullest, eight steers, about
-1.3 KB: one read unit either way) because a running turn reads it about once a second.
+The control item (``~ctl``) is what other requests (stop, steer, pause) ask of the turn running
+in another process. ``rev`` (N) is its revision, ``ctl`` the record's JSON, ``expires_at``
+counted from its last write. It stays small (about 300 bytes; at its fullest, eight steers,
+about 1.3 KB: one read unit) because a running turn reads it about once a second, with a
+strongly consistent ``GetItem``. Writers replace it in one ``TransactWriteItems``: a ``Put``
+conditioned on the revision it replaces and ``ConditionCheck``s that the head is still at the
+writer's version ``v``: ``e#v<v+1>`` does not exist and, for ``v > 0``, ``e#v<v>`` does (an
+old-layout session: its ``~head`` has ``ver = v``). Commits never write it.
 
-That poll is a ``GetItem`` with ``ConsistentRead=True`` (1 read unit, twice an eventually
-consistent read's): an eventually consistent read may return the record as it was before the
-latest write, so a stop or a steer could go unseen for a while, and the turn would run on
-(calling the model, running tools) past what was asked of it. Writers replace the record whole
-in one ``TransactWriteItems``: a ``ConditionCheck`` that the head is still at the version the
-writer decided on (``ver = :v``; ``attribute_not_exists(pk)`` for version 0, no session yet)
-and a ``Put`` conditioned on the revision it replaces (``rev = :prev``;
-``attribute_not_exists(pk)`` for revision 1). Commits never write it, so a turn's transaction
-does not grow, and ``load``'s one query returns it with the head (the window estimator's
-``Limit`` keeps a slot for it). It carries no ``own``/``ua``, so ``list``'s index never sees
-it; ``delete`` removes it with the rest of the partition.
+TTL (optional): ``expires_at`` is the physical deletion time; ``lx`` the logical one, what
+reads honour (an item past ``lx`` reads as gone). Version items get ``expires_at = lx +
+ttl/4``, and a writer starts a new checkpoint when its chain's checkpoint is older than
+``ttl/4``: so the items a live head is rebuilt from are never deleted under it.
+
+Sessions written by the old layout (a ``~head`` item with the head's JSON, ``e#<position>``
+slices of JSON events) load as before. Their next commit migrates them: one transaction puts
+the first version item (a checkpoint) and replaces ``~head`` by a small tombstone (``moved``,
+conditioned on ``ver`` = the version read), so an old writer still running can never commit
+beside it. Old slices stay where they are and are read as history.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CHECKPOINT_EVERY",
     "CHUNK_BYTES",
     "CONTROL_SK",
     "HEAD_SK",
@@ -68,13 +103,18 @@ __all__ = [
     "control_item",
     "head_sk_is",
     "is_control_item",
+    "is_legacy_head",
+    "is_minted",
+    "is_version_item",
     "item_size",
     "owner_key",
+    "parse_version_key",
     "principal_of",
     "slice_items",
     "slice_key",
     "split_utf8",
     "table_definition",
+    "version_key",
 ]
 
 PK = "pk"
@@ -86,7 +126,27 @@ HEAD_SK = "~head"
 #: every event key, so a descending query reads it second.
 CONTROL_SK = "~ctl"
 EVENT_PREFIX = "e#"
+#: Version items: ``e#v`` + the version, zero padded (``e#v`` sorts after every old slice key,
+#: ``e#`` + digits, and before ``~ctl``).
+VERSION_PREFIX = "e#v"
+VERSION_DIGITS = 10
 GUARD_PREFIX = "#o#"
+#: A version item's payload (B): events and head, see ``codec``.
+PAYLOAD = "b"
+#: A version item's logical expiry (N, epoch seconds; with a TTL): what reads honour.
+LOGICAL_EXPIRY = "lx"
+#: Once-only keys a version item landed without a guard item (S, space separated).
+UNGUARDED = "o"
+#: Set on the old layout's ``~head`` once its session moved to version items.
+MOVED = "moved"
+#: A version item that marks its session deleted (``delete``): it holds the next version's
+#: key, so a commit still in flight at the deleted head's version is refused.
+DELETED = "del"
+# A session created again under an id whose previous session was deleted or expired numbers
+# its version items after that one's (its keys are offset): those items carry ``ver``, the
+# head's version (the offset is the key minus ``ver``; ``list``'s index projects ``ver``).
+#: A version item carries the whole head at least every this many versions.
+CHECKPOINT_EVERY = 16
 #: Attribute holding the TTL (epoch seconds). Enable TTL on it (the template does).
 TTL_ATTRIBUTE = "expires_at"
 INDEX_NAME = "by_owner"
@@ -159,6 +219,32 @@ def principal_of(owner: str) -> str | None:
     return owner[2:] if owner.startswith("p:") else None
 
 
+def version_key(version: int, part: int | None = None) -> str:
+    key = f"{VERSION_PREFIX}{version:0{VERSION_DIGITS}d}"
+    return key if not part else f"{key}#{part:03d}"
+
+
+def parse_version_key(sk: str) -> tuple[int, int]:
+    """``(version, part)`` of a version item's sort key (part 0: the version item itself)."""
+    body = sk[len(VERSION_PREFIX):]
+    version, _, part = body.partition("#")
+    return int(version), (int(part) if part else 0)
+
+
+def is_version_item(item: dict[str, Any]) -> bool:
+    return bool(item.get(SK, {}).get("S", "").startswith(VERSION_PREFIX))
+
+
+#: The shape of a message id dormant mints (``dormant._ids.new_id("msg")``).
+_MINTED = re.compile(r"m:msg_[0-9a-f]{16}_[0-9a-f]+")
+
+
+def is_minted(once_key: str) -> bool:
+    """Whether a once-only key names a message id in the shape dormant mints (no guard item
+    is written for those, see the module docstring)."""
+    return _MINTED.fullmatch(once_key) is not None
+
+
 def slice_key(first_seq: int, part: int | None = None) -> str:
     key = f"{EVENT_PREFIX}{first_seq:012d}"
     return key if part is None else f"{key}#{part:03d}"
@@ -170,11 +256,18 @@ def guard_key(key: str) -> str:
 
 
 def is_event_item(item: dict[str, Any]) -> bool:
-    return bool(item.get(SK, {}).get("S", "").startswith(EVENT_PREFIX))
+    """An old layout's slice item (``e#`` + a position)."""
+    sk = item.get(SK, {}).get("S", "")
+    return bool(sk.startswith(EVENT_PREFIX) and not sk.startswith(VERSION_PREFIX))
 
 
 def head_sk_is(item: dict[str, Any]) -> bool:
     return bool(item.get(SK, {}).get("S") == HEAD_SK)
+
+
+def is_legacy_head(item: dict[str, Any]) -> bool:
+    """An old layout's head that still holds its session (not a migrated tombstone)."""
+    return head_sk_is(item) and MOVED not in item
 
 
 def is_control_item(item: dict[str, Any]) -> bool:
@@ -214,6 +307,8 @@ def item_size(item: dict[str, Any]) -> int:
             total += len(value["N"]) // 2 + 2
         elif "SS" in value:
             total += sum(len(s.encode()) for s in value["SS"])
+        elif "B" in value:
+            total += len(value["B"])
         else:
             total += len(json.dumps(value))
     return total
@@ -292,6 +387,7 @@ def assemble(items: Sequence[dict[str, Any]], now_s: int) -> list[Slice]:
 
 
 def expired(item: dict[str, Any], now_s: int) -> bool:
-    """TTL deletion is lazy: an item past its ``expires_at`` still reads until it is removed."""
-    stamp = item.get(TTL_ATTRIBUTE)
+    """TTL deletion is lazy: an item past its expiry still reads until it is removed. A
+    version item's expiry is its logical one (``lx``), others' ``expires_at``."""
+    stamp = item.get(LOGICAL_EXPIRY) or item.get(TTL_ATTRIBUTE)
     return stamp is not None and int(stamp["N"]) <= now_s

@@ -40,7 +40,11 @@ class Offloader:
 
     def pointer(self, key: str) -> str:
         """The JSON that stands in for the event stored under ``key``."""
-        return json.dumps({POINTER: {"b": self.bucket, "k": key}}, separators=(",", ":"))
+        return json.dumps(self.pointer_doc(key), separators=(",", ":"))
+
+    def pointer_doc(self, key: str) -> dict[str, Any]:
+        """The object that stands in for the event stored under ``key``."""
+        return {POINTER: {"b": self.bucket, "k": key}}
 
     def put(self, key: str, text: str) -> None:
         """Store one event's JSON."""

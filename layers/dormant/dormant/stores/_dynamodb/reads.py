@@ -1,25 +1,208 @@
-"""Reading a session back: when a windowed query has read enough, and turning the items it
-read into ledger events. Pure functions: no client here."""
+"""Reading a session back: the head rebuilt from the newest version items, the events of the
+window the caller asked for, and whether the items read so far are enough. Sessions still in
+the old layout (``~head`` + ``e#`` slices) read as before. Pure functions: no client here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event, load_events
+from dormant.stores._dynamodb import codec
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import is_pointer
+from dormant.stores._dynamodb.writes import Known
 from dormant.types import SessionSummary
 
-__all__ = ["decode", "items_needed", "remaining_limit", "summary"]
+__all__ = ["Found", "Version", "decode", "items_needed", "read", "remaining_limit", "summary"]
 
 _Items = list[dict[str, Any]]
+Fetch = Callable[[dict[str, Any]], Any]
+
+
+@dataclass
+class Version:
+    """One version item as read, its parts assembled."""
+
+    key: int
+    item: dict[str, Any] | None = None
+    pieces: dict[int, bytes] = field(default_factory=dict)
+    _doc: dict[str, Any] | None = None
+
+    @property
+    def complete(self) -> bool:
+        if self.item is None:
+            return False
+        parts = int(self.item.get(lay.PARTS, {}).get("N", "1"))
+        return all(i in self.pieces for i in range(parts))
+
+    def doc(self) -> dict[str, Any]:
+        if self._doc is None:
+            assert self.item is not None
+            parts = int(self.item.get(lay.PARTS, {}).get("N", "1"))
+            self._doc = codec.unpack(b"".join(self.pieces[i] for i in range(parts)))
+        return self._doc
+
+    def events(self) -> list[dict[str, Any]]:
+        doc = self.doc()
+        return codec.decode_events(doc.get("i"), doc["ev"])
+
+    @property
+    def first_seq(self) -> int:
+        return int(self.doc()["s"])
+
+    @property
+    def deleted(self) -> bool:
+        return self.item is not None and lay.DELETED in self.item
+
+    @property
+    def base(self) -> int:
+        """The key offset of the item's incarnation: key - version (``ver``, written only
+        when the offset is not 0)."""
+        if self.item is None or lay.VERSION not in self.item:
+            return 0
+        return self.key - int(self.item[lay.VERSION]["N"])
+
+    @property
+    def updated_at(self) -> int:
+        return int(self.item[lay.UPDATED]["N"]) if self.item else 0
+
+
+@dataclass
+class Found:
+    """What a load read: the head, the window's events, and what the process now knows."""
+
+    head: Head | None
+    events: list[Event] = field(default_factory=list)
+    first_seq: int = 0
+    known: Known | None = None
+    #: Event items the window needed (for the window estimator).
+    used: int = 0
+    control: dict[str, Any] | None = None
+
+
+def _payload(value: dict[str, Any]) -> bytes:
+    data = value["B"]
+    return data if isinstance(data, bytes) else bytes(data)
+
+
+def versions_of(items: _Items) -> list[Version]:
+    """The version items among ``items``, newest first."""
+    found: dict[int, Version] = {}
+    for item in items:
+        if not lay.is_version_item(item):
+            continue
+        key, part = lay.parse_version_key(item[lay.SK]["S"])
+        entry = found.setdefault(key, Version(key))
+        if part == 0:
+            entry.item = item
+        if lay.PAYLOAD in item:
+            entry.pieces[part] = _payload(item[lay.PAYLOAD])
+    return [found[k] for k in sorted(found, reverse=True)]
+
+
+def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhausted: bool,
+         fetch: Fetch) -> Found | None:
+    """The session the items read so far (a descending query's, oldest last) hold, or None
+    when more items are needed (``exhausted``: there are no more)."""
+    control = next((i for i in items if lay.is_control_item(i)), None)
+    head_item = next((i for i in items if lay.head_sk_is(i)), None)
+    if head_item is not None and lay.is_legacy_head(head_item):
+        if lay.expired(head_item, now_s):
+            return Found(None, known=Known(version=0, stale_head=True, stale=True),
+                         control=control)
+        return _legacy(session_id, head_item, items, turns, now_s, exhausted, fetch, control)
+    versions = [v for v in versions_of(items) if v.item is not None]
+    if not versions:
+        return Found(None, known=Known(version=0), control=control) if exhausted else None
+    newest = versions[0]
+    if newest.deleted or lay.expired(newest.item or {}, now_s):
+        return Found(None, known=Known(version=0, base=newest.key, stale=not newest.deleted),
+                     control=control)
+    base = newest.base
+    mine = [v for v in versions if v.key > base]
+    chain: list[Version] = []
+    for version in mine:
+        if not version.complete:
+            raise StoreError(f"session {session_id}: version {version.key - base} is "
+                             "incomplete in the table")
+        chain.append(version)
+        if "h" in version.doc():
+            break
+    else:
+        if not exhausted:
+            return None
+        raise StoreError(f"session {session_id}: no checkpoint of the head below version "
+                         f"{newest.key - base}: the table is incomplete")
+    chain.reverse()
+    checkpoint = chain[0]
+    full = codec.decode_head(checkpoint.doc()["h"], session_id, checkpoint.key - base)
+    for version in chain[1:]:
+        predicted = codec.predict(full, version.events(), version.first_seq,
+                                  version.key - base, version.updated_at)
+        full = codec.apply_delta(predicted, version.doc()["d"])
+    head = Head.model_validate(full)
+    stamp = (checkpoint.item or {}).get(lay.LOGICAL_EXPIRY)
+    known = Known(version=head.version, base=base, head=full, checkpoint=checkpoint.key - base,
+                  checkpoint_lx=int(stamp["N"]) if stamp else None)
+    start = head.window_start(turns)
+    window: list[Version] = []
+    aged = False
+    for version in mine:
+        if lay.expired(version.item or {}, now_s):
+            aged = True  # older history aged out (TTL): the ledger starts after it
+            break
+        if not version.complete:
+            raise StoreError(f"session {session_id}: version {version.key - base} is "
+                             "incomplete in the table")
+        window.append(version)
+        if version.first_seq <= start:
+            break
+    oldest = window[-1].first_seq if window else head.seq
+    raw: list[Any] = []
+    first = max(start, oldest)
+    used = len(window)
+    if oldest > start and not aged:
+        below = exhausted or len(mine) < len(versions) or any(
+            lay.is_event_item(i) or i[lay.SK]["S"].startswith(lay.GUARD_PREFIX) for i in items)
+        if not below:
+            return None  # more of this session's version items to read
+        if base == 0 and oldest > 0:
+            # A migrated session: older history is in the old layout's slices.
+            slices = [i for i in items if lay.is_event_item(i)]
+            if items_needed(slices, start, oldest) is None and not exhausted:
+                return None
+            legacy, first = decode(session_id, slices, start, oldest, now_s, fetch,
+                                   load=False)
+            raw.extend(legacy)
+            used += len(slices)
+    for version in reversed(window):
+        for offset, value in enumerate(version.events()):
+            if version.first_seq + offset >= first:
+                raw.append(fetch(value) if is_pointer(value) else value)
+    return Found(head, load_events(raw), first if raw else head.seq, known, used, control)
+
+
+def _legacy(session_id: str, head_item: dict[str, Any], items: _Items, turns: int | None,
+            now_s: int, exhausted: bool, fetch: Fetch,
+            control: dict[str, Any] | None) -> Found | None:
+    head = Head.model_validate_json(head_item[lay.HEAD]["S"])
+    start = head.window_start(turns)
+    slices = [i for i in items if lay.is_event_item(i)]
+    needed = items_needed(slices, start, head.seq)
+    if needed is None and not exhausted:
+        return None
+    events, first = decode(session_id, slices, start, head.seq, now_s, fetch)
+    return Found(head, list(events), first,
+                 Known(version=head.version, legacy=True), needed or 0, control)
 
 
 def items_needed(items: _Items, start: int, seq: int) -> int | None:
-    """How many of the event items read so far (newest first) a window starting at position
-    ``start`` needs, or None if it is not complete yet."""
+    """How many of the old layout's slice items read so far (newest first) a window starting
+    at position ``start`` needs, or None if it is not complete yet."""
     if start >= seq:
         return 0
     for index, item in enumerate(items):
@@ -36,9 +219,9 @@ def remaining_limit(items: _Items, start: int, seq: int) -> int:
 
 
 def decode(session_id: str, items: _Items, start: int, seq: int, now_s: int,
-           fetch: Callable[[dict[str, Any]], Any]) -> tuple[list[Event], int]:
-    """The events from position ``start`` on (fewer if older history has expired), and the
-    position of the first. ``fetch`` reads an event offloaded to S3."""
+           fetch: Fetch, *, load: bool = True) -> tuple[Any, int]:
+    """The old layout's events from position ``start`` to ``seq`` (fewer if older history has
+    expired), and the position of the first: ledger events (``load``), else their JSON."""
     kept: list[lay.Slice] = []
     for piece in reversed(lay.assemble(items, now_s)):
         if piece.first_seq >= seq:
@@ -56,18 +239,23 @@ def decode(session_id: str, items: _Items, start: int, seq: int, now_s: int,
     raw: list[Any] = []
     for piece in kept:
         for offset, value in enumerate(piece.decoded()):
-            if piece.first_seq + offset >= start:
+            if first <= piece.first_seq + offset < seq:
                 raw.append(fetch(value) if is_pointer(value) else value)
-    return load_events(raw), first
+    return (load_events(raw) if load else raw), first
 
 
 def summary(item: dict[str, Any]) -> SessionSummary:
-    """A ``by_owner`` index item as a ``sessions.list`` line."""
+    """A ``by_owner`` index entry as a ``sessions.list`` line: a version item's (version from
+    its key) or an old-layout head's (``ver``)."""
+    if lay.VERSION in item:  # an old-layout head, or a version item of a later incarnation
+        version = int(item[lay.VERSION]["N"])
+    else:
+        version = lay.parse_version_key(item[lay.SK]["S"])[0]
+    status = item.get(lay.STATUS, {}).get("S", "active")
     return SessionSummary(
         session_id=item[lay.PK]["S"],
-        version=int(item[lay.VERSION]["N"]),
-        status=item[lay.STATUS]["S"] if item[lay.STATUS]["S"] in ("awaiting_input", "failed")
-        else "active",
+        version=version,
+        status=status if status in ("awaiting_input", "failed") else "active",
         updated_at=int(item[lay.UPDATED]["N"]),
         principal=lay.principal_of(item[lay.OWNER]["S"]),
     )

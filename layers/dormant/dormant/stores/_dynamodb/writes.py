@@ -1,5 +1,5 @@
-"""What a commit writes: the head item, the slice item(s), the conditional Put, the token;
-and what a control write sends: the head's version check and the control record's Put.
+"""What a commit writes: the version item (and its parts, its guards, a migration's
+tombstone), what a control write sends, the request token.
 
 Pure functions: no client here. ``dormant.stores.dynamodb`` sends what they build.
 """
@@ -7,68 +7,90 @@ Pure functions: no client here. ``dormant.stores.dynamodb`` sends what they buil
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event
-from dormant.stores._base import status_of
+from dormant.stores._base import once_keys, status_of
+from dormant.stores._dynamodb import codec
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader
 
 __all__ = [
-    "Plan",
-    "conditional_put",
+    "Commit",
+    "Known",
     "control_put",
     "guard_puts",
-    "head_at",
-    "head_item",
-    "plan_slice",
+    "head_checks",
+    "plan_commit",
     "request_token",
 ]
 
-#: A commit's slice items, and the events that go to S3 instead: (key, event JSON).
-Plan = tuple[list[dict[str, Any]], list[tuple[str, str]]]
+
+@dataclass(frozen=True)
+class Known:
+    """What this process last read or wrote of a session: enough to write the next version as
+    a delta, at the right key, in the right layout."""
+
+    #: The head's version, and the key offset of its incarnation (``e#v`` = base + version).
+    version: int
+    base: int = 0
+    #: The session is still in the old layout (its ``~head`` holds it): the next commit
+    #: migrates it. ``stale_head``: an old-layout ``~head`` that expired, still in the table.
+    legacy: bool = False
+    stale_head: bool = False
+    #: Items of an expired session are still in the table (TTL is lazy): the next session
+    #: under the id clears them first.
+    stale: bool = False
+    #: The head's JSON at ``version`` (None: unknown, the next item is a checkpoint).
+    head: dict[str, Any] | None = None
+    #: The version of the checkpoint the head's chain starts at, and when it was written (ms).
+    #: The version of the checkpoint the head's chain starts at, and its logical expiry (with
+    #: a TTL: a chain is cut before its checkpoint nears deletion).
+    checkpoint: int = 0
+    checkpoint_lx: int | None = None
 
 
-def head_item(written: Head, expires_at: int | None) -> dict[str, Any]:
-    """The head as stored: its JSON plus the attributes conditions and ``list`` read."""
-    item: dict[str, Any] = {
-        lay.PK: {"S": written.session_id},
-        lay.SK: {"S": lay.HEAD_SK},
-        lay.VERSION: {"N": str(written.version)},
-        lay.UPDATED: {"N": str(written.updated_at)},
-        lay.STATUS: {"S": status_of(written)},
-        lay.OWNER: {"S": lay.owner_key(written.principal, written.session_id)},
-        lay.HEAD: {"S": written.model_dump_json()},
-    }
-    if expires_at is not None:
-        item[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
-    size = lay.item_size(item)
-    if size > lay.ITEM_LIMIT:
-        raise StoreError(
-            f"session {written.session_id}: its head (state and pending calls) is {size} "
-            f"bytes, over DynamoDB's {lay.ITEM_LIMIT}-byte item limit; keep large data in "
-            "events or tool results, not in session state", retryable=False)
-    return item
+@dataclass
+class Commit:
+    """One commit's writes: the version item (conditional), what rides with it, what goes to
+    S3, and what the process knows once it landed."""
+
+    put: dict[str, Any]
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    extra: list[dict[str, Any]] = field(default_factory=list)
+    uploads: list[tuple[str, str]] = field(default_factory=list)
+    known: Known | None = None
+
+    @property
+    def single(self) -> bool:
+        return not self.parts and not self.extra
 
 
-def plan_slice(written: Head, events: Sequence[Event], head: dict[str, Any],
-               expires_at: int | None, offloader: Offloader | None, offload_above: int | None,
-               transaction_limit: int) -> Plan:
-    """The items of this commit's slice, and the events that go to S3 instead.
-
-    Chunking keeps any slice under the item limit; what would push the transaction past 100
-    actions or ``transaction_limit`` bytes is offloaded, largest event first (and anything over
-    ``offload_above`` bytes, when set).
-    """
-    if not events:
-        return [], []
+def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known | None,
+                expected_version: int, *, now_s: int, ttl_seconds: int | None,
+                offloader: Offloader | None, offload_above: int | None,
+                transaction_limit: int, guards: int) -> Commit:
+    """The version item of ``written`` (and its parts), as a delta when ``known`` holds the
+    head at ``expected_version`` and the chain may grow, else as a checkpoint."""
     sid = written.session_id
+    base = known.base if known is not None else 0
     first_seq = written.seq - len(events)
-    texts = [event.model_dump_json() for event in events]
+    head_json = written.model_dump(mode="json")
+    prev = known if known is not None and known.version == expected_version else None
+    lx = now_s + ttl_seconds if ttl_seconds is not None else None
+    delta_ok = (prev is not None and prev.head is not None and not prev.legacy
+                and written.version - prev.checkpoint < lay.CHECKPOINT_EVERY
+                and (ttl_seconds is None or lx is None or (
+                    prev.checkpoint_lx is not None
+                    and lx - prev.checkpoint_lx < ttl_seconds // 4)))
+    dumped = [event.model_dump(mode="json") for event in events]
+    texts = [json.dumps(d, separators=(",", ":"), ensure_ascii=False) for d in dumped]
     sizes = [len(text.encode()) for text in texts]
 
     def key(index: int) -> str:
@@ -82,15 +104,19 @@ def plan_slice(written: Head, events: Sequence[Event], head: dict[str, Any],
     keys: dict[int, str] = {}
     if offload_above is not None and offloader is not None:
         keys = {i: key(i) for i, size in enumerate(sizes) if size > offload_above}
-    budget = transaction_limit - lay.item_size(head)
+    checkpoint, checkpoint_lx = written.version, lx
+    if delta_ok and prev is not None:
+        checkpoint, checkpoint_lx = prev.checkpoint, prev.checkpoint_lx
+    minted = [k for k in once_keys(events) if lay.is_minted(k)]
+    expires_at = lx + ttl_seconds // 4 + 1 if lx is not None and ttl_seconds else None
+    # What must fit DynamoDB's limits is judged on the events' JSON, uncompressed, as it
+    # always was: compression saves write units, it is not room (and a reader never inflates
+    # a giant event from the table: those live in S3).
+    budget = transaction_limit - 2_000 * (guards + 2)
     while True:
-        shown = [offloader.pointer(keys[i]) if offloader and i in keys else text
-                 for i, text in enumerate(texts)]
-        items = lay.slice_items(sid, first_seq, shown, [keys[i] for i in sorted(keys)],
-                                expires_at)
-        if (len(items) < lay.TRANSACTION_ACTIONS
-                and sum(lay.item_size(item) for item in items) <= budget):
-            return items, [(keys[i], texts[i]) for i in sorted(keys)]
+        raw = sum(sizes[i] if i not in keys else 200 for i in range(len(sizes)))
+        if raw // lay.CHUNK_BYTES + guards + 3 < lay.TRANSACTION_ACTIONS and raw <= budget:
+            break
         rest = [i for i in range(len(texts)) if i not in keys]
         if not rest:
             raise StoreError(f"session {sid}: this commit has too many events for one "
@@ -98,6 +124,97 @@ def plan_slice(written: Head, events: Sequence[Event], head: dict[str, Any],
                              retryable=False)
         largest = max(rest, key=lambda i: sizes[i])
         keys[largest] = key(largest)
+    shown = [offloader.pointer_doc(keys[i]) if offloader and i in keys else dumped[i]
+             for i in range(len(dumped))]
+    doc: dict[str, Any] = {"s": first_seq}
+    if delta_ok and prev is not None and prev.head is not None:
+        predicted = codec.predict(prev.head, shown, first_seq, written.version,
+                                  written.updated_at)
+        doc["d"] = codec.head_delta(head_json, predicted)
+    else:
+        doc["h"] = codec.encode_head(head_json)
+    shared, compact = codec.encode_events(shown)
+    doc["ev"] = compact
+    if shared is not None:
+        doc["i"] = shared
+    put, parts = _version_items(table, written, base, codec.pack(doc), minted,
+                                [keys[i] for i in sorted(keys)], expires_at, lx)
+    landed = Known(version=written.version, base=base, head=head_json,
+                   checkpoint=checkpoint, checkpoint_lx=checkpoint_lx)
+    commit = Commit(put=put, parts=parts, known=landed,
+                    uploads=[(keys[i], texts[i]) for i in sorted(keys)])
+    if known is not None and known.version == expected_version and (known.legacy
+                                                                     or known.stale_head):
+        commit.extra.append(_tombstone(table, sid, expected_version, known.legacy, now_s))
+    return commit
+
+
+def _version_items(table: str, written: Head, base: int, payload: bytes, minted: list[str],
+                   offloaded: list[str], expires_at: int | None,
+                   lx: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    sid = written.session_id
+    key = base + written.version
+    pieces = [payload[i:i + lay.CHUNK_BYTES]
+              for i in range(0, len(payload), lay.CHUNK_BYTES)] or [b""]
+    item: dict[str, Any] = {
+        lay.PK: {"S": sid},
+        lay.SK: {"S": lay.version_key(key)},
+        lay.PAYLOAD: {"B": pieces[0]},
+        lay.OWNER: {"S": lay.owner_key(written.principal, sid)},
+        lay.UPDATED: {"N": str(written.updated_at)},
+    }
+    status = status_of(written)
+    if status != "active":
+        item[lay.STATUS] = {"S": status}
+    if base:  # a later incarnation: its version is not its key
+        item[lay.VERSION] = {"N": str(written.version)}
+    if len(pieces) > 1:
+        item[lay.PARTS] = {"N": str(len(pieces))}
+    if minted:
+        item[lay.UNGUARDED] = {"S": f" {' '.join(minted)} "}  # ``contains`` finds " key "
+    if offloaded:
+        item[lay.OFFLOADED] = {"SS": offloaded}
+    if expires_at is not None and lx is not None:
+        item[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
+        item[lay.LOGICAL_EXPIRY] = {"N": str(lx)}
+    put = {
+        "TableName": table,
+        "Item": item,
+        "ConditionExpression": "attribute_not_exists(#pk)",
+        "ExpressionAttributeNames": {"#pk": lay.PK},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    parts: list[dict[str, Any]] = []
+    for index, piece in enumerate(pieces[1:], 1):
+        part: dict[str, Any] = {lay.PK: {"S": sid}, lay.SK: {"S": lay.version_key(key, index)},
+                                lay.PAYLOAD: {"B": piece}}
+        if expires_at is not None:
+            part[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
+        parts.append({"TableName": table, "Item": part})
+    return put, parts
+
+
+def _tombstone(table: str, session_id: str, version: int, live: bool,
+               now_s: int) -> dict[str, Any]:
+    """The old layout's ``~head`` replaced by a marker: conditioned on the old head still
+    being at ``version`` (a live session migrating) or on its having expired (a new session
+    under an id whose old-layout session expired)."""
+    # ``ver`` is the version the session moved at: never the one an old writer read, so its
+    # ``ver = :v`` Put is refused.
+    put: dict[str, Any] = {
+        "TableName": table,
+        "Item": {lay.PK: {"S": session_id}, lay.SK: {"S": lay.HEAD_SK},
+                 lay.VERSION: {"N": str(version + 1)}, lay.MOVED: {"N": "1"}},
+    }
+    if live:
+        put["ConditionExpression"] = "#v = :v AND attribute_exists(#h)"
+        put["ExpressionAttributeNames"] = {"#v": lay.VERSION, "#h": lay.HEAD}
+        put["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
+    else:
+        put["ConditionExpression"] = "attribute_not_exists(#pk) OR #ttl <= :now"
+        put["ExpressionAttributeNames"] = {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE}
+        put["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
+    return put
 
 
 def guard_puts(table: str, session_id: str, keys: Sequence[str], expires_at: int | None,
@@ -119,40 +236,43 @@ def guard_puts(table: str, session_id: str, keys: Sequence[str], expires_at: int
     return puts
 
 
-def conditional_put(table: str, item: dict[str, Any], expected_version: int) -> dict[str, Any]:
-    """The head's Put: version ``expected_version`` must be current (0: no head at all; an
-    expired head is cleared first, see ``DynamoDBStore.append``). A refusal returns the stored
-    head (``ALL_OLD``), so its version needs no second read."""
-    put: dict[str, Any] = {
-        "TableName": table,
-        "Item": item,
-        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        "ExpressionAttributeNames": {"#v": lay.VERSION},
-    }
-    if expected_version == 0:
-        put["ConditionExpression"] = "attribute_not_exists(#v)"
-    else:
-        put["ConditionExpression"] = "#v = :v"
-        put["ExpressionAttributeValues"] = {":v": {"N": str(expected_version)}}
-    return put
+def head_checks(table: str, session_id: str, known: Known, version: int,
+                now_s: int) -> list[dict[str, Any]]:
+    """``ConditionCheck``s that the session's head is at ``version`` (0: there is no head):
+    for version items, ``e#v<v+1>`` absent and ``e#v<v>`` present; for an old-layout session,
+    its ``~head`` at ``ver = v``."""
+    def key(sk: str) -> dict[str, Any]:
+        return {lay.PK: {"S": session_id}, lay.SK: {"S": sk}}
 
-
-def head_at(table: str, session_id: str, version: int, now_s: int) -> dict[str, Any]:
-    """A ``ConditionCheck`` that the session's head is at ``version`` (0: there is no head,
-    or only an expired one TTL has not deleted yet)."""
-    check: dict[str, Any] = {
-        "TableName": table,
-        "Key": {lay.PK: {"S": session_id}, lay.SK: {"S": lay.HEAD_SK}},
-    }
-    if version == 0:
-        check["ConditionExpression"] = "attribute_not_exists(#pk) OR #ttl <= :now"
-        check["ExpressionAttributeNames"] = {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE}
-        check["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
-    else:
-        check["ConditionExpression"] = "#v = :v"
-        check["ExpressionAttributeNames"] = {"#v": lay.VERSION}
-        check["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
-    return check
+    live_or_absent = {"#pk": lay.PK, "#lx": lay.LOGICAL_EXPIRY}
+    if known.legacy:
+        return [{
+            "TableName": table, "Key": key(lay.HEAD_SK),
+            "ConditionExpression": "#v = :v AND attribute_exists(#h)",
+            "ExpressionAttributeNames": {"#v": lay.VERSION, "#h": lay.HEAD},
+            "ExpressionAttributeValues": {":v": {"N": str(version)}},
+        }]
+    checks: list[dict[str, Any]] = [{
+        "TableName": table, "Key": key(lay.version_key(known.base + version + 1)),
+        "ConditionExpression": "attribute_not_exists(#pk)",
+        "ExpressionAttributeNames": {"#pk": lay.PK},
+    }]
+    if version > 0:
+        checks.append({
+            "TableName": table, "Key": key(lay.version_key(known.base + version)),
+            "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#del) "
+                                   "AND (attribute_not_exists(#lx) OR #lx > :now)",
+            "ExpressionAttributeNames": {**live_or_absent, "#del": lay.DELETED},
+            "ExpressionAttributeValues": {":now": {"N": str(now_s)}},
+        })
+    elif known.stale_head:
+        checks.append({
+            "TableName": table, "Key": key(lay.HEAD_SK),
+            "ConditionExpression": "attribute_not_exists(#h) OR #ttl <= :now",
+            "ExpressionAttributeNames": {"#h": lay.HEAD, "#ttl": lay.TTL_ATTRIBUTE},
+            "ExpressionAttributeValues": {":now": {"N": str(now_s)}},
+        })
+    return checks
 
 
 def control_put(table: str, item: dict[str, Any], rev: int, now_s: int) -> dict[str, Any]:
