@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,29 +65,40 @@ def _names(found: list[Framework]) -> dict[str, str]:
 def run_scenario(name: str, found: list[Framework], plan: Plan,
                  extra: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One scenario for every framework: {framework: result}."""
-    out: dict[str, dict[str, Any]] = {}
-    for framework in found:
-        started = time.perf_counter()
-        if name == "coldstart":
-            result = _harness.cold_start(framework, plan.cold_runs)
-        elif name in ("dynamodb", "contention"):
-            if framework.no_dynamodb:
-                result = {"unsupported": f"no DynamoDB persistence: {framework.no_dynamodb}"}
-            else:
-                result = _harness.with_moto(framework, name, plan.params(name), plan.timeout)
-        elif name == "layer":
-            result = _layer(framework, plan, extra)
-        else:
-            result = _harness.run_script(framework, name, plan.params(name),
-                                         timeout=plan.timeout)
-        out[framework.key] = result
-        shown = result.get("unsupported") or "ok"
-        _log(f"  {name:<10} {framework.key:<14} {time.perf_counter() - started:6.1f} s  "
-             f"{str(shown)[:90]}")
+    if name in PARALLEL:
+        # Only counts come out of these (no timings): frameworks run side by side, each
+        # against its own moto server, to keep the whole run short on two cores.
+        with ThreadPoolExecutor(max_workers=PARALLEL[name]) as pool:
+            done = list(pool.map(lambda f: _one(name, f, plan, extra), found))
+        return {f.key: result for f, result in zip(found, done, strict=True)}
+    return {f.key: _one(name, f, plan, extra) for f in found}
+
+
+#: Scenarios whose frameworks run side by side, and how many at once.
+PARALLEL = {"dynamodb": 3, "contention": 2}
+
+
+def _one(name: str, framework: Framework, plan: Plan, extra: dict[str, Any]) -> dict[str, Any]:
+    """One framework's run of a scenario (logged as it ends)."""
+    started = time.perf_counter()
+    result: dict[str, Any]
     if name == "coldstart":
+        result = _harness.cold_start(framework, plan.cold_runs)
+    elif name in ("dynamodb", "contention") and framework.no_dynamodb:
+        result = {"unsupported": f"no DynamoDB persistence: {framework.no_dynamodb}"}
+    elif name in ("dynamodb", "contention"):
+        result = _harness.with_moto(framework, name, plan.params(name), plan.timeout)
+    elif name == "layer":
+        result = _layer(framework, plan, extra)
+    else:
+        result = _harness.run_script(framework, name, plan.params(name), timeout=plan.timeout)
+    shown = result.get("unsupported") or "ok"
+    _log(f"  {name:<10} {framework.key:<14} {time.perf_counter() - started:6.1f} s  "
+         f"{str(shown)[:90]}")
+    if name == "coldstart" and framework.key == DORMANT:
         _log("  coldstart  dormant's Lambda function rows (bench/coldstart.py --json) ...")
         extra["coldstart"] = _harness.dormant_cold_start(plan.smoke, layer=not plan.smoke)
-    return out
+    return result
 
 
 def _layer(framework: Framework, plan: Plan, extra: dict[str, Any]) -> dict[str, Any]:

@@ -38,11 +38,16 @@ def figure(results: dict[str, Any], scenario: str, framework: str,
     return float(node) if isinstance(node, int | float) else None
 
 
+def _label(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.3g}"
+
+
 def main() -> None:
     import matplotlib  # type: ignore[import-not-found]  # the harness's own venv has it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+    from matplotlib.ticker import NullFormatter  # type: ignore[import-not-found]
 
     with open(sys.argv[1]) as source:
         data = json.load(source)
@@ -63,11 +68,14 @@ def main() -> None:
             ax.text(0.5, 0.5, "not measured", ha="center", transform=ax.transAxes)
             ax.set_xticks([])
             continue
-        bars = ax.barh(labels[::-1], values[::-1], color=shades[::-1])
+        low = min(values) / 3
+        bars = ax.barh(labels[::-1], [v - low for v in values[::-1]], left=low,
+                       color=shades[::-1])
         ax.set_xscale("log")
-        ax.bar_label(bars, labels=[f"{v:,.3g}" for v in values[::-1]], fontsize=8, padding=2)
+        ax.set_xlim(low, max(values) * 6)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.bar_label(bars, labels=[_label(v) for v in values[::-1]], fontsize=8, padding=2)
         ax.tick_params(axis="y", labelsize=8)
-        ax.margins(x=0.25)
     fig.suptitle("dormant and its peers, one run of python -m bench all (log scale, lower is "
                  "better)")
     fig.tight_layout()

@@ -89,14 +89,16 @@ def per_turn(counters: dict[str, dict[str, float]], turns: int) -> Figures:
 
 
 def dynamodb_checkpoints(turn: Callable[[int], None], checkpoints: list[int],
-                         samples: int) -> Figures:
-    """Run one session's text turns up to each checkpoint; price ``samples`` turns there."""
+                         samples: int, seed: Callable[[int], None] | None = None) -> Figures:
+    """Run one session's text turns up to each checkpoint; price ``samples`` turns there.
+    ``seed``: writes turn n's messages without running the agent (where running hundreds of
+    turns would take minutes); the priced turns always run."""
     figures: Figures = {}
     done = 0
     for checkpoint in checkpoints:
         while done < checkpoint - 1:
             done += 1
-            turn(done)
+            (seed or turn)(done)
         wire(reset=True)
         for _ in range(samples):
             done += 1

@@ -108,17 +108,23 @@ async def _run(runner: Any, message: Any) -> list[Any]:
                                                        new_message=message)]
 
 
-async def _seed(service: Any, history: int) -> None:
+async def _seed(service: Any, history: int) -> Any:
+    """A new session holding ``history`` turns (written as events, the agent not run)."""
+    session = await service.create_session(app_name=APP, user_id=USER, session_id=SID)
+    for n in range(history):
+        await _append_turn(service, session, n)
+    return session
+
+
+async def _append_turn(service: Any, session: Any, n: int) -> None:
     from google.adk.events import Event
     from google.genai import types
 
-    session = await service.create_session(app_name=APP, user_id=USER, session_id=SID)
-    for n in range(history):
-        await service.append_event(session, Event(author="user", invocation_id=f"seed{n}",
-                                                  content=_user(f"{n}: {MESSAGE}")))
-        await service.append_event(session, Event(
-            author="bench", invocation_id=f"seed{n}",
-            content=types.Content(role="model", parts=[types.Part(text=REPLY)])))
+    await service.append_event(session, Event(author="user", invocation_id=f"seed{n}",
+                                              content=_user(f"{n}: {MESSAGE}")))
+    await service.append_event(session, Event(
+        author="bench", invocation_id=f"seed{n}",
+        content=types.Content(role="model", parts=[types.Part(text=REPLY)])))
 
 
 def _memory() -> Any:
@@ -221,14 +227,19 @@ def _dynamodb_service() -> Any:
 def dynamodb(params: dict[str, Any]) -> Figures:
     loop = asyncio.new_event_loop()
     service = _dynamodb_service()
-    loop.run_until_complete(_seed(service, 0))
+    session = loop.run_until_complete(_seed(service, 0))
     runner = _runner(service)
 
     def turn(n: int) -> None:
         loop.run_until_complete(_run(runner, _user(f"{n}: {MESSAGE}")))
 
-    return {"persistence": "DynamoDBSessionService (adk-dynamodb-session, an event per item)",
-            "turns": dynamodb_checkpoints(turn, params["checkpoints"], params["samples"])}
+    def seed(n: int) -> None:
+        loop.run_until_complete(_append_turn(service, session, n))
+
+    return {"persistence": "DynamoDBSessionService (adk-dynamodb-session, an event per item; "
+                           "turns before a checkpoint written as events)",
+            "turns": dynamodb_checkpoints(turn, params["checkpoints"], params["samples"],
+                                          seed=seed)}
 
 
 def contention(params: dict[str, Any]) -> Figures:
