@@ -44,6 +44,7 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from deployment import deployed_bookings
 from hand_on import KIND, HandOnMessage, handing_on_from
@@ -108,13 +109,9 @@ Body = Annotated[Annotated[HandOnMessage, Tag(KIND)] | Annotated[WebhookMessage,
                  Discriminator(_kind)]
 
 
-class WebhookRecord(BaseModel):
-    """An SQS record whose body is a JSON :class:`WebhookMessage` or :class:`HandOnMessage`.
+class WebhookRecord(SqsRecordModel):
+    """An SQS record whose body is a JSON :class:`WebhookMessage` or :class:`HandOnMessage`."""
 
-    Only what this function reads of the record (SQS's other fields are ignored): Powertools'
-    ``SqsRecordModel`` would load the parser's models of every AWS event at cold start."""
-
-    messageId: str = Field(min_length=1)  # SQS spells it so
     body: Json[Body]
 
 
