@@ -48,9 +48,10 @@ def fresh_path(function: str, layers: tuple[str, ...] = ("DormantLayer",)) -> No
 
 
 assert sys.version_info[:2] == (3, 13), sys.version
-# The layer carries its bytecode (layers/dormant/Makefile): a cold start compiles none of it.
-for package in ("dormant", "pydantic", "aws_lambda_powertools"):
-    pycache = build / "DormantLayer" / "python" / package / "__pycache__"
+# The layers carry their bytecode (layers/*/Makefile): a cold start compiles none of it.
+for layer, package in (("DormantLayer", "dormant"), ("DormantLayer", "pydantic"),
+                       ("DormantLayer", "aws_lambda_powertools"), ("XRaySdkLayer", "botocore")):
+    pycache = build / layer / "python" / package / "__pycache__"
     assert (pycache / "__init__.cpython-313.pyc").is_file(), pycache
 
 fresh_path("ApiFunction")

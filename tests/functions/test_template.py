@@ -355,11 +355,17 @@ def test_the_dormant_layer_pulls_in_neither_botocore_nor_the_xray_sdk() -> None:
 
 def test_the_xray_layer_is_the_tracer_extra_with_its_boto3_pair() -> None:
     lines = _requirements("layers/xray/requirements.txt")
-    assert set(_extras()["tracer"]) < set(lines)
-    assert {_name(line) for line in lines} == {"aws-lambda-powertools", "boto3"}
+    # The SDK the extra adds to Powertools (which DormantLayer already carries), and the
+    # boto3 matching the botocore it pulls in.
+    assert _extras()["tracer"] == ["aws-lambda-powertools[tracer]>=3.0"]
+    assert {_name(line) for line in lines} == {"aws-xray-sdk", "boto3"}
     layer = resource("XRaySdkLayer")
     assert layer["Properties"]["ContentUri"] == "layers/xray"
-    assert layer["Metadata"]["BuildMethod"] == "python3.13"
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
+    recipe = (ROOT / "layers/xray/Makefile").read_text()
+    assert "build-XRaySdkLayer:" in recipe
+    assert "--platform manylinux2014_x86_64" in recipe
+    assert "--invalidation-mode unchecked-hash" in recipe
     # Opt-in: no function but the cleanup function (whose module builds a Tracer) takes it.
     users = [f for f in FUNCTIONS if {"Ref": "XRaySdkLayer"} in props(f).get("Layers", [])]
     assert users == ["CleanupFunction"]
