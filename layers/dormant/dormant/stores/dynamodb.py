@@ -35,12 +35,12 @@ from botocore.exceptions import (
 
 from dormant._head import Head
 from dormant.errors import ConfigError, StoreError
-from dormant.events import Event
+from dormant.events import Event, load_events
 from dormant.settings import Settings
 from dormant.stores._base import commit_head, once_keys
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb import reads, writes
-from dormant.stores._dynamodb.offload import Offloader
+from dormant.stores._dynamodb.offload import Offloader, is_pointer
 from dormant.stores._dynamodb.window import WindowEstimator
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
@@ -377,36 +377,41 @@ class DynamoDBStore:
     # --- once-only ids and landed commits -------------------------------------------------------
 
     def has_once(self, session_id: str, key: str) -> bool:
-        """The guard item of ``key``; for an id in dormant's minted shape (written without a
-        guard), also the version items that name it (a filtered query of the partition)."""
+        """The guard item of ``key``; for an id in dormant's minted shape (landed without a
+        guard), the version items' events: a read of the whole partition, paid only when a
+        client echoes such an id back past the head's digest window."""
         item = self._call("read a message guard", session_id, self._client.get_item,
                           TableName=self.table_name, ConsistentRead=True,
                           Key={lay.PK: {"S": session_id}, lay.SK: {"S": lay.guard_key(key)}})
         found = item.get("Item")
-        if found is not None and not lay.expired(found, int(self._clock())):
+        now_s = int(self._clock())
+        if found is not None and not lay.expired(found, now_s):
             return True
         if not lay.is_minted(key):
             return False
         request: dict[str, Any] = {
             "TableName": self.table_name, "ConsistentRead": True,
             "KeyConditionExpression": "pk = :pk AND begins_with(sk, :v)",
-            "FilterExpression": "contains(#o, :k)",
-            "ProjectionExpression": "#sk, #lx",
-            "ExpressionAttributeNames": {"#o": lay.UNGUARDED, "#sk": lay.SK,
-                                         "#lx": lay.LOGICAL_EXPIRY},
             "ExpressionAttributeValues": {":pk": {"S": session_id},
-                                          ":v": {"S": lay.VERSION_PREFIX},
-                                          ":k": {"S": f" {key} "}},
+                                          ":v": {"S": lay.VERSION_PREFIX}},
         }
-        now_s = int(self._clock())
+        fetch = self._offloader.get if self._offloader else _no_bucket(session_id)
+        items: _Items = []
         while True:
             page = self._call("look for a message id", session_id, self._client.query,
                               **request)
-            if any(not lay.expired(i, now_s) for i in page.get("Items", [])):
-                return True
+            items.extend(page.get("Items", []))
             if "LastEvaluatedKey" not in page:
-                return False
+                break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        for version in reads.versions_of(items):
+            if version.item is None or not version.complete or version.deleted \
+                    or lay.expired(version.item, now_s):
+                continue
+            events = [fetch(e) if is_pointer(e) else e for e in version.events()]
+            if key in once_keys(load_events(events)):
+                return True
+        return False
 
     def landed(self, session_id: str, seq: int, event_id: str) -> bool:
         """The version item whose events start at ``seq`` names ``event_id`` first (its JSON,

@@ -7,9 +7,9 @@ with any later release, so a change to a rule below is a new format (a new first
 an edit.
 
 A payload is one JSON document, ``{"s": first position, "i": invocation id, "ev": [events],
-"h": head | "d": head delta}``, stored as bytes: a format byte, then either the UTF-8 JSON
-(``RAW``) or its raw DEFLATE stream primed with a preset dictionary of the ledger's usual
-words (``DEFLATE``), whichever is smaller.
+"h": head | "d": head delta}`` (neither: an empty delta), stored as bytes: a format byte,
+then either the UTF-8 JSON (``RAW``) or its raw DEFLATE stream primed with a preset
+dictionary of the ledger's usual words (``DEFLATE``), whichever is smaller.
 
 Events: each is its JSON form (``model_dump(mode="json")``) less what can be restored:
 
@@ -25,16 +25,20 @@ version, which the item's keys give, and less fields at their defaults). Every o
 carries a *delta* (``"d"``): the fields whose value differs from :func:`predict`, which folds
 the previous head over the commit's events with a few fixed rules (positions, the last event,
 the turn and commit indexes, message and invocation digests). An ordinary turn's delta is
-empty: its head costs nothing beyond the events. The predictor is not the session fold
-(``dormant._head.apply``), which may change between releases; it is frozen here, and when it
-guesses wrong the delta simply holds the field.
+empty: its head costs nothing beyond the events. In both, the head's windows are stored
+tightly: digests as one base64 string, positions as the first and the gaps. The predictor is
+not the session fold (``dormant._head.apply``), which may change between releases; it is
+frozen here, and when it guesses wrong the delta simply holds the field.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
+import itertools
 import json
+import re
 import typing
 import zlib
 from typing import Any
@@ -187,21 +191,50 @@ def decode_events(shared: str | None, compact: list[dict[str, Any]]) -> list[dic
 # --- the head --------------------------------------------------------------------------------
 
 
+#: The head's windows of 48-bit digests (12 hex digits each): stored as one base64 string of
+#: their bytes (random bytes do not compress: 8 characters each instead of 12).
+_DIGESTS = ("message_ids", "invocations", "settled_ids")
+#: The head's windows of ascending positions: stored as the first and the gaps (``["+", …]``).
+_POSITIONS = ("turn_starts", "commit_seqs")
+_HEX12 = re.compile(r"[0-9a-f]{12}")
+
+
+def _pack_field(key: str, value: Any) -> Any:
+    if key in _DIGESTS and isinstance(value, list) and value and all(
+            isinstance(v, str) and _HEX12.fullmatch(v) for v in value):
+        return base64.b64encode(bytes.fromhex("".join(value))).decode()
+    if key in _POSITIONS and isinstance(value, list) and value and all(
+            type(v) is int for v in value):
+        return ["+", value[0], *(b - a for a, b in itertools.pairwise(value))]
+    return value
+
+
+def _unpack_field(key: str, value: Any) -> Any:
+    if key in _DIGESTS and isinstance(value, str):
+        joined = base64.b64decode(value).hex()
+        return [joined[i:i + 12] for i in range(0, len(joined), 12)]
+    if key in _POSITIONS and isinstance(value, list) and value and value[0] == "+":
+        return list(itertools.accumulate(value[1:]))
+    return value
+
+
 def encode_head(head: dict[str, Any]) -> dict[str, Any]:
     """A head's JSON (``Head.model_dump(mode="json")``) as a checkpoint carries it."""
-    return {k: v for k, v in head.items()
+    return {k: _pack_field(k, v) for k, v in head.items()
             if k not in _KEYED and not (k in HEAD_DEFAULTS and v == HEAD_DEFAULTS[k])}
 
 
 def decode_head(stored: dict[str, Any], session_id: str, version: int) -> dict[str, Any]:
     """A checkpoint's head back to the head's full JSON."""
-    return {**copy.deepcopy(HEAD_DEFAULTS), **stored, "session_id": session_id,
-            "version": version}
+    return {**copy.deepcopy(HEAD_DEFAULTS),
+            **{k: _unpack_field(k, v) for k, v in stored.items()},
+            "session_id": session_id, "version": version}
 
 
 def head_delta(written: dict[str, Any], predicted: dict[str, Any]) -> dict[str, Any]:
     """The fields of ``written`` that :func:`predict` did not guess."""
-    delta = {k: v for k, v in written.items() if k not in _KEYED and predicted.get(k) != v}
+    delta = {k: _pack_field(k, v) for k, v in written.items()
+             if k not in _KEYED and predicted.get(k) != v}
     dropped = [k for k in predicted if k not in written]
     if dropped:
         delta["-"] = dropped
@@ -209,7 +242,7 @@ def head_delta(written: dict[str, Any], predicted: dict[str, Any]) -> dict[str, 
 
 
 def apply_delta(predicted: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
-    head = {**predicted, **{k: v for k, v in delta.items() if k != "-"}}
+    head = {**predicted, **{k: _unpack_field(k, v) for k, v in delta.items() if k != "-"}}
     for key in delta.get("-", []):
         head.pop(key, None)
     return head

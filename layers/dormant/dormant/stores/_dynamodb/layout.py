@@ -14,10 +14,11 @@ version, so the newest version item *is* the head::
     pk=session_x  sk=~head               ver=3  moved=1   (old layout's head, once migrated)
 
 Why one item: a write costs 1 unit per started KB of a ``PutItem``, and 2 per started KB of
-*each* item of a transaction. The old layout (a ``~head`` item rewritten on every commit, plus
-one slice item, plus a guard) made an ordinary turn a 3-item transaction of 6-8 units. Now an
-ordinary turn is one conditional ``PutItem`` of well under 1 KB: **1 write unit** (plus one
-index write, below).
+*each* item of a transaction. The old layout (a ``~head`` item of 1-2 KB rewritten on every
+commit, plus one slice item, plus a guard for the minted message id) made an ordinary turn a
+3-item transaction of 6-8 units, and moved the head's index entry (2 index writes). Now an
+ordinary turn is one conditional ``PutItem`` of about 250 bytes: **1 write unit**, plus 1
+index write (``bench/dynamodb_cost.py`` prices both).
 
 Concurrency is the key: a commit at expected version ``v`` writes ``e#v<v+1>`` with
 ``attribute_not_exists(pk)``; two writers at the same version write the same key, exactly one
@@ -29,32 +30,38 @@ function's stream filter (removals of ``e#…`` items, ``template.yaml``) seeing
 
 The payload (``b``, binary) is ``dormant.stores._dynamodb.codec``'s compact encoding: short
 events (no repeated invocation id or timestamp, no default values), DEFLATE with a preset
-dictionary when smaller. The head is stored whole only in *checkpoint* items: version 1, every
-:data:`CHECKPOINT_EVERY`-th version, and whenever the writer does not hold the previous head
-(it was not the one that read or wrote it); other items carry the head's *delta* against a
-fixed prediction from the previous head and the item's events, which for an ordinary turn is
-empty. So the head does not grow the items with history: its windows (turn starts, commit
-positions, message and invocation digests) are stored once per checkpoint, and a load rebuilds
-the head from the newest checkpoint forward (at most ``CHECKPOINT_EVERY`` items, which a
-windowed read's ``Limit`` always covers). A commit's events too large for one item are split
-into parts (``#001``… written in the same transaction as the version item, UTF-8 and byte
-safe); an event too large for the transaction goes to S3 (``s3`` names its key, for
-``delete`` and the cleanup function) and the payload keeps ``{"$s3": {"b", "k"}}``.
+dictionary when smaller. The head is stored whole only in *checkpoint* items: the first,
+whenever the chain of deltas behind it would reach :data:`CHECKPOINT_EVERY` items, and whenever
+the writer does not hold the previous head (this process did not read or write it); other
+items carry the head's *delta* against a fixed prediction from the previous head and the
+item's events, which for an ordinary turn is empty. So the head does not grow the items with
+history: its windows (turn starts, commit positions, message and invocation digests: about
+450 bytes) are stored once per checkpoint, and a load rebuilds the head from the newest
+checkpoint forward (at most ``CHECKPOINT_EVERY`` items, which a windowed read's ``Limit``
+always covers). The period trades the two reads: a full-history read pays ~450 bytes per
+``CHECKPOINT_EVERY`` turns, a windowed one reads up to ``CHECKPOINT_EVERY`` items (~250 bytes
+each) whatever its window. What must fit DynamoDB's limits is judged on the events' JSON,
+uncompressed: a payload over an item is split into parts (``#001``…, bytes, written in the
+same transaction as the version item); an event too large for the transaction goes to S3
+(``s3`` names its key, for ``delete`` and the cleanup function) and the payload keeps
+``{"$s3": {"b", "k"}}``.
 
 Guards (``#o#`` + a once-only id: ``m:<message id>``, ``r:<retry id>``) are written, with a
 condition that none exists, in the same transaction as the version item carrying the id, so
-an id lands once for the session's life. Not for ids dormant minted itself in the committing
-process's own format (``msg_<16 hex>_<hex>``: a message sent without an id): no client can
-have sent that id before it was minted, so what keeps it once is the version key and the
+an id lands once for the session's life. Not for ids in the shape dormant mints
+(``msg_<16 hex>_<hex>``: a message sent without an id): no client can have sent that id
+before it was minted, so what keeps it once is the version key and the
 head's message digests; and should a client later echo it back past the digest window,
-:meth:`has_once` finds it in the version items' ``o`` attribute (a filtered query of the
-partition: dear, but only for that echo). That is what keeps an ordinary turn one item.
+``has_once`` finds it in the version items' events (a read of the partition: dear, but only
+for that echo). That is what keeps an ordinary turn one item.
 
 ``list``: only version items carry ``own`` (owner key) and ``ua`` (updated at, ms), so the
 ``by_owner`` index holds one entry per version (one index write per commit; the old layout
 paid two, deleting and re-adding the head's entry). ``list`` reads the index newest first and
-keeps each session's first (newest) entry; its version comes from the entry's sort key, its
-status from ``st`` (written only when not ``active``). It reads every entry newer than the
+keeps each session's first (newest) entry; its version comes from the entry's sort key (or
+``ver``, below), its status from ``st`` (written only when not ``active``); the index projects
+``expires_at``, not ``lx``, so ``list`` takes the logical expiry as ``expires_at`` less the
+margin. It reads every entry newer than the
 ``limit``-th session's newest: about ``limit`` times the commits per session made meanwhile;
 cheap for a listing page, which is not a turn's path.
 
@@ -72,11 +79,19 @@ reads honour (an item past ``lx`` reads as gone). Version items get ``expires_at
 ttl/4``, and a writer starts a new checkpoint when its chain's checkpoint is older than
 ``ttl/4``: so the items a live head is rebuilt from are never deleted under it.
 
+Deleting a session puts a *deletion marker* on the key after its newest version item (in one
+transaction with that item's removal), then removes the rest: a commit still in flight at the
+deleted version is refused, and a session created again under the id (after a delete, or
+after its predecessor expired) numbers its items after the old ones, so leftovers TTL has not
+removed yet never mix in. Such an incarnation's items carry ``ver`` (the head's version; the
+key minus ``ver`` is the offset).
+
 Sessions written by the old layout (a ``~head`` item with the head's JSON, ``e#<position>``
 slices of JSON events) load as before. Their next commit migrates them: one transaction puts
-the first version item (a checkpoint) and replaces ``~head`` by a small tombstone (``moved``,
-conditioned on ``ver`` = the version read), so an old writer still running can never commit
-beside it. Old slices stay where they are and are read as history.
+the first version item (a checkpoint) and replaces ``~head`` by a small tombstone (``moved``;
+conditioned on the old head still at the version read; its ``ver`` is the next version, so an
+old writer still running, whose Put is conditioned on ``ver`` = the version it read, is
+refused). Old slices and guards stay where they are and are read as before.
 """
 
 from __future__ import annotations
@@ -135,8 +150,6 @@ GUARD_PREFIX = "#o#"
 PAYLOAD = "b"
 #: A version item's logical expiry (N, epoch seconds; with a TTL): what reads honour.
 LOGICAL_EXPIRY = "lx"
-#: Once-only keys a version item landed without a guard item (S, space separated).
-UNGUARDED = "o"
 #: Set on the old layout's ``~head`` once its session moved to version items.
 MOVED = "moved"
 #: A version item that marks its session deleted (``delete``): it holds the next version's
@@ -146,7 +159,7 @@ DELETED = "del"
 # its version items after that one's (its keys are offset): those items carry ``ver``, the
 # head's version (the offset is the key minus ``ver``; ``list``'s index projects ``ver``).
 #: A version item carries the whole head at least every this many versions.
-CHECKPOINT_EVERY = 16
+CHECKPOINT_EVERY = 24
 #: Attribute holding the TTL (epoch seconds). Enable TTL on it (the template does).
 TTL_ATTRIBUTE = "expires_at"
 INDEX_NAME = "by_owner"

@@ -143,7 +143,7 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
     for version in chain[1:]:
         predicted = codec.predict(full, version.events(), version.first_seq,
                                   version.key - base, version.updated_at)
-        full = codec.apply_delta(predicted, version.doc()["d"])
+        full = codec.apply_delta(predicted, version.doc().get("d", {}))
     head = Head.model_validate(full)
     stamp = (checkpoint.item or {}).get(lay.LOGICAL_EXPIRY)
     known = Known(version=head.version, base=base, head=full, checkpoint=checkpoint.key - base,

@@ -16,7 +16,7 @@ from typing import Any
 from dormant._head import Head
 from dormant.errors import StoreError
 from dormant.events import Event
-from dormant.stores._base import once_keys, status_of
+from dormant.stores._base import status_of
 from dormant.stores._dynamodb import codec
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader
@@ -107,7 +107,6 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
     checkpoint, checkpoint_lx = written.version, lx
     if delta_ok and prev is not None:
         checkpoint, checkpoint_lx = prev.checkpoint, prev.checkpoint_lx
-    minted = [k for k in once_keys(events) if lay.is_minted(k)]
     expires_at = lx + ttl_seconds // 4 + 1 if lx is not None and ttl_seconds else None
     # What must fit DynamoDB's limits is judged on the events' JSON, uncompressed, as it
     # always was: compression saves write units, it is not room (and a reader never inflates
@@ -130,14 +129,16 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
     if delta_ok and prev is not None and prev.head is not None:
         predicted = codec.predict(prev.head, shown, first_seq, written.version,
                                   written.updated_at)
-        doc["d"] = codec.head_delta(head_json, predicted)
+        delta = codec.head_delta(head_json, predicted)
+        if delta:
+            doc["d"] = delta
     else:
         doc["h"] = codec.encode_head(head_json)
     shared, compact = codec.encode_events(shown)
     doc["ev"] = compact
     if shared is not None:
         doc["i"] = shared
-    put, parts = _version_items(table, written, base, codec.pack(doc), minted,
+    put, parts = _version_items(table, written, base, codec.pack(doc),
                                 [keys[i] for i in sorted(keys)], expires_at, lx)
     landed = Known(version=written.version, base=base, head=head_json,
                    checkpoint=checkpoint, checkpoint_lx=checkpoint_lx)
@@ -149,7 +150,7 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
     return commit
 
 
-def _version_items(table: str, written: Head, base: int, payload: bytes, minted: list[str],
+def _version_items(table: str, written: Head, base: int, payload: bytes,
                    offloaded: list[str], expires_at: int | None,
                    lx: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     sid = written.session_id
@@ -170,8 +171,6 @@ def _version_items(table: str, written: Head, base: int, payload: bytes, minted:
         item[lay.VERSION] = {"N": str(written.version)}
     if len(pieces) > 1:
         item[lay.PARTS] = {"N": str(len(pieces))}
-    if minted:
-        item[lay.UNGUARDED] = {"S": f" {' '.join(minted)} "}  # ``contains`` finds " key "
     if offloaded:
         item[lay.OFFLOADED] = {"SS": offloaded}
     if expires_at is not None and lx is not None:
