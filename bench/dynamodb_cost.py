@@ -1,12 +1,25 @@
-"""DynamoDB cost per turn: requests and bytes, counted on the wire, at turn 10, 100 and 1,000.
+"""DynamoDB cost per turn: requests, write units, read bytes and read units, at turn 10, 100
+and 500.
 
 Drives turns through the real handler (``app.handler.rest``) on a ``DynamoDBStore`` against
-moto in-process, counting every botocore request of the DynamoDB client with event hooks
-(``before-send``: operation and request body bytes; ``after-call``: response body bytes).
+moto in-process, recording every request of the store's DynamoDB client with botocore event
+hooks (``before-send``: the operation and its body; ``after-call``: the items it returned) and
+pricing each with DynamoDB's capacity rules (``bench/_capacity.py``):
 
-Ordinary text turns (a message in, the model answers) for two agents: one whose context is
-``history(limit=5)`` and one with the full history. Expected: 1 read + 1 write request per
-turn for both; write bytes flat (the new events only); read bytes flat for the windowed agent,
+- **write units**: per request, from the sizes of the items it writes (attribute names and
+  values): ``PutItem`` 1 unit per started KB, a transaction 2 per started KB of *each* item;
+- **index write units**, shown apart: the ``by_owner`` index pays a write for every item that
+  carries its key (``own``, ``ua``): 1 per started KB of the entry (keys, projected
+  attributes, 100 bytes), 2 when a write moves an existing entry (an old-layout head);
+- **read bytes**: the DynamoDB size of the items the turn's reads returned (what read units
+  are charged on), and the response bytes on the wire (moto's JSON, as DynamoDB's protocol;
+  binary attributes travel base64, a third larger);
+- **read units**: per read, 1 per started 4 KB of the items it returned (a ``Query`` rounds
+  their sum once), halved when eventually consistent.
+
+Ordinary text turns (a message in, the model answers; no message id) for two agents: one
+whose context is ``history(limit=5)`` and one with the full history. Expected: 1 read + 1
+write request per turn for both; write units flat; read bytes flat for the windowed agent,
 growing with the ledger for the full-history one.
 
 Resumed turns, on the same session, by a ``history(limit=5)`` agent whose tool needs
@@ -23,13 +36,13 @@ bytes of one poll of a realistic record (a stop, a pause, one short steer; and a
 Expected: 1 / interval reads per second while a turn runs (1 read unit each: the item is far
 under 4 KB), none when idle or with polling disabled.
 
-    python bench/dynamodb_cost.py            # turns 10, 100, 1,000 (a few minutes: moto
-                                             # copies its tables on every transaction)
+    python bench/dynamodb_cost.py            # turns 10, 100, 500 (a few minutes)
     python bench/dynamodb_cost.py --checkpoints 10,100   # a shorter run
+    python bench/dynamodb_cost.py --json cost.json       # the figures as JSON too
     python bench/dynamodb_cost.py --smoke    # one tiny iteration (CI keeps it from rotting)
 
-Not a test: the numbers are printed, not asserted (the wire bytes are moto's JSON, which is
-what DynamoDB's JSON protocol sends too).
+Not a test: the numbers are printed, not asserted. The bench uses only the store's public
+behaviour and the wire, so it prices any release's layout the same way.
 """
 
 from __future__ import annotations
@@ -37,9 +50,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+# Run as a script (python bench/dynamodb_cost.py): the repository root holds bench._capacity.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._capacity import index_write_units, item_bytes, read_units, write_units
 
 #: Fake credentials for moto; set unconditionally so the bench can never reach a real account.
 FAKE_AWS_ENV = {
@@ -53,23 +73,35 @@ REPLY = "Your booking is confirmed for Friday and Saturday; late check-out is at
 WINDOW = 5
 
 
+#: The ``by_owner`` index: its key attributes (index key, then the table's) and projection.
+INDEX_KEYS = ("own", "ua", "pk", "sk")
+INDEX_PROJECTED = ("ver", "st", "expires_at")
+WRITES = ("PutItem", "TransactWriteItems", "UpdateItem", "DeleteItem", "BatchWriteItem")
+
+
 @dataclass
 class Wire:
-    """Requests and bytes a DynamoDB client sent and received."""
+    """Requests a DynamoDB client sent, what they cost, what they returned."""
 
     requests: Counter[str] = field(default_factory=Counter)
     sent: Counter[str] = field(default_factory=Counter)
     received: Counter[str] = field(default_factory=Counter)
-    #: Of the TransactWriteItems bodies: bytes of the event items, the head item and the
-    #: once-only guards (one per message id).
-    items: Counter[str] = field(default_factory=Counter)
+    #: Write units by operation (DynamoDB's arithmetic on the items written).
+    units: Counter[str] = field(default_factory=Counter)
+    #: Index write units, items written, and the DynamoDB size of the items reads returned.
+    index_units: Counter[str] = field(default_factory=Counter)
+    written: Counter[str] = field(default_factory=Counter)
+    read_items: Counter[str] = field(default_factory=Counter)
+    read_units: Counter[str] = field(default_factory=Counter)
+    _consistent: list[bool] = field(default_factory=list)
 
     def attach(self, client: Any) -> None:
         client.meta.events.register_first("before-send.dynamodb", self._before_send)
         client.meta.events.register("after-call.dynamodb", self._after_call)
 
     def _counters(self) -> tuple[Counter[str], ...]:
-        return self.requests, self.sent, self.received, self.items
+        return (self.requests, self.sent, self.received, self.units, self.index_units,
+                self.written, self.read_items, self.read_units)
 
     def reset(self) -> None:
         for counter in self._counters():
@@ -85,18 +117,31 @@ class Wire:
         body = body if isinstance(body, bytes) else body.encode()
         self.requests[operation] += 1
         self.sent[operation] += len(body)
-        if operation == "TransactWriteItems":
-            for action in json.loads(body)["TransactItems"]:
-                if "Put" not in action:
-                    continue  # a control write's ConditionCheck on the head
-                item = action["Put"]["Item"]
-                sk = item["sk"]["S"]
-                kind = ("head" if sk == "~head" else "control" if sk == "~ctl"
-                        else "events" if sk.startswith("e#") else "guards")
-                self.items[kind] += len(json.dumps(item, separators=(",", ":")))
+        params = json.loads(body) if body else {}
+        self._consistent.append(bool(params.get("ConsistentRead")))
+        if operation not in WRITES:
+            return
+        self.units[operation] += write_units(operation, params)
+        puts = ([params] if operation == "PutItem" else
+                [a["Put"] for a in params.get("TransactItems", []) if "Put" in a])
+        for put in puts:
+            item = put["Item"]
+            self.written["items"] += 1
+            # An old-layout head is rewritten in place: its index entry moves (2 writes).
+            moved = item["sk"]["S"] == "~head"
+            self.index_units["by_owner"] += index_write_units(item, INDEX_KEYS, INDEX_PROJECTED,
+                                                              moved=moved)
+            if moved and "own" not in item:
+                self.index_units["by_owner"] += 1  # the tombstone removes the old entry
 
-    def _after_call(self, http_response: Any, model: Any, **_: Any) -> None:
+    def _after_call(self, http_response: Any, model: Any, parsed: Any, **_: Any) -> None:
         self.received[model.name] += len(http_response.content or b"")
+        consistent = self._consistent.pop() if self._consistent else False
+        items = list(parsed.get("Items", [])) + ([parsed["Item"]] if "Item" in parsed else [])
+        if model.name in ("Query", "GetItem", "Scan"):
+            size = sum(item_bytes(item) for item in items)
+            self.read_items[model.name] += size
+            self.read_units[model.name] += read_units(size, consistent)
 
 
 def _operation(request: Any) -> str:
@@ -118,10 +163,13 @@ class Row:
     reads: float
     writes: float
     other: float
+    items_written: float
+    write_units: float
+    index_write_units: float
     write_bytes: float
-    event_bytes: float
-    head_bytes: float
     read_bytes: float
+    read_units: float
+    wire_read_bytes: float
 
 
 def measure(checkpoints: list[int], samples: int) -> list[Row]:
@@ -189,7 +237,7 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
 
 def _row(kind: str, label: str, checkpoint: int, wire: Wire, samples: int) -> Row:
     reads = wire.requests["Query"] + wire.requests["GetItem"]
-    writes = wire.requests["TransactWriteItems"] + wire.requests["PutItem"]
+    writes = sum(wire.requests[op] for op in WRITES)
     return Row(
         kind=kind,
         agent=label,
@@ -197,10 +245,13 @@ def _row(kind: str, label: str, checkpoint: int, wire: Wire, samples: int) -> Ro
         reads=reads / samples,
         writes=writes / samples,
         other=(sum(wire.requests.values()) - reads - writes) / samples,
-        write_bytes=wire.sent["TransactWriteItems"] / samples,
-        event_bytes=wire.items["events"] / samples,
-        head_bytes=wire.items["head"] / samples,
-        read_bytes=wire.received["Query"] / samples,
+        items_written=wire.written["items"] / samples,
+        write_units=sum(wire.units.values()) / samples,
+        index_write_units=sum(wire.index_units.values()) / samples,
+        write_bytes=sum(wire.sent[op] for op in WRITES) / samples,
+        read_bytes=wire.read_items["Query"] / samples,
+        read_units=wire.read_units["Query"] / samples,
+        wire_read_bytes=wire.received["Query"] / samples,
     )
 
 
@@ -392,24 +443,27 @@ def polling_table(polls: list[PollRow], records: list[RecordRow]) -> str:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| turn kind | agent | turn | read requests | write requests | other requests | write "
-        "bytes (request) | of which event items | of which head item | read bytes (response) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| turn kind | agent | turn | read requests | write requests | other | items "
+        "written | write units | index write units | write bytes (request) | read bytes "
+        "(items) | read units | read bytes (wire) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row.kind} | {row.agent} | {row.turn:,} | {row.reads:g} | {row.writes:g} | "
-            f"{row.other:g} | "
-            f"{row.write_bytes:,.0f} | {row.event_bytes:,.0f} | {row.head_bytes:,.0f} | "
-            f"{row.read_bytes:,.0f} |")
+            f"{row.other:g} | {row.items_written:g} | {row.write_units:g} | "
+            f"{row.index_write_units:g} | {row.write_bytes:,.0f} | {row.read_bytes:,.0f} | "
+            f"{row.read_units:g} | {row.wire_read_bytes:,.0f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="one tiny iteration")
-    parser.add_argument("--checkpoints", default="10,100,1000",
-                        help="comma-separated turns to measure at (default 10,100,1000)")
+    parser.add_argument("--checkpoints", default="10,100,500",
+                        help="comma-separated turns to measure at (default 10,100,500)")
+    parser.add_argument("--json", metavar="PATH", default=None,
+                        help="also write the figures as JSON to PATH")
     parser.add_argument("--samples", type=int, default=3,
                         help="turns of each kind averaged at each checkpoint")
     parser.add_argument("--poll-interval", type=float, default=None,
@@ -431,14 +485,23 @@ def main(argv: list[str] | None = None) -> None:
     if interval is not None and interval <= 0:
         parser.error("--poll-interval must be positive")
     rows = measure(checkpoints, samples)
-    print("DynamoDBStore cost per turn (moto in-process, counted on the wire; mean of "
-          f"{samples} turn(s) of each kind at each checkpoint; write bytes add up every "
-          "write of the turn)\n")
+    print("DynamoDBStore cost per turn (moto in-process, counted on the wire and priced by "
+          f"DynamoDB's capacity rules, bench/_capacity.py; mean of {samples} turn(s) of each "
+          "kind at each checkpoint; a turn's writes add up)\n")
     print(table(rows))
     polls, records = measure_polling(interval, turn_seconds)
     print("\nTurn control polling (a running turn reads its control record every poll "
           "interval: one strongly consistent GetItem; counted on the wire)\n")
     print(polling_table(polls, records))
+    if args.json:
+        figures = {
+            "samples": samples,
+            "turns": [asdict(row) for row in rows],
+            "polling": [{"case": p.case, "interval": p.interval, "seconds": p.seconds,
+                         "reads": p.reads, "reads_per_second": p.per_second} for p in polls],
+            "control_record": [asdict(r) | {"read_units": r.read_units} for r in records],
+        }
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
