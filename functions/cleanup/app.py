@@ -1,11 +1,12 @@
 """The ``cleanup`` function: a session's offloaded S3 objects go when its items go.
 
-Events too large for a DynamoDB transaction are stored in the offload bucket, and the slice
-item that holds their place names their keys (its ``s3`` attribute, see
-``dormant.stores._dynamodb.layout``). DynamoDB deletes expired items by TTL, and nothing else
-would delete those objects; so the table streams the old image of every removed item here
-(``StreamViewType: OLD_IMAGE``; the event source's filter passes ``REMOVE`` records of slice
-items only), and this function deletes exactly the keys the removed item named.
+Events too large for a DynamoDB transaction are stored in the offload bucket, and the event
+item that holds their place names their keys (its ``s3`` attribute: a version item ``e#v…``,
+or an old layout's slice ``e#<position>``; see ``dormant.stores._dynamodb.layout``). DynamoDB
+deletes expired items by TTL, and nothing else would delete those objects; so the table
+streams the old image of every removed item here (``StreamViewType: OLD_IMAGE``; the event
+source's filter passes ``REMOVE`` records of ``e#…`` items only), and this function deletes
+exactly the keys the removed item named.
 
 Why that is safe for live sessions: an object's key is ``ledger/<session id>/<position>-<event
 id>.json``, and the event id is new for every event, so a session created again under the same

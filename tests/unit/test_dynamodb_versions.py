@@ -340,3 +340,41 @@ def test_a_session_head_survives_a_store_that_remembers_nothing(store: DynamoDBS
     assert store.append(session.head, session.new_events, expected_version=0).ok
     loaded = DynamoDBStore(TABLE).load("session_plain")
     assert loaded is not None and loaded.head.session_id == "session_plain"
+
+
+# --- TTL and the head's chain --------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_live_head_rebuilds_from_items_whose_history_aged_out(store: DynamoDBStore) -> None:
+    """Items read as gone at ``lx`` but are deleted a quarter TTL later; a chain is cut when
+    its checkpoint is a quarter TTL old: so a live head always finds its chain."""
+    clock = _Clock()
+    ttl = DynamoDBStore(TABLE, ttl_seconds=100, clock=clock)
+    app = dormant.App(store=ttl)
+    session = app.sessions.create("aging")  # version 1: a checkpoint, lx = t + 100
+    for step in (10, 10):
+        clock.now += step
+        session.input.message(f"at +{clock.now - 1_800_000_000:.0f}")
+        assert app.sessions.commit(session).ok  # deltas: the checkpoint is 10, 20 s old
+    clock.now += 95  # versions 1 and 2 read as expired, version 3 does not
+
+    loaded = DynamoDBStore(TABLE, ttl_seconds=100, clock=clock).load("session_aging")
+
+    assert loaded is not None and loaded.head.version == 3
+    stamped = {"updated_at": 0}  # the store stamps the head it writes
+    assert dataclasses.asdict(loaded.head) | stamped == dataclasses.asdict(session.head) | stamped
+    assert [e.text for e in loaded.events if isinstance(e, UserEvent)] == ["at +20"]
+    clock.now += 10  # 30 s past the last commit: a new chain starts (the old one is too old)
+    session.input.message("later")
+    assert app.sessions.commit(session).ok
+    item = boto3.client("dynamodb").get_item(
+        TableName=TABLE, Key={"pk": {"S": "session_aging"}, "sk": {"S": "e#v0000000004"}})
+    assert "h" in codec.unpack(item["Item"]["b"]["B"])

@@ -125,9 +125,7 @@ __all__ = [
     "owner_key",
     "parse_version_key",
     "principal_of",
-    "slice_items",
     "slice_key",
-    "split_utf8",
     "table_definition",
     "version_key",
 ]
@@ -181,7 +179,7 @@ UNOWNED_SHARDS = 16
 
 #: DynamoDB's item size limit as moto enforces it (AWS allows 409,600 bytes: this is stricter).
 ITEM_LIMIT = 400_000
-#: Bytes of slice text per item: the item limit minus room for keys and attribute names.
+#: Payload bytes per item: the item limit minus room for keys and attribute names.
 CHUNK_BYTES = 390_000
 #: TransactWriteItems limits: actions per call, and total bytes (4 MB; moto does not enforce
 #: it, so the store does, with headroom for request framing).
@@ -325,46 +323,6 @@ def item_size(item: dict[str, Any]) -> int:
         else:
             total += len(json.dumps(value))
     return total
-
-
-def split_utf8(text: str, limit: int) -> list[str]:
-    """``text`` cut into pieces of at most ``limit`` UTF-8 bytes, never inside a character."""
-    data = text.encode()
-    pieces: list[str] = []
-    start = 0
-    while start < len(data):
-        end = min(start + limit, len(data))
-        while end < len(data) and data[end] & 0xC0 == 0x80:  # continuation byte: back off
-            end -= 1
-        pieces.append(data[start:end].decode())
-        start = end
-    return pieces or [""]
-
-
-def slice_items(session_id: str, first_seq: int, texts: Sequence[str], offloaded: Sequence[str],
-                expires_at: int | None, chunk_bytes: int = CHUNK_BYTES) -> list[dict[str, Any]]:
-    """The item(s) holding one commit's events (``texts``: each event's JSON, or its S3
-    pointer)."""
-    body = "[" + ",".join(texts) + "]"
-    pieces = [body] if len(body.encode()) <= chunk_bytes else split_utf8(body, chunk_bytes)
-    items: list[dict[str, Any]] = []
-    for index, piece in enumerate(pieces):
-        part = index if len(pieces) > 1 else None
-        item: dict[str, Any] = {
-            PK: {"S": session_id},
-            SK: {"S": slice_key(first_seq, part)},
-            EVENTS: {"S": piece},
-        }
-        if index == 0:
-            item[COUNT] = {"N": str(len(texts))}
-            if offloaded:
-                item[OFFLOADED] = {"SS": list(offloaded)}
-        if part is not None:
-            item[PARTS] = {"N": str(len(pieces))}
-        if expires_at is not None:
-            item[TTL_ATTRIBUTE] = {"N": str(expires_at)}
-        items.append(item)
-    return items
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dormant.stores._dynamodb.offload import is_pointer
 from dormant.stores._dynamodb.writes import Known
 from dormant.types import SessionSummary
 
-__all__ = ["Found", "Version", "decode", "items_needed", "read", "remaining_limit", "summary"]
+__all__ = ["Found", "Version", "decode", "items_needed", "read", "summary", "versions_of"]
 
 _Items = list[dict[str, Any]]
 Fetch = Callable[[dict[str, Any]], Any]
@@ -210,12 +210,6 @@ def items_needed(items: _Items, start: int, seq: int) -> int | None:
         if first <= start and part in (None, 0):
             return index + 1
     return None
-
-
-def remaining_limit(items: _Items, start: int, seq: int) -> int:
-    """``Limit`` for the next page: at most one item per missing event, plus a spare."""
-    oldest = lay.parse_slice_key(items[-1][lay.SK]["S"])[0] if items else seq
-    return max(oldest - start, 1) + 1
 
 
 def decode(session_id: str, items: _Items, start: int, seq: int, now_s: int,
