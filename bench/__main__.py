@@ -1,4 +1,4 @@
-"""``python -m bench``: dormant side by side with its peers, in one run.
+"""python -m bench: dormant side by side with its peers, in one run.
 
     python -m bench all            # every scenario, every peer (installed on demand), tables,
                                    # headline and chart in bench/results/
@@ -85,7 +85,7 @@ def _one(name: str, framework: Framework, plan: Plan, extra: dict[str, Any]) -> 
     if name == "coldstart":
         result = _harness.cold_start(framework, plan.cold_runs)
     elif name in ("dynamodb", "contention") and framework.no_dynamodb:
-        result = {"unsupported": f"no DynamoDB persistence: {framework.no_dynamodb}"}
+        result = {"unsupported": f"DynamoDB persistence: {framework.no_dynamodb}"}
     elif name in ("dynamodb", "contention"):
         result = _harness.with_moto(framework, name, plan.params(name), plan.timeout)
     elif name == "layer":
@@ -140,7 +140,7 @@ def _dormant_lambda(extra: dict[str, Any]) -> dict[str, float | None]:
 
 
 def tables(results: Results, names: dict[str, str], plan: Plan,
-           extra: dict[str, Any]) -> dict[str, str]:
+           extra: dict[str, Any], found: list[Framework]) -> dict[str, str]:
     """{file stem: markdown} for every scenario that ran, and the headline when all did."""
     us = [Column("µs per turn", ("us_per_turn",))]
     columns: dict[str, tuple[list[Column], list[str], bool]] = {
@@ -184,8 +184,19 @@ def tables(results: Results, names: dict[str, str], plan: Plan,
         rows = _report.headline_rows(results, names, _dormant_lambda(extra))
         out["headline"] = ("# Headline: dormant against its targets\n\n"
                            f"{_preamble(plan)}\n\n" + _report.headline_table(rows)
-                           + _versions(names, extra))
+                           + HEADLINE_NOTES + _versions(names, extra, found))
     return out
+
+
+HEADLINE_NOTES = """
+- The two cold-start rows are dormant's Lambda function (`functions/api/app.py`: Powertools,
+  boto3, the resolver; `bench/coldstart.py`); the deployed row's first turn reads the secret
+  and calls a local fake OpenAI server. The peers' and the floor's figure is their own cold
+  start (import, agent, first turn, no Lambda function around it): see coldstart.md.
+- The DynamoDB rows are the last checkpoint of dynamodb.md (turn 500 in a full run), on each
+  framework's own DynamoDB persistence; write units per DynamoDB's rules (bench/_capacity.py).
+- Lowest is best everywhere; "fastest peer" is the lowest peer figure.
+"""
 
 
 def _preamble(plan: Plan) -> str:
@@ -215,19 +226,24 @@ def _coldstart_notes(extra: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _versions(names: dict[str, str], extra: dict[str, Any]) -> str:
+def _versions(names: dict[str, str], extra: dict[str, Any],
+              found: list[Framework]) -> str:
     lines = ["", "Frameworks: " + ", ".join(v for k, v in names.items() if k != FLOOR) + "."]
+    persistence = [p for f in found for p in (f.install.get("dynamodb") or [])]
+    if persistence:
+        lines.append("Peers' DynamoDB persistence: " + ", ".join(persistence) + ".")
     if extra.get("run_seconds"):
         lines.append(f"Run time: {extra['run_seconds']:.0f} s (peer venv installs: "
                      f"{extra.get('install_seconds', 0):.0f} s, not included).")
     return "\n".join(lines) + "\n"
 
 
-def write(out: Path, results: Results, names: dict[str, str], plan: Plan,
+def write(out: Path, results: Results, found: list[Framework], plan: Plan,
           extra: dict[str, Any]) -> list[Path]:
+    names = _names(found)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for stem, text in tables(results, names, plan, extra).items():
+    for stem, text in tables(results, names, plan, extra, found).items():
         path = out / f"{stem}.md"
         path.write_text(text)
         written.append(path)
@@ -287,7 +303,6 @@ def run(args: argparse.Namespace) -> int:
                      for f in found))
     if args.command == "install":
         return 0
-    names = _names(found)
     extra: dict[str, Any] = {"install_seconds": install_seconds}
     chosen = list(SCENARIOS) if args.command == "all" else [args.command]
     if "layer" in chosen and "coldstart" not in chosen and not plan.smoke:
@@ -298,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
         _log(f"{name}: {SCENARIOS[name]}")
         results[name] = run_scenario(name, found, plan, extra)
     extra["run_seconds"] = time.perf_counter() - measuring
-    written = write(out, results, names, plan, extra)
+    written = write(out, results, found, plan, extra)
     if not (args.smoke or args.no_chart) and args.command == "all":
         written.append(chart(out))
     _log(f"measured in {extra['run_seconds']:.0f} s (venv installs {install_seconds:.0f} s, "

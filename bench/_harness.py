@@ -111,8 +111,8 @@ def frameworks(peers: list[str], install: bool, log: Callable[[str], None]) -> l
         else:
             framework.install = marker
             if not marker.get("dynamodb"):
-                framework.no_dynamodb = str(marker.get("dynamodb_why")
-                                            or "no DynamoDB persistence in its ecosystem")
+                framework.no_dynamodb = (peer.no_dynamodb or str(marker.get("dynamodb_why"))
+                                         or "none in its ecosystem")
         found.append(framework)
     return found
 

@@ -35,6 +35,8 @@ class Peer:
     extras: tuple[str, ...] = ()
     #: The peer's DynamoDB-backed persistence (from its own ecosystem), installed separately.
     dynamodb: tuple[str, ...] = ()
+    #: Why the peer has no DynamoDB persistence, when that is known before installing.
+    no_dynamodb: str = ""
 
     @property
     def pin(self) -> str:
@@ -58,7 +60,9 @@ PEERS: dict[str, Peer] = {p.key: p for p in (
     Peer("openai_agents", "OpenAI Agents SDK", "openai-agents", "0.24.0",
          dynamodb=("openai-agents-session==0.1.0", "aiobotocore")),
     Peer("pydantic_ai", "Pydantic AI", "pydantic-ai-slim", "2.62.0",
-         dynamodb=("pya-memory==0.0.1",)),
+         dynamodb=("pya-memory==0.0.1",),
+         no_dynamodb="none of its own; pya-memory 0.0.1, the one DynamoDB message store for "
+                     "it on PyPI, needs pydantic-ai-slim 1.x"),
     Peer("adk", "Google ADK", "google-adk", "2.13.0",
          extras=("google-adk[db]==2.13.0", "aiosqlite"),
          dynamodb=("adk-dynamodb-session==0.0.5",)),

@@ -160,7 +160,8 @@ def pause(params: dict[str, Any]) -> Figures:
 
 
 def growth(params: dict[str, Any]) -> Figures:
-    return {str(h): _per_turn(params, h, [REPLY]) for h in params["histories"]}
+    return {"persistence": "MemoryStore",
+            **{str(h): _per_turn(params, h, [REPLY]) for h in params["histories"]}}
 
 
 def sqlite(params: dict[str, Any]) -> Figures:
@@ -172,7 +173,8 @@ def sqlite(params: dict[str, Any]) -> Figures:
     def store() -> Any:
         return SqliteStore(os.path.join(folder, f"bench-{next(count)}.db"))
 
-    return {str(h): _per_turn(params, h, [REPLY], store) for h in params["histories"]}
+    return {"persistence": "SqliteStore",
+            **{str(h): _per_turn(params, h, [REPLY], store) for h in params["histories"]}}
 
 
 def coldstart(params: dict[str, Any]) -> Figures:

@@ -148,7 +148,7 @@ def growth(params: dict[str, Any]) -> Figures:
 
         return median_us(sample, params["turns"], params["repeats"])
 
-    return {str(h): at(h) for h in params["histories"]}
+    return {"persistence": "a dict of lists", **{str(h): at(h) for h in params["histories"]}}
 
 
 class SqliteLedger:
@@ -192,7 +192,8 @@ def sqlite(params: dict[str, Any]) -> Figures:
 
         return median_us(sample, params["turns"], params["repeats"])
 
-    return {str(h): at(h) for h in params["histories"]}
+    return {"persistence": "a row per turn, keyed by (session, version)",
+            **{str(h): at(h) for h in params["histories"]}}
 
 
 def coldstart(params: dict[str, Any]) -> Figures:
