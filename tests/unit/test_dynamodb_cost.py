@@ -147,8 +147,11 @@ class Chat:
 
 
 @pytest.mark.parametrize("message_id", [None, "m-2"], ids=["no-message-id", "client-message-id"])
-def test_an_ordinary_turn_is_one_query_and_one_write(
+def test_an_ordinary_turn_is_one_query_and_one_transaction(
         store: DynamoDBStore, message_id: str | None) -> None:
+    """One read and one write request (the README's guarantees table names this test): the
+    write is a single ``PutItem``, or a ``TransactWriteItems`` when a client's message id
+    brings its guard item."""
     chat = Chat(store, ["Hello.", "Three nights."])
     model, wire = chat.model, chat.wire
     assert chat(message="hi", messageId="m-1").status == "completed"
