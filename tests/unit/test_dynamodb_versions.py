@@ -378,3 +378,26 @@ def test_a_live_head_rebuilds_from_items_whose_history_aged_out(store: DynamoDBS
     item = boto3.client("dynamodb").get_item(
         TableName=TABLE, Key={"pk": {"S": "session_aging"}, "sk": {"S": "e#v0000000004"}})
     assert "h" in codec.unpack(item["Item"]["b"]["B"])
+
+
+def test_a_head_changed_in_place_by_its_caller_leaves_the_remembered_one_as_stored(
+        store: DynamoDBStore) -> None:
+    """The next version is written as a delta against the head this process read: a caller
+    folding events into the head it was given (nested state changed in place) must not
+    change that."""
+    app = dormant.App(store=store)
+    app.sessions.create("nested", state={"prefs": {"nights": 1, "rooms": [1]}})
+    session = app.sessions.get("nested")
+    assert session is not None
+    session._append(StateDelta(patch=[{"op": "replace", "path": "/prefs/nights", "value": 2},
+                                      {"op": "add", "path": "/prefs/rooms/-", "value": 2}]))
+    assert app.sessions.commit(session).ok
+    session = app.sessions.get("nested")
+    assert session is not None
+    session._append(StateDelta(patch=[{"op": "replace", "path": "/prefs/nights", "value": 3}]))
+    assert app.sessions.commit(session).ok
+
+    loaded = DynamoDBStore(TABLE).load("session_nested")
+
+    assert loaded is not None and loaded.head.version == 3
+    assert loaded.head.state == {"prefs": {"nights": 3, "rooms": [1, 2]}}

@@ -218,10 +218,15 @@ def _unpack_field(key: str, value: Any) -> Any:
     return value
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON, types included (``1 == 1.0 == True`` in Python, not in a ledger)."""
+    return a is b or json.dumps(a) == json.dumps(b)
+
+
 def encode_head(head: dict[str, Any]) -> dict[str, Any]:
     """A head's JSON (``Head.model_dump(mode="json")``) as a checkpoint carries it."""
     return {k: _pack_field(k, v) for k, v in head.items()
-            if k not in _KEYED and not (k in HEAD_DEFAULTS and v == HEAD_DEFAULTS[k])}
+            if k not in _KEYED and not (k in HEAD_DEFAULTS and _same(v, HEAD_DEFAULTS[k]))}
 
 
 def decode_head(stored: dict[str, Any], session_id: str, version: int) -> dict[str, Any]:
@@ -234,7 +239,7 @@ def decode_head(stored: dict[str, Any], session_id: str, version: int) -> dict[s
 def head_delta(written: dict[str, Any], predicted: dict[str, Any]) -> dict[str, Any]:
     """The fields of ``written`` that :func:`predict` did not guess."""
     delta = {k: _pack_field(k, v) for k, v in written.items()
-             if k not in _KEYED and predicted.get(k) != v}
+             if k not in _KEYED and (k not in predicted or not _same(predicted[k], v))}
     dropped = [k for k in predicted if k not in written]
     if dropped:
         delta["-"] = dropped
@@ -256,7 +261,7 @@ def predict(prev: dict[str, Any], events: list[dict[str, Any]], first_seq: int,
             version: int, updated_at: int) -> dict[str, Any]:
     """The head after ``prev`` took ``events`` (full JSON forms, positions from ``first_seq``)
     as version ``version`` written at ``updated_at``, by format 1's fixed rules."""
-    head = copy.deepcopy(prev)
+    head = dict(prev)  # what changes is replaced below, never changed in place
     head["version"] = version
     head["updated_at"] = updated_at
     head["seq"] = first_seq + len(events)

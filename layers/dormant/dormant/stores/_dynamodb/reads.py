@@ -4,6 +4,7 @@ the old layout (``~head`` + ``e#`` slices) read as before. Pure functions: no cl
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,7 +145,9 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
         predicted = codec.predict(full, version.events(), version.first_seq,
                                   version.key - base, version.updated_at)
         full = codec.apply_delta(predicted, version.doc().get("d", {}))
-    head = Head.model_validate(full)
+    # The head handed out is the caller's to change in place; what this process remembers
+    # (to write the next version as a delta) must stay as stored.
+    head = Head.model_validate(copy.deepcopy(full))
     stamp = (checkpoint.item or {}).get(lay.LOGICAL_EXPIRY)
     known = Known(version=head.version, base=base, head=full, checkpoint=checkpoint.key - base,
                   checkpoint_lx=int(stamp["N"]) if stamp else None)
