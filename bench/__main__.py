@@ -248,8 +248,8 @@ def write(out: Path, results: Results, found: list[Framework], plan: Plan,
         path.write_text(text)
         written.append(path)
     raw = out / "results.json"
-    raw.write_text(json.dumps({"names": names, "results": results, "extra": extra},
-                              indent=1, sort_keys=True) + "\n")
+    raw.write_text(json.dumps({"names": names, "order": list(names), "results": results,
+                               "extra": extra}, indent=1, sort_keys=True) + "\n")
     written.append(raw)
     return written
 

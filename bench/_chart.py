@@ -51,7 +51,7 @@ def main() -> None:
 
     with open(sys.argv[1]) as source:
         data = json.load(source)
-    names: dict[str, str] = data["names"]
+    names: dict[str, str] = {key: data["names"][key] for key in data["order"]}
     results = data["results"]
     colors = plt.get_cmap("tab10")
     fig, axes = plt.subplots(3, 3, figsize=(15, 11))
@@ -69,12 +69,14 @@ def main() -> None:
             ax.set_xticks([])
             continue
         low = min(values) / 3
-        bars = ax.barh(labels[::-1], [v - low for v in values[::-1]], left=low,
-                       color=shades[::-1])
+        rows = range(len(values))
+        bars = ax.barh(rows, [v - low for v in values], left=low, color=shades)
+        ax.set_yticks(rows, labels)
+        ax.invert_yaxis()  # dormant on top, in the tables' order
         ax.set_xscale("log")
         ax.set_xlim(low, max(values) * 6)
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.bar_label(bars, labels=[_label(v) for v in values[::-1]], fontsize=8, padding=2)
+        ax.bar_label(bars, labels=[_label(v) for v in values], fontsize=8, padding=2)
         ax.tick_params(axis="y", labelsize=8)
     fig.suptitle("dormant and its peers, one run of python -m bench all (log scale, lower is "
                  "better)")
