@@ -136,6 +136,7 @@ def _dormant_lambda(extra: dict[str, Any]) -> dict[str, float | None]:
         return None
 
     return {"api": first("api:", "first turn"),
+            "api_deployed_read": first("api, deployed:", "first GET"),
             "api_deployed": first("api, deployed:", "first turn")}
 
 
@@ -189,10 +190,13 @@ def tables(results: Results, names: dict[str, str], plan: Plan,
 
 
 HEADLINE_NOTES = """
-- The two cold-start rows are dormant's Lambda function (`functions/api/app.py`: Powertools,
-  boto3, the resolver; `bench/coldstart.py`); the deployed row's first turn reads the secret
-  and calls a local fake OpenAI server. The peers' and the floor's figure is their own cold
-  start (import, agent, first turn, no Lambda function around it): see coldstart.md.
+- The three cold-start rows are dormant's Lambda function (`functions/api/app.py`: Powertools,
+  boto3, the resolver; `bench/coldstart.py`) as a fresh process: with no secret (a first
+  turn on a scripted model), and in the deployed environment, first a request that needs no
+  model (`GET /sessions/{id}`), then a first turn that reads the secret, imports `openai` and
+  calls a local fake OpenAI server. The peers' and the floor's figure is their own cold start
+  (import, agent, first turn on a fake model, no Lambda function around it): see
+  coldstart.md.
 - The DynamoDB rows are the last checkpoint of dynamodb.md (turn 500 in a full run), on each
   framework's own DynamoDB persistence; write units per DynamoDB's rules (bench/_capacity.py).
 - Lowest is best everywhere; "fastest peer" is the lowest peer figure.
