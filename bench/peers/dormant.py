@@ -47,7 +47,9 @@ def _imports() -> Any:
 
 class Reading:
     """ScriptedModel behind a model that reads the whole history it is sent first (while
-    ``reading``; seeding a long session does not need to)."""
+    ``reading``; seeding a long session does not need to), and answers each reply's text in
+    one piece, as the peers' fake models do (ScriptedModel streams a reply word by word, and
+    dormant streams each piece to the client as an event of its own)."""
 
     def __init__(self, delay: float = 0.0) -> None:
         from dormant.models import ScriptedModel
@@ -61,13 +63,21 @@ class Reading:
             self.inner.add(reply)
 
     def stream(self, request: Any, *, signal: Any) -> Iterator[Any]:
+        from dormant.models import TextDelta
+
         if self.reading:
-            read_history([str(getattr(m, "text", None) or getattr(m, "content", ""))
+            read_history([m.content if m.role == "tool" else m.text
                           for m in request.messages])
         if self.delay:
             time.sleep(self.delay)
         self.inner.requests.clear()  # it records every request: not what is measured
-        return self.inner.stream(request, signal=signal)
+        chunks = list(self.inner.stream(request, signal=signal))
+        text = "".join(c.text for c in chunks if isinstance(c, TextDelta))
+        first = next((i for i, c in enumerate(chunks) if isinstance(c, TextDelta)), None)
+        others = [c for c in chunks if not isinstance(c, TextDelta)]
+        if first is not None:
+            others.insert(first, TextDelta(text))
+        return iter(others)
 
 
 def _app(store: Any = None) -> tuple[Any, Any, Reading]:
