@@ -147,7 +147,7 @@ class Chat:
 
 
 @pytest.mark.parametrize("message_id", [None, "m-2"], ids=["no-message-id", "client-message-id"])
-def test_an_ordinary_turn_is_one_query_and_one_transaction(
+def test_an_ordinary_turn_is_one_query_and_one_write(
         store: DynamoDBStore, message_id: str | None) -> None:
     """One read and one write request (the README's guarantees table names this test): the
     write is a single ``PutItem``, or a ``TransactWriteItems`` when a client's message id
