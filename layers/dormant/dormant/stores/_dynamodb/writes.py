@@ -24,6 +24,7 @@ from dormant.stores._dynamodb.offload import Offloader
 __all__ = [
     "Commit",
     "Known",
+    "absent_or_expired",
     "control_put",
     "guard_puts",
     "head_checks",
@@ -210,10 +211,16 @@ def _tombstone(table: str, session_id: str, version: int, live: bool,
         put["ExpressionAttributeNames"] = {"#v": lay.VERSION, "#h": lay.HEAD}
         put["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
     else:
-        put["ConditionExpression"] = "attribute_not_exists(#pk) OR #ttl <= :now"
-        put["ExpressionAttributeNames"] = {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE}
-        put["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
+        put.update(absent_or_expired(now_s))
     return put
+
+
+def absent_or_expired(now_s: int) -> dict[str, Any]:
+    """The condition of a Put that creates its item: none there, or only one TTL has expired
+    (left for TTL to delete)."""
+    return {"ConditionExpression": "attribute_not_exists(#pk) OR #ttl <= :now",
+            "ExpressionAttributeNames": {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE},
+            "ExpressionAttributeValues": {":now": {"N": str(now_s)}}}
 
 
 def guard_puts(table: str, session_id: str, keys: Sequence[str], expires_at: int | None,
@@ -225,13 +232,7 @@ def guard_puts(table: str, session_id: str, keys: Sequence[str], expires_at: int
         item: dict[str, Any] = {lay.PK: {"S": session_id}, lay.SK: {"S": lay.guard_key(key)}}
         if expires_at is not None:
             item[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
-        puts.append({
-            "TableName": table,
-            "Item": item,
-            "ConditionExpression": "attribute_not_exists(#pk) OR #ttl <= :now",
-            "ExpressionAttributeNames": {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE},
-            "ExpressionAttributeValues": {":now": {"N": str(now_s)}},
-        })
+        puts.append({"TableName": table, "Item": item, **absent_or_expired(now_s)})
     return puts
 
 
@@ -279,9 +280,7 @@ def control_put(table: str, item: dict[str, Any], rev: int, now_s: int) -> dict[
     or only an expired one)."""
     put: dict[str, Any] = {"TableName": table, "Item": item}
     if rev <= 1:
-        put["ConditionExpression"] = "attribute_not_exists(#pk) OR #ttl <= :now"
-        put["ExpressionAttributeNames"] = {"#pk": lay.PK, "#ttl": lay.TTL_ATTRIBUTE}
-        put["ExpressionAttributeValues"] = {":now": {"N": str(now_s)}}
+        put.update(absent_or_expired(now_s))
     else:
         put["ConditionExpression"] = "#rev = :prev AND (attribute_not_exists(#ttl) OR #ttl > :now)"
         put["ExpressionAttributeNames"] = {"#rev": lay.REV, "#ttl": lay.TTL_ATTRIBUTE}
