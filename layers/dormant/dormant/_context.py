@@ -13,10 +13,9 @@ delete, a shorter ledger, another window) translates afresh.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+from dormant._lru import Lru
 from dormant.events import AssistantEvent, Event, SeedEvent, ToolCall, ToolResult, UserEvent
 from dormant.models._base import (
     AssistantMessage,
@@ -100,34 +99,7 @@ class _Fold:
                                                  tool_calls=tuple(self.calls))]
 
 
-class _Folds:
-    """The per-session committed translations, bounded, shared by the process's threads."""
-
-    def __init__(self, capacity: int) -> None:
-        self._capacity = capacity
-        self._folds: OrderedDict[str, _Fold] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str) -> _Fold | None:
-        with self._lock:
-            fold = self._folds.get(session_id)
-            if fold is not None:
-                self._folds.move_to_end(session_id)
-            return fold
-
-    def put(self, session_id: str, fold: _Fold) -> None:
-        with self._lock:
-            self._folds[session_id] = fold
-            self._folds.move_to_end(session_id)
-            while len(self._folds) > self._capacity:
-                self._folds.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._folds.clear()
-
-
-_FOLDS = _Folds(FOLD_SESSIONS)
+_FOLDS: Lru[_Fold] = Lru(FOLD_SESSIONS)
 
 
 def history_messages(session: Session, turns: int | None, until: int) -> list[Message]:

@@ -20,9 +20,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,6 +32,7 @@ from botocore.exceptions import (
 )
 
 from dormant._head import Head
+from dormant._lru import Lru
 from dormant.errors import ConfigError, StoreError
 from dormant.events import Event, load_events
 from dormant.settings import Settings
@@ -115,7 +114,7 @@ class DynamoDBStore:
         self._transaction_limit = transaction_limit
         self._clock = clock
         self._window = WindowEstimator()
-        self._memo = _Memo()
+        self._memo: Lru[writes.Known] = Lru(_MEMO_SIZE)
         self._offloader = None if bucket is None else Offloader(
             bucket, offload_prefix,
             (lambda: s3_client) if s3_client is not None else (lambda: _s3_client(region_name)))
@@ -285,7 +284,7 @@ class DynamoDBStore:
         if result.ok and commit.known is not None:
             self._memo.put(sid, commit.known)
         elif result.conflict:
-            self._memo.forget(sid)
+            self._memo.pop(sid)
         if result.conflict and commit.uploads:
             self._forget_uploads([key for key, _ in commit.uploads])
         return result
@@ -488,7 +487,7 @@ class DynamoDBStore:
                 reasons = error.response.get("CancellationReasons") or []
                 codes = {r.get("Code") for r in reasons} - {"None", None}
                 if "ConditionalCheckFailed" in codes:
-                    self._memo.forget(session_id)
+                    self._memo.pop(session_id)
                     return False  # the head or the record moved: the caller re-reads
                 retryable = codes <= _RETRYABLE
                 if not retryable or attempt == TRANSACTION_ATTEMPTS:
@@ -663,29 +662,6 @@ class DynamoDBStore:
 
     def __repr__(self) -> str:
         return f"DynamoDBStore({self.table_name!r}, bucket={self.bucket!r})"
-
-
-class _Memo:
-    """What this process knows of recently read or written sessions (thread-safe, bounded)."""
-
-    def __init__(self) -> None:
-        self._known: OrderedDict[str, writes.Known] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str) -> writes.Known | None:
-        with self._lock:
-            return self._known.get(session_id)
-
-    def put(self, session_id: str, known: writes.Known) -> None:
-        with self._lock:
-            self._known[session_id] = known
-            self._known.move_to_end(session_id)
-            while len(self._known) > _MEMO_SIZE:
-                self._known.popitem(last=False)
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            self._known.pop(session_id, None)
 
 
 def _code(error: ClientError) -> str:

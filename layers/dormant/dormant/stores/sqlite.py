@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from dormant._head import Head
+from dormant._lru import Lru
 from dormant.errors import StoreError
 from dormant.events import Event, load_event
 from dormant.stores._base import commit_head, once_keys, status_of
@@ -129,9 +129,7 @@ class SqliteStore:
 
     def __init__(self, path: str | Path, *, cache_events: int = CACHE_EVENTS) -> None:
         self.path = Path(path)
-        self._cache_events = cache_events
-        self._decoded: OrderedDict[str, _Decoded] = OrderedDict()
-        self._decoded_total = 0
+        self._decoded: Lru[_Decoded] = Lru(cache_events, lambda d: len(d.events))
         if str(path) == ":memory:":
             raise ValueError("SqliteStore needs a file path (use MemoryStore for memory)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,11 +189,11 @@ class SqliteStore:
     # --- the Store protocol --------------------------------------------------------------------
 
     def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
-        kept = self._kept(session_id)
+        kept = self._decoded.get(session_id)
         try:
             return self._load(session_id, turns, kept)
         except _Stale:  # not the rows it kept: read afresh
-            self._forget(session_id)
+            self._decoded.pop(session_id)
             return self._load(session_id, turns, None)
 
     def _load(self, session_id: str, turns: int | None,
@@ -207,7 +205,7 @@ class SqliteStore:
                                    (session_id,)).fetchone()
                 if row is None:
                     conn.rollback()
-                    self._forget(session_id)
+                    self._decoded.pop(session_id)
                     return None
                 head = Head.model_validate_json(row[0])
                 start = head.window_start(turns)
@@ -231,28 +229,8 @@ class SqliteStore:
             events = [load_event(body) for (body,) in bodies]
             first = start
         if events:
-            self._keep(session_id, _Decoded(first, events, bodies[-1][0]))
+            self._decoded.put(session_id, _Decoded(first, events, bodies[-1][0]))
         return StoredSession(head, events[start - first:], start, control)
-
-    def _kept(self, session_id: str) -> _Decoded | None:
-        with self._lock:
-            return self._decoded.get(session_id)
-
-    def _keep(self, session_id: str, decoded: _Decoded) -> None:
-        if len(decoded.events) > self._cache_events:
-            return
-        with self._lock:
-            old = self._decoded.pop(session_id, None)
-            self._decoded[session_id] = decoded
-            self._decoded_total += len(decoded.events) - (len(old.events) if old else 0)
-            while self._decoded_total > self._cache_events:
-                _, dropped = self._decoded.popitem(last=False)
-                self._decoded_total -= len(dropped.events)
-
-    def _forget(self, session_id: str) -> None:
-        with self._lock:
-            old = self._decoded.pop(session_id, None)
-            self._decoded_total -= len(old.events) if old else 0
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         written = commit_head(head, expected_version, events)
@@ -354,7 +332,7 @@ class SqliteStore:
                 conn.execute("DELETE FROM once_keys WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM controls WHERE session_id = ?", (session_id,))
                 conn.commit()
-                self._forget(session_id)
+                self._decoded.pop(session_id)
             except sqlite3.Error as error:
                 raise StoreError(f"cannot delete session {session_id} from {self.path}: "
                                  f"{error}") from error

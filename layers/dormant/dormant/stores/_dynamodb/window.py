@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
+
+from dormant._lru import Lru
 
 __all__ = ["WindowEstimator"]
 
@@ -31,7 +32,7 @@ class WindowEstimator:
     """Thread-safe, bounded memory of items-per-turn per session."""
 
     def __init__(self) -> None:
-        self._per_session: OrderedDict[str, float] = OrderedDict()
+        self._per_session: Lru[float] = Lru(MEMO_SIZE)
         self._overall = DEFAULT_ITEMS_PER_TURN
         self._lock = threading.Lock()
 
@@ -41,8 +42,8 @@ class WindowEstimator:
         must then restrict itself to, see ``DynamoDBStore.load``)."""
         if turns <= 0:
             return HEAD_AND_CONTROL
-        with self._lock:
-            per_turn = self._per_session.get(session_id, self._overall)
+        known = self._per_session.get(session_id)
+        per_turn = self._overall if known is None else known
         return HEAD_AND_CONTROL + max(1, math.ceil(turns * per_turn * HEADROOM)) + 1
 
     def observe(self, session_id: str, turns: int, items: int) -> None:
@@ -50,13 +51,9 @@ class WindowEstimator:
         if turns <= 0:
             return
         per_turn = max(items, 1) / turns
+        self._per_session.put(session_id, per_turn)
         with self._lock:
-            self._per_session[session_id] = per_turn
-            self._per_session.move_to_end(session_id)
-            while len(self._per_session) > MEMO_SIZE:
-                self._per_session.popitem(last=False)
             self._overall = 0.8 * self._overall + 0.2 * per_turn
 
     def forget(self, session_id: str) -> None:
-        with self._lock:
-            self._per_session.pop(session_id, None)
+        self._per_session.pop(session_id)
