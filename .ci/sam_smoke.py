@@ -42,8 +42,8 @@ def event(name: str) -> dict:
 
 def fresh_path(function: str, layers: tuple[str, ...] = ("DormantLayer",)) -> None:
     sys.path[:0] = [str(build / function), *(str(build / layer / "python") for layer in layers)]
-    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake", "cleanup",
-                                                                "deployment", "bookings"}]:
+    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake", "cleanup"}
+                 or m.startswith(("dormant.aws.", "dormant.samples."))]:
         del sys.modules[name]
 
 
@@ -74,7 +74,7 @@ import wake.app  # noqa: E402
 
 try:  # a malformed timer event raises before any AWS call (Lambda would retry, then DLQ it)
     wake.app.handler({"sessionId": "session_smoke"}, Context())
-except wake.app.InvalidTimerEvent:
+except sys.modules["dormant.aws.wake"].InvalidTimerEvent:
     pass
 else:
     raise AssertionError("the wake function accepted an event that is not a timer delivery")

@@ -16,7 +16,7 @@ from typing import IO
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BOOKINGS = ROOT / "functions" / "bookings.py"
+BOOKINGS = "dormant.samples.bookings:build"
 GATED = Path(__file__).with_name("gated_app.py")
 STARTUP_TIMEOUT = 30.0
 _READY = re.compile(r"^dormant dev: serving \S+ on (http://\S+) ")
@@ -25,7 +25,7 @@ _READY = re.compile(r"^dormant dev: serving \S+ on (http://\S+) ")
 class DevServer:
     """One ``dormant dev`` process on a SQLite file; ``restart()`` keeps the file and port."""
 
-    def __init__(self, db: Path, app: Path = BOOKINGS, *, env: dict[str, str] | None = None,
+    def __init__(self, db: Path, app: Path | str = BOOKINGS, *, env: dict[str, str] | None = None,
                  log: Path | None = None, args: tuple[str, ...] = ()) -> None:
         self.db = db
         self.app = app

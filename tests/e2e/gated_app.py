@@ -9,17 +9,13 @@ response would hold it back until the end, and the turn would fail at the gate i
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "functions"))
-
-import bookings
-
 from dormant.models import ModelChunk, ModelError, ModelRequest, TextDelta
+from dormant.samples import bookings
 from dormant.stores import Store
 from dormant.tools import Signal
 

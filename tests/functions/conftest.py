@@ -1,10 +1,10 @@
 """Fixtures for the Lambda functions' tests: their environment, fresh imports, events/, moto.
 
 Lambda puts the function's ``CodeUri`` (``functions/``) on ``sys.path`` and imports the handler
-as ``api.app`` / ``webhook.app``; the modules import ``deployment`` and ``bookings`` as
-top-level modules because that is how they are laid out in ``/var/task``. So this conftest puts
-``functions/`` on ``sys.path`` the same way, once, instead of a packaging trick that Lambda
-would not reproduce.
+as ``api.app`` / ``webhook.app``: one line each, importing ``handler`` from ``dormant.aws.<name>``
+(which builds the app ``DORMANT_APP`` names). So this conftest puts ``functions/`` on
+``sys.path`` the same way, once, and a cold start imports the entry point and every module of
+``dormant.aws`` afresh.
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ if str(FUNCTIONS) not in sys.path:
 
 #: Modules a cold start imports from ``functions/``; dropped before each fresh import.
 _FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "cleanup",
-                     "cleanup.app", "deployment", "bookings", "hand_on", "tracing")
+                     "cleanup.app", "dormant.aws.api", "dormant.aws.webhook", "dormant.aws.wake",
+                     "dormant.aws.cleanup", "dormant.aws.deployment", "dormant.aws.hand_on",
+                     "dormant.aws.tracing", "dormant.samples.bookings")
 #: What the template gives every function for timers (EventBridge Scheduler -> wake function).
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test-wake"
 SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/dormant-test-scheduler"
@@ -126,7 +128,10 @@ class Deployment:
         if _recording is not None:
             _recording.deployment = self
         with acting_as(function):
-            module = importlib.import_module(f"{function}.app")
+            entry = importlib.import_module(f"{function}.app")
+        # The entry point is one import: what it serves is the module behind it.
+        module = sys.modules[f"dormant.aws.{function}"]
+        assert entry.handler is module.handler
         if _recording is not None:
             app = getattr(module, "app", None)
             parts = [getattr(app, part, None) for part in ("store", "scheduler", "hand_on")]

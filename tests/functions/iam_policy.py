@@ -4,7 +4,7 @@
 and attributes each call to the function whose code made it: the one whose handler is running
 or whose cold start is importing (:func:`acting_as`, which ``Deployment.cold_start`` applies),
 else the one whose modules or objects (its app, store, scheduler, hand-on sender) are on the
-stack (each cold start imports ``deployment``, ``hand_on`` and ``bookings`` afresh, so their
+stack (each cold start imports ``dormant.aws``'s modules and the sample afresh, so their
 module objects say whose they are), else the one whose code built the client (a running turn
 polls its control record on a thread of its own, with its function's store client). A test's
 own calls (provisioning, reading back) belong to nobody and are not checked.

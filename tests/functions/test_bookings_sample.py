@@ -15,7 +15,7 @@ from dormant.schedulers import RecordingScheduler
 
 @pytest.fixture
 def ask() -> Any:
-    import bookings
+    from dormant.samples import bookings
 
     app, concierge = bookings.build(env={})
     return app.handler.rest(agent=concierge, response={"events": True})
@@ -57,7 +57,7 @@ def test_a_cancellation_waits_for_approval(ask: Any, decision: dict[str, Any],
 
 
 def test_a_reminder_is_scheduled_then_delivered_as_a_message() -> None:
-    import bookings
+    from dormant.samples import bookings
 
     scheduler = RecordingScheduler()
     app, concierge = bookings.build(env={}, scheduler=scheduler)
@@ -123,9 +123,8 @@ def test_anything_else_gets_help(ask: Any) -> None:
 
 
 def test_the_model_is_openai_when_a_key_is_set_else_the_demo() -> None:
-    import bookings
-
     from dormant.models import OpenAIModel
+    from dormant.samples import bookings
 
     _, served = bookings.build(env={"OPENAI_API_KEY": "sk-test-not-a-real-key"})
     _, demo = bookings.build(env={})
@@ -139,7 +138,7 @@ def test_the_model_is_openai_when_a_key_is_set_else_the_demo() -> None:
 
 
 def _story_app(delay: float) -> Any:
-    import bookings
+    from dormant.samples import bookings
 
     return bookings.build(model=bookings.DemoModel(story_delay=delay))
 
@@ -149,7 +148,7 @@ def _types(events: list[Any]) -> list[str]:
 
 
 def test_a_story_streams_word_by_word_as_one_long_reply() -> None:
-    import bookings
+    from dormant.samples import bookings
 
     app, concierge = _story_app(0.0)
     stream = app.handler.turn(agent=concierge)(
@@ -179,7 +178,7 @@ def test_history_is_not_a_story(ask: Any) -> None:
 
 
 def test_the_story_is_slow_and_a_stop_from_another_request_ends_it_at_once() -> None:
-    import bookings
+    from dormant.samples import bookings
 
     app, concierge = _story_app(0.02)  # the whole story would take some 18 s
     stream = app.handler.turn(agent=concierge, poll_interval=0.05)(
@@ -268,7 +267,7 @@ def test_shorter_after_a_story_gets_the_ending_and_the_other_rules_still_hold() 
 
 
 def test_the_story_delay_defaults_to_a_readable_pace_and_is_checked() -> None:
-    import bookings
+    from dormant.samples import bookings
 
     assert bookings.DemoModel().story_delay == bookings.STORY_DELAY == 0.05
     with pytest.raises(ValueError, match="story_delay"):

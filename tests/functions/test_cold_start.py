@@ -52,9 +52,10 @@ def loaded():
             ("openai", "aws_xray_sdk", "botocore", OPENAPI_MODELS)}
 
 import api.app
-app = api.app.app
-seen = {"import": loaded(), "tracer": type(api.app.tracer).__name__,
-        "model": type(api.app.concierge.model).__name__,
+from dormant.aws import api as served
+app = served.app
+seen = {"import": loaded(), "tracer": type(served.tracer).__name__,
+        "model": type(served.agent.model).__name__,
         "scheduler_client_built": app.scheduler._client is not None,
         "hand_on_client_built": app.hand_on._client is not None}
 for request in sys.argv[1:]:
@@ -166,7 +167,7 @@ def test_opting_into_the_xray_sdk_traces_with_powertools(deployed_env: dict[str,
 
 
 def test_without_the_opt_in_the_handlers_are_left_as_they_are() -> None:
-    import tracing
+    from dormant.aws import tracing
 
     def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
         return event
@@ -179,7 +180,7 @@ def test_without_the_opt_in_the_handlers_are_left_as_they_are() -> None:
 
 def test_opting_in_without_the_xray_sdk_says_what_to_add(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import tracing
+    from dormant.aws import tracing
 
     monkeypatch.setitem(sys.modules, "aws_xray_sdk", None)  # as if not installed
 

@@ -64,7 +64,7 @@ class _Flaky:
 
 
 def _failed_session(deployed: Deployment, session_id: str, principal: str | None = SUB) -> None:
-    from bookings import build
+    from dormant.samples.bookings import build
 
     app, concierge = build(store=DynamoDBStore(deployed.table, bucket=deployed.bucket))
     flaky = app.agent(name="concierge", model=_Flaky(), tools=list(concierge.tools.values()))
@@ -109,7 +109,7 @@ def test_the_api_hands_on_a_well_formed_fifo_message_grouped_by_session(
 
 def test_the_same_work_handed_on_twice_is_queued_once(deployed: Deployment) -> None:
     api = deployed.cold_start("api")
-    from hand_on import handing_on_from  # the module this cold start imported
+    from dormant.aws.hand_on import handing_on_from  # the module this cold start imported
     message = HandlerInput(session_id="session_thread-2",
                            input=Input(message="Book me in", message_id="m-cut"), principal=SUB)
     with handing_on_from("request-1"):
@@ -127,7 +127,7 @@ def test_the_same_work_handed_on_twice_is_queued_once(deployed: Deployment) -> N
 def test_a_drain_lands_once_per_origin_and_the_next_drain_is_not_dropped(
         deployed: Deployment) -> None:
     api = deployed.cold_start("api")
-    from hand_on import HandOnMessage, handing_on_from
+    from dormant.aws.hand_on import HandOnMessage, handing_on_from
     drain = HandlerInput(session_id="thread-3", principal=SUB)
     with handing_on_from("request-1"):
         api.app.hand_on(drain)
@@ -146,7 +146,7 @@ def test_a_drain_lands_once_per_origin_and_the_next_drain_is_not_dropped(
 def test_a_failed_send_is_logged_and_counted_never_raised(
         deployed: Deployment, caplog: pytest.LogCaptureFixture) -> None:
     api = deployed.cold_start("api")
-    from hand_on import metrics
+    from dormant.aws.hand_on import metrics
 
     metrics.clear_metrics()  # the store is shared by every Metrics instance
     api.app.hand_on.queue_url = deployed.queue_url + "-gone"
@@ -167,7 +167,7 @@ def test_a_failed_send_is_logged_and_counted_never_raised(
 def test_every_function_hands_on_to_the_webhook_queue(
         deployed: Deployment, function: str) -> None:
     module = deployed.cold_start(function)
-    from hand_on import QueueHandOn
+    from dormant.aws.hand_on import QueueHandOn
     assert isinstance(module.app.hand_on, QueueHandOn)
     assert module.app.hand_on.queue_url == deployed.queue_url
 
@@ -295,7 +295,7 @@ def test_a_hand_on_the_webhook_makes_comes_from_its_record(
     """The turn handler calls ``app.hand_on`` mid-request: from the webhook, the record being
     processed is the origin (a redelivery of it hands on the same drain once)."""
     webhook = deployed.cold_start("webhook")
-    from hand_on import HandOnMessage
+    from dormant.aws.hand_on import HandOnMessage
 
     real_turn = webhook.turn
 

@@ -65,7 +65,7 @@ def test_with_the_secret_configured_the_concierge_is_openai_and_cold_start_reads
 
     api = deployed.cold_start("api")
 
-    model = api.concierge.model
+    model = api.agent.model
     assert (type(model).__name__, model.model) == ("OpenAIModel", "gpt-test-model")
     assert iam_recorded.recorder.of("api") == []  # the key is read on the first model call
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from hand_on import QUEUE_URL_ENV  # functions/: on sys.path (see conftest.py)
 
+from dormant.aws.hand_on import QUEUE_URL_ENV
+from dormant.scaffold import entry_point
 from dormant.schedulers import TimerDelivery
 from dormant.settings import ENV
 from dormant.stores import DynamoDBStore
@@ -107,7 +108,12 @@ def test_handler_paths_resolve_to_a_handler_under_codeuri(function: str) -> None
     module, _, attribute = fn["Handler"].rpartition(".")
     source = ROOT / fn["CodeUri"] / f"{module}.py"
     assert source.is_file(), source
-    assert re.search(rf"^def {attribute}\(", source.read_text(), re.MULTILINE)
+    # The entry point is what `dormant new` writes for a project: one import from dormant.aws,
+    # which defines the handler.
+    name = module.partition("/")[0]
+    assert source.read_text() == entry_point(name)
+    served = ROOT / "layers" / "dormant" / "dormant" / "aws" / f"{name}.py"
+    assert re.search(rf"^def {attribute}\(", served.read_text(), re.MULTILINE)
     assert template()["Globals"]["Function"]["Runtime"] == "python3.13"
     assert template()["Globals"]["Function"]["Layers"] == [{"Ref": "DormantLayer"}]
 

@@ -14,8 +14,6 @@ from dormant.cli import main
 from dormant.models import ScriptedModel
 from dormant.stores import SqliteStore
 
-BOOKINGS = Path(__file__).resolve().parents[2] / "functions" / "bookings.py"
-
 
 class Question(BaseModel):
     q: str
@@ -54,13 +52,13 @@ def test_list_shows_each_session_with_its_status(db: Path,
 
 def test_show_tells_what_is_pending_and_how_to_answer(db: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sessions", "show", "paused", "--db", str(db), "--app", str(BOOKINGS)]) == 0
+    assert main(["sessions", "show", "paused", "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "version 1 · awaiting input" in out
     assert "user: book me in" in out
     assert "ask_guest yielded: waits for input on {\"q\": \"Which night?\"}  [call_1]" in out
     assert "ask_guest [call_1] waits for input" in out
-    assert "expects input {answer: string}" in out  # from the app file's yield_schema
+    assert "expects input {answer: string}" in out  # from the ledger: the tool's yield_schema
     assert '"callId": "call_1"' in out
 
 

@@ -1,36 +1,41 @@
-"""The ``dormant`` command: a local server and a session inspector.
+"""The ``dormant`` command: a local server, a project scaffold and a session inspector.
 
 ::
 
-    dormant dev [--host 127.0.0.1] [--port 8000] [--db PATH] [--app functions/bookings.py]
+    dormant dev [--host 127.0.0.1] [--port 8000] [--db dormant.db] [--app APP] [--model MODEL]
+    dormant new NAME [--dir PARENT]
     dormant sessions list [--db PATH] [--principal P] [--limit N] [--json]
     dormant sessions show ID [--db PATH] [--json]
 
-``dev`` serves the app file's agent through :func:`dormant.http.build_resolver` (the routes of
-the ``api`` Lambda) on a SQLite store, so a paused session survives a restart. Timers fire from
+``dev`` serves an app's agent through :func:`dormant.http.build_resolver` (the routes of the
+``api`` Lambda) on a SQLite store, so a paused session survives a restart. Timers fire from
 a :class:`~dormant.schedulers.local.LocalScheduler` delivering to the agent's wake handler; at
-start-up it re-arms the timers pending in the store, so they survive a restart too. The app
-file defines ``build(store=None, model=None)`` returning ``(app, agent)``.
+start-up it re-arms the timers pending in the store, so they survive a restart too. ``APP``
+(default: the Bookings sample that ships in the package) is a file or ``module:attribute``
+naming ``build(store=None, model=None) -> (app, agent)`` (:mod:`dormant._appspec`).
+
+Every ordinary mistake (a bad option, an app that cannot be loaded, a database that is not
+one) is one line on stderr, ``dormant: ...``, and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
+import os
 import signal
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
 
-from dormant.settings import Settings
+from dormant._appspec import SAMPLE, AppSpecError
+from dormant.settings import ENV, Settings
 
 __all__ = ["main"]
-
-DEFAULT_APP = "functions/bookings.py"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,9 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage(parser)
     try:
         code: int = args.run(args)
-    except _CliError as error:
+        sys.stdout.flush()
+    except (_CliError, AppSpecError) as error:
         print(f"dormant: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (``dormant sessions list --json | head``): not an error of
+        # ours to report. Point stdout at devnull so the interpreter's final flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return code
 
 
@@ -51,41 +63,93 @@ class _CliError(Exception):
     """A mistake on the command line (exit status 2, message on stderr)."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    settings = Settings.from_env()
-    parser = argparse.ArgumentParser(prog="dormant", description="Durable AI agents, locally.")
-    commands = parser.add_subparsers(title="commands")
+class _Parser(argparse.ArgumentParser):
+    """argparse, with defaults in ``--help`` and its own errors as one ``dormant:`` line."""
 
-    dev = commands.add_parser("dev", help="serve the API on localhost (SQLite store, local "
-                                          "timers)")
-    dev.add_argument("--host", default="127.0.0.1")
-    dev.add_argument("--port", type=int, default=8000)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"dormant: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535; 0: any free port)")
+    return port
+
+
+def _positive(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} must be at least 1")
+    return number
+
+
+def _parser() -> argparse.ArgumentParser:
+    from dormant import __version__
+
+    settings = Settings.from_env()
+    parser = _Parser(prog="dormant", description="Durable AI agents: serve one locally, "
+                     "start a project, inspect stored sessions.")
+    parser.add_argument("--version", action="version", version=f"dormant {__version__}")
+    commands = parser.add_subparsers(title="commands", parser_class=_Parser)
+
+    dev = commands.add_parser("dev", help="serve an agent's API on localhost (SQLite store, "
+                                          "local timers)",
+                              description="Serve an agent's HTTP API on localhost: the same "
+                              "routes as the api Lambda, sessions in SQLite, timers fired "
+                              "locally.")
+    dev.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    dev.add_argument("--port", type=_port, default=8000, help="port to listen on")
     dev.add_argument("--db", default=settings.db_path,
-                     help="SQLite file (default: $DORMANT_DB or %(default)s)")
-    dev.add_argument("--app", default=DEFAULT_APP,
-                     help="Python file with build(store=..., model=...) -> (app, agent) "
-                          "(default: %(default)s)")
+                     help=f"SQLite file of the sessions (its directory must exist; "
+                          f"${ENV.DB_PATH} sets the default)")
+    dev.add_argument("--app", default=SAMPLE,
+                     help="the app: a file (app.py, app.py:build) or module:attribute naming "
+                          "build(store=None, model=None) -> (app, agent)")
+    dev.add_argument("--model", default=None,
+                     help="the model, instead of the app's own choice: openai[:NAME] (needs "
+                          "OPENAI_API_KEY), scripted:FILE.json (a JSON list of replies, one "
+                          "per model call), or a file/module:attribute naming a Model or a "
+                          "function returning one (default: the app's own)")
     dev.add_argument("--client-state", action="append", default=[], metavar="KEY",
                      help="a session state key clients may write through the API's `state` "
-                          "(repeat for more; default: none, any client state write is refused)")
+                          "(repeat for more; none: any client state write is refused)")
     dev.add_argument("--quiet", action="store_true", help="do not log each request")
     dev.set_defaults(run=_dev)
 
+    new = commands.add_parser("new", help="create a project: your agent, its tests, a SAM "
+                                          "template",
+                              description="Create the directory NAME holding a project of "
+                              "your own: functions/app.py (one agent, one tool, a local "
+                              "model), a test using dormant.testing, template.yaml and the "
+                              "Lambda functions serving your app, sample events, a README.")
+    new.add_argument("name", help="the project's name (a directory of that name is created)")
+    new.add_argument("--dir", default=".", help="where to create it")
+    new.set_defaults(run=_new)
+
     sessions = commands.add_parser("sessions", help="inspect stored sessions")
-    which = sessions.add_subparsers(title="sessions commands")
+    which = sessions.add_subparsers(title="sessions commands", parser_class=_Parser)
     sessions.set_defaults(run=lambda _: _usage(sessions))
     listing = which.add_parser("list", help="sessions, newest first")
-    listing.add_argument("--db", default=settings.db_path)
-    listing.add_argument("--principal", default=None)
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--db", default=settings.db_path, help="SQLite file of the sessions")
+    listing.add_argument("--principal", default=None, help="only this principal's sessions")
+    listing.add_argument("--limit", type=_positive, default=50, help="at most this many")
+    listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(run=_list)
     show = which.add_parser("show", help="one session's ledger as a timeline")
     show.add_argument("session_id")
-    show.add_argument("--db", default=settings.db_path)
-    show.add_argument("--json", action="store_true")
-    show.add_argument("--app", default=DEFAULT_APP,
-                      help="app file, to describe what pending tools expect (optional)")
+    show.add_argument("--db", default=settings.db_path, help="SQLite file of the sessions")
+    show.add_argument("--json", action="store_true", help="print the whole ledger as JSON")
     show.set_defaults(run=_show)
     return parser
 
@@ -98,46 +162,32 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 # --- dormant dev ------------------------------------------------------------------------------
 
 
-def load_app_module(path: str | Path) -> ModuleType:
-    """Import an app file by path, under its own module name (so its siblings can import it)."""
-    file = Path(path).resolve()
-    if not file.is_file():
-        raise _CliError(f"no app file at {path} (pass --app path/to/app.py; run from the "
-                        f"repository root for the default {DEFAULT_APP})")
-    if str(file.parent) not in sys.path:
-        sys.path.insert(0, str(file.parent))
-    spec = importlib.util.spec_from_file_location(file.stem, file)
-    if spec is None or spec.loader is None:
-        raise _CliError(f"cannot import {file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[file.stem] = module
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "build", None)):
-        raise _CliError(f"{file} has no build(store=None, model=None) -> (app, agent)")
-    return module
-
-
 def _dev(args: argparse.Namespace) -> int:
+    from dormant._appspec import build_app, load_factory
     from dormant._devserver import DevServer
     from dormant.http import build_resolver
     from dormant.schedulers.local import LocalScheduler
-    from dormant.stores import SqliteStore
 
-    module = load_app_module(args.app)
+    model = _model(args.model) if args.model else None
+    store = _open_store(args.db, create=True)
+    try:
+        app, agent = build_app(args.app, store=store, model=model)
+    except BaseException:
+        store.close()
+        raise
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    db = Path(args.db).resolve()
-    store = SqliteStore(db)
-    app, agent = module.build(store=store)
-    describe = getattr(module, "describe_model", None)
-    model = describe(agent.model) if callable(describe) else type(agent.model).__name__
+    describe = getattr(sys.modules.get(load_factory(args.app).__module__), "describe_model",
+                       None)
+    served = describe(agent.model) if callable(describe) else _describe_model(agent.model)
     timeout = Settings.from_env().turn_timeout
     resolver = build_resolver(app, agent, timeout=timeout, client_state=args.client_state)
     try:
         server = DevServer((args.host, args.port), resolver)
     except OSError as error:
         store.close()
-        raise _CliError(f"cannot listen on {args.host}:{args.port}: {error}") from error
+        raise _CliError(f"cannot listen on {args.host}:{args.port}: "
+                        f"{error.strerror or error}") from error
     # Timers of committed turns fire here, as the wake Lambda's turns do on AWS.
     scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=timeout))
     app.scheduler = scheduler
@@ -146,7 +196,7 @@ def _dev(args: argparse.Namespace) -> int:
     try:
         rearmed = scheduler.recover(store)
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
-              f"(model: {model}; sessions in SQLite at {db}; timers served locally, "
+              f"(model: {served}; sessions in SQLite at {store.path}; timers served locally, "
               f"{rearmed} pending re-armed). "
               f"API description: {server.url}/  Stop with Ctrl-C.", flush=True)
         server.serve_forever()
@@ -159,26 +209,114 @@ def _dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model(spec: str) -> Any:
+    """The model ``--model`` names (see its help)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "openai":
+        if not os.environ.get(ENV.OPENAI_API_KEY):
+            raise _CliError("--model openai needs OPENAI_API_KEY in the environment")
+        from dormant.models import OpenAIModel
+
+        return OpenAIModel(rest or Settings.from_env().openai_model,
+                           base_url=os.environ.get(ENV.OPENAI_BASE_URL) or None)
+    if kind == "scripted":
+        return _scripted(rest)
+    from dormant._appspec import load_attribute
+    from dormant.models import Model
+
+    found = load_attribute(spec, default=None)
+    model = found() if callable(found) and not isinstance(found, Model) else found
+    if not isinstance(model, Model):
+        raise _CliError(f"--model {spec} is a {type(model).__name__}, not a model (a model "
+                        f"has stream(request, *, signal); see dormant.models.Model)")
+    return model
+
+
+def _scripted(path: str) -> Any:
+    from dormant.models import ScriptedModel, ScriptError
+
+    if not path:
+        raise _CliError("--model scripted: needs a file, e.g. --model scripted:replies.json")
+    try:
+        replies = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise _CliError(f"cannot read {path}: {error.strerror or error}") from error
+    except ValueError as error:
+        raise _CliError(f"{path} is not JSON: {error}") from error
+    if not isinstance(replies, list):
+        raise _CliError(f"{path} must hold a JSON list of replies (a string, or "
+                        f"{{\"text\": ..., \"tool_calls\": [{{\"name\": ..., \"args\": "
+                        f"{{...}}}}]}}), one per model call")
+    try:
+        return ScriptedModel(replies)
+    except ScriptError as error:
+        raise _CliError(f"{path}: {error}") from error
+
+
+def _describe_model(model: Any) -> str:
+    name = getattr(model, "model", None)
+    described = f"{type(model).__name__}({name})" if name else type(model).__name__
+    if type(model).__name__ == "OpenAIModel" and not os.environ.get(ENV.OPENAI_API_KEY):
+        described += (" with no OPENAI_API_KEY set: its calls will fail; set the key, or "
+                      "pass --model scripted:FILE.json or a model of your own")
+    return described
+
+
 def _stop(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
+
+
+def _open_store(db: str, *, create: bool) -> Any:
+    """The SQLite store at ``db``: its directory must exist (and, unless ``create``, the
+    file); a file that is not a SQLite database is a mistake, not a traceback."""
+    from dormant.stores import SqliteStore
+
+    path = Path(db).expanduser().resolve()
+    if not path.parent.is_dir():
+        raise _CliError(f"no directory {path.parent} for the database {path} (create it, or "
+                        f"pass --db in an existing directory)")
+    if path.is_dir():
+        raise _CliError(f"--db {db} is a directory, not a database file")
+    if not create and not path.is_file():
+        raise _CliError(f"no database at {path} (pass --db, or run dormant dev first)")
+    try:
+        return SqliteStore(path)
+    except sqlite3.DatabaseError as error:
+        raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
+
+
+# --- dormant new ------------------------------------------------------------------------------
+
+
+def _new(args: argparse.Namespace) -> int:
+    from dormant.scaffold import ScaffoldError, create_project
+
+    try:
+        created = create_project(args.name, Path(args.dir))
+    except ScaffoldError as error:
+        raise _CliError(str(error)) from error
+    print(f"dormant new: created {created}\n\n"
+          f"  cd {_shown(created)}\n"
+          f"  python -m pytest -q                    # the agent's tests\n"
+          f"  dormant dev --app functions/app.py     # serve it on http://127.0.0.1:8000\n\n"
+          f"Your agent is functions/app.py; README.md says how to deploy it.")
+    return 0
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 # --- dormant sessions -------------------------------------------------------------------------
 
 
-def _store(db: str) -> Any:
-    from dormant.stores import SqliteStore
-
-    if not Path(db).is_file():
-        raise _CliError(f"no database at {Path(db).resolve()} (pass --db, or run dormant dev "
-                        f"first)")
-    return SqliteStore(db)
-
-
 def _list(args: argparse.Namespace) -> int:
     from dormant._inspect import render_list
 
-    store = _store(args.db)
+    store = _open_store(args.db, create=False)
     try:
         summaries = store.list(principal=args.principal, limit=args.limit)
     finally:
@@ -200,7 +338,7 @@ def _show(args: argparse.Namespace) -> int:
         sid = normalize_session_id(args.session_id)
     except InputError as error:
         raise _CliError(str(error)) from error
-    store = _store(args.db)
+    store = _open_store(args.db, create=False)
     try:
         stored = store.load(sid, turns=None)
     finally:
@@ -212,28 +350,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(session_json(session), indent=2, ensure_ascii=False))
     else:
-        print(render_session(session, expects=_expected_inputs(args.app)))
+        print(render_session(session))
     return 0
-
-
-def _expected_inputs(app_file: str) -> dict[str, str]:
-    """What each yielding tool of the app expects, e.g. ``{"ask_guest": "{answer: string}"}``.
-    Best effort: without a loadable app file the timeline simply omits it."""
-    if not Path(app_file).is_file():
-        return {}
-    try:
-        from dormant.stores import MemoryStore
-
-        _, agent = load_app_module(app_file).build(store=MemoryStore())
-    except Exception:
-        return {}
-    expects = {}
-    for name, tool in agent.tools.items():
-        if tool.yield_schema is not None:
-            props = tool.yield_schema.model_json_schema().get("properties", {})
-            fields = ", ".join(f"{key}: {spec.get('type', 'any')}" for key, spec in props.items())
-            expects[name] = "{" + fields + "}"
-    return expects
 
 
 if __name__ == "__main__":

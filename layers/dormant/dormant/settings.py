@@ -33,6 +33,7 @@ class ENV:
     SCHEDULER_ROLE_ARN = "DORMANT_SCHEDULER_ROLE_ARN"  # role Scheduler assumes to invoke it
     SCHEDULE_DLQ_ARN = "DORMANT_SCHEDULE_DLQ_ARN"  # SQS queue for deliveries that failed
     XRAY_SDK = "DORMANT_XRAY_SDK"  # "true": the Lambda functions trace with the X-Ray SDK
+    APP = "DORMANT_APP"  # the app the Lambda functions serve: module:attribute or file.py
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class Settings:
     #: Trace with the AWS X-Ray SDK (Powertools ``Tracer``: a subsegment per AWS call and per
     #: traced method) besides Lambda's own active tracing; needs the ``aws-xray-sdk`` package.
     xray_sdk: bool = False
+    #: The app the Lambda functions serve (an app spec: ``module:attribute`` or ``file.py``
+    #: naming ``build(store=..., model=...) -> (app, agent)``); default: the Bookings sample.
+    app: str = "dormant.samples.bookings:build"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -74,4 +78,5 @@ class Settings:
             scheduler_role_arn=env.get(ENV.SCHEDULER_ROLE_ARN) or None,
             schedule_dlq_arn=env.get(ENV.SCHEDULE_DLQ_ARN) or None,
             xray_sdk=(env.get(ENV.XRAY_SDK) or "").strip().lower() in _TRUE,
+            app=(env.get(ENV.APP) or "").strip() or cls.app,
         )

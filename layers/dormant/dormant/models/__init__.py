@@ -1,8 +1,9 @@
-"""Models: the contract, the scripted model, and (with the ``openai`` extra) OpenAI.
+"""Models: the contract (:class:`Model`), the scripted and rule-based models, and (with the
+``openai`` extra) OpenAI.
 
-``OpenAIModel`` and ``ScriptedModel`` are imported on first use: the Lambda path loads
-neither module until it is asked for, and the ``openai`` package (~300 ms) only when a model
-call needs it.
+``OpenAIModel``, ``ScriptedModel`` and ``RuleModel`` are imported on first use: the Lambda
+path loads none of their modules until it is asked for, and the ``openai`` package (~300 ms)
+only when a model call needs it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dormant.models._base import (
 
 if TYPE_CHECKING:
     from dormant.models.openai import OpenAIModel
+    from dormant.models.rules import RuleModel
     from dormant.models.scripted import ScriptedModel, ScriptError
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "OpenAIModel",
+    "RuleModel",
     "ScriptError",
     "ScriptedModel",
     "TextDelta",
@@ -60,4 +63,8 @@ def __getattr__(name: str) -> Any:
         from dormant.models import scripted
 
         return getattr(scripted, name)
+    if name == "RuleModel":
+        from dormant.models.rules import RuleModel
+
+        return RuleModel
     raise AttributeError(f"module 'dormant.models' has no attribute {name!r}")

@@ -152,6 +152,23 @@ class ModelError(Exception):
 
 @runtime_checkable
 class Model(Protocol):
-    """Anything with ``stream(request, *, signal)`` yielding :data:`ModelChunk` values."""
+    """What serves an agent: anything with ``stream(request, *, signal)``.
+
+    ``stream`` is called once per step of a turn with a :class:`ModelRequest` (``system``
+    prompts, ``tools`` as :class:`ToolSpec` with JSON Schema ``parameters``, ``messages``: the
+    conversation as :class:`UserMessage` / :class:`AssistantMessage` / :class:`ToolMessage`,
+    ``step``: 1 for the turn's first call, ``settings``) and returns an iterator of chunks:
+    :class:`TextDelta` (streamed text, shown to clients as it arrives), :class:`ThoughtDelta`
+    (reasoning, streamed but not kept), :class:`ToolCallChunk` (one whole tool call; an empty
+    ``call_id`` lets the runtime derive a stable one) and optionally one :class:`UsageChunk`.
+    A step that yields tool calls is followed by another step with their results; a step with
+    text only ends the turn. ``signal`` is set when the turn is stopped or cut short: a slow
+    model waits on it (``signal.wait(seconds)``) and returns early. Raise :class:`ModelError`
+    for a failed call (``retryable`` says whether the same call can succeed later).
+
+    The models that ship: ``OpenAIModel`` (and compatible servers), ``ScriptedModel`` (plays
+    back replies, for tests and demos) and ``RuleModel`` (rules instead of a network, to run
+    your own agent locally with no key).
+    """
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]: ...

@@ -1,5 +1,5 @@
-"""The Bookings concierge of the seeds: the sample app the ``api``/``webhook`` functions and
-``dormant dev`` serve.
+"""The Bookings concierge: the sample app ``dormant dev`` and the Lambda functions serve by
+default (``dormant.samples.bookings:build``).
 
 ``build(store=None, model=None, scheduler=None)`` returns the app and its ``concierge`` agent.
 The model is ``OpenAIModel`` when ``OPENAI_API_KEY`` is set, otherwise :class:`DemoModel`: a
@@ -9,7 +9,6 @@ and tells a long story slowly on request (something to stop, steer or pause in `
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -18,15 +17,8 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, Field
 
 import dormant
-from dormant.models import (
-    Model,
-    ModelChunk,
-    ModelRequest,
-    TextDelta,
-    ToolCallChunk,
-    ToolMessage,
-    UserMessage,
-)
+from dormant.models import Model, ModelChunk, ModelRequest, TextDelta
+from dormant.models.rules import Reply, RuleModel, ToolOutcome
 from dormant.schedulers import Scheduler
 from dormant.settings import ENV, Settings
 from dormant.stores import Store
@@ -171,18 +163,21 @@ _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so a small rule-base
          "\"tell me a long story\" (then stop it, or steer it with \"make it shorter\").")
 _STORY = re.compile(r"\bstor(?:y|ies)\b", re.IGNORECASE)
 _THE_END = "The end: the guest checked out happy."
+#: What :meth:`DemoModel.reply` answers when asked for a story (streamed slowly instead).
+_STORY_TIME = "(the story)"
 #: Seconds between two words of the story (slow enough to stop, steer or pause by hand).
 STORY_DELAY = 0.05
 
 
-class DemoModel:
+class DemoModel(RuleModel):
     """A rule-based :class:`dormant.models.Model` for running the sample with no key.
 
-    It reads the conversation like a model would and answers from fixed rules: a booking
-    request asks the guest which night (``ask_guest``), then books it; a question about the
-    length of a stay calls ``lookup_stay``; a cancellation asks for approval
-    (``request_approval``); "remind me in N seconds to X" calls ``set_reminder``, and when the
-    reminder comes due (the message ``Reminder: X``) it passes it on.
+    It reads the conversation like a model would and answers from fixed rules
+    (:class:`~dormant.models.RuleModel`): a booking request asks the guest which night
+    (``ask_guest``), then books it; a question about the length of a stay calls
+    ``lookup_stay``; a cancellation asks for approval (``request_approval``); "remind me in N
+    seconds to X" calls ``set_reminder``, and when the reminder comes due (the message
+    ``Reminder: X``) it passes it on.
 
     Asked for a story ("tell me a long story"), it streams a long one (some seventy sentences
     about a hotel guest) one word every ``story_delay`` seconds, waiting on the turn's signal:
@@ -196,55 +191,53 @@ class DemoModel:
         self.story_delay = story_delay
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
-        messages = request.messages
-        last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)),
-                        default=-1)
-        results = [m for m in messages[last_user + 1:] if isinstance(m, ToolMessage)]
-        if results:
-            return _say(_after_tool(results[-1]))
-        asked = messages[last_user] if last_user >= 0 else None
-        text = asked.text if isinstance(asked, UserMessage) else ""
+        answer = self.answer(request)
+        if answer is _STORY_TIME:
+            return _slowly(story(), self.story_delay, signal)
+        return self.play(answer)
+
+    def reply(self, text: str) -> Reply:
         lowered = text.lower()
         if not lowered.startswith(_DUE) and "remind" not in lowered:
             if _STORY.search(text):
-                return _slowly(story(), self.story_delay, signal)
+                return _STORY_TIME
             if "shorter" in lowered:  # e.g. a steer while the story streamed
-                return _say(_THE_END)
+                return _THE_END
         return _reply_to(lowered, text)
 
+    def after_tool(self, result: ToolOutcome) -> Reply:
+        return _after_tool(result)
 
-def _reply_to(lowered: str, text: str) -> Iterator[ModelChunk]:
+
+def _reply_to(lowered: str, text: str) -> Reply:
     ref_match = _REF.search(text)
     ref = ref_match.group(1) if ref_match else "BK-1042"
     if lowered.startswith(_DUE):  # a reminder set earlier has come due
-        return _say(text.strip())
+        return (text.strip())
     if "remind" in lowered:
         return _remind(text)
     if "cancel" in lowered:
-        return _call("request_approval", {"action": f"cancel booking {ref}"})
+        return RuleModel.call("request_approval", {"action": f"cancel booking {ref}"})
     if "how long" in lowered or "nights" in lowered or "stay" in lowered:
-        return _call("lookup_stay", {"ref": ref})
+        return RuleModel.call("lookup_stay", {"ref": ref})
     if "book" in lowered or "reserve" in lowered:
-        return _call("ask_guest", {"q": "Which night?"})
-    return _say(_HELP)
+        return RuleModel.call("ask_guest", {"q": "Which night?"})
+    return (_HELP)
 
 
-def _remind(text: str) -> Iterator[ModelChunk]:
+def _remind(text: str) -> Reply:
     match = _REMIND.search(text)
     what = match.group(3).strip().rstrip(".!?").strip() if match else ""
     if match is None or not what:
-        return _say("Tell me when and what, e.g. \"remind me in 30 seconds to check out\".")
+        return ("Tell me when and what, e.g. \"remind me in 30 seconds to check out\".")
     seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)[0].lower()]
-    return _call("set_reminder", {"delay_seconds": seconds, "reminder": what})
+    return RuleModel.call("set_reminder", {"delay_seconds": seconds, "reminder": what})
 
 
-def _after_tool(result: ToolMessage) -> str:
+def _after_tool(result: ToolOutcome) -> str:
     if result.is_error:
         return f"That didn't work: {result.content}"
-    try:
-        data = json.loads(result.content)
-    except ValueError:
-        data = result.content
+    data = result.data
     if result.name == "ask_guest" and isinstance(data, dict) and data.get("answer"):
         return f"Booked for {data['answer']}."
     if result.name == "set_reminder" and isinstance(data, dict) and data.get("scheduled"):
@@ -258,11 +251,6 @@ def _after_tool(result: ToolMessage) -> str:
             return f"Done: {data.get('action')}."
         return f"Understood, I won't {data.get('action')}."
     return f"{result.name} answered: {result.content}"
-
-
-def _say(text: str) -> Iterator[ModelChunk]:
-    for piece in _WORDS.findall(text):
-        yield TextDelta(piece)
 
 
 def _slowly(text: str, delay: float, signal: Signal) -> Iterator[ModelChunk]:
@@ -326,7 +314,3 @@ def story() -> str:
     sentences.append("On the tram to the station she read the postcard one last time, and "
                      "decided to come back in the spring.")
     return " ".join(sentences)
-
-
-def _call(name: str, args: dict[str, Any]) -> Iterator[ModelChunk]:
-    yield ToolCallChunk(call_id=f"call_{os.urandom(8).hex()}", name=name, args=args)

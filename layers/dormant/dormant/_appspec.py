@@ -1,0 +1,134 @@
+"""Where an app comes from: ``dormant dev --app``, ``DORMANT_APP`` on Lambda.
+
+An *app spec* names a factory, ``build(store=..., model=...) -> (app, agent)``:
+
+- ``path/to/app.py`` or ``path/to/app.py:attribute`` — a file, imported under its own module
+  name with its directory on ``sys.path`` (so it can import its siblings);
+- ``package.module`` or ``package.module:attribute`` — an importable module.
+
+The attribute defaults to ``build``. The factory is called with ``store=`` (and ``model=``
+only when one is given, so a factory that always picks its own model need not take it) and
+must return the pair ``(app, agent)`` (a tuple or a ``NamedTuple``). Every way this can go
+wrong is an :class:`AppSpecError` whose message says what to fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dormant.agent import Agent
+    from dormant.app import App
+    from dormant.models import Model
+    from dormant.stores import Store
+
+__all__ = ["SAMPLE", "AppSpecError", "build_app", "load_attribute", "load_factory"]
+
+#: The Bookings sample that ships in the package.
+SAMPLE = "dormant.samples.bookings:build"
+DEFAULT_ATTRIBUTE = "build"
+
+
+class AppSpecError(Exception):
+    """The app spec names nothing usable (message says what and how to fix it)."""
+
+
+def load_attribute(spec: str, *, default: str | None = DEFAULT_ATTRIBUTE) -> Any:
+    """The object ``spec`` names (``file.py[:attr]`` or ``module[:attr]``)."""
+    target, _, attribute = spec.partition(":") if not _is_windows_drive(spec) else (spec, "", "")
+    attribute = attribute or (default or "")
+    if not target:
+        raise AppSpecError(f"{spec!r} names no file or module")
+    module = _import_file(target) if _looks_like_file(target) else _import_module(target)
+    if not attribute:
+        return module
+    try:
+        found = module
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except AttributeError:
+        raise AppSpecError(f"{target} has no attribute {attribute!r}") from None
+    return found
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    """The app factory ``spec`` names."""
+    factory = load_attribute(spec)
+    if not callable(factory):
+        raise AppSpecError(f"{spec} is a {type(factory).__name__}, not a factory: it must be "
+                           f"a function build(store=None, model=None) -> (app, agent)")
+    return factory  # type: ignore[no-any-return]
+
+
+def build_app(spec: str, *, store: Store | None, model: Model | None = None) -> tuple[App, Agent]:
+    """Call the factory ``spec`` names and check what it returns."""
+    from dormant.agent import Agent
+    from dormant.app import App
+
+    factory = load_factory(spec)
+    kwargs: dict[str, Any] = {"store": store}
+    if model is not None:
+        kwargs["model"] = model
+    try:
+        built = factory(**kwargs)
+    except TypeError as error:
+        if "argument" not in str(error):
+            raise
+        raise AppSpecError(f"{spec}: {error} (an app factory takes store= and model= keyword "
+                           f"arguments)") from error
+    pair = tuple(built) if isinstance(built, tuple | list) else None
+    if pair is None or len(pair) != 2 or not isinstance(pair[0], App) \
+            or not isinstance(pair[1], Agent):
+        raise AppSpecError(f"{spec} returned {_describe(built)}; it must return "
+                           f"(app, agent): a dormant.App and one of its agents")
+    return pair[0], pair[1]
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, tuple | list):
+        return f"a {len(value)}-item {type(value).__name__}"
+    return f"a {type(value).__name__}"
+
+
+def _is_windows_drive(spec: str) -> bool:
+    return len(spec) > 2 and spec[1] == ":" and spec[2] in "\\/"
+
+
+def _looks_like_file(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
+def _import_file(target: str) -> Any:
+    file = Path(target).expanduser().resolve()
+    if not file.is_file():
+        raise AppSpecError(f"no app file at {target}")
+    if str(file.parent) not in sys.path:
+        sys.path.insert(0, str(file.parent))
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    if spec is None or spec.loader is None:
+        raise AppSpecError(f"cannot import {file} (not a Python file)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(file.stem, None)
+        raise
+    return module
+
+
+def _import_module(target: str) -> Any:
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as error:
+        if error.name and (target == error.name or target.startswith(error.name + ".")):
+            raise AppSpecError(f"no module named {target!r} (pass a file path such as "
+                               f"app.py, or a module importable from here)") from None
+        raise

@@ -1,0 +1,73 @@
+"""The app as the Lambda functions serve it, built once per cold start.
+
+Shared by :mod:`dormant.aws.api`, :mod:`~dormant.aws.webhook` and :mod:`~dormant.aws.wake`.
+Which app is the one setting ``DORMANT_APP`` (an app spec, see :mod:`dormant._appspec`:
+``module:attribute`` or ``file.py``, naming ``build(store=..., model=...) -> (app, agent)``;
+default: the Bookings sample, ``dormant.samples.bookings:build``). Everything else comes from
+the environment the template sets: the table and bucket (``DynamoDBStore.from_env``), and the
+model (``OpenAIModel.from_settings``: its key is read from Secrets Manager/SSM, and the
+``openai`` package imported, on the first model call, not here). Nothing else is built before a
+request needs it: the scheduler's and the queue's boto3 clients come with their first use. With
+no secret or parameter configured (``sam local``, tests) the app's own default model applies
+(the sample's: OpenAI when ``OPENAI_API_KEY`` is set, else its demo model).
+
+Timers (SPEC §7): with ``DORMANT_WAKE_TARGET_ARN`` and ``DORMANT_SCHEDULER_ROLE_ARN`` set (the
+template sets them, with ``DORMANT_SCHEDULE_GROUP`` and ``DORMANT_SCHEDULE_DLQ_ARN``), the app
+hands committed timers to EventBridge Scheduler, whose schedules invoke the ``wake`` function.
+Without them (tests that do not exercise timers, ``sam local``) timers stay recorded in their
+session and nothing fires.
+
+Hand-on: with ``WEBHOOK_QUEUE_URL`` set (the template sets it for every function), work a
+request cannot finish in its invocation (the rest of an inbox, a turn cut by the deadline) is
+sent to the webhook queue (``hand_on.QueueHandOn``) and runs in the ``webhook`` function.
+Without it, ``app.hand_on`` stays None: a request drains its session's inbox itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from dormant._appspec import build_app
+from dormant.agent import Agent
+from dormant.app import App
+from dormant.aws.hand_on import deployed_hand_on
+from dormant.models import Model
+from dormant.schedulers import Scheduler
+from dormant.settings import Settings
+from dormant.stores import DynamoDBStore
+
+__all__ = ["Deployed", "deployed_app", "deployed_scheduler"]
+
+
+class Deployed(NamedTuple):
+    """What a function serves: ``app, agent, settings = deployed_app()``."""
+
+    app: App
+    agent: Agent
+    settings: Settings
+
+
+def deployed_app(env: Mapping[str, str] | None = None) -> Deployed:
+    """The app ``DORMANT_APP`` names on the deployment's DynamoDB table, its scheduler and
+    hand-on wired, with the settings it was built from."""
+    settings = Settings.from_env(env)
+    store = DynamoDBStore.from_env(env)
+    model: Model | None = None
+    if settings.openai_secret or settings.openai_parameter:
+        from dormant.models import OpenAIModel
+
+        model = OpenAIModel.from_settings(settings)
+    app, agent = build_app(settings.app, store=store, model=model)
+    app.scheduler = deployed_scheduler(settings)
+    app.hand_on = deployed_hand_on(env)
+    return Deployed(app, agent, settings)
+
+
+def deployed_scheduler(settings: Settings) -> Scheduler | None:
+    """EventBridge Scheduler targeting the wake function, when the deployment names one."""
+    if not (settings.wake_target_arn and settings.scheduler_role_arn):
+        return None
+    from dormant.schedulers import EventBridgeScheduler
+
+    return EventBridgeScheduler.from_settings(settings)

@@ -1,0 +1,112 @@
+"""``dormant new NAME``: a project of the user's own, serving their app on AWS.
+
+What it writes comes from this package's data, so it is the same whether dormant was installed
+from a wheel or is a checkout:
+
+- ``files/``: the user's app (``functions/app.py``), its tests, ``pyproject.toml`` (pytest
+  settings), README, ``.gitignore``, and the layer's Makefile, which installs dormant itself
+  from PyPI (or a ``DORMANT=`` path) instead of copying a source tree;
+- ``template.yaml``, ``events/``, ``layer-requirements.txt`` and ``xray/``: the very files the
+  dormant repository deploys its sample with (in a checkout, links to them), with the one
+  setting that names the app, ``DORMANT_APP``, pointing at the user's ``app:build``;
+- the Lambda entry points, ``functions/<name>/app.py`` (:func:`entry_point`: one import each,
+  the same text as the repository's own).
+
+``{{name}}`` and ``{{version}}`` in the files become the project's name and dormant's version.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+
+__all__ = ["FUNCTIONS", "SAMPLE_APP_SETTING", "ScaffoldError", "create_project", "entry_point",
+           "project_template"]
+
+#: The Lambda functions a project has: ``functions/<name>/app.py``, ``Handler: <name>/app.handler``.
+FUNCTIONS = ("api", "webhook", "wake", "cleanup")
+#: How the repository's template names its app; a project's names ``app:build``.
+SAMPLE_APP_SETTING = "DORMANT_APP: dormant.samples.bookings:build"
+PROJECT_APP_SETTING = "DORMANT_APP: app:build"
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+#: The sample events a project gets, and the message its first turn sends.
+_EVENTS = ("api_post_turn.json", "api_get_session.json", "api_delete_session.json",
+           "api_get_docs.json", "webhook_sqs_fifo_batch.json", "wake-timer.json",
+           "cleanup_ddb_stream_remove.json")
+_FIRST_MESSAGE = "refund order A-1042"
+
+
+class ScaffoldError(Exception):
+    """The project cannot be created (message says why)."""
+
+
+def create_project(name: str, parent: Path) -> Path:
+    """Create ``parent/name`` holding a new project; returns its path."""
+    from dormant import __version__
+
+    if not _NAME.match(name):
+        raise ScaffoldError(f"{name!r} is not a project name: start with a letter, then "
+                            f"letters, digits, '-' or '_' (at most 63)")
+    if not parent.is_dir():
+        raise ScaffoldError(f"no directory {parent} to create {name} in")
+    root = (parent / name).resolve()
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise ScaffoldError(f"{root} already exists and is not empty")
+    data = resources.files(__name__)
+    files: dict[str, str] = {}
+    _collect(data / "files", "", files)
+    files[".gitignore"] = files.pop("gitignore")
+    files["template.yaml"] = project_template((data / "template.yaml").read_text())
+    files["layers/dormant/requirements.txt"] = (data / "layer-requirements.txt").read_text()
+    for part in ("Makefile", "requirements.txt"):
+        files[f"layers/xray/{part}"] = (data / "xray" / part).read_text()
+    for function in FUNCTIONS:
+        files[f"functions/{function}/__init__.py"] = ""
+        files[f"functions/{function}/app.py"] = entry_point(function)
+    for event in _EVENTS:
+        files[f"events/{event}"] = _event(event, (data / "events" / event).read_text())
+    for relative, text in sorted(files.items()):
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.replace("{{name}}", name).replace("{{version}}", __version__))
+    return root
+
+
+def entry_point(function: str) -> str:
+    """The text of ``functions/<function>/app.py``: the handler, from :mod:`dormant.aws`."""
+    return (f'"""The ``{function}`` Lambda function (template.yaml: '
+            f'``Handler: {function}/app.handler``).\n\n'
+            f"Everything it does is :mod:`dormant.aws.{function}`; the app it serves is the one "
+            f"the ``DORMANT_APP``\nsetting names (template.yaml, Globals).\n"
+            f'"""\n\nfrom dormant.aws.{function} import handler\n\n__all__ = ["handler"]\n')
+
+
+def project_template(template: str) -> str:
+    """The repository's ``template.yaml`` as a project's: its app is ``app:build``."""
+    if template.count(SAMPLE_APP_SETTING) != 1:
+        raise ScaffoldError(f"template.yaml must set {SAMPLE_APP_SETTING!r} exactly once")
+    return template.replace(SAMPLE_APP_SETTING, PROJECT_APP_SETTING)
+
+
+def _collect(folder: Traversable, prefix: str, into: dict[str, str]) -> None:
+    for entry in folder.iterdir():
+        if entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            _collect(entry, f"{prefix}{entry.name}/", into)
+        else:
+            into[f"{prefix}{entry.name}"] = entry.read_text()
+
+
+def _event(name: str, text: str) -> str:
+    """A sample event as a project's: the first turn sends a message its agent acts on."""
+    if name != "api_post_turn.json":
+        return text
+    event = json.loads(text)
+    body = json.loads(event["body"])
+    body["message"] = _FIRST_MESSAGE
+    event["body"] = json.dumps(body)
+    return json.dumps(event, indent=2) + "\n"
