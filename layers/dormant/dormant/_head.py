@@ -381,6 +381,10 @@ def apply(head: Head, event: Event) -> None:
         case ToolResult():
             settled = head.call(event.call_id)
             if settled is not None and not event.preliminary:
+                if settled.yielded and not settled.answered:
+                    # Ended with no answer (a stop, an interrupt): a late answer is told
+                    # "already answered" once the step is gone, not "not awaiting input".
+                    _settle(head, message_digest(_ANSWERED + event.call_id))
                 settled.settled = True
         case StateDelta():
             apply_patch(head.state, event.patch)

@@ -6,11 +6,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from dormant._resume import validate_resume_state
 from dormant.events import Event
 from dormant.session import Session
 from dormant.types import SessionSummary
 
-__all__ = ["render_list", "render_session", "session_json"]
+__all__ = ["describe_input", "render_list", "render_session", "session_json"]
 
 _WIDTH = 72
 
@@ -142,10 +143,28 @@ def _op(op: dict[str, Any]) -> str:
     return f"{path} = {_short(op.get('value'), 40)}"
 
 
+def describe_input(schema: dict[str, Any]) -> str:
+    """What a call expects, as ``sessions show`` prints it: ``{answer: string}`` (each
+    property of the JSON Schema with its type; ``any`` where it names no single type)."""
+    props = schema.get("properties") or {}
+    return "{" + ", ".join(
+        f"{key}: {spec.get('type', 'any') if isinstance(spec, dict) else 'any'}"
+        for key, spec in props.items()) + "}"
+
+
+def _input_schemas(session: Session) -> dict[str, dict[str, Any]]:
+    """The JSON Schema each unanswered call expects, by call id, as its ``tool_yield``
+    recorded it (a ledger written before they were recorded has none)."""
+    return {u.call_id: u.input_schema for u in validate_resume_state(session.events)
+            if u.input_schema is not None}
+
+
 def render_session(session: Session, expects: dict[str, str] | None = None) -> str:
     """A readable timeline: who said what, which tool yielded and what it waits for.
 
-    ``expects`` maps a yielding tool's name to a description of the input it takes."""
+    What a waiting call expects comes from the ledger (its ``tool_yield`` records the
+    schema). ``expects``, when given, maps a yielding tool's name to a description of the
+    input it takes and wins over the ledger's."""
     head = session.head
     status = session.status.replace("_", " ")
     out = [
@@ -168,6 +187,7 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
         out.append(f"    {timer.name} fires {_when(timer.fire_at, date=True)}: "
                    f"{_delivers(timer.message, timer.tool_input)}")
     pending = session.yielded_tools
+    schemas = _input_schemas(session) if pending else {}
     approvals = session.pending_approvals
     out.append("")
     if pending or approvals:
@@ -175,8 +195,11 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
     for call in pending:
         out.append(f"    {call.name} [{call.call_id}] waits for input; it was asked "
                    f"{_short(call.args, 48)}")
-        if expects and call.name in expects:
-            out.append(f"      expects input {expects[call.name]}")
+        described = (expects or {}).get(call.name)
+        if described is None and call.call_id in schemas:
+            described = describe_input(schemas[call.call_id])
+        if described is not None:
+            out.append(f"      expects input {described}")
     if pending:
         example: dict[str, Any] = {
             "sessionId": session.session_id,
@@ -202,14 +225,16 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
 
 
 def session_json(session: Session) -> dict[str, Any]:
-    """The ``--json`` form of ``sessions show``."""
+    """The ``--json`` form of ``sessions show``: a yielded call carries ``inputSchema``
+    when its ``tool_yield`` recorded what the call expects."""
+    schemas = _input_schemas(session)
     return {
         "sessionId": session.session_id,
         "version": session.version,
         "status": session.status,
         "principal": session.principal,
         "state": session.state,
-        "yieldedTools": [c.model_dump(by_alias=True, mode="json")
+        "yieldedTools": [_with_schema(c.model_dump(by_alias=True, mode="json"), schemas)
                          for c in session.yielded_tools],
         "pendingApprovals": [a.model_dump(by_alias=True, mode="json")
                              for a in session.pending_approvals],
@@ -222,3 +247,8 @@ def session_json(session: Session) -> dict[str, Any]:
         "updatedAt": session.head.updated_at,
         "events": [e.model_dump(mode="json") for e in session.events],
     }
+
+
+def _with_schema(call: dict[str, Any], schemas: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    schema = schemas.get(call["callId"])
+    return call if schema is None else {**call, "inputSchema": schema}

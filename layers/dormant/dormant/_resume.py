@@ -35,6 +35,9 @@ class UnresolvedYield(BaseModel):
     approval_id: str | None = None
     #: Set for an input request (``request_input``): ``call_id`` and ``input_id`` are its id.
     input_id: str | None = None
+    #: What a yielded call's answer must look like (JSON Schema), as its ``tool_yield``
+    #: recorded it; None for approvals, input requests and yields recorded without one.
+    input_schema: dict[str, Any] | None = None
 
 
 def validate_resume_state(events: Iterable[Event]) -> list[UnresolvedYield]:
@@ -48,7 +51,7 @@ def validate_resume_state(events: Iterable[Event]) -> list[UnresolvedYield]:
             case ToolYield():
                 waiting[event.call_id] = UnresolvedYield(
                     call_id=event.call_id, name=event.name, args=event.args,
-                    invocation_id=event.invocation_id)
+                    invocation_id=event.invocation_id, input_schema=event.input_schema)
             case ApprovalRequested():
                 waiting[event.call_id] = UnresolvedYield(
                     call_id=event.call_id, name=event.name, args=event.args,

@@ -48,10 +48,17 @@ class _In(BaseModel):
 
 
 class ToolAnswer(_In):
-    """The answer to one yielded call."""
+    """The answer to one yielded call: ``{call_id, input}``.
+
+    ``input`` is required: an entry without it is refused as invalid before anything is
+    read or written, so a client's bug cannot use up the question. An explicit ``None`` is
+    an answer here (trusted code may give up on a call that way, and an AG-UI ``cancelled``
+    resume does: the tool's ``yield_schema`` refuses it and the model reads ``Invalid
+    input``); the public HTTP API refuses it too (``dormant.http.CallAnswer``)."""
 
     call_id: str = Field(min_length=1)
-    input: Any = None
+    input: Any = Field(description="The answer (JSON), validated against the tool's "
+                                    "yield_schema when the run resumes.")
 
 
 class ApprovalDecision(_In):

@@ -128,6 +128,11 @@ class ToolYield(_Base):
     call_id: str = Field(description="The call that waits; answer it by this id.")
     name: str = Field(description="Tool name.")
     args: Any = Field(default=None, description="What the tool's prepare returned (JSON).")
+    input_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema of the answer the call waits for (its tool's "
+                    "``yield_schema``), so a reader of the ledger knows what to send without "
+                    "the app's code. None in ledgers written before it was recorded.")
 
 
 class InvocationYield(_Base):

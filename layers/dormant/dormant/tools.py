@@ -166,6 +166,11 @@ class Tool:
         """The JSON Schema of the arguments, as sent to a model."""
         return _schema_cache(self.schema)
 
+    def input_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of the answer a yielding tool waits for (its ``yield_schema``), as
+        its ``tool_yield`` event records it; None for a tool that does not yield."""
+        return None if self.yield_schema is None else _schema_cache(self.yield_schema)
+
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}
 

@@ -97,7 +97,8 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
         elif call.error is None and call.tool is not None and call.tool.yields:
             parks = True
             yield run.emit(ToolYield(invocation_id=run.invocation_id, call_id=call.call_id,
-                                     name=call.name, args=call.prepared))
+                                     name=call.name, args=call.prepared,
+                                     input_schema=json_copy(call.tool.input_schema())))
         else:
             yield run.emit(_tool_result(run, call))
     if ran:

@@ -6,6 +6,7 @@ from typing import Any
 
 from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from pydantic import ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dormant._turn_wire import ApprovalDecision, HandlerInput, Input, ToolAnswer
 from dormant.errors import InputError, describe_validation
@@ -23,7 +24,10 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
       ``session_thread-42``).
     - ``resume`` entries answer parked tool calls: ``interruptId`` is the call id and
       ``payload`` the answer (a ``cancelled`` entry answers with no input, which the tool's
-      answer schema refuses, so the model reads an ``Invalid input`` result).
+      answer schema refuses, so the model reads an ``Invalid input`` result). A
+      ``resolved`` entry without a payload (absent or ``null``) is refused as invalid, as
+      ``POST /turns`` refuses an answer without ``input``: it would use up the call with an
+      answer that says nothing, losing the human's question to a client's bug.
     - Otherwise the last message, when it is a user message, is the turn's message; its id
       becomes the message id, so a resent request lands once. Earlier messages are the
       client's copy of the conversation and are ignored: the session holds the real one.
@@ -47,9 +51,11 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
             raise InputError(f"invalid AG-UI RunAgentInput: {reason}") from error
     answers: list[ToolAnswer] = []
     decisions: list[ApprovalDecision] = []
-    for entry in run.resume or ():
+    for index, entry in enumerate(run.resume or ()):
         if entry.interrupt_id.startswith(APPROVAL_PREFIX):
             decisions.append(_decision(entry.interrupt_id, entry.status, entry.payload))
+        elif entry.status == "resolved" and entry.payload is None:
+            raise _no_answer(index, entry.interrupt_id)
         else:
             answers.append(ToolAnswer(
                 call_id=entry.interrupt_id,
@@ -82,6 +88,20 @@ def _decision(approval_id: str, status: str, payload: Any) -> ApprovalDecision:
     reason = payload.get("reason")
     return ApprovalDecision(approval_id=approval_id, approved=payload["approved"],
                             reason=reason if isinstance(reason, str) else None)
+
+
+def _no_answer(index: int, call_id: str) -> InputError:
+    """The refusal of a resolved resume entry with no payload: an :class:`InputError` caused
+    by a validation error at ``resume.<index>.payload`` (the HTTP API answers 422 naming
+    that field, as for any body that does not fit)."""
+    cause = ValidationError.from_exception_data("RunAgentInput", [InitErrorDetails(
+        type=PydanticCustomError(
+            "missing", "a resolved interrupt needs a payload: the answer to call {call_id} "
+            "(to give up on the call, resume it cancelled)", {"call_id": call_id}),
+        loc=("resume", index, "payload"), input=None)])
+    error = InputError(f"invalid AG-UI RunAgentInput: {describe_validation(cause)}")
+    error.__cause__ = cause
+    return error
 
 
 def _last_user_message(run: RunAgentInput) -> tuple[str | None, str | None]:

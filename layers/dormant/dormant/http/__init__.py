@@ -48,6 +48,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from dormant._follow import Feed, events_after
+from dormant._resume import validate_resume_state
 from dormant.errors import (
     DormantError,
     InputError,
@@ -55,12 +56,14 @@ from dormant.errors import (
     is_client_error,
     public_message,
 )
+from dormant.events import Event
 from dormant.handlers import RestResponse
 from dormant.http._openapi import SSE, answers, describe
 from dormant.http._resolver import JSON, Resolver, error_response, validation_response
 from dormant.http._wire import (
     SESSION_ID_SCHEMA,
     ApprovalAnswer,
+    CallAnswer,
     ErrorBody,
     PendingCall,
     SessionLine,
@@ -83,6 +86,7 @@ __all__ = [
     "MAX_WAIT",
     "SSE_WRITER_ATTRIBUTE",
     "ApprovalAnswer",
+    "CallAnswer",
     "ErrorBody",
     "Feed",
     "PendingCall",
@@ -268,6 +272,12 @@ def public_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return shown
 
 
+def _yields(events: list[Event], waiting: set[str]) -> dict[str, dict[str, Any] | None]:
+    """The recorded answer schema of each call of ``waiting`` whose yield is in ``events``."""
+    return {u.call_id: u.input_schema for u in validate_resume_state(events)
+            if u.call_id in waiting}
+
+
 def _version() -> str:
     import dormant
 
@@ -354,9 +364,11 @@ class _Routes:
         principal = self.principal()
         session = self._load(session_id, principal, turns=None if events else 0)
         head = session.head
+        schemas = self._input_schemas(session, whole=events)
         view = SessionView(
             session_id=session.session_id, status=session.status, version=session.version,
-            yielded_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args)
+            yielded_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args,
+                                       input_schema=schemas.get(c.call_id))
                            for c in session.yielded_tools],
             pending_approvals=session.pending_approvals,
             pending_inputs=session.pending_inputs, inbox=session.inbox,
@@ -369,6 +381,23 @@ class _Routes:
         )
         return Response(status_code=200, content_type=JSON,
                         body=view.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+    def _input_schemas(self, session: Session, *, whole: bool) -> dict[str, dict[str, Any]]:
+        """What each call the session waits on expects, from its ``tool_yield``. Unless the
+        whole ledger is at hand, the last turn is read for them (one more read, only for a
+        session waiting on calls), and the whole ledger only if a yield is older than that
+        (a user seed or steer landed since)."""
+        waiting = {c.call_id for c in session.yielded_tools}
+        if not waiting:
+            return {}
+        found = _yields(session.events if whole else self._events(session, 1), waiting)
+        if not whole and not waiting <= found.keys():
+            found = _yields(self._events(session, None), waiting)
+        return {call_id: schema for call_id, schema in found.items() if schema is not None}
+
+    def _events(self, session: Session, turns: int | None) -> list[Event]:
+        read = self.app.sessions.load(session.session_id, turns=turns)
+        return read.events if read is not None else []
 
     def list(self, limit: int) -> Response[Any]:
         summaries = self.app.sessions.list(principal=self.principal(), limit=limit)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from dormant._head import SessionStatus
@@ -25,6 +25,7 @@ from dormant.types import PendingInput, QueuedMessage
 
 __all__ = [
     "ApprovalAnswer",
+    "CallAnswer",
     "ErrorBody",
     "PendingCall",
     "SessionLine",
@@ -69,6 +70,27 @@ class ApprovalAnswer(_Wire):
     reason: str | None = Field(default=None, description="Why (shown to the model when denied).")
 
 
+class CallAnswer(ToolAnswer):
+    """An answer to a yielded call, as a public client sends it: ``{callId, input}``.
+
+    ``input`` is required and must not be ``null``: an answer that says nothing would use up
+    the call (its tool's schema refuses it and the model reads ``Invalid input``), losing the
+    human's question to a client's bug. Either is refused (422 ``validation_error`` naming
+    ``tools.N.input``) before anything is read or written. To give up on a call, interrupt
+    it (``interrupt: {owner: callId}``)."""
+
+    input: Any = Field(description="The answer, as the call's `inputSchema` (in "
+                       "`GET /sessions/{id}`) describes it. Required; `null` is refused.")
+
+    @field_validator("input")
+    @classmethod
+    def _says_something(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("null is not an answer: send what the call waits for "
+                             "(to give up on the call, interrupt it)")
+        return value
+
+
 class TurnRequest(_Wire):
     """The public body of ``POST /turns``.
 
@@ -84,8 +106,10 @@ class TurnRequest(_Wire):
     message_id: str | None = Field(
         default=None, min_length=1, max_length=128,
         description="A stable id for the message: a retried request lands it once.")
-    tools: list[ToolAnswer] | None = Field(
-        default=None, description="Answers to yielded calls: [{callId, input}].")
+    tools: list[CallAnswer] | None = Field(
+        default=None, description="Answers to yielded calls: [{callId, input}] (`input` "
+        "required: an entry without one, or with `null`, is refused, nothing written). An "
+        "answer to a call already answered is 409 `already_answered`.")
     approvals: list[ApprovalAnswer] | None = Field(
         default=None, description="Decisions on pending approvals.")
     state: dict[str, Any] | None = Field(
@@ -137,7 +161,9 @@ class TurnRequest(_Wire):
         return HandlerInput(
             session_id=self.session_id,
             input=Input(
-                message=self.message, message_id=self.message_id, tools=self.tools,
+                message=self.message, message_id=self.message_id,
+                tools=([ToolAnswer(call_id=t.call_id, input=t.input) for t in self.tools]
+                       if self.tools is not None else None),
                 approvals=([a.model_dump() for a in self.approvals]
                            if self.approvals is not None else None),
                 state=self.state, retry=self.retry, stop=self.stop, steer=self.steer,
@@ -155,6 +181,10 @@ class PendingCall(_Wire):
     call_id: str
     name: str
     args: Any = None
+    input_schema: dict[str, Any] | None = Field(
+        default=None, description="JSON Schema of the answer the call waits for (send it as "
+        "`tools: [{callId, input}]`), as the session's ledger recorded it. Shown by "
+        "`GET /sessions/{id}`; absent for calls recorded before it was.")
 
 
 class SessionView(_Wire):
