@@ -25,6 +25,11 @@ LEDGER_AFTER_RESUME = [
 ]
 
 
+#: What ``ask_guest`` waits for, as the session view and the inspector describe it.
+ANSWER_SCHEMA = {"properties": {"answer": {"description": "The guest's answer", "title": "Answer",
+                                           "type": "string"}},
+                 "required": ["answer"], "title": "Answer", "type": "object"}
+
 def _post(server: DevServer, body: Any, **headers: str) -> httpx.Response:
     return httpx.post(f"{server.url}/turns", json=body, headers=headers, timeout=30)
 
@@ -69,7 +74,8 @@ def test_a_paused_session_survives_a_restart_and_resumes(dev_server: DevServer) 
 
     waiting = _session(dev_server, "y1").json()
     assert waiting["status"] == "awaiting_input" and waiting["version"] == 1
-    assert waiting["yieldedTools"] == [call]
+    # The session view adds what the call expects (the ledger keeps the tool's yield schema).
+    assert waiting["yieldedTools"] == [{**call, "inputSchema": ANSWER_SCHEMA}]
     resumed = _post(dev_server, {"sessionId": "y1", "tools": [
         {"callId": call["callId"], "input": {"answer": "Friday"}}]})
     assert resumed.status_code == 200, resumed.text
@@ -99,7 +105,7 @@ def test_the_inspector_renders_a_readable_timeline(dev_server: DevServer) -> Non
            f"[{call['callId']}]" in shown
     assert "run waiting for tool input" in shown
     assert "expects input {answer: string}" in shown
-    assert as_json["yieldedTools"] == [call]
+    assert as_json["yieldedTools"] == [{**call, "inputSchema": ANSWER_SCHEMA}]
     assert [e["type"] for e in as_json["events"]] == LEDGER_AFTER_RESUME[:5]
 
 

@@ -18,6 +18,9 @@ SSE = "text/event-stream"
 _ANY_ROUTE = (400, 405, 413, 415, 500, 503)
 
 
+#: A value that may be anything but ``null``.
+_NOT_NULL: dict[str, Any] = {"not": {"type": "null"}}
+
 def answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
     """OpenAPI ``responses`` for a route: its 200 body and the error statuses it can give
     (each with the :class:`ErrorBody` schema), besides those any route can give."""
@@ -58,6 +61,9 @@ def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
          "then": {"required": ["text"], "properties": {"text": {"type": "string"}}}},
         {"if": {"properties": {"op": {"const": "move"}}},
          "then": {"required": ["position"], "properties": {"position": {"type": "integer"}}}}]
+    # An answer says something: `input` is required and not null.
+    components["CallAnswer"]["properties"]["input"] = {
+        **components["CallAnswer"]["properties"]["input"], **_NOT_NULL}
     components["SeedRequest"]["properties"]["role"] = {
         "type": "string", "enum": ["user"], "default": "user",
         "description": "Only `user` (other roles are for trusted server code)."}
@@ -72,6 +78,10 @@ def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
     agui["properties"]["threadId"] = {"type": "string", **SESSION_ID_SCHEMA,
                                       "description": "The session."}
     components["AgUiResumeEntry"]["properties"]["interruptId"]["minLength"] = 1
+    # A resolved interrupt carries its answer (a missing or null one would use the call up).
+    components["AgUiResumeEntry"]["allOf"] = [
+        {"if": {"required": ["status"], "properties": {"status": {"const": "resolved"}}},
+         "then": {"required": ["payload"], "properties": {"payload": _NOT_NULL}}}]
     # A state that is not an object is ignored; an object is a write, as in POST /turns.
     agui["properties"]["state"] = {"anyOf": [state, {"not": {"type": "object"}}],
                                    "description": writes}
