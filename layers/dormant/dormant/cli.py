@@ -63,11 +63,20 @@ class _CliError(Exception):
     """A mistake on the command line (exit status 2, message on stderr)."""
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default in ``--help``, where it has one to show (not None, False, [])."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with defaults in ``--help`` and its own errors as one ``dormant:`` line."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", _Help)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:
@@ -269,6 +278,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 def _open_store(db: str, *, create: bool) -> Any:
     """The SQLite store at ``db``: its directory must exist (and, unless ``create``, the
     file); a file that is not a SQLite database is a mistake, not a traceback."""
+    from dormant.errors import StoreError
     from dormant.stores import SqliteStore
 
     path = Path(db).expanduser().resolve()
@@ -281,6 +291,8 @@ def _open_store(db: str, *, create: bool) -> Any:
         raise _CliError(f"no database at {path} (pass --db, or run dormant dev first)")
     try:
         return SqliteStore(path)
+    except StoreError as error:  # "cannot open PATH: file is not a database", a newer schema
+        raise _CliError(str(error)) from error
     except sqlite3.DatabaseError as error:
         raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
 

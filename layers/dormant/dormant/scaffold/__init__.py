@@ -93,8 +93,8 @@ def project_template(template: str) -> str:
 
 def _collect(folder: Traversable, prefix: str, into: dict[str, str]) -> None:
     for entry in folder.iterdir():
-        if entry.name == "__pycache__":
-            continue
+        if entry.name == "__pycache__" or entry.name.startswith("."):
+            continue  # a checkout's caches (.ruff_cache: files/ has a ruff config of its own)
         if entry.is_dir():
             _collect(entry, f"{prefix}{entry.name}/", into)
         else:

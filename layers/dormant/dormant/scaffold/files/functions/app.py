@@ -15,13 +15,12 @@ from __future__ import annotations
 import os
 import re
 
-from pydantic import BaseModel, Field
-
 import dormant
 from dormant.models import Model, RuleModel
 from dormant.models.rules import Reply, ToolOutcome
 from dormant.stores import Store
 from dormant.tools import ToolContext
+from pydantic import BaseModel, Field
 
 SYSTEM = ("You are a support assistant for an online shop. When a customer asks for a "
           "refund, call the refund tool with the order id and amount; a person approves or "

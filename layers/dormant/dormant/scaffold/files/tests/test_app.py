@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app import LocalModel, build
-
 from dormant.testing import get_tool_results, model, run_test, tool_input, user
+
+from app import LocalModel, build
 
 REFUND = {"name": "refund", "args": {"order_id": "A-1042", "amount": 20}}
 
@@ -47,7 +47,7 @@ def test_the_local_model_takes_the_same_path() -> None:
     turn = app.handler.rest(agent=agent)
 
     def send(**input: Any) -> dict[str, Any]:
-        return turn({"session_id": "local", "input": input}).wire()  # type: ignore[no-any-return]
+        return turn({"session_id": "local", "input": input}).wire()
 
     paused = send(message="refund order A-7 for 12.50 EUR")
     [call] = paused["yieldedTools"]

@@ -1,0 +1,178 @@
+"""The ``dormant`` command as a user meets it: each ordinary mistake is one line on stderr,
+``dormant: ...``, and exit status 2, never a traceback.
+
+Each case runs ``python -m dormant.cli`` as a subprocess, so the exit status, stderr and pipes
+are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+import dormant
+from dormant.models import ScriptedModel
+from dormant.stores import SqliteStore
+
+#: The environment the commands run in: no OpenAI key (nothing may reach the network).
+ENV = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+TIMEOUT = 60
+STARTUP_TIMEOUT = 30.0
+
+APP = '''\
+import dormant
+from dormant.models import ScriptedModel
+
+
+def build(store=None, model=None):
+    app = dormant.App(name="echo", store=store)
+    return app, app.agent(name="echo", model=model or ScriptedModel(["The app's own reply."]))
+'''
+RETURNS_NONE = '''\
+def build(store=None, model=None):
+    return None
+'''
+NO_BUILD = "ANSWER = 42\n"
+
+#: Each mistake, run in a directory holding the files above (see ``workdir``), and a part of
+#: the one line it must print.
+MISTAKES: dict[str, tuple[list[str], str]] = {
+    "port out of range": (["dev", "--port", "99999"], "99999 is not a port"),
+    "port not a number": (["dev", "--port", "abc"], "'abc' is not a port number"),
+    "db in a missing directory": (["dev", "--db", "missing/dir/x.db"], "no directory"),
+    "dev on a file that is not a database": (["dev", "--db", "notes.txt"], "not a database"),
+    "list on a file that is not a database": (["sessions", "list", "--db", "notes.txt"],
+                                              "not a database"),
+    "list on a missing database": (["sessions", "list", "--db", "missing.db"],
+                                   "no database at"),
+    "app whose build returns None": (["dev", "--app", "returns_none.py"], "returned None"),
+    "app module that does not exist": (["dev", "--app", "no_such_module:build"],
+                                       "no module named 'no_such_module'"),
+    "app file without build": (["dev", "--app", "no_build.py"], "no attribute 'build'"),
+    "app file without the attribute": (["dev", "--app", "app.py:missing_attr"],
+                                       "no attribute 'missing_attr'"),
+    "scripted model file missing": (["dev", "--model", "scripted:missing.json"],
+                                    "cannot read missing.json"),
+    "scripted model not a list": (["dev", "--model", "scripted:object.json"],
+                                  "must hold a JSON list of replies"),
+    "session id with bad characters": (["sessions", "show", "bad id!"],
+                                       "invalid session id 'bad id!'"),
+    "limit of zero": (["sessions", "list", "--limit", "0"], "0 must be at least 1"),
+}
+NOTES = "Shopping list: eggs, flour, a bigger pipe buffer.\n" * 4
+
+
+def _dormant(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dormant.cli", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "returns_none.py").write_text(RETURNS_NONE)
+    (tmp_path / "no_build.py").write_text(NO_BUILD)
+    (tmp_path / "notes.txt").write_text(NOTES)
+    (tmp_path / "object.json").write_text(json.dumps({"text": "a reply, not a list"}))
+    (tmp_path / "replies.json").write_text(json.dumps(["Scripted hello."]))
+    return tmp_path
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_mistake_is_one_line_and_exit_2(mistake: str, workdir: Path) -> None:
+    args, says = MISTAKES[mistake]
+    before = {p.name for p in workdir.iterdir()}
+    done = _dormant(*args, cwd=workdir)
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
+    assert says in done.stderr
+    assert done.stdout == ""
+    # Nothing made or changed on the way out: no database directory, no -wal/-shm beside the
+    # notes, the notes intact (only `dev` past its options opens its default database).
+    assert {p.name for p in workdir.iterdir()} - before <= {"dormant.db"}
+    assert (workdir / "notes.txt").read_text() == NOTES
+
+
+def test_version(tmp_path: Path) -> None:
+    done = _dormant("--version", cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"dormant {dormant.__version__}\n",
+                                                           "")
+
+
+def test_dev_help_shows_the_defaults(tmp_path: Path) -> None:
+    done = _dormant("dev", "--help", cwd=tmp_path)
+    assert done.returncode == 0
+    shown = " ".join(done.stdout.split())  # argparse wraps to the terminal's width
+    assert "port to listen on (default: 8000)" in shown
+    assert "interface to listen on (default: 127.0.0.1)" in shown
+    assert "(default: dormant.samples.bookings:build)" in shown
+    assert "(default: None)" not in shown and "(default: False)" not in shown
+
+
+def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
+    """``| head -c 10`` closes the pipe after ten bytes; the listing is larger than a pipe's
+    buffer (64 KiB), so the command is still writing when it does."""
+    db = tmp_path / "many.db"
+    store = SqliteStore(db)
+    app = dormant.App(name="cli", store=store)
+    count = 400
+    agent = app.agent(name="concierge", model=ScriptedModel(["Hello there."] * count))
+    rest = app.handler.rest(agent=agent)
+    for i in range(count):
+        rest({"session_id": f"s{i:03d}-" + "x" * 100, "input": {"message": "hi"}})
+    store.close()
+    command = (f"set +o pipefail; {sys.executable} -m dormant.cli sessions list --json "
+               f"--limit 1000 --db {db} | head -c 10")
+    done = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=ENV, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert done.stderr == ""
+    assert done.stdout == '[\n  {\n    '
+    listed = _dormant("sessions", "list", "--json", "--limit", "1000", "--db", str(db),
+                      cwd=tmp_path)
+    assert len(json.loads(listed.stdout)) == count
+    assert len(listed.stdout) > 64 * 1024  # larger than the pipe's buffer, or this tests nothing
+
+
+@pytest.fixture
+def served(workdir: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``dormant dev`` on the app file ``app.py``, played by ``scripted:replies.json``."""
+    log = workdir / "dev.log"
+    command = [sys.executable, "-m", "dormant.cli", "dev", "--app", "app.py", "--model",
+               "scripted:replies.json", "--port", "0", "--db", "dev.db", "--quiet"]
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(command, cwd=workdir, env=ENV, text=True,
+                                stdout=subprocess.PIPE, stderr=stderr)
+    watchdog = threading.Timer(STARTUP_TIMEOUT, proc.kill)  # a silent start fails, not hangs
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        watchdog.cancel()
+        assert line.startswith("dormant dev: serving echo/echo on http://"), \
+            f"{line!r}\n{log.read_text()}"
+        yield proc, line.split(" on ", 1)[1].split()[0]
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+
+
+def test_dev_serves_an_app_file_on_the_scripted_model(
+        served: tuple[subprocess.Popen[str], str]) -> None:
+    proc, url = served
+    reply = httpx.post(f"{url}/turns", json={"sessionId": "s1", "message": "hi"}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["status"] == "completed"
+    assert reply.json()["output"]["text"] == "Scripted hello."  # --model, not the app's own
+    proc.terminate()
+    assert proc.wait(timeout=TIMEOUT) == 0
