@@ -66,8 +66,30 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     "session id with bad characters": (["sessions", "show", "bad id!"],
                                        "invalid session id 'bad id!'"),
     "limit of zero": (["sessions", "list", "--limit", "0"], "0 must be at least 1"),
+    "list on another program's database": (["sessions", "list", "--db", "other.db"],
+                                           "another program's SQLite database"),
+    "dev on another program's database": (["dev", "--db", "other.db"],
+                                          "another program's SQLite database"),
 }
 NOTES = "Shopping list: eggs, flour, a bigger pipe buffer.\n" * 4
+
+
+def _other_program_database() -> bytes:
+    """The bytes of a SQLite database some other program made (one table of its own)."""
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "other.db"
+        db = sqlite3.connect(path)
+        db.execute("CREATE TABLE recipes (name TEXT)")
+        db.execute("INSERT INTO recipes VALUES ('bread')")
+        db.commit()
+        db.close()
+        return path.read_bytes()
+
+
+OTHER_DB = _other_program_database()
 
 
 def _dormant(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -83,6 +105,7 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "notes.txt").write_text(NOTES)
     (tmp_path / "object.json").write_text(json.dumps({"text": "a reply, not a list"}))
     (tmp_path / "replies.json").write_text(json.dumps(["Scripted hello."]))
+    (tmp_path / "other.db").write_bytes(OTHER_DB)
     return tmp_path
 
 
@@ -96,10 +119,12 @@ def test_a_mistake_is_one_line_and_exit_2(mistake: str, workdir: Path) -> None:
     assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
     assert says in done.stderr
     assert done.stdout == ""
-    # Nothing made or changed on the way out: no database directory, no -wal/-shm beside the
-    # notes, the notes intact (only `dev` past its options opens its default database).
-    assert {p.name for p in workdir.iterdir()} - before <= {"dormant.db"}
+    # Nothing made or changed on the way out: no database (an app that cannot be loaded is
+    # found before the database is opened), no directory, no -wal/-shm beside the notes or the
+    # other program's database, both intact.
+    assert {p.name for p in workdir.iterdir()} - before == set()
     assert (workdir / "notes.txt").read_text() == NOTES
+    assert (workdir / "other.db").read_bytes() == OTHER_DB
 
 
 def test_version(tmp_path: Path) -> None:

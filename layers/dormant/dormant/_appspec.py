@@ -65,12 +65,15 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return factory  # type: ignore[no-any-return]
 
 
-def build_app(spec: str, *, store: Store | None, model: Model | None = None) -> tuple[App, Agent]:
-    """Call the factory ``spec`` names and check what it returns."""
+def build_app(app: str | Callable[..., Any], *, store: Store | None, model: Model | None = None,
+              spec: str | None = None) -> tuple[App, Agent]:
+    """Call the factory ``app`` (or the one that spec names) and check what it returns;
+    ``spec`` names a factory passed in, for messages."""
     from dormant.agent import Agent
     from dormant.app import App
 
-    factory = load_factory(spec)
+    factory = load_factory(app) if isinstance(app, str) else app
+    spec = spec or (app if isinstance(app, str) else getattr(app, "__qualname__", repr(app)))
     kwargs: dict[str, Any] = {"store": store}
     if model is not None:
         kwargs["model"] = model

@@ -21,6 +21,7 @@ one) is one line on stderr, ``dormant: ...``, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -178,16 +179,20 @@ def _dev(args: argparse.Namespace) -> int:
     from dormant.schedulers.local import LocalScheduler
 
     model = _model(args.model) if args.model else None
+    factory = load_factory(args.app)  # before the database: a bad app leaves no file behind
+    fresh = not Path(args.db).expanduser().exists()
     store = _open_store(args.db, create=True)
     try:
-        app, agent = build_app(args.app, store=store, model=model)
+        app, agent = build_app(factory, store=store, model=model, spec=args.app)
     except BaseException:
         store.close()
+        if fresh:  # nothing was served: take back the database this start made
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{store.path}{suffix}").unlink(missing_ok=True)
         raise
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    describe = getattr(sys.modules.get(load_factory(args.app).__module__), "describe_model",
-                       None)
+    describe = getattr(sys.modules.get(factory.__module__), "describe_model", None)
     served = describe(agent.model) if callable(describe) else _describe_model(agent.model)
     timeout = Settings.from_env().turn_timeout
     resolver = build_resolver(app, agent, timeout=timeout, client_state=args.client_state)
@@ -289,12 +294,30 @@ def _open_store(db: str, *, create: bool) -> Any:
         raise _CliError(f"--db {db} is a directory, not a database file")
     if not create and not path.is_file():
         raise _CliError(f"no database at {path} (pass --db, or run dormant dev first)")
+    _refuse_foreign(path)
     try:
         return SqliteStore(path)
     except StoreError as error:  # "cannot open PATH: file is not a database", a newer schema
         raise _CliError(str(error)) from error
     except sqlite3.DatabaseError as error:
         raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Refuse, without writing to it, an existing file that is not dormant's database: not
+    SQLite at all, or another program's SQLite database (opening it as a store would add
+    dormant's tables to it)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            tables = {name for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as error:
+        raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
+    if tables and not {"sessions", "events"} <= tables:
+        raise _CliError(f"{path} is another program's SQLite database (tables: "
+                        f"{', '.join(sorted(tables)[:5])}), not dormant's: pass another --db")
 
 
 # --- dormant new ------------------------------------------------------------------------------
