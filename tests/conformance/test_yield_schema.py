@@ -8,10 +8,8 @@ remembered), the session says what the call waits for with no app code at hand: 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -21,6 +19,7 @@ from dormant.events import ToolYield
 from dormant.http import build_resolver
 from dormant.models import ScriptedModel
 from dormant.stores import Store
+from tests._http import get
 
 
 class Question(BaseModel):
@@ -71,7 +70,7 @@ def test_a_parked_call_reads_back_what_it_expects_from_every_store(store: Store)
         shown = render_session(session)
         as_json = session_json(session)
         resolver = build_resolver(reader, _agent(reader))
-        status, view = _get(resolver, "/sessions/s1")
+        status, view = get(resolver, "/sessions/s1")
 
     assert yielded.input_schema == Stay.model_json_schema()
     assert "ask_guest [call_q] waits for input" in shown
@@ -81,16 +80,3 @@ def test_a_parked_call_reads_back_what_it_expects_from_every_store(store: Store)
     assert view["yieldedTools"] == [{"callId": "call_q", "name": "ask_guest",
                                      "args": {"q": "Which night?"},
                                      "inputSchema": Stay.model_json_schema()}]
-
-
-def _get(resolver: Any, path: str) -> tuple[int, Any]:
-    out = resolver.resolve({
-        "resource": path, "path": path, "httpMethod": "GET", "headers": {},
-        "multiValueHeaders": {}, "queryStringParameters": None,
-        "multiValueQueryStringParameters": None, "pathParameters": None,
-        "stageVariables": None, "body": None, "isBase64Encoded": False,
-        "requestContext": {"resourcePath": path, "httpMethod": "GET", "path": path,
-                           "stage": "test", "requestId": "r-1", "authorizer": {},
-                           "identity": {}},
-    }, None)
-    return out["statusCode"], json.loads(out["body"])

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from dormant.models import ScriptedModel
 from dormant.session import Session
 from dormant.stores._dynamodb import codec
 from dormant.tools import Tool
+from tests._http import get
 
 
 class Question(BaseModel):
@@ -112,18 +112,8 @@ def test_a_ledger_written_before_the_schema_was_recorded_shows_no_expects_line(
 
 
 def _get(app: dormant.App, agent: dormant.Agent) -> dict[str, Any]:
-    path = "/sessions/s1"
-    out = build_resolver(app, agent).resolve({
-        "resource": path, "path": path, "httpMethod": "GET", "headers": {},
-        "multiValueHeaders": {}, "queryStringParameters": None,
-        "multiValueQueryStringParameters": None, "pathParameters": None,
-        "stageVariables": None, "body": None, "isBase64Encoded": False,
-        "requestContext": {"resourcePath": path, "httpMethod": "GET", "path": path,
-                           "stage": "test", "requestId": "r-1", "authorizer": {},
-                           "identity": {}},
-    }, None)
-    assert out["statusCode"] == 200
-    body: dict[str, Any] = json.loads(out["body"])
+    status, body = get(build_resolver(app, agent), "/sessions/s1")
+    assert status == 200
     return body
 
 
