@@ -10,12 +10,10 @@ path, the installed ``dormant dev`` then serves the sample's pause-and-resume lo
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import stat
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ import pytest
 
 import dormant
 from dormant.scaffold import project_template
+from tests._dev import dev_process
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SCAFFOLD = ROOT / "layers" / "dormant" / "dormant" / "scaffold"
 BUILD_TIMEOUT = 300
 INSTALL_TIMEOUT = 900  # a cold pip cache downloads boto3 and Powertools
-STARTUP_TIMEOUT = 60.0
-_READY = re.compile(r"^dormant dev: serving \S+ on (http://\S+) ")
 
 
 @dataclass(frozen=True)
@@ -140,27 +137,12 @@ def served(installed: Installed, tmp_path: Path) -> Iterator[tuple[subprocess.Po
     """The installed ``dormant dev`` on its defaults, started in an empty directory."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    log = tmp_path / "dev.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen([installed.dormant, "dev", "--port", "0", "--quiet"], cwd=empty,
-                                env=_user_env(), text=True, stdout=subprocess.PIPE,
-                                stderr=stderr)
-    watchdog = threading.Timer(STARTUP_TIMEOUT, proc.kill)  # a silent start fails, not hangs
-    watchdog.start()
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        watchdog.cancel()
-        ready = _READY.match(line)
-        assert ready, f"dormant dev did not start: {line!r}\n{log.read_text()}"
+    command = [installed.dormant, "dev", "--port", "0", "--quiet"]
+    with dev_process(command, cwd=empty, env=_user_env(), log=tmp_path / "dev.log") as (
+            proc, line, url):
         assert "bookings/concierge" in line and "the demo model" in line, line
         assert f"sessions in SQLite at {empty.resolve() / 'dormant.db'}" in line, line
-        yield proc, ready.group(1)
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        yield proc, url
 
 
 def test_dev_from_an_empty_directory_pauses_and_resumes_over_http(

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,11 +20,11 @@ import pytest
 import dormant
 from dormant.models import ScriptedModel
 from dormant.stores import SqliteStore
+from tests._dev import dev_process
 
 #: The environment the commands run in: no OpenAI key (nothing may reach the network).
 ENV = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
 TIMEOUT = 60
-STARTUP_TIMEOUT = 30.0
 
 APP = '''\
 import dormant
@@ -170,26 +169,12 @@ def test_a_closed_pipe_is_not_a_traceback(tmp_path: Path) -> None:
 @pytest.fixture
 def served(workdir: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``dormant dev`` on the app file ``app.py``, played by ``scripted:replies.json``."""
-    log = workdir / "dev.log"
     command = [sys.executable, "-m", "dormant.cli", "dev", "--app", "app.py", "--model",
                "scripted:replies.json", "--port", "0", "--db", "dev.db", "--quiet"]
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(command, cwd=workdir, env=ENV, text=True,
-                                stdout=subprocess.PIPE, stderr=stderr)
-    watchdog = threading.Timer(STARTUP_TIMEOUT, proc.kill)  # a silent start fails, not hangs
-    watchdog.start()
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        watchdog.cancel()
-        assert line.startswith("dormant dev: serving echo/echo on http://"), \
-            f"{line!r}\n{log.read_text()}"
-        yield proc, line.split(" on ", 1)[1].split()[0]
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=TIMEOUT)
+    with dev_process(command, cwd=workdir, env=ENV, log=workdir / "dev.log") as (
+            proc, line, url):
+        assert line.startswith("dormant dev: serving echo/echo on http://"), line
+        yield proc, url
 
 
 def test_dev_serves_an_app_file_on_the_scripted_model(
