@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 build = Path(sys.argv[1]).resolve()
 root = Path(__file__).resolve().parents[1]
+# The app the functions serve, as the built template's Globals name it (DORMANT_APP): the
+# repository's sample, or a `dormant new` project's own app.
+[app_spec] = re.findall(r"^\s+DORMANT_APP:\s*(\S+)\s*$", (build / "template.yaml").read_text(),
+                        re.MULTILINE)
 if len(sys.argv) > 2:  # the runtime's own packages come after the layers, as on Lambda
     sys.path.append(str(Path(sys.argv[2]).resolve()))
 os.environ.update({
@@ -26,6 +31,7 @@ os.environ.update({
     "POWERTOOLS_METRICS_NAMESPACE": "Dormant", "POWERTOOLS_TRACE_DISABLED": "true",
     # Nothing listens there: a request that should not reach AWS fails instead of leaving.
     "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "DORMANT_APP": app_spec,
 })
 
 
@@ -57,6 +63,7 @@ for layer, package in (("DormantLayer", "dormant"), ("DormantLayer", "pydantic")
 fresh_path("ApiFunction")
 import api.app  # noqa: E402
 
+served = sys.modules["dormant.aws.api"].app
 docs = api.app.handler(event("api_get_docs.json"), Context())
 assert docs["statusCode"] == 200, docs
 assert api.app.__file__.startswith(str(build / "ApiFunction")), api.app.__file__
@@ -106,4 +113,4 @@ for module in (dormant, pydantic):
 for package in ("boto3", "botocore", "aws_xray_sdk"):
     assert not (build / "DormantLayer" / "python" / package).exists(), package
 print(f"sam build smoke: api, webhook, wake and cleanup import and answer under Python "
-      f"{sys.version.split()[0]} from {build}")
+      f"{sys.version.split()[0]} from {build}, serving {served.name} ({app_spec})")
