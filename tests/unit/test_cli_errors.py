@@ -184,5 +184,35 @@ def test_dev_serves_an_app_file_on_the_scripted_model(
     assert reply.status_code == 200, reply.text
     assert reply.json()["status"] == "completed"
     assert reply.json()["output"]["text"] == "Scripted hello."  # --model, not the app's own
+    # The script has one reply: the next call is a failed model call, not a crashed server.
+    spent = httpx.post(f"{url}/turns", json={"sessionId": "s2", "message": "hi"}, timeout=30)
+    assert (spent.status_code, spent.json()["code"]) == (502, "model_error"), spent.text
     proc.terminate()
     assert proc.wait(timeout=TIMEOUT) == 0
+
+
+#: ``dormant dev`` where Powertools is not installed (``pip install dormant`` with no extra):
+#: a finder refuses the package before the command runs.
+WITHOUT_POWERTOOLS = '''\
+import importlib.abc, sys
+
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "aws_lambda_powertools":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Absent())
+from dormant.cli import main
+sys.exit(main(["dev", "--port", "0"]))
+'''
+
+
+def test_dev_without_the_aws_extra_says_what_to_install(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", WITHOUT_POWERTOOLS], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "pip install 'dormant[aws]'" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no database made for a server that cannot start

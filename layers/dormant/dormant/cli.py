@@ -174,9 +174,16 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def _dev(args: argparse.Namespace) -> int:
     from dormant._appspec import build_app, load_factory
-    from dormant._devserver import DevServer
-    from dormant.http import build_resolver
     from dormant.schedulers.local import LocalScheduler
+
+    try:
+        from dormant._devserver import DevServer
+        from dormant.http import build_resolver
+    except ModuleNotFoundError as error:  # the API is Powertools' resolver: the aws extra
+        if (error.name or "").partition(".")[0] != "aws_lambda_powertools":
+            raise
+        raise _CliError("dormant dev serves the API with AWS Lambda Powertools, which is not "
+                        "installed: pip install 'dormant[aws]'") from error
 
     model = _model(args.model) if args.model else None
     factory = load_factory(args.app)  # before the database: a bad app leaves no file behind
@@ -262,7 +269,7 @@ def _scripted(path: str) -> Any:
                         f"{{\"text\": ..., \"tool_calls\": [{{\"name\": ..., \"args\": "
                         f"{{...}}}}]}}), one per model call")
     try:
-        return ScriptedModel(replies)
+        return ScriptedModel(replies, strict=False)
     except ScriptError as error:
         raise _CliError(f"{path}: {error}") from error
 

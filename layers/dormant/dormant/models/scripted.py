@@ -9,6 +9,7 @@ from typing import Any
 
 from dormant.models._base import (
     ModelChunk,
+    ModelError,
     ModelRequest,
     TextDelta,
     ThoughtDelta,
@@ -32,12 +33,15 @@ class ScriptedModel:
     ``delay``: seconds between streamed pieces (0: instant), for demos and tests of stop
     and steer. A reply is a ``str`` (text) or a dict ``{"text": ..., "tool_calls": [{"name": ...,
     "args": {...}, "id": optional}], "thought": optional}``. The requests the model was sent
-    are kept in ``requests``. A call with no reply left raises :class:`ScriptError`;
-    :meth:`assert_consumed` raises if replies are left over.
+    are kept in ``requests``. A call with no reply left raises :class:`ScriptError` (a test's
+    script is wrong); with ``strict=False`` it is a failed model call instead
+    (:class:`~dormant.models.ModelError` ``script_exhausted``, not retryable), for serving a
+    script (``dormant dev --model scripted:FILE``), where running out is news for the client,
+    not a crash. :meth:`assert_consumed` raises if replies are left over.
     """
 
     def __init__(self, replies: Sequence[str | dict[str, Any]] = (), *,
-                 delay: float = 0.0) -> None:
+                 delay: float = 0.0, strict: bool = True) -> None:
         for index, reply in enumerate(replies):
             _check_reply(index, reply)
         if delay < 0:
@@ -45,6 +49,7 @@ class ScriptedModel:
         #: Seconds between two streamed pieces (a slow model, to try stop and steer on);
         #: the wait ends early when the turn is stopped or aborted.
         self.delay = delay
+        self.strict = strict
         self._replies = list(replies)
         self._next = 0
         self._lock = threading.Lock()
@@ -69,10 +74,11 @@ class ScriptedModel:
         with self._lock:
             self.requests.append(request)
             if self._next >= len(self._replies):
-                raise ScriptError(
-                    f"unexpected model call #{len(self.requests)}: the script has "
-                    f"{len(self._replies)} replies and all were used"
-                )
+                message = (f"unexpected model call #{len(self.requests)}: the script has "
+                           f"{len(self._replies)} replies and all were used")
+                if self.strict:
+                    raise ScriptError(message)
+                raise ModelError(message, code="script_exhausted", retryable=False)
             reply = self._replies[self._next]
             self._next += 1
         return _play(reply, self.delay, signal)
