@@ -1,4 +1,4 @@
-"""THE commit policy (SPEC §4): how a turn's slice reaches the store, and what is reported.
+"""THE commit policy: how a turn's slice reaches the store, and what is reported.
 
 Every committing path calls this module — the handlers, ``app.sessions.commit / merge /
 append``, the test kit — so one rule decides:
@@ -114,7 +114,7 @@ class CommitPolicy:
     # --- the handler's commit ----------------------------------------------------------------
 
     def commit(self, session: Session) -> Outcome:
-        """Commit a turn's slice: committed, merged, superseded or failed (SPEC §4).
+        """Commit a turn's slice: committed, merged, superseded or failed.
 
         Raises :class:`DuplicateMessage` when the slice's message already landed (a
         concurrent or late redelivery): nothing of it is written.

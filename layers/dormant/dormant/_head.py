@@ -111,7 +111,7 @@ class Head:
     #: Events in the ledger (the next event's position).
     seq: int = 0
     state: dict[str, Any] = field(default_factory=dict)
-    #: The session's owner (SPEC: every session has one; None: reachable by no principal).
+    #: The session's owner (every session has one; None: reachable by no principal).
     principal: str | None = None
     created_at: int = 0
     updated_at: int = 0

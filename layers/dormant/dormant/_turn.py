@@ -410,7 +410,7 @@ class TurnStream(Iterator[StreamEvent]):
         self._apply_controls(session, given)
         if self._plan.run and not self._paused_now(session) \
                 and self._needs_claim(session, given):
-            # SPEC §4: the decision or answer lands before the tool it unlocks runs, so a
+            # The decision or answer lands before the tool it unlocks runs, so a
             # lost race runs nothing (409 already_decided / already_answered). When it
             # settles the step, the claim reopens the invocation too: only the request that
             # landed the reopening runs the step's tools, never a second one beside it.

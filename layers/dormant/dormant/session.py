@@ -106,7 +106,7 @@ class SessionInput:
         return event
 
     def retry(self, retry_id: str) -> str:
-        """Ask the next turn to rerun the failed invocation's failed model call (SPEC §8).
+        """Ask the next turn to rerun the failed invocation's failed model call.
         Finished steps and their tool results stay; a retry id lands once."""
         if not isinstance(retry_id, str) or not retry_id:
             raise InputError("a retry needs a non-empty retry_id")
@@ -388,7 +388,7 @@ class Session:
         session cannot take it (it waits, failed, or is paused) it goes to the inbox."""
         return self.input.message(text, id=id)
 
-    # --- timers (SPEC §7) ----------------------------------------------------------------------
+    # --- timers ----------------------------------------------------------------------
 
     def schedule(self, name: str, *, at: datetime | None = None,
                  delay: timedelta | str | float | None = None, message: str | None = None,

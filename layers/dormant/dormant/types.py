@@ -55,7 +55,7 @@ class PendingApproval(_Wire):
 
 
 class QueuedMessage(_Wire):
-    """A user message waiting in the session's inbox (SPEC-level: ``session.inbox``)."""
+    """A user message waiting in the session's inbox (``session.inbox``)."""
 
     id: str
     text: str

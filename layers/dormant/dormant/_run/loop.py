@@ -90,7 +90,7 @@ class TurnInput:
     message_id: str | None = None
     state: dict[str, Any] | None = None
     invocation_id: str | None = None
-    #: Rerun the failed invocation's failed model call (SPEC §8); lands once per id.
+    #: Rerun the failed invocation's failed model call; lands once per id.
     retry_id: str | None = None
     #: The handler's claim already reopened the parked invocation (``invocation_resume`` is
     #: committed): settle its step without reopening it again.
@@ -192,7 +192,7 @@ def _guarded(run: RunState, turn: TurnInput) -> Stream:
         if run.signal.stopped:
             return (yield from _stopped(run))
         if not run.ran and not run.session.claimed:
-            raise  # seed 002: an aborted turn that changed nothing writes nothing
+            raise  # an aborted turn that changed nothing writes nothing
         code = "deadline" if run.signal.expired else "aborted"
         return (yield from _failed(run, code, str(error), retryable=True))
     except Exception as error:

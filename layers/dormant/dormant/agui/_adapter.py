@@ -128,7 +128,7 @@ class AgUIAdapter:
     ``dormant.<type>`` whose value is the event's JSON. How each turn status ends the run:
     see :meth:`finish`.
 
-    The loop ``app.handler.agui`` runs, written by hand (seed 002)::
+    The loop ``app.handler.agui`` runs, written by hand::
 
         live = app.handler.turn(agent=concierge)(request)
         adapter = AgUIAdapter(session_id, live.invocation_id, include_steps=True)

@@ -1,4 +1,4 @@
-"""The ``api`` function: API Gateway REST events -> the routes of SPEC §9 (``dormant.http``).
+"""The ``api`` function: API Gateway REST events -> the routes of ``dormant.http``.
 
 Built once per cold start, and only what a first request needs (no ``openai``: the model
 imports it on its first call; no Swagger UI until ``/docs`` is asked for; no X-Ray SDK unless

@@ -11,7 +11,7 @@ request needs it: the scheduler's and the queue's boto3 clients come with their 
 no secret or parameter configured (``sam local``, tests) the app's own default model applies
 (the sample's: OpenAI when ``OPENAI_API_KEY`` is set, else its demo model).
 
-Timers (SPEC §7): with ``DORMANT_WAKE_TARGET_ARN`` and ``DORMANT_SCHEDULER_ROLE_ARN`` set (the
+Timers: with ``DORMANT_WAKE_TARGET_ARN`` and ``DORMANT_SCHEDULER_ROLE_ARN`` set (the
 template sets them, with ``DORMANT_SCHEDULE_GROUP`` and ``DORMANT_SCHEDULE_DLQ_ARN``), the app
 hands committed timers to EventBridge Scheduler, whose schedules invoke the ``wake`` function.
 Without them (tests that do not exercise timers, ``sam local``) timers stay recorded in their

@@ -1,4 +1,4 @@
-"""The HTTP API (SPEC §9): one Powertools resolver, for the ``api`` Lambda and ``dormant dev``.
+"""The HTTP API: one Powertools resolver, for the ``api`` Lambda and ``dormant dev``.
 
 Routes::
 
@@ -127,7 +127,7 @@ def build_resolver(
     title: str | None = None,
     **handler_config: Any,
 ) -> APIGatewayRestResolver:
-    """The API of SPEC §9 for ``agent`` on ``app``: a Powertools ``APIGatewayRestResolver``.
+    """The HTTP API for ``agent`` on ``app``: a Powertools ``APIGatewayRestResolver``.
 
     Call ``resolver.resolve(event, context)`` with an API Gateway REST proxy event.
     ``handler_config`` goes to ``app.handler.rest`` / ``agui`` (``hooks``, ``timeout``,

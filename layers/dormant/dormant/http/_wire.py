@@ -63,7 +63,7 @@ class _Wire(BaseModel):
 
 
 class ApprovalAnswer(_Wire):
-    """A decision on a pending approval (SPEC §6)."""
+    """A decision on a pending approval."""
 
     approval_id: str = Field(min_length=1, description="The approval being decided.")
     approved: bool = Field(description="Whether the tool may run.")

@@ -32,7 +32,7 @@ SYSTEM = ("You are a hotel booking concierge. Use lookup_stay for questions abou
           "guest asks to be reminded of something later. A message starting with 'Reminder:' is "
           "a reminder you set coming due: pass it on to the guest.")
 HISTORY_TURNS = 20
-#: The longest reminder (six days, the seed's limit; EventBridge one-time schedules allow more).
+#: The longest reminder: six days (EventBridge one-time schedules allow more).
 MAX_REMINDER_SECONDS = 6 * 24 * 60 * 60
 
 
@@ -86,8 +86,8 @@ def _finalize_approval(ctx: ToolContext) -> None:
 
 
 def _set_reminder(ctx: ToolContext) -> dict[str, Any]:
-    # Named after the call id (the seed's idempotency key): a retried turn converges on one
-    # timer, and the reminder arrives as a user message when it comes due (SPEC §7).
+    # Named after the call id (the idempotency key): a retried turn converges on one
+    # timer, and the reminder arrives as a user message when it comes due.
     seconds, text = ctx.args.delay_seconds, ctx.args.reminder
     dormant.handler_context().session.schedule(
         f"reminder:{ctx.call_id}", delay=f"{seconds}s", message=f"Reminder: {text}")

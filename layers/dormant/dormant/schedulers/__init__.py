@@ -1,4 +1,4 @@
-"""Timers (SPEC §7): one :class:`Scheduler` protocol, several backends.
+"""Timers: one :class:`Scheduler` protocol, several backends.
 
 The protocol, :class:`TimerDelivery`, :class:`RecordingScheduler` and the helpers sessions and
 handlers use (``hand_over``, ``fire_at_ms``, ``parse_delay``) are importable at no cost. The

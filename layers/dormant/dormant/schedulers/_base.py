@@ -1,4 +1,4 @@
-"""Timers (SPEC §7): what a session asks for, and what every scheduler backend shares.
+"""Timers: what a session asks for, and what every scheduler backend shares.
 
 ``session.schedule(...)`` records a ``timer_set`` event in the turn's slice; only when that
 turn commits does the handler hand the timer to the app's :class:`Scheduler` (an outbox: a

@@ -1,4 +1,4 @@
-"""The local scheduler (SPEC §7, §10): timers fired by a thread, for ``dormant dev``.
+"""The local scheduler: timers fired by a thread, for ``dormant dev``.
 
 One background thread keeps a heap of :class:`~dormant.schedulers.TimerDelivery` ordered by
 ``fire_at`` and hands each one, when due, to ``deliver`` (in ``dormant dev``, the app's

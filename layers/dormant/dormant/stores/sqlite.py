@@ -1,4 +1,4 @@
-"""The SQLite store: embedded and durable, the local server's default (SPEC §5).
+"""The SQLite store: embedded and durable, the local server's default.
 
 One file, WAL mode. Five tables:
 
