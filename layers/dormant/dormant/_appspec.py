@@ -112,6 +112,11 @@ def _import_file(target: str) -> Any:
     file = Path(target).expanduser().resolve()
     if not file.is_file():
         raise AppSpecError(f"no app file at {target}")
+    taken = sys.modules.get(file.stem)
+    if taken is not None and getattr(taken, "__file__", None) != str(file):
+        raise AppSpecError(f"{target}: its module name {file.stem!r} is already another "
+                           f"module's ({getattr(taken, '__file__', None) or 'built in'}); "
+                           f"rename the file")
     if str(file.parent) not in sys.path:
         sys.path.insert(0, str(file.parent))
     spec = importlib.util.spec_from_file_location(file.stem, file)
