@@ -65,7 +65,7 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     "session id with bad characters": (["sessions", "show", "bad id!"],
                                        "invalid session id 'bad id!'"),
     "limit of zero": (["sessions", "list", "--limit", "0"], "0 must be at least 1"),
-    "app file named as a module in use": (["dev", "--app", "json.py"],
+    "app file named as a module in use": (["dev", "--app", "clash/json.py"],
                                           "its module name 'json' is already another module's"),
     "list on another program's database": (["sessions", "list", "--db", "other.db"],
                                            "another program's SQLite database"),
@@ -101,7 +101,8 @@ def _dormant(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     (tmp_path / "app.py").write_text(APP)
-    (tmp_path / "json.py").write_text(APP)
+    (tmp_path / "clash").mkdir()  # not beside the others: `python -m` puts the cwd on the path
+    (tmp_path / "clash" / "json.py").write_text(APP)
     (tmp_path / "returns_none.py").write_text(RETURNS_NONE)
     (tmp_path / "no_build.py").write_text(NO_BUILD)
     (tmp_path / "notes.txt").write_text(NOTES)
