@@ -48,7 +48,8 @@ def event(name: str) -> dict:
 
 def fresh_path(function: str, layers: tuple[str, ...] = ("DormantLayer",)) -> None:
     sys.path[:0] = [str(build / function), *(str(build / layer / "python") for layer in layers)]
-    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake", "cleanup"}
+    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake", "cleanup",
+                                                                "bookings", "app"}
                  or m.startswith(("dormant.aws.", "dormant.samples."))]:
         del sys.modules[name]
 

@@ -37,7 +37,7 @@ if str(FUNCTIONS) not in sys.path:
 _FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "cleanup",
                      "cleanup.app", "dormant.aws.api", "dormant.aws.webhook", "dormant.aws.wake",
                      "dormant.aws.cleanup", "dormant.aws.deployment", "dormant.aws.hand_on",
-                     "dormant.aws.tracing", "dormant.samples.bookings")
+                     "dormant.aws.tracing", "dormant.samples.bookings", "bookings")
 #: What the template gives every function for timers (EventBridge Scheduler -> wake function).
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test-wake"
 SCHEDULER_ROLE_ARN = "arn:aws:iam::123456789012:role/dormant-test-scheduler"

@@ -29,7 +29,7 @@ __all__ = ["FUNCTIONS", "SAMPLE_APP_SETTING", "ScaffoldError", "create_project",
 #: The Lambda functions a project has: ``functions/<name>/app.py``, ``Handler: <name>/app.handler``.
 FUNCTIONS = ("api", "webhook", "wake", "cleanup")
 #: How the repository's template names its app; a project's names ``app:build``.
-SAMPLE_APP_SETTING = "DORMANT_APP: dormant.samples.bookings:build"
+SAMPLE_APP_SETTING = "DORMANT_APP: bookings:build"
 PROJECT_APP_SETTING = "DORMANT_APP: app:build"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 #: The sample events a project gets, and the message its first turn sends.
