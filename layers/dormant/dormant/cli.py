@@ -277,7 +277,9 @@ def _scripted(path: str) -> Any:
 def _describe_model(model: Any) -> str:
     name = getattr(model, "model", None)
     described = f"{type(model).__name__}({name})" if name else type(model).__name__
-    if type(model).__name__ == "OpenAIModel" and not os.environ.get(ENV.OPENAI_API_KEY):
+    openai = sys.modules.get("dormant.models.openai")  # loaded if the app made one
+    if openai is not None and isinstance(model, openai.OpenAIModel) \
+            and not os.environ.get(ENV.OPENAI_API_KEY):
         described += (" with no OPENAI_API_KEY set: its calls will fail; set the key, or "
                       "pass --model scripted:FILE.json or a model of your own")
     return described

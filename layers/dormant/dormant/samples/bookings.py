@@ -163,8 +163,15 @@ _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so a small rule-base
          "\"tell me a long story\" (then stop it, or steer it with \"make it shorter\").")
 _STORY = re.compile(r"\bstor(?:y|ies)\b", re.IGNORECASE)
 _THE_END = "The end: the guest checked out happy."
-#: What :meth:`DemoModel.reply` answers when asked for a story (streamed slowly instead).
-_STORY_TIME = "(the story)"
+
+
+class _Story(str):
+    """What :meth:`DemoModel.reply` answers when asked for a story: :meth:`DemoModel.stream`
+    streams the story slowly instead of this text."""
+
+
+_STORY_TIME = _Story("(the story)")
+
 #: Seconds between two words of the story (slow enough to stop, steer or pause by hand).
 STORY_DELAY = 0.05
 
@@ -192,7 +199,7 @@ class DemoModel(RuleModel):
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
         answer = self.answer(request)
-        if answer is _STORY_TIME:
+        if isinstance(answer, _Story):
             return _slowly(story(), self.story_delay, signal)
         return self.play(answer)
 
