@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -77,13 +78,14 @@ def build_app(app: str | Callable[..., Any], *, store: Store | None, model: Mode
     kwargs: dict[str, Any] = {"store": store}
     if model is not None:
         kwargs["model"] = model
-    try:
-        built = factory(**kwargs)
+    try:  # the call's shape is checked before the call: a TypeError inside it is the app's
+        inspect.signature(factory).bind(**kwargs)
     except TypeError as error:
-        if "argument" not in str(error):
-            raise
         raise AppSpecError(f"{spec}: {error} (an app factory takes store= and model= keyword "
                            f"arguments)") from error
+    except ValueError:  # no signature to read (a builtin): let the call say
+        pass
+    built = factory(**kwargs)
     pair = tuple(built) if isinstance(built, tuple | list) else None
     if pair is None or len(pair) != 2 or not isinstance(pair[0], App) \
             or not isinstance(pair[1], Agent):
