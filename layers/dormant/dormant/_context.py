@@ -14,9 +14,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from dormant._lru import Lru
-from dormant.events import AssistantEvent, Event, SeedEvent, ToolCall, ToolResult, UserEvent
+from dormant.events import (
+    AssistantEvent,
+    Event,
+    ReasoningEvent,
+    SeedEvent,
+    ToolCall,
+    ToolResult,
+    UserEvent,
+)
 from dormant.models._base import (
     AssistantMessage,
     Message,
@@ -36,7 +45,7 @@ class _Fold:
     """Ledger events ``start`` … ``end - 1`` translated: the finished messages, and the
     assistant text and tool calls not yet flushed into a message."""
 
-    __slots__ = ("calls", "end", "last_id", "messages", "start", "text")
+    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "start", "text")
 
     def __init__(self, start: int) -> None:
         self.start = start
@@ -45,24 +54,38 @@ class _Fold:
         self.messages: list[Message] = []
         self.text: str | None = None
         self.calls: list[ToolCallPart] = []
+        self.reasoning: list[dict[str, Any]] = []
 
     def copy(self) -> _Fold:
         fold = _Fold(self.start)
         fold.end, fold.last_id, fold.text = self.end, self.last_id, self.text
         fold.messages, fold.calls = self.messages.copy(), self.calls.copy()
+        fold.reasoning = self.reasoning.copy()
         return fold
 
+    def pending(self) -> AssistantMessage | None:
+        """The assistant message being built (None: nothing since the last flush)."""
+        if self.text is None and not self.calls and not self.reasoning:
+            return None
+        return AssistantMessage(text=self.text or "", tool_calls=tuple(self.calls),
+                                reasoning=tuple(self.reasoning))
+
     def flush(self) -> None:
-        if self.text is not None or self.calls:
-            self.messages.append(AssistantMessage(text=self.text or "",
-                                                  tool_calls=tuple(self.calls)))
+        message = self.pending()
+        if message is not None:
+            self.messages.append(message)
         self.text = None
         self.calls = []
+        self.reasoning = []
 
     def add(self, events: Sequence[Event]) -> _Fold:
         messages = self.messages
         for event in events:
             match event:
+                case ReasoningEvent():
+                    if self.calls or self.text is not None:
+                        self.flush()  # a new step's reasoning: the last step is complete
+                    self.reasoning.extend(event.items)
                 case AssistantEvent():
                     if self.calls:
                         self.flush()
@@ -93,10 +116,8 @@ class _Fold:
 
     def finished(self) -> list[Message]:
         """The messages, with the trailing assistant message flushed (the fold unchanged)."""
-        if self.text is None and not self.calls:
-            return self.messages.copy()
-        return [*self.messages, AssistantMessage(text=self.text or "",
-                                                 tool_calls=tuple(self.calls))]
+        message = self.pending()
+        return self.messages.copy() if message is None else [*self.messages, message]
 
 
 _FOLDS: Lru[_Fold] = Lru(FOLD_SESSIONS)

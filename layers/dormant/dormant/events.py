@@ -22,6 +22,7 @@ __all__ = [
     "ApprovalRequested",
     "AssistantDelta",
     "AssistantEvent",
+    "CompactionEvent",
     "ErrorEvent",
     "Event",
     "InputRequested",
@@ -40,6 +41,7 @@ __all__ = [
     "QueueRemove",
     "QueueSendNow",
     "QueuedEvent",
+    "ReasoningEvent",
     "ResumeEvent",
     "RetryEvent",
     "SeedEvent",
@@ -376,6 +378,35 @@ class SeedEvent(_Base):
     message_id: str = Field(default_factory=lambda: new_id("msg"))
 
 
+class ReasoningEvent(_Base):
+    """A reasoning model's reasoning, kept as the provider returned it (opaque items, with
+    their encrypted content when the provider does not store responses), so the next step and
+    the next turn hand the model its own chain back. Never shown as chat."""
+
+    type: Literal["reasoning"] = "reasoning"
+    items: list[dict[str, Any]] = Field(
+        description="The provider's reasoning items, as returned (JSON objects).")
+    provider: str = Field(default="openai", description="Whose wire format ``items`` are in.")
+
+
+class CompactionEvent(_Base):
+    """Older conversation folded into a summary. A history that compacts sends the latest
+    summary in place of the events before ``tail_start``; nothing is deleted."""
+
+    type: Literal["compaction"] = "compaction"
+    summary: str = Field(description="What the conversation before ``tail_start`` came to.")
+    tail_start: int = Field(
+        description="Ledger position of the first event kept as it is (the summary stands "
+                    "for everything before it).")
+    covered_from: int = Field(
+        default=0, description="Ledger position the summarised part began at (the previous "
+                               "compaction's ``tail_start``; its summary was folded in).")
+    turns: int = Field(default=0, description="Turns the summary stands for, this time.")
+    estimated_tokens: int = Field(
+        default=0, description="Estimated tokens of what was summarised (the budget's "
+                               "measure).")
+
+
 _LedgerEvent = (
     InvocationStart
     | UserEvent
@@ -409,6 +440,8 @@ _LedgerEvent = (
     | InputRequested
     | InputResponse
     | SeedEvent
+    | ReasoningEvent
+    | CompactionEvent
 )
 
 Event = Annotated[_LedgerEvent, Discriminator("type")]

@@ -44,6 +44,7 @@ from dormant.events import (
     ModelEnd,
     ModelStart,
     PauseEvent,
+    ReasoningEvent,
     RetryEvent,
     SteerEvent,
     StopRequested,
@@ -58,6 +59,7 @@ from dormant.models._base import (
     Message,
     ModelError,
     ModelRequest,
+    ReasoningChunk,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
@@ -383,6 +385,8 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     run.deltas_id = reply_id
     parts: list[str] = []
     calls: list[Call] = []
+    reasoning: list[dict[str, Any]] = []
+    provider = ""
     usage = NO_USAGE
     for chunk in model.stream(request, signal=signal):
         if signal.aborted:
@@ -399,6 +403,9 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
                                     delta=chunk.text)
         elif isinstance(chunk, ToolCallChunk):
             calls.append(_parse_call(chunk))
+        elif isinstance(chunk, ReasoningChunk):
+            reasoning.append(chunk.item)
+            provider = chunk.provider
         elif isinstance(chunk, UsageChunk) and _counts(chunk.usage):
             usage = usage + chunk.usage
     if signal.aborted:  # the model stopped early because the turn was stopped or aborted
@@ -409,6 +416,9 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     run.deltas = []
     text = "".join(parts)
     _call_hooks(run, "after_model", request=request, text=text)
+    if reasoning:
+        yield run.emit(ReasoningEvent(invocation_id=invocation_id, items=reasoning,
+                                      provider=provider))
     if text:
         run.said.append(text)
         yield run.emit(AssistantEvent(id=reply_id, invocation_id=invocation_id, text=text))

@@ -21,6 +21,7 @@ __all__ = [
     "ModelChunk",
     "ModelError",
     "ModelRequest",
+    "ReasoningChunk",
     "TextDelta",
     "ThoughtDelta",
     "ToolCallChunk",
@@ -53,9 +54,13 @@ class ToolCallPart:
 
 @dataclass(frozen=True)
 class AssistantMessage:
+    """What the assistant said and called. ``reasoning``: the provider's opaque reasoning
+    items that came before it (a :class:`ReasoningChunk`'s), for adapters that send them back."""
+
     text: str
     tool_calls: tuple[ToolCallPart, ...] = ()
     role: Literal["assistant"] = "assistant"
+    reasoning: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,11 +136,21 @@ class ToolCallChunk:
 
 
 @dataclass(frozen=True)
+class ReasoningChunk:
+    """One opaque reasoning item as the provider returned it (for the OpenAI Responses API a
+    ``{"type": "reasoning", "id", "summary", "encrypted_content"?}`` object). It is kept in the
+    ledger and handed back on the following calls (:attr:`AssistantMessage.reasoning`)."""
+
+    item: dict[str, Any]
+    provider: str = "openai"
+
+
+@dataclass(frozen=True)
 class UsageChunk:
     usage: Usage = field(default_factory=Usage)
 
 
-ModelChunk = TextDelta | ThoughtDelta | ToolCallChunk | UsageChunk
+ModelChunk = TextDelta | ThoughtDelta | ToolCallChunk | UsageChunk | ReasoningChunk
 
 
 class ModelError(Exception):
