@@ -82,8 +82,15 @@ class VendorStore:
     def __init__(self) -> None:
         self._rows = MemoryStore()
 
-    def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
-        return self._rows.load(session_id, turns=turns)
+    def load(self, session_id: str, *, turns: int | None = None,
+             compacted: bool = False) -> StoredSession | None:
+        return self._rows.load(session_id, turns=turns, compacted=compacted)
+
+    def fork(self, head: Head) -> CommitResult:
+        return self._rows.fork(head)
+
+    def version_end(self, session_id: str, version: int) -> int | None:
+        return self._rows.version_end(session_id, version)
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         return self._rows.append(head, events, expected_version=expected_version)

@@ -147,9 +147,10 @@ class _CountingStore(MemoryStore):
         super().__init__()
         self.loads = 0
 
-    def load(self, session_id: str, *, turns: int | None = None) -> Any:
+    def load(self, session_id: str, *, turns: int | None = None,
+             compacted: bool = False) -> Any:
         self.loads += 1
-        return super().load(session_id, turns=turns)
+        return super().load(session_id, turns=turns, compacted=compacted)
 
 
 def test_step4_the_stream_is_lazy(concierge: dormant.Agent) -> None:

@@ -33,6 +33,7 @@ from dormant.events import (
     LEDGER_FORMAT,
     ApprovalDecided,
     ApprovalRequested,
+    CompactionEvent,
     Event,
     InputRequested,
     InputResponse,
@@ -157,6 +158,20 @@ class Head:
     invocations: list[str] = field(default_factory=list)
     #: Ledger positions where the most recent commits began (the last is this version's).
     commit_seqs: list[int] = field(default_factory=list)
+    #: A fork's inherited history, oldest first: each segment ``{"session", "created_at",
+    #: "version", "end"}`` says that the ledger positions from the previous segment's ``end``
+    #: (0 for the first) up to ``end`` are the events of session ``session`` (the incarnation
+    #: created at ``created_at``) as of its ``version``; positions from the last ``end`` on are
+    #: this session's own. Empty for a session that is not a fork. Stores may add keys.
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    #: What this session was forked from: ``{"session", "version", "seq"}`` (None: not a
+    #: fork). ``lineage`` is what reads need; this is what people are shown.
+    fork_of: dict[str, Any] | None = None
+    #: Ledger position where the latest compaction's tail starts (0: never compacted). The
+    #: ``compaction`` event sits at or after it, so a compacting read from here finds it.
+    compacted_to: int = 0
+    #: Compactions the session has made (its own and, for a fork, its history's).
+    compactions: int = 0
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -204,7 +219,9 @@ class Head:
                     self.failed, self.messages, list(self.settled_ids), self.retries,
                     self.calls, self.paused, [dict(q) for q in self.queue],
                     [dict(i) for i in self.inputs], self.control_rev, list(self.invocations),
-                    list(self.commit_seqs))
+                    list(self.commit_seqs), [dict(s) for s in self.lineage],
+                    dict(self.fork_of) if self.fork_of else None, self.compacted_to,
+                    self.compactions)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -213,15 +230,30 @@ class Head:
         may (an ownerless session is nobody's); ``None`` is trusted server code, unscoped."""
         return principal is None or self.principal == principal
 
-    def window_start(self, turns: int | None) -> int:
-        """Position of the first event a ``turns``-turn history window needs (0: everything)."""
-        if turns is None:
-            return 0
-        if turns <= 0:
+    def window_start(self, turns: int | None, *, compacted: bool = False) -> int:
+        """Position of the first event a ``turns``-turn history window needs (0: everything).
+        ``compacted``: a compacting history's window, which starts no earlier than the latest
+        compaction's tail (the summary stands for what is before it)."""
+        if turns is None or turns > len(self.turn_starts):
+            start = 0
+        elif turns <= 0:
             return self.seq
-        if turns > len(self.turn_starts):
-            return 0
-        return self.turn_starts[-turns]
+        else:
+            start = self.turn_starts[-turns]
+        return max(start, self.compacted_to) if compacted else start
+
+    @property
+    def fork_point(self) -> int:
+        """Where this session's own events begin (0: not a fork)."""
+        return int(self.lineage[-1]["end"]) if self.lineage else 0
+
+    def turns_since(self, position: int) -> int | None:
+        """Turns that started at or after ledger position ``position`` (None: more than the
+        head's turn index remembers)."""
+        starts = self.turn_starts
+        if starts and starts[0] >= position and len(starts) >= TURN_INDEX_SIZE:
+            return None
+        return sum(1 for start in starts if start >= position)
 
     def has_message(self, message_id: str) -> bool:
         """Whether a recent message carried ``message_id`` (the redelivery window)."""
@@ -413,6 +445,13 @@ def apply(head: Head, event: Event) -> None:
             head.queue.insert(0, head.queue.pop(_queued(head, event.message_id)))
         case SeedEvent():
             _remember_once(head, event.message_id)
+        case CompactionEvent():
+            if not 0 <= event.tail_start <= head.seq:
+                raise InputError(f"a compaction's tail starts at {event.tail_start}, outside "
+                                 f"the ledger of session {head.session_id}")
+            # merged after a newer one (two turns raced): the newer summary stays in force
+            head.compacted_to = max(head.compacted_to, event.tail_start)
+            head.compactions += 1
         case InputRequested():
             if head.pending_input(event.input_id) is not None:
                 raise InputError(f"input {event.input_id} is already requested in session "

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from dormant._commit import CommitPolicy
 from dormant._control import write_asks
+from dormant._fork import fork_head
 from dormant._ids import now_ms
 from dormant._run import TurnInput, drain, run_turn
 from dormant.agent import (
@@ -29,7 +30,7 @@ from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
 from dormant.tools import Step, Tool, make_tool, tool_from_function
-from dormant.types import CommitResult, SessionSummary
+from dormant.types import CommitResult, SessionSummary, StoredSession
 
 if TYPE_CHECKING:
     from dormant.handlers import HandlerInput, Handlers
@@ -144,7 +145,43 @@ class Sessions:
             return False
         return self._store.has_once(session.session_id, "m:" + message_id)
 
+    def fork(self, session_id: str, at_version: int | None = None,
+             new_session_id: str | None = None, *, owner: str | None = None) -> Session:
+        """A new session whose history is ``session_id``'s up to ``at_version`` (default: its
+        current version), copy-on-write: the fork reads the source's events and writes only
+        its own, so writes to either never appear in the other. Edit-and-resend is a fork at
+        the version before a message, then the edited message.
+
+        ``owner``: the principal asking (the public API passes it): the source must be theirs
+        (else :class:`SessionNotFound`) and the fork is owned by them; without it (trusted
+        code) the fork has the source's owner. ``new_session_id``: the fork's id (minted when
+        None; ``InputError`` if taken)."""
+        sid = normalize_session_id(session_id)
+        new_sid = normalize_session_id(new_session_id) if new_session_id else mint_session_id()
+        if owner is not None and (not isinstance(owner, str) or not owner):
+            raise ValueError(f"owner must be a non-empty string, got {owner!r}")
+        source = self._store.load(sid, turns=None)
+        if source is None or not source.head.visible_to(owner):
+            raise SessionNotFound(sid)
+        head = source.head
+        at = head.version if at_version is None else at_version
+        if isinstance(at, bool) or not isinstance(at, int) or not 1 <= at <= head.version:
+            raise InputError(f"session {sid} has versions 1-{head.version}; cannot fork at "
+                             f"{at_version!r}")
+        end = head.seq if at == head.version else self._store.version_end(sid, at)
+        if end is None:
+            raise InputError(f"session {sid}: version {at} is not in the store any more")
+        fork = fork_head(source, at, end, new_sid, owner if owner is not None
+                         else head.principal)
+        result = self._store.fork(fork)
+        if not result.ok:
+            raise InputError(f"session {new_sid} already exists")
+        written = fork.model_copy(update={"version": result.version})
+        return Session.from_stored(StoredSession(written, list(source.events[:end]), 0))
+
     def delete(self, session_id: str) -> bool:
+        """Delete the session. Its forks keep working: what they read of it is kept, out of
+        sight, until the last of them is deleted; the id is free for a new session at once."""
         return self._store.delete(normalize_session_id(session_id))
 
     def list(self, *, principal: str | None = None, limit: int = 100) -> builtins.list[

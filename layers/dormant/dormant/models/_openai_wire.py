@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dormant._ids import new_id
 from dormant.events import Usage
@@ -19,6 +19,7 @@ from dormant.models._base import (
     ModelChunk,
     ModelError,
     ModelRequest,
+    ReasoningChunk,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
@@ -59,12 +60,18 @@ def responses_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
 
     The whole conversation is sent each call (dormant's ledger is the state; no
     ``previous_response_id``), so a session survives any number of deploys and model swaps.
+    An assistant message's reasoning items go back just before it, so a reasoning model keeps
+    its chain of thought across tool calls and turns.
     """
     items: list[dict[str, Any]] = []
     for message in request.messages:
         if isinstance(message, UserMessage):
             items.append({"role": message.role, "content": message.text})
         elif isinstance(message, AssistantMessage):
+            if message.text or message.tool_calls:
+                # The API rejects a reasoning item that no output item follows.
+                items.extend(item for item in message.reasoning
+                             if isinstance(item, dict) and item.get("type") == "reasoning")
             if message.text:
                 items.append({"role": "assistant", "content": message.text})
             items.extend({"type": "function_call", "call_id": call.call_id, "name": call.name,
@@ -159,7 +166,8 @@ def _usage_of_chat(usage: Any) -> Usage | None:
 
 
 class StreamFailed(ModelError):
-    """The API reported a failure inside an otherwise successful stream."""
+    """The API reported a failure inside an otherwise successful stream, or the stream ended
+    before its terminal event (code ``stream_incomplete``)."""
 
 
 def _failure(error: Any, default: str) -> StreamFailed:
@@ -168,12 +176,34 @@ def _failure(error: Any, default: str) -> StreamFailed:
     return StreamFailed(str(message), code=code)
 
 
+def _incomplete(what: str, events: int) -> StreamFailed:
+    return StreamFailed(f"the stream ended {what} after {events} events; the reply is "
+                        "incomplete and none of it was kept", code="stream_incomplete")
+
+
+def _item(item: Any) -> dict[str, Any]:
+    """A response output item as the JSON object the API sent (fields it left out stay
+    out), ready to be sent back as an input item."""
+    if isinstance(item, dict):
+        return dict(item)
+    as_dict = getattr(item, "to_dict", None)
+    if callable(as_dict):
+        return cast(dict[str, Any], as_dict(mode="json"))
+    return dict(vars(item))
+
+
 def responses_chunks(events: Iterable[Any]) -> Iterator[ModelChunk]:
-    """Responses API stream events → chunks. Tool calls are assembled per output item and
-    yielded in output order once the response is complete."""
+    """Responses API stream events → chunks. Reasoning items and tool calls are collected per
+    output item and yielded in output order once the response is complete; a stream that ends
+    without ``response.completed`` (or ``response.incomplete``) raises ``stream_incomplete``
+    so a cut reply is never taken for a whole one."""
     calls: dict[int, _Call] = {}
+    reasoning: dict[int, dict[str, Any]] = {}
     summary_at: tuple[str, int] | None = None
+    seen = 0
+    ended = False
     for event in events:
+        seen += 1
         kind = getattr(event, "type", None)
         if kind in ("response.output_text.delta", "response.refusal.delta"):
             yield TextDelta(event.delta)
@@ -187,7 +217,10 @@ def responses_chunks(events: Iterable[Any]) -> Iterator[ModelChunk]:
             yield ThoughtDelta(event.delta)
         elif kind in ("response.output_item.added", "response.output_item.done"):
             item = event.item
-            if getattr(item, "type", None) == "function_call":
+            if getattr(item, "type", None) == "reasoning":
+                if kind == "response.output_item.done":
+                    reasoning[event.output_index] = _item(item)
+            elif getattr(item, "type", None) == "function_call":
                 call = calls.setdefault(event.output_index, _Call())
                 call.call_id, call.name = item.call_id, item.name
                 if kind == "response.output_item.done":
@@ -197,7 +230,11 @@ def responses_chunks(events: Iterable[Any]) -> Iterator[ModelChunk]:
         elif kind == "response.function_call_arguments.done":
             calls.setdefault(event.output_index, _Call()).final = event.arguments
         elif kind in ("response.completed", "response.incomplete"):
+            ended = True
             usage = _usage_of_response(getattr(event.response, "usage", None))
+            for index in sorted(reasoning):
+                yield ReasoningChunk(reasoning[index])
+            reasoning.clear()
             for index in sorted(calls):
                 yield calls[index].chunk()
             calls.clear()
@@ -207,8 +244,8 @@ def responses_chunks(events: Iterable[Any]) -> Iterator[ModelChunk]:
             raise _failure(getattr(event.response, "error", None), "response_failed")
         elif kind == "error":
             raise _failure(event, "stream_error")
-    for index in sorted(calls):  # a stream cut short of response.completed
-        yield calls[index].chunk()
+    if not ended:  # the calls seen so far may be cut mid-argument: none is yielded
+        raise _incomplete("before response.completed", seen)
 
 
 def responses_result_chunks(response: Any) -> Iterator[ModelChunk]:
@@ -221,6 +258,7 @@ def responses_result_chunks(response: Any) -> Iterator[ModelChunk]:
             summary = "\n\n".join(part.text for part in getattr(item, "summary", None) or ())
             if summary:
                 yield ThoughtDelta(summary)
+            yield ReasoningChunk(_item(item))
         elif kind == "message":
             for part in item.content:
                 text = getattr(part, "text", None) or getattr(part, "refusal", None)
@@ -245,12 +283,19 @@ def _reasoning(delta: Any) -> str | None:
 
 def chat_chunks(chunks: Iterable[Any]) -> Iterator[ModelChunk]:
     """Chat Completions stream chunks → chunks. Tool-call fragments are keyed by their
-    ``index`` (parallel calls interleave) and yielded in index order at the end."""
+    ``index`` (parallel calls interleave) and yielded in index order at the end. A stream that
+    ends before any choice has a ``finish_reason`` was cut short: it raises
+    ``stream_incomplete`` (the client hides whether ``[DONE]`` came; a finished choice is what
+    every server sends)."""
     calls: dict[int, _Call] = {}
     usage: Usage | None = None
+    seen = 0
+    finished = False
     for chunk in chunks:
+        seen += 1
         usage = _usage_of_chat(getattr(chunk, "usage", None)) or usage
         for choice in getattr(chunk, "choices", None) or ():
+            finished = finished or getattr(choice, "finish_reason", None) is not None
             if getattr(choice, "index", 0) != 0:
                 continue
             delta = choice.delta
@@ -271,6 +316,8 @@ def chat_chunks(chunks: Iterable[Any]) -> Iterator[ModelChunk]:
                         call.name = function.name
                     if function.arguments:
                         call.parts.append(function.arguments)
+    if not finished:
+        raise _incomplete("before any choice finished", seen)
     for index in sorted(calls):
         yield calls[index].chunk()
     if usage is not None:

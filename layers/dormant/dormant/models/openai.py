@@ -9,6 +9,7 @@ for free.
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import re
 import threading
@@ -51,7 +52,15 @@ _API_CODES: dict[str, tuple[str, bool]] = {
     "model_not_found": ("model_not_found", False),
     "rate_limit_exceeded": ("rate_limited", True),
     "server_error": ("server_error", True),
+    # dormant's own codes, for failures with no HTTP status of their own
+    "connection_error": ("connection_error", True),
+    "timeout": ("timeout", True),
+    "stream_incomplete": ("stream_incomplete", True),
+    "stream_expected": ("stream_expected", False),
 }
+#: What compatible servers (vLLM, LiteLLM, llama.cpp...) say in a 400 when the conversation is
+#: too long, whatever ``code`` they send with it.
+_CONTEXT_TEXT = re.compile(r"context[ _-]?(window|length)|too many tokens", re.IGNORECASE)
 _HINTS = {
     "auth_failed": "check the API key (OPENAI_API_KEY, or the secret named by "
                    f"{ENV.OPENAI_SECRET} / {ENV.OPENAI_PARAMETER})",
@@ -59,14 +68,24 @@ _HINTS = {
                         "with app.context.history(limit=N) or start a new session",
     "insufficient_quota": "the OpenAI account has no quota left; check its plan and billing",
     "model_not_found": "check the model name and that the key may use it",
-    "rate_limited": "retried with backoff within the turn's time budget; lower the request "
-                    "rate or raise the account's limits",
+    "rate_limited": "lower the request rate or raise the account's limits",
+    "stream_incomplete": "the step is not kept; sending the same request again can succeed",
+    "stream_expected": "the server (a gateway or mock such as Prism?) ignored stream=true; "
+                       "use OpenAIModel(..., stream=False) with it",
 }
 _SECRET_TEXT = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{3,}")
 
 #: Backoff between retries: first delay, cap (seconds). ``Retry-After`` wins when present.
 _BACKOFF = 0.5
 _BACKOFF_CAP = 8.0
+#: The longest ``Retry-After`` (seconds) waited out; a server asking for more fails the call
+#: at once (``rate_limited`` for a 429, retryable) rather than holding the turn for minutes.
+RETRY_AFTER_CAP = 20.0
+#: Retries after a request timeout: it has already used the whole request timeout, so one
+#: more try at most.
+_TIMEOUT_RETRIES = 1
+#: How much of an error body that is not OpenAI-shaped is kept in the message.
+_BODY_TEXT = 500
 
 
 _MISSING = ("dormant.models.OpenAIModel needs the openai package: pip install "
@@ -102,14 +121,18 @@ class OpenAIModel:
     otherwise; set it False for servers that reject ``strict``. Rate limits (429), 408/409
     and 5xx responses and connection errors are retried up to ``max_retries`` times with
     backoff, within the turn's time budget; the client's own retries are turned off so the
-    budget holds. ``timeout`` caps each request (seconds; default the client's); a request
-    never outlives the turn's deadline either way. Other ``settings`` (``temperature``,
-    ``reasoning``, ``max_output_tokens``, ``store``, ``parallel_tool_calls``...) are passed to
-    the API call as they are.
+    budget holds. A ``Retry-After`` longer than :data:`RETRY_AFTER_CAP` (or than the time left)
+    is not waited out, and a request timeout is retried once at most. ``timeout`` caps each
+    request (seconds; default the client's); a request never outlives the turn's deadline
+    either way. Other ``settings`` (``temperature``, ``reasoning``, ``max_output_tokens``,
+    ``store``, ``parallel_tool_calls``...) are passed to the API call as they are; with
+    ``store=False`` the Responses API is asked for ``include=["reasoning.encrypted_content"]``
+    (unless ``include`` is given) so reasoning items can be sent back on the next calls.
 
     Failures raise :class:`~dormant.models.ModelError` with a ``code`` (``auth_failed``,
-    ``context_overflow``, ``invalid_request``, ``rate_limited``, ``server_error``...) and the
-    HTTP ``status``; the turn then ends in an ``error`` result and nothing is committed.
+    ``context_overflow``, ``invalid_request``, ``rate_limited``, ``server_error``,
+    ``stream_incomplete``...) and the HTTP ``status``; the turn then ends in an ``error``
+    result and nothing is committed.
     """
 
     def __init__(
@@ -190,18 +213,55 @@ class OpenAIModel:
         )
 
         body = self._body(request)
-        reply = self._call(body, signal)
+        reply, attempts = self._call(body, signal)
         if not self.streaming:
             whole = (responses_result_chunks(reply) if self.api == "responses"
                      else chat_result_chunks(reply))
-            yield from self._translated(whole, signal)
+            yield from self._translated(whole, signal, attempts)
             return
-        events = _Abortable(reply, signal)
-        parts = responses_chunks(events) if self.api == "responses" else chat_chunks(events)
         try:
-            yield from self._translated(parts, signal)
+            unstreamed = self._unstreamed(reply)
+            if unstreamed is not None:  # a server that ignored stream=true
+                whole = (responses_result_chunks(unstreamed) if self.api == "responses"
+                         else chat_result_chunks(unstreamed))
+                yield from self._translated(whole, signal, attempts)
+                return
+            events = _Abortable(reply, signal)
+            parts = responses_chunks(events) if self.api == "responses" else chat_chunks(events)
+            yield from self._translated(parts, signal, attempts, events)
         finally:
             reply.close()  # a consumer that stops early (abort, error) frees the connection
+
+    def _unstreamed(self, reply: Any) -> Any:
+        """The whole response when a streamed request was answered with a JSON body (Prism and
+        some gateways ignore ``stream``), parsed as the client parses an unstreamed one; None
+        for a real event stream. Iterating such a body as events would find none and pass for
+        an empty answer."""
+        response = getattr(reply, "response", None)
+        kind = str(response.headers.get("content-type", "")) if response is not None else ""
+        if "json" not in kind.split(";")[0].lower():
+            return None
+        try:
+            data = json.loads(response.read())
+        except ValueError as error:
+            raise self._error(None, "stream_expected", f"the server answered a streamed "
+                              f"request with {kind} that is not JSON") from error
+        except Exception as error:  # the transport's own types (which httpx the client runs on)
+            raise self._error(None, "connection_error", f"reading the response failed "
+                              f"({type(error).__name__}: {error})") from error
+        from openai.types.chat import ChatCompletion
+        from openai.types.responses import Response
+
+        shape, field = ((Response, "output") if self.api == "responses"
+                        else (ChatCompletion, "choices"))
+        if not isinstance(data, dict) or not isinstance(data.get(field), list):
+            failure = data.get("error") if isinstance(data, dict) else None
+            message = (failure.get("message") if isinstance(failure, dict) else failure)
+            raise self._error(None, "stream_expected", f"the server ignored stream=true and "
+                              f"answered with a JSON body that is not a response"
+                              + (f": {message}" if message else ""))
+        # construct: no validation, as the client parses replies (compatible servers vary)
+        return shape.construct(**data)
 
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         from dormant.models._openai_wire import chat_request, responses_request
@@ -216,46 +276,76 @@ class OpenAIModel:
         body["stream"] = self.streaming
         if self.api == "chat_completions" and self.streaming:  # usage arrives only if asked
             body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
+        if self.api == "responses" and body.get("store") is False and "include" not in body:
+            # Unstored reasoning can only be sent back encrypted: ask for it.
+            body["include"] = ["reasoning.encrypted_content"]
         return body
 
-    def _translated(self, chunks: Iterator[ModelChunk], signal: Signal
-                    ) -> Iterator[ModelChunk]:
+    def _translated(self, chunks: Iterator[ModelChunk], signal: Signal, attempts: int,
+                    events: _Abortable | None = None) -> Iterator[ModelChunk]:
         from dormant.models._openai_wire import StreamFailed
 
         openai = _sdk()
         try:
             yield from chunks
         except StreamFailed as error:
-            raise self._error(None, error.code, str(error)) from error
+            note = (f"reported inside the reply, after {_attempts(attempts)}; not retried"
+                    if error.code != "stream_incomplete" else "")
+            raise self._error(None, error.code, str(error), note) from error
         except openai.APIError as error:
             if signal.aborted:  # a read cut short by the turn's deadline
                 raise Aborted("the turn was aborted") from error
+            if events is not None and isinstance(error, openai.APITimeoutError):
+                raise self._error(None, "timeout", f"the stream stalled past the request "
+                                  f"timeout after {events.count} events") from error
+            if events is not None and isinstance(error, openai.APIConnectionError):
+                # connected and streaming, then cut: not the same as an unreachable API
+                raise self._error(None, "stream_incomplete", f"the connection closed "
+                                  f"mid-stream after {events.count} events") from error
             raise self._api_error(error) from error
 
-    def _call(self, body: dict[str, Any], signal: Signal) -> Any:
-        """One API call, retried on transient failures within the turn's time budget."""
+    def _call(self, body: dict[str, Any], signal: Signal) -> tuple[Any, int]:
+        """One API call, retried on transient failures within the turn's time budget: the
+        reply, and how many attempts it took."""
         client = self._openai()
         openai = _sdk()
         create = (client.responses.create if self.api == "responses"
                   else client.chat.completions.create)
         attempt = 0
+        timeouts = 0
         while True:
             signal.raise_if_aborted()
             try:
-                return cast(Any, create)(**body, **self._timeout(signal))
+                return cast(Any, create)(**body, **self._timeout(signal)), attempt + 1
             except openai.APIError as failure:
                 if signal.aborted:
                     raise Aborted("the turn was aborted") from failure
                 if not _retryable(failure):
                     raise self._api_error(failure) from failure
+                made = _attempts(attempt + 1)
                 if attempt >= self.max_retries:
-                    raise self._api_error(failure, f"gave up after {attempt + 1} attempts"
+                    raise self._api_error(failure, f"gave up after {made}, "
+                                                   f"max_retries={self.max_retries}"
                                           ) from failure
-                delay = _delay(attempt, failure)
+                if isinstance(failure, openai.APITimeoutError):
+                    timeouts += 1
+                    if timeouts > _TIMEOUT_RETRIES:  # each one used the whole request timeout
+                        raise self._api_error(failure, f"gave up after {made}; a timed-out "
+                                                       f"request is retried once") from failure
+                asked = _retry_after(failure)
+                delay = asked if asked is not None else _backoff(attempt)
                 remaining = signal.remaining()
                 if remaining is not None and delay >= remaining:
-                    raise self._api_error(failure, f"no time left in the turn to retry after "
-                                                   f"{attempt + 1} attempts") from failure
+                    wait = (f"the {asked:g} s the server asked to wait" if asked is not None
+                            else "the backoff")
+                    raise self._api_error(failure, f"no time left in the turn ({remaining:.1f}"
+                                                   f" s) for {wait}; not retried after {made}"
+                                          ) from failure
+                if asked is not None and asked > RETRY_AFTER_CAP:
+                    raise self._api_error(failure, f"the server asked to wait {asked:g} s, "
+                                                   f"longer than the {RETRY_AFTER_CAP:g} s "
+                                                   f"dormant waits; not retried after {made}"
+                                          ) from failure
                 if signal.wait(delay):
                     raise Aborted("the turn was aborted") from failure
                 attempt += 1
@@ -289,8 +379,7 @@ class OpenAIModel:
     def _api_error(self, error: openai.APIError, note: str = "") -> ModelError:
         openai = _sdk()
         status = getattr(error, "status_code", None)
-        body = error.body if isinstance(error.body, dict) else {}
-        message = str(body.get("message") or error.message)
+        message = _explanation(error)
         if isinstance(error, openai.APITimeoutError):
             return self._error(None, "timeout", "the request timed out", note)
         if isinstance(error, openai.APIConnectionError):
@@ -300,7 +389,7 @@ class OpenAIModel:
 
     def _error(self, status: int | None, api_code: str | None, message: str,
                note: str = "") -> ModelError:
-        code, retryable = _classify(status, api_code)
+        code, retryable = _classify(status, api_code, message)
         where = "Responses API" if self.api == "responses" else "Chat Completions"
         detail = f"{status} {api_code or code}" if status else (api_code or code)
         text = f"OpenAI {where} call for model {self.model!r} failed ({detail}): {message}"
@@ -313,7 +402,10 @@ class OpenAIModel:
                           retryable=retryable)
 
 
-def _classify(status: int | None, api_code: str | None) -> tuple[str, bool]:
+def _classify(status: int | None, api_code: str | None, message: str = ""
+              ) -> tuple[str, bool]:
+    if status == 400 and _CONTEXT_TEXT.search(message):
+        return "context_overflow", False
     if api_code in _API_CODES:
         return _API_CODES[api_code]
     if status is not None and status >= 500:
@@ -332,9 +424,34 @@ def _retryable(error: openai.APIError) -> bool:
     return _classify(error.status_code, error.code)[1]
 
 
-def _delay(attempt: int, error: openai.APIError) -> float:
-    """Seconds before the next attempt: the server's ``Retry-After`` if it sent one, else
-    exponential backoff with jitter."""
+def _explanation(error: openai.APIError) -> str:
+    """What the server said went wrong: OpenAI's ``message``, else a problem+json
+    ``title``/``detail`` or a ``{"detail": ...}`` body (FastAPI, gateways), else the body's
+    text; the client's own message (``Error code: 400``) only when the body says nothing."""
+    body = error.body
+    if isinstance(body, dict):
+        if isinstance(body.get("message"), str) and body["message"]:
+            return str(body["message"])
+        parts = [part if isinstance(part, str) else json.dumps(part, ensure_ascii=False)
+                 for part in (body.get("title"), body.get("detail")) if part]
+        if parts:
+            return _clipped(": ".join(parts))
+    elif isinstance(body, str) and body.strip():
+        return _clipped(body)
+    return str(error.message)
+
+
+def _clipped(text: str) -> str:
+    text = " ".join(text.split())  # an HTML error page on one line
+    return text if len(text) <= _BODY_TEXT else text[:_BODY_TEXT] + "…"
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt" + ("s" if count != 1 else "")
+
+
+def _retry_after(error: openai.APIError) -> float | None:
+    """The seconds the server's ``Retry-After`` (or ``retry-after-ms``) asks for, if any."""
     response = getattr(error, "response", None)
     headers = response.headers if response is not None else {}
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
@@ -343,7 +460,12 @@ def _delay(attempt: int, error: openai.APIError) -> float:
             try:
                 return max(0.0, float(value) * scale)
             except ValueError:
-                pass
+                pass  # an HTTP date: rare from these APIs; backoff instead
+    return None
+
+
+def _backoff(attempt: int) -> float:
+    """Exponential backoff with jitter, for a failure with no ``Retry-After``."""
     backoff: float = min(_BACKOFF_CAP, _BACKOFF * 2 ** attempt)
     return backoff * (0.5 + random.random() / 2)
 
@@ -354,6 +476,8 @@ class _Abortable:
     def __init__(self, reply: Any, signal: Signal) -> None:
         self._reply = reply
         self._signal = signal
+        #: Events read so far (what a cut stream's error reports).
+        self.count = 0
 
     def __iter__(self) -> Iterator[Any]:
         events = iter(self._reply)
@@ -364,6 +488,7 @@ class _Abortable:
             except StopIteration:
                 return
             self._check()
+            self.count += 1
             yield event
 
     def _check(self) -> None:

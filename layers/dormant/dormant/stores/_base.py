@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from dormant._head import COMMIT_WINDOW, Head, status_of
 from dormant._ids import now_ms
 from dormant.events import Event, QueuedEvent, RetryEvent, SeedEvent, UserEvent
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
-__all__ = ["Store", "commit_head", "once_keys", "status_of"]
+__all__ = ["Store", "commit_head", "lineage_key", "once_keys", "status_of"]
 
 
 @runtime_checkable
@@ -23,9 +23,27 @@ class Store(Protocol):
     :class:`dormant.errors.StoreError`.
     """
 
-    def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
-        """The head and the ledger from the start of the ``turns``-th most recent turn
-        (``None``: the whole ledger; ``0``: no events). ``None`` if there is no such session."""
+    def load(self, session_id: str, *, turns: int | None = None,
+             compacted: bool = False) -> StoredSession | None:
+        """The head and the ledger from ``head.window_start(turns, compacted=compacted)``: the
+        start of the ``turns``-th most recent turn (``None``: the whole ledger; ``0``: no
+        events), and with ``compacted`` no earlier than the latest compaction's tail. ``None``
+        if there is no such session. A fork's positions before its fork point are read from
+        the sessions its ``head.lineage`` names (never copied into the fork)."""
+        ...
+
+    def fork(self, head: Head) -> CommitResult:
+        """Create the fork ``head`` describes (version 1, no events of its own: positions
+        below ``head.seq`` are its lineage's) iff no session holds its id (else
+        ``CommitResult(ok=False, conflict=True, current_version=N)``, nothing written), and
+        record it on every session of its lineage, so deleting one of those keeps what the
+        fork reads. Raises :class:`dormant.errors.SessionNotFound` if a lineage session is
+        gone."""
+        ...
+
+    def version_end(self, session_id: str, version: int) -> int | None:
+        """The ledger position just after the events of ``version`` (the session's ``seq`` at
+        that version); None if the session has no such version."""
         ...
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
@@ -62,7 +80,9 @@ class Store(Protocol):
         ...
 
     def delete(self, session_id: str) -> bool:
-        """Remove the session and its ledger; ``False`` if there was none."""
+        """Remove the session and its ledger; ``False`` if there was none. While forks read
+        its events (a fork's lineage names it) those are kept, out of sight — the id is free
+        for a new session at once — and go when the last such fork is deleted."""
         ...
 
     def list(self, *, principal: str | None = None, limit: int = 100) -> list[SessionSummary]:
@@ -93,3 +113,9 @@ def once_keys(events: Sequence[Event]) -> list[str]:
         elif isinstance(event, RetryEvent):
             keys.append("r:" + event.retry_id)
     return keys
+
+
+def lineage_key(segment: dict[str, Any]) -> tuple[str, int]:
+    """The incarnation a lineage segment reads: its session id and that session's creation
+    time (a session deleted and made again under the same id is another incarnation)."""
+    return str(segment["session"]), int(segment["created_at"])

@@ -8,11 +8,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dormant._head import Head
+from dormant.errors import SessionNotFound
 from dormant.events import Event
-from dormant.stores._base import commit_head, once_keys, status_of
+from dormant.stores._base import commit_head, lineage_key, once_keys, status_of
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
+
+_Key = tuple[str, int]
 
 
 @dataclass
@@ -24,6 +27,18 @@ class _Row:
     principal: str | None
     events: list[Event] = field(default_factory=list)
     once: set[str] = field(default_factory=set)
+    #: The ledger's length after each version (``ends[v - 1]``: after version ``v``).
+    ends: list[int] = field(default_factory=list)
+    #: Ledger position of ``events[0]`` (a fork's own events start at its fork point).
+    base: int = 0
+
+    def own(self, start: int, end: int | None = None) -> list[Event]:
+        """The row's own events at positions ``start`` … ``end - 1``."""
+        return self.events[max(start - self.base, 0):None if end is None else end - self.base]
+
+    @property
+    def key(self) -> _Key:
+        return self.head.session_id, self.head.created_at
 
 
 class MemoryStore:
@@ -33,24 +48,53 @@ class MemoryStore:
     stores.)
 
     Control records live beside the rows, keyed by session id: one may exist before the
-    session's first commit (``write_control`` at ``head_version=0``)."""
+    session's first commit (``write_control`` at ``head_version=0``).
+
+    A fork's row holds its own events only (from its fork point on); what it inherits is read from the rows its lineage names. A
+    deleted session that forks still read moves to ``_retired`` until the last is deleted."""
 
     def __init__(self) -> None:
         self._rows: dict[str, _Row] = {}
+        self._retired: dict[_Key, _Row] = {}
+        #: incarnation -> the forks whose lineage names it
+        self._forks: dict[_Key, set[str]] = {}
         self._controls: dict[str, Control] = {}
         self._lock = threading.Lock()
 
-    def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
+    def load(self, session_id: str, *, turns: int | None = None,
+             compacted: bool = False) -> StoredSession | None:
         with self._lock:
             row = self._rows.get(session_id)
             if row is None:
                 return None
-            head, events = row.head.clone(), row.events
-            start = head.window_start(turns)
-            window = events[start:] if start else list(events)
+            head = row.head.clone()
+            start = head.window_start(turns, compacted=compacted)
+            window = self._window(row, start)
             control = self._controls.get(session_id)
         return StoredSession(head, window, start,
                              control.model_copy(deep=True) if control is not None else None)
+
+    def _window(self, row: _Row, start: int) -> list[Event]:
+        """Positions ``start`` … of ``row``'s ledger, inherited ones from their sessions."""
+        window: list[Event] = []
+        below = 0
+        for segment in row.head.lineage:
+            end = int(segment["end"])
+            if start < end:
+                window.extend(self._source(segment).own(max(start, below), end))
+            below = end
+        window.extend(row.own(start))
+        return window
+
+    def _source(self, segment: dict[str, object]) -> _Row:
+        key = lineage_key(segment)
+        retired = self._retired.get(key)
+        if retired is not None:
+            return retired
+        row = self._rows.get(key[0])
+        if row is None or row.head.created_at != key[1]:
+            raise SessionNotFound(key[0])
+        return row
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         written = commit_head(head.clone(), expected_version, events)
@@ -66,12 +110,38 @@ class MemoryStore:
                 row = _Row(written, written.version, written.updated_at, "active", head.principal)
                 self._rows[head.session_id] = row
             row.events.extend(events)
+            self._commit(row, written)
             row.once.update(keys)
-            row.head = written
-            row.version = written.version
-            row.updated_at = written.updated_at
-            row.status = status_of(written)
         return CommitResult(ok=True, version=written.version)
+
+    def _commit(self, row: _Row, written: Head) -> None:
+        row.head = written
+        row.version = written.version
+        row.updated_at = written.updated_at
+        row.status = status_of(written)
+        row.ends.append(written.seq)
+
+    def fork(self, head: Head) -> CommitResult:
+        written = commit_head(head.clone(), 0)
+        with self._lock:
+            row = self._rows.get(head.session_id)
+            if row is not None:
+                return CommitResult(ok=False, conflict=True, current_version=row.version)
+            for segment in head.lineage:
+                self._source(segment)  # raises if a source is gone
+            row = _Row(written, 0, 0, "active", head.principal, base=head.fork_point)
+            self._commit(row, written)
+            self._rows[head.session_id] = row
+            for segment in head.lineage:
+                self._forks.setdefault(lineage_key(segment), set()).add(head.session_id)
+        return CommitResult(ok=True, version=written.version)
+
+    def version_end(self, session_id: str, version: int) -> int | None:
+        with self._lock:
+            row = self._rows.get(session_id)
+            if row is None or not 1 <= version <= len(row.ends):
+                return None
+            return row.ends[version - 1]
 
     def has_once(self, session_id: str, key: str) -> bool:
         with self._lock:
@@ -81,7 +151,9 @@ class MemoryStore:
     def landed(self, session_id: str, seq: int, event_id: str) -> bool:
         with self._lock:
             row = self._rows.get(session_id)
-            return row is not None and seq < len(row.events) and row.events[seq].id == event_id
+            if row is None or not row.base <= seq < row.base + len(row.events):
+                return False
+            return row.events[seq - row.base].id == event_id
 
     def read_control(self, session_id: str) -> Control | None:
         with self._lock:
@@ -103,7 +175,19 @@ class MemoryStore:
     def delete(self, session_id: str) -> bool:
         with self._lock:
             self._controls.pop(session_id, None)
-            return self._rows.pop(session_id, None) is not None
+            row = self._rows.pop(session_id, None)
+            if row is None:
+                return False
+            if self._forks.get(row.key):
+                self._retired[row.key] = row  # forks still read it
+            for segment in row.head.lineage:
+                key = lineage_key(segment)
+                readers = self._forks.get(key, set())
+                readers.discard(session_id)
+                if not readers:
+                    self._forks.pop(key, None)
+                    self._retired.pop(key, None)  # its last fork is gone
+            return True
 
     def list(self, *, principal: str | None = None, limit: int = 100) -> list[SessionSummary]:
         with self._lock:

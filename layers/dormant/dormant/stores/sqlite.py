@@ -1,6 +1,6 @@
 """The SQLite store: embedded and durable, the local server's default.
 
-One file, WAL mode. Five tables:
+One file, WAL mode. Six tables:
 
 - ``sessions``: one row per session, the head (JSON) and its version;
 - ``events``: the ledger, one row per event, keyed by ``(session_id, seq)``;
@@ -10,6 +10,10 @@ One file, WAL mode. Five tables:
 - ``controls``: the session's control record (stop / steer / pause asked of the running turn),
   one row per session: its revision and its JSON. It may exist before the session's first
   commit, and commits never touch it.
+- ``forks``: which forks read which session's events (a fork's rows hold only its own events;
+  its ``head.lineage`` names where the rest are). A deleted session that forks still read
+  keeps its events under the archive id ``~<session id>@<created at>`` (no session id has a
+  ``~``) until the last of those forks is deleted.
 
 A commit runs in one ``BEGIN IMMEDIATE`` transaction: it checks the stored version, inserts its
 ``(session_id, version)`` row and its events, and moves the head. Optimistic concurrency *is*
@@ -38,20 +42,23 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from dormant._head import Head
 from dormant._lru import Lru
-from dormant.errors import StoreError
+from dormant.errors import SessionNotFound, StoreError
 from dormant.events import Event, load_event
-from dormant.stores._base import commit_head, once_keys, status_of
+from dormant.stores._base import commit_head, lineage_key, once_keys, status_of
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["SqliteStore"]
 
 #: Schema version written to ``PRAGMA user_version``; bump it only with a migration.
 #: 2 added ``once_keys`` (created by the schema script, so a version-1 file migrates itself);
-#: 3 added ``controls`` (likewise created by the schema script: nothing to backfill).
-SCHEMA_VERSION = 3
+#: 3 added ``controls`` (likewise created by the schema script: nothing to backfill);
+#: 4 added ``forks`` and ``commits.end_seq`` (the ledger's length after each version: a fork
+#: at a version of a session committed before it cannot be made).
+SCHEMA_VERSION = 4
 #: Seconds a writer waits for another process's write lock before failing.
 BUSY_TIMEOUT = 30.0
 #: Decoded events kept across loads, all sessions together (see the module's docstring).
@@ -71,7 +78,14 @@ CREATE TABLE IF NOT EXISTS commits (
     session_id   TEXT NOT NULL,
     version      INTEGER NOT NULL,
     committed_at INTEGER NOT NULL,
+    end_seq      INTEGER,
     PRIMARY KEY (session_id, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS forks (
+    source     TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    fork       TEXT NOT NULL,
+    PRIMARY KEY (source, created_at, fork)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS once_keys (
     session_id TEXT NOT NULL,
@@ -141,6 +155,8 @@ class SqliteStore:
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path} was written by a newer dormant (schema "
                                  f"{version} > {SCHEMA_VERSION}); upgrade dormant")
+            if 0 < version < 4:  # a file made before commits.end_seq
+                conn.execute("ALTER TABLE commits ADD COLUMN end_seq INTEGER")
             conn.executescript(_SCHEMA)
             if version == 1:  # schema 1 had no once_keys: the ledger holds every message id
                 conn.execute(_BACKFILL_ONCE_KEYS)
@@ -188,15 +204,16 @@ class SqliteStore:
 
     # --- the Store protocol --------------------------------------------------------------------
 
-    def load(self, session_id: str, *, turns: int | None = None) -> StoredSession | None:
+    def load(self, session_id: str, *, turns: int | None = None,
+             compacted: bool = False) -> StoredSession | None:
         kept = self._decoded.get(session_id)
         try:
-            return self._load(session_id, turns, kept)
+            return self._load(session_id, turns, compacted, kept)
         except _Stale:  # not the rows it kept: read afresh
             self._decoded.pop(session_id)
-            return self._load(session_id, turns, None)
+            return self._load(session_id, turns, compacted, None)
 
-    def _load(self, session_id: str, turns: int | None,
+    def _load(self, session_id: str, turns: int | None, compacted: bool,
               kept: _Decoded | None) -> StoredSession | None:
         with self._connection() as conn:
             try:
@@ -208,13 +225,15 @@ class SqliteStore:
                     self._decoded.pop(session_id)
                     return None
                 head = Head.model_validate_json(row[0])
-                start = head.window_start(turns)
+                wanted = head.window_start(turns, compacted=compacted)
+                start = max(wanted, head.fork_point)  # the session's own rows start there
                 if kept is not None and not kept.start <= start < kept.end <= head.seq:
                     kept = None
                 bodies = conn.execute(
                     "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
                     "ORDER BY seq", (session_id, kept.end - 1 if kept else start, head.seq),
                 ).fetchall()
+                inherited = _inherited(conn, head, wanted) if wanted < start else []
                 control = _control(conn, session_id)
                 conn.rollback()
             except sqlite3.Error as error:
@@ -230,6 +249,8 @@ class SqliteStore:
             first = start
         if events:
             self._decoded.put(session_id, _Decoded(first, events, bodies[-1][0]))
+        if inherited:
+            return StoredSession(head, inherited + events[start - first:], wanted, control)
         return StoredSession(head, events[start - first:], start, control)
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
@@ -248,8 +269,9 @@ class SqliteStore:
                     conn.rollback()
                     return CommitResult(ok=False, conflict=current != expected_version,
                                         current_version=current, duplicate=held)
-                conn.execute("INSERT INTO commits (session_id, version, committed_at) "
-                             "VALUES (?, ?, ?)", (sid, written.version, written.updated_at))
+                conn.execute("INSERT INTO commits (session_id, version, committed_at, end_seq) "
+                             "VALUES (?, ?, ?, ?)",
+                             (sid, written.version, written.updated_at, written.seq))
                 conn.executemany("INSERT INTO once_keys (session_id, key) VALUES (?, ?)", keys)
                 conn.executemany("INSERT INTO events (session_id, seq, type, body) "
                                  "VALUES (?, ?, ?, ?)", rows)
@@ -269,6 +291,46 @@ class SqliteStore:
             except sqlite3.Error as error:
                 raise StoreError(f"cannot write session {sid} to {self.path}: {error}") from error
         return CommitResult(ok=True, version=written.version)
+
+    def fork(self, head: Head) -> CommitResult:
+        written = commit_head(head, 0)
+        sid = head.session_id
+        with self._connection() as conn:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                current = _version(conn, sid)
+                if current:
+                    conn.rollback()
+                    return CommitResult(ok=False, conflict=True, current_version=current)
+                for segment in head.lineage:
+                    _source_id(conn, segment)  # raises if the source is gone
+                conn.execute("INSERT INTO commits (session_id, version, committed_at, end_seq) "
+                             "VALUES (?, ?, ?, ?)",
+                             (sid, written.version, written.updated_at, written.seq))
+                conn.executemany("INSERT OR IGNORE INTO forks (source, created_at, fork) "
+                                 "VALUES (?, ?, ?)",
+                                 [(*lineage_key(segment), sid) for segment in head.lineage])
+                conn.execute("INSERT INTO sessions (session_id, version, status, principal, "
+                             "updated_at, head) VALUES (?, ?, ?, ?, ?, ?)",
+                             (sid, written.version, status_of(written), written.principal,
+                              written.updated_at, written.model_dump_json()))
+                conn.commit()
+            except sqlite3.IntegrityError:
+                conn.rollback()
+                return CommitResult(ok=False, conflict=True, current_version=self._current(sid))
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot write session {sid} to {self.path}: {error}") from error
+        return CommitResult(ok=True, version=written.version)
+
+    def version_end(self, session_id: str, version: int) -> int | None:
+        with self._connection() as conn:
+            try:
+                row = conn.execute("SELECT end_seq FROM commits WHERE session_id = ? AND "
+                                   "version = ?", (session_id, version)).fetchone()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot read session {session_id} from {self.path}: "
+                                 f"{error}") from error
+        return int(row[0]) if row is not None and row[0] is not None else None
 
     def has_once(self, session_id: str, key: str) -> bool:
         with self._connection() as conn:
@@ -325,9 +387,19 @@ class SqliteStore:
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                row = conn.execute("SELECT head FROM sessions WHERE session_id = ?",
+                                   (session_id,)).fetchone()
                 deleted = conn.execute("DELETE FROM sessions WHERE session_id = ?",
                                        (session_id,)).rowcount
+                head = Head.model_validate_json(row[0]) if row is not None else None
+                if head is not None and conn.execute(
+                        "SELECT 1 FROM forks WHERE source = ? AND created_at = ? LIMIT 1",
+                        (session_id, head.created_at)).fetchone() is not None:
+                    conn.execute("UPDATE events SET session_id = ? WHERE session_id = ?",
+                                 (_archive_id(session_id, head.created_at), session_id))
                 conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+                for segment in head.lineage if head is not None else ():
+                    _release(conn, segment, session_id)
                 conn.execute("DELETE FROM commits WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM once_keys WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM controls WHERE session_id = ?", (session_id,))
@@ -364,6 +436,51 @@ def _held(conn: sqlite3.Connection, session_id: str, keys: list[str]) -> str | N
                         (session_id, key)).fetchone() is not None:
             return key
     return None
+
+
+def _archive_id(session_id: str, created_at: int) -> str:
+    """Where a deleted session's events wait for the last fork that reads them."""
+    return f"~{session_id}@{created_at}"
+
+
+def _source_id(conn: sqlite3.Connection, segment: dict[str, Any]) -> str:
+    """The rows' session id holding a lineage segment's events: its archive, once the
+    session was deleted, else the live session (the incarnation the segment names)."""
+    sid, created_at = lineage_key(segment)
+    archive = _archive_id(sid, created_at)
+    if conn.execute("SELECT 1 FROM events WHERE session_id = ? LIMIT 1",
+                    (archive,)).fetchone() is not None:
+        return archive
+    row = conn.execute("SELECT head FROM sessions WHERE session_id = ?", (sid,)).fetchone()
+    if row is None or Head.model_validate_json(row[0]).created_at != created_at:
+        raise SessionNotFound(sid)
+    return sid
+
+
+def _inherited(conn: sqlite3.Connection, head: Head, start: int) -> list[Event]:
+    """A fork's inherited events from position ``start`` to its fork point."""
+    events: list[Event] = []
+    below = 0
+    for segment in head.lineage:
+        end = int(segment["end"])
+        if start < end:
+            rows = conn.execute(
+                "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
+                "ORDER BY seq", (_source_id(conn, segment), max(start, below), end)).fetchall()
+            events.extend(load_event(body) for (body,) in rows)
+        below = end
+    return events
+
+
+def _release(conn: sqlite3.Connection, segment: dict[str, Any], fork: str) -> None:
+    """``fork`` no longer reads ``segment``'s session: the last reader of a deleted one
+    takes its archived events with it."""
+    sid, created_at = lineage_key(segment)
+    conn.execute("DELETE FROM forks WHERE source = ? AND created_at = ? AND fork = ?",
+                 (sid, created_at, fork))
+    if conn.execute("SELECT 1 FROM forks WHERE source = ? AND created_at = ? LIMIT 1",
+                    (sid, created_at)).fetchone() is None:
+        conn.execute("DELETE FROM events WHERE session_id = ?", (_archive_id(sid, created_at),))
 
 
 def _control(conn: sqlite3.Connection, session_id: str) -> Control | None:

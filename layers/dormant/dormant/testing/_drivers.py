@@ -154,8 +154,9 @@ class KitStore:
         with self._read:
             return self._read.wait_for(lambda: self._reads >= count, timeout)
 
-    def load(self, session_id: str, *, turns: int | None = None) -> Any:
-        return self.inner.load(session_id, turns=turns)
+    def load(self, session_id: str, *, turns: int | None = None,
+             compacted: bool = False) -> Any:
+        return self.inner.load(session_id, turns=turns, compacted=compacted)
 
     def append(self, head: Any, events: Any, *, expected_version: int) -> Any:
         return self.inner.append(head, events, expected_version=expected_version)

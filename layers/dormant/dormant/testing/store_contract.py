@@ -13,7 +13,7 @@ import time
 import pytest
 
 import dormant
-from dormant.events import UserEvent
+from dormant.events import CompactionEvent, StateDelta, UserEvent
 from dormant.session import Session
 from dormant.stores import Store
 from dormant.types import Control, ControlSteer, ControlStop
@@ -449,3 +449,114 @@ class StoreContract:
         assert seen and all(control == written for control in seen)
         stored = store.load("session_polled")
         assert stored is not None and stored.head.version == 11 and stored.control == written
+
+    # --- long sessions: compaction windows and forks -----------------------------------------
+
+    def test_a_compacted_window_starts_at_the_latest_compactions_tail(self, store: Store) -> None:
+        app = _app(store)
+        session = app.sessions.create("compacted")
+        for n in range(6):
+            session.input.message(f"turn {n}")
+            assert app.sessions.commit(session).ok
+        tail = session.head.turn_starts[-2]  # turns 4 and 5 stay as they are
+        session._append(CompactionEvent(summary="turns 0-3: greetings", tail_start=tail,
+                                        turns=4))
+        assert app.sessions.commit(session).ok
+        session.input.message("turn 6")
+        assert app.sessions.commit(session).ok
+
+        compacted = store.load("session_compacted", compacted=True)
+        assert compacted is not None and compacted.first_seq == tail
+        assert [e.type for e in compacted.events] == ["user", "user", "compaction", "user"]
+        narrow = store.load("session_compacted", turns=1, compacted=True)
+        assert narrow is not None and [e.type for e in narrow.events] == ["user"]
+        whole = store.load("session_compacted")
+        assert whole is not None and len(whole.events) == 8  # nothing is deleted
+        assert whole.head.compacted_to == tail and whole.head.compactions == 1
+
+    def _numbered(self, app: dormant.App, name: str, turns: int) -> Session:
+        session = app.sessions.create(name)
+        for n in range(turns):
+            session.input.message(f"{name} {n}")
+            session._append(StateDelta(patch=[{"op": "add", "path": "/n", "value": n + 1}]))
+            assert app.sessions.commit(session).ok
+        return session
+
+    def test_a_fork_at_version_n_sees_exactly_the_sources_first_n_versions(
+            self, store: Store) -> None:
+        app = _app(store)
+        self._numbered(app, "source", 5)  # versions 2-6 hold messages 0-4
+        fork = app.sessions.fork("source", at_version=4, new_session_id="fork")
+        assert fork.session_id == "session_fork" and fork.version == 1
+        assert fork.head.fork_of == {"session": "session_source", "version": 4, "seq": 6}
+        loaded = app.sessions.get("fork")
+        assert loaded is not None
+        assert [e.text for e in loaded.events if isinstance(e, UserEvent)] == [
+            "source 0", "source 1", "source 2"]
+        assert loaded.state == {"n": 3}
+        source = app.sessions.get("source")
+        assert source is not None
+        assert [e.id for e in loaded.events] == [e.id for e in source.events[:6]]
+        latest = app.sessions.fork("source")
+        assert len(latest.events) == 10 and latest.state == {"n": 5}
+
+    def test_writes_to_either_side_never_appear_in_the_other(self, store: Store) -> None:
+        app = _app(store)
+        source = self._numbered(app, "left", 3)
+        fork = app.sessions.fork("left", new_session_id="right")
+        fork.input.message("only on the right")
+        assert app.sessions.commit(fork).ok
+        source.input.message("only on the left")
+        assert app.sessions.commit(source).ok
+
+        def texts(sid: str, turns: int | None = None) -> list[str]:
+            stored = store.load(sid, turns=turns)
+            assert stored is not None
+            return [e.text for e in stored.events if isinstance(e, UserEvent)]
+
+        assert texts("session_left") == ["left 0", "left 1", "left 2", "only on the left"]
+        assert texts("session_right") == ["left 0", "left 1", "left 2", "only on the right"]
+        # a window reaching back past the fork point reads the inherited turns too
+        assert texts("session_right", turns=2) == ["left 2", "only on the right"]
+        assert texts("session_right", turns=1) == ["only on the right"]
+
+    def test_a_fork_refuses_a_taken_id_a_missing_source_and_a_bad_version(
+            self, store: Store) -> None:
+        app = _app(store)
+        self._numbered(app, "origin", 2)
+        app.sessions.create("taken")
+        with pytest.raises(dormant.InputError, match="already exists"):
+            app.sessions.fork("origin", new_session_id="taken")
+        with pytest.raises(dormant.SessionNotFound):
+            app.sessions.fork("nowhere")
+        for bad in (0, 4, -1):
+            with pytest.raises(dormant.InputError, match="versions 1-3"):
+                app.sessions.fork("origin", at_version=bad)
+        with pytest.raises(dormant.SessionNotFound):  # another principal's session
+            app.sessions.fork("origin", owner="mallory")
+
+    def test_deleting_the_source_keeps_its_forks_and_frees_the_id(self, store: Store) -> None:
+        app = _app(store)
+        self._numbered(app, "doomed", 3)
+        child = app.sessions.fork("doomed", new_session_id="child")
+        child.input.message("child's own")
+        assert app.sessions.commit(child).ok
+        grandchild = app.sessions.fork("child", new_session_id="grandchild")
+        assert app.sessions.delete("doomed")
+        assert app.sessions.get("doomed") is None
+
+        reborn = app.sessions.create("doomed")
+        reborn.input.message("a new life")
+        assert app.sessions.commit(reborn).ok
+        for sid in ("child", "grandchild"):
+            loaded = app.sessions.get(sid)
+            assert loaded is not None
+            assert [e.text for e in loaded.events if isinstance(e, UserEvent)] == [
+                "doomed 0", "doomed 1", "doomed 2", "child's own"]
+        assert app.sessions.delete("child")  # the middle of the chain
+        loaded = app.sessions.get("grandchild")
+        assert loaded is not None and len(loaded.events) == len(grandchild.events) == 7
+        assert app.sessions.delete("grandchild")
+        again = app.sessions.get("doomed")
+        assert again is not None
+        assert [e.text for e in again.events if isinstance(e, UserEvent)] == ["a new life"]
