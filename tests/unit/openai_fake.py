@@ -28,6 +28,7 @@ __all__ = [
     "chat_json",
     "chat_stream",
     "error",
+    "raw",
     "responses_json",
     "responses_stream",
 ]
@@ -68,13 +69,19 @@ class Call:
 
 @dataclass
 class Reply:
-    """One scripted HTTP response: an SSE stream (``events``) or a JSON body."""
+    """One scripted HTTP response: an SSE stream (``events``) or a body (JSON, or a ``str``
+    sent as it is with ``content_type``)."""
 
     status: int = 200
     body: Any = None
     events: list[tuple[str | None, dict[str, Any]]] | None = None
     done_marker: bool = False
     headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    #: Drop the connection after this many SSE frames, mid-body (no final chunk).
+    cut_after: int | None = None
+    #: Seconds to stay silent before answering at all, or until ``release`` (timeout tests).
+    stall: float = 0.0
     #: Pause after this many events until ``release`` is set (abort tests).
     pause_after: int | None = None
     release: threading.Event = field(default_factory=threading.Event)
@@ -154,6 +161,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply is None:
             reply = error(500, "the fake server has no scripted reply for this request",
                           code="unscripted")
+        if reply.stall:
+            reply.paused.set()
+            reply.release.wait(reply.stall)
         if reply.events is None:
             self._json(reply)
         else:
@@ -161,9 +171,10 @@ class _Handler(BaseHTTPRequestHandler):
         reply.finished.set()
 
     def _json(self, reply: Reply) -> None:
-        data = json.dumps(reply.body).encode()
+        text = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+        data = text.encode()
         self.send_response(reply.status)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", reply.content_type)
         self.send_header("content-length", str(len(data)))
         for name, value in reply.headers.items():
             self.send_header(name, value)
@@ -183,6 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
             frames.append("data: [DONE]\n\n")
         try:
             for index, frame in enumerate(frames):
+                if reply.cut_after is not None and index == reply.cut_after:
+                    self.close_connection = True  # hang up without the final chunk
+                    return
                 if reply.pause_after is not None and index == reply.pause_after:
                     reply.paused.set()
                     reply.release.wait(10)
@@ -210,6 +224,12 @@ def error(status: int, message: str, *, code: str | None = None,
     """An error response as OpenAI sends it: ``{"error": {message, type, param, code}}``."""
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return Reply(status=status, body=body, headers=headers or {})
+
+
+def raw(status: int, body: Any, content_type: str = "application/json") -> Reply:
+    """A response that is not OpenAI-shaped: a gateway's or framework's own error body
+    (problem+json, ``{"detail": ...}``, plain text, HTML)."""
+    return Reply(status=status, body=body, content_type=content_type)
 
 
 # --- Responses API ----------------------------------------------------------------------------
@@ -240,11 +260,17 @@ def _pieces(text: str, size: int) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)] or [""]
 
 
-def _output_items(text: str, calls: list[Call], summary: list[str]) -> list[dict[str, Any]]:
+def _output_items(text: str, calls: list[Call], summary: list[str],
+                  encrypted: str | None = None, reasoning_id: str = "rs_1"
+                  ) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    if summary:
-        items.append({"id": "rs_1", "type": "reasoning", "status": "completed",
-                      "summary": [{"type": "summary_text", "text": s} for s in summary]})
+    if summary or encrypted is not None:
+        reasoning: dict[str, Any] = {
+            "id": reasoning_id, "type": "reasoning", "status": "completed",
+            "summary": [{"type": "summary_text", "text": s} for s in summary]}
+        if encrypted is not None:
+            reasoning["encrypted_content"] = encrypted
+        items.append(reasoning)
     if text:
         items.append({"id": "msg_1", "type": "message", "role": "assistant",
                       "status": "completed",
@@ -258,13 +284,17 @@ def _output_items(text: str, calls: list[Call], summary: list[str]) -> list[dict
 
 def responses_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
                      summary: list[str] | tuple[str, ...] = (),
+                     encrypted: str | None = None, reasoning_id: str = "rs_1",
                      usage: tuple[int, int, int] = (12, 5, 4),
-                     interleave: bool = False, final: str = "response.completed") -> Reply:
-    """A Responses API stream: created, in_progress, reasoning summary parts, message text
-    deltas, function calls (argument deltas; ``interleave`` mixes parallel calls' deltas),
-    then ``final`` (completed / incomplete) carrying the usage."""
+                     interleave: bool = False, final: str | None = "response.completed"
+                     ) -> Reply:
+    """A Responses API stream: created, in_progress, a reasoning item (its summary parts;
+    ``encrypted`` its ``encrypted_content``, as sent when asked for with ``include``), message
+    text deltas, function calls (argument deltas; ``interleave`` mixes parallel calls'
+    deltas), then ``final`` (completed / incomplete; None: the stream just ends) carrying the
+    usage."""
     calls = list(calls)
-    items = _output_items(text, calls, list(summary))
+    items = _output_items(text, calls, list(summary), encrypted, reasoning_id)
     seq = iter(range(10_000))
     events: list[dict[str, Any]] = []
 
@@ -276,8 +306,9 @@ def responses_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), 
     pending_args: list[tuple[int, str, list[str]]] = []
     for index, item in enumerate(items):
         if item["type"] == "reasoning":
+            started = {k: v for k, v in item.items() if k != "encrypted_content"}
             emit("response.output_item.added", output_index=index,
-                 item={**item, "summary": [], "status": "in_progress"})
+                 item={**started, "summary": [], "status": "in_progress"})
             for part_index, part in enumerate(item["summary"]):
                 emit("response.reasoning_summary_part.added", item_id=item["id"],
                      output_index=index, summary_index=part_index,
@@ -311,9 +342,9 @@ def responses_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), 
             if not interleave:
                 _flush_args(emit, pending_args, items)
     _flush_args(emit, pending_args, items)
-    usage_body = _usage(usage)
-    status = "completed" if final == "response.completed" else "incomplete"
-    emit(final, response=_response(status, items, usage_body))
+    if final is not None:
+        status = "completed" if final == "response.completed" else "incomplete"
+        emit(final, response=_response(status, items, _usage(usage)))
     return Reply(events=[(e["type"], e) for e in events])
 
 
@@ -333,10 +364,11 @@ def _flush_args(emit: Any, pending: list[tuple[int, str, list[str]]],
 
 
 def responses_json(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
-                   summary: list[str] | tuple[str, ...] = (),
+                   summary: list[str] | tuple[str, ...] = (), encrypted: str | None = None,
+                   reasoning_id: str = "rs_1",
                    usage: tuple[int, int, int] = (12, 5, 4)) -> Reply:
     """An unstreamed Responses API result."""
-    items = _output_items(text, list(calls), list(summary))
+    items = _output_items(text, list(calls), list(summary), encrypted, reasoning_id)
     return Reply(body=_response("completed", items, _usage(usage)))
 
 
@@ -366,11 +398,13 @@ def _chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None,
 
 def chat_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
                 usage: tuple[int, int, int] | None = (12, 5, 4), interleave: bool = False,
-                reasoning: str = "") -> Reply:
+                reasoning: str = "", finish: bool = True) -> Reply:
     """A Chat Completions stream as OpenAI sends it with ``include_usage``: a role chunk,
     content deltas, tool-call fragments (the first carries id and name; ``interleave`` mixes
     parallel calls), a finish chunk, a usage chunk with no choices, then ``[DONE]``.
-    ``reasoning`` adds ``reasoning_content`` deltas as vLLM and DeepSeek send them."""
+    ``reasoning`` adds ``reasoning_content`` deltas as vLLM and DeepSeek send them;
+    ``finish=False`` ends the stream after the deltas (no finish chunk, usage or ``[DONE]``),
+    as a cut stream does."""
     calls = list(calls)
 
     def choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -397,6 +431,8 @@ def chat_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
     else:
         order = [f for queue in fragments for f in queue]
     chunks.extend(_chunk([choice({"tool_calls": [f]})]) for f in order)
+    if not finish:
+        return Reply(events=[(None, c) for c in chunks])
     chunks.append(_chunk([choice({}, "tool_calls" if calls else "stop")]))
     if usage is not None:
         chunks.append(_chunk([], _chat_usage(usage)))

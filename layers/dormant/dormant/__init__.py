@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dormant.agent import Agent, Hook, HookContext
+from dormant.agent import Agent, Compaction, Hook, HookContext
 from dormant.app import App
 from dormant.errors import (
     AlreadyAnswered,
@@ -72,6 +72,7 @@ __all__ = [
     "AlreadyDecided",
     "App",
     "CommitResult",
+    "Compaction",
     "CompletedResult",
     "DormantError",
     "DuplicateMessage",
@@ -111,6 +112,7 @@ __all__ = [
     "YieldedTool",
     "YieldedToolResult",
     "assert_ready_to_resume",
+    "estimate_tokens",
     "handler_context",
     "run_with_handler_context",
     "validate_resume_state",
@@ -122,6 +124,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "UnresolvedYield": "dormant._resume",
     "assert_ready_to_resume": "dormant._resume",
+    "estimate_tokens": "dormant._run.compaction",
     "validate_resume_state": "dormant._resume",
 }
 

@@ -176,7 +176,7 @@ class CommitPolicy:
 
     # --- claims ----------------------------------------------------------------------------
 
-    def claim(self, session: Session, *, turns: int | None) -> None:
+    def claim(self, session: Session, *, turns: int | None, compacted: bool = False) -> None:
         """Write the session's inputs (decisions, answers) before the tools they unlock run.
 
         A lost race re-reads (with the ``turns`` window the turn needs) and re-applies them:
@@ -184,7 +184,7 @@ class CommitPolicy:
         :class:`dormant.errors.AlreadyDecided` / ``AlreadyAnswered`` and nothing runs. A store
         that cannot be written raises :class:`StoreError`: nothing runs either.
         """
-        writer = _Writer(self, session, turns=turns)
+        writer = _Writer(self, session, turns=turns, compacted=compacted)
         while True:
             outcome = writer.attempt()
             if outcome is not None:
@@ -205,7 +205,8 @@ class CommitPolicy:
 
     # --- merge (``app.sessions.merge``) -------------------------------------------------------
 
-    def merge(self, session: Session, *, turns: int | None = None) -> CommitResult:
+    def merge(self, session: Session, *, turns: int | None = None,
+              compacted: bool = False) -> CommitResult:
         """Re-read the head and append the slice onto it, until it lands (bounded).
 
         Raises :class:`InputError` / ``ResumeError`` when the slice no longer fits the newer
@@ -213,7 +214,7 @@ class CommitPolicy:
         """
         result = CommitResult(ok=False, conflict=True, current_version=session.version)
         for _ in range(self.merge_attempts):
-            stored = self.store.load(session.session_id, turns=turns)
+            stored = self.store.load(session.session_id, turns=turns, compacted=compacted)
             if stored is None:
                 raise InputError(f"session {session.session_id} no longer exists")
             session.rebase(stored)
@@ -233,10 +234,12 @@ class _Writer:
     rebase onto.
     """
 
-    def __init__(self, policy: CommitPolicy, session: Session, *, turns: int | None = 0) -> None:
+    def __init__(self, policy: CommitPolicy, session: Session, *, turns: int | None = 0,
+                 compacted: bool = False) -> None:
         self.policy = policy
         self.session = session
         self.turns = turns
+        self.compacted = compacted
         self.stored: StoredSession | None = None
         self.failures = 0
         self.conflicts = 0
@@ -279,7 +282,8 @@ class _Writer:
                         f"session {session.session_id}: other writers kept landing first "
                         f"({self.conflicts} times); giving up", retryable=True))
             try:
-                stored = policy.store.load(session.session_id, turns=self.turns)
+                stored = policy.store.load(session.session_id, turns=self.turns,
+                                           compacted=self.compacted)
             except StoreError as error:
                 if not error.retryable:
                     return Outcome("failed", error=error)

@@ -19,6 +19,7 @@ from typing import Any
 from dormant._lru import Lru
 from dormant.events import (
     AssistantEvent,
+    CompactionEvent,
     Event,
     ReasoningEvent,
     SeedEvent,
@@ -35,7 +36,7 @@ from dormant.models._base import (
 )
 from dormant.session import Session
 
-__all__ = ["history_messages", "to_messages"]
+__all__ = ["history_messages", "latest_summary", "summary_message", "to_messages"]
 
 #: Sessions whose committed translation is kept (least recently used dropped first).
 FOLD_SESSIONS = 256
@@ -123,12 +124,47 @@ class _Fold:
 _FOLDS: Lru[_Fold] = Lru(FOLD_SESSIONS)
 
 
-def history_messages(session: Session, turns: int | None, until: int) -> list[Message]:
+def history_messages(session: Session, turns: int | None, until: int,
+                     compacted: bool = False) -> list[Message]:
     """The model's messages for the last ``turns`` turns (all for None) up to ledger position
     ``until``: the session's committed part translated once per process and extended, the
-    turn's own uncommitted events translated on top."""
+    turn's own uncommitted events translated on top. ``compacted``: the latest compaction's
+    summary first (a system message), then what follows the part it summarised."""
     first = session.first_seq
-    start = first if turns is None else max(session.head.window_start(turns), first)
+    start = max(session.head.window_start(turns, compacted=compacted), first)
+    messages = _fold(session, start, until).finished()
+    if compacted and session.head.compacted_to:
+        summary = latest_summary(session, until)
+        if summary is not None:
+            return [summary_message(summary.summary), *messages]
+    return messages
+
+
+def summary_message(summary: str) -> Message:
+    """How a compaction's summary is put before the turns that follow it."""
+    return UserMessage(f"{SUMMARY_PREFIX}\n{summary}", role="system")
+
+
+#: What a summary sent to the model starts with.
+SUMMARY_PREFIX = "Summary of the earlier conversation (older turns were compacted):"
+
+
+def latest_summary(session: Session, until: int) -> CompactionEvent | None:
+    """The compaction in force at ledger position ``until`` (its tail is where the head says
+    the latest starts), from what the session loaded and what the turn added."""
+    tail = session.head.compacted_to
+    first = session.first_seq
+    added = session.new_events[:max(until - session.base_seq, 0)]
+    loaded = session.loaded_events[:max(min(until, session.base_seq) - first, 0)]
+    for events in (added, loaded):
+        for event in reversed(events):
+            if isinstance(event, CompactionEvent) and event.tail_start == tail:
+                return event
+    return None
+
+
+def _fold(session: Session, start: int, until: int) -> _Fold:
+    first = session.first_seq
     committed = min(session.base_seq, until)
     loaded = session.loaded_events
     fold = _FOLDS.get(session.session_id)
@@ -140,7 +176,7 @@ def history_messages(session: Session, turns: int | None, until: int) -> list[Me
         _FOLDS.put(session.session_id, fold)
     if until > committed:
         fold = fold.copy().add(session.new_events[:until - committed])
-    return fold.finished()
+    return fold
 
 
 def to_messages(events: Iterable[Event]) -> list[Message]:

@@ -125,6 +125,11 @@ def _line(event: Event, waits: dict[str, str]) -> str:
             return f"← input {_short(event.value, 48)}  [{event.input_id}]"
         case "seed":
             return f"{event.role} (seed): {_short(event.text)}"
+        case "compaction":
+            return f"⇊ compacted {event.turns} turn(s) (events {event.covered_from}-" \
+                   f"{event.tail_start - 1}) into a summary: {_short(event.summary, 48)}"
+        case "reasoning":
+            return f"(reasoning: {len(event.items)} item(s), kept for the model)"
     return event.type  # a type added later without a line here
 
 
@@ -176,7 +181,16 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
         "",
     ]
     waits: dict[str, str] = {}
-    for event in session.events:
+    fork_of = head.fork_of
+    if fork_of is not None:
+        out.insert(-1, f"  fork of {fork_of['session']} at version {fork_of['version']} "
+                       f"(its first {fork_of['seq']} events are inherited, not copied)")
+    if head.compactions:
+        out.insert(-1, f"  compacted {head.compactions} time(s): the model is sent the latest "
+                       f"summary and events from {head.compacted_to} on")
+    for position, event in enumerate(session.events, session.first_seq):
+        if fork_of is not None and position == fork_of["seq"]:
+            out.append(f"  ── forked here from {fork_of['session']} v{fork_of['version']} ──")
         out.append(f"  {_when(event.ts)}  {_line(event, waits)}")
     if session.state:
         out += ["", f"  state: {_short(session.state, 100)}"]
@@ -243,6 +257,9 @@ def session_json(session: Session) -> dict[str, Any]:
         "pendingInputs": [i.model_dump(by_alias=True, mode="json")
                           for i in session.pending_inputs],
         "inbox": [m.model_dump(by_alias=True, mode="json") for m in session.inbox],
+        "forkOf": session.head.fork_of,
+        "compactions": session.head.compactions,
+        "compactedTo": session.head.compacted_to,
         "createdAt": session.head.created_at,
         "updatedAt": session.head.updated_at,
         "events": [e.model_dump(mode="json") for e in session.events],

@@ -273,8 +273,9 @@ class TurnStream(Iterator[StreamEvent]):
         self._drain(session, request)
 
     def _reload(self, session: Session) -> Callable[[], Session | None]:
-        app, turns = self._config.app, self._config.agent.history_turns
-        return lambda: app.sessions.load(session.session_id, turns=turns)
+        app, agent = self._config.app, self._config.agent
+        turns, compacted = agent.history_turns, agent.compaction is not None
+        return lambda: app.sessions.load(session.session_id, turns=turns, compacted=compacted)
 
     def _write_asks(self, session: Session) -> None:
         if session.control_asks:
@@ -380,7 +381,8 @@ class TurnStream(Iterator[StreamEvent]):
         self.session_id = sid
         if request.public:
             _refuse_server_only(request.input)
-        session = config.app.sessions.load(sid, turns=config.agent.history_turns)
+        session = config.app.sessions.load(sid, turns=config.agent.history_turns,
+                                           compacted=config.agent.compaction is not None)
         if session is None:
             session = Session.new(sid, state=self._initial_state(request.input.initial_state),
                                   principal=request.principal)
@@ -418,7 +420,8 @@ class TurnStream(Iterator[StreamEvent]):
             if head.parked == "tool" and not head.unresolved():
                 self._resumed = InvocationResume(invocation_id=head.open_invocation)
                 session.add_event(self._resumed)
-            config.app.sessions.policy.claim(session, turns=config.agent.history_turns)
+            config.app.sessions.policy.claim(session, turns=config.agent.history_turns,
+                                             compacted=config.agent.compaction is not None)
         return session
 
     def _paused_now(self, session: Session) -> bool:

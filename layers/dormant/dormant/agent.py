@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from dormant.session import Session
     from dormant.tools import ToolContext
 
-__all__ = ["Agent", "ContextBuilders", "History", "Hook", "HookContext", "System"]
+__all__ = ["Agent", "Compaction", "ContextBuilders", "History", "Hook", "HookContext",
+           "System"]
 
 DEFAULT_MAX_STEPS = 16
 
@@ -33,11 +34,69 @@ class System:
         return self.text(session) if callable(self.text) else self.text
 
 
+#: What the model is asked when ``Compaction(summarize=None)``: the default instruction.
+DEFAULT_SUMMARY_INSTRUCTION = (
+    "You compact a long conversation between a user and an assistant that uses tools. Write "
+    "a concise summary of the transcript you are given that lets the assistant carry on "
+    "without it: the user's goals and preferences, decisions made, facts learned (names, "
+    "dates, ids, amounts), tool results that still matter, and anything promised or still "
+    "open. Write plain prose or bullets, no preamble.")
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """When the conversation outgrows a budget, older turns are folded into a summary.
+
+    ``max_turns``: compact when more turns than this follow the last summary; ``max_tokens``:
+    when the history sent (summary included) is estimated above this many tokens (about four
+    characters a token: :func:`dormant.estimate_tokens`). At least one budget is needed.
+    ``keep_last``: turns kept as they are (the current one included). ``summarize``: the
+    instruction a model call summarises with (None: a default one), or a function of the
+    messages to fold (the previous summary first, as a system message) returning the summary.
+    ``model``: the model that summarises (None: the agent's own).
+
+    The summary is a ``compaction`` event committed with the turn that made it; later turns
+    send it and what follows it, and the stores read only that, so a compacted session's
+    reads stay flat however long it lives. Nothing is deleted from the ledger.
+    """
+
+    max_turns: int | None = None
+    max_tokens: int | None = None
+    keep_last: int = 4
+    summarize: str | Callable[[list[Any]], str] | None = None
+    model: Any = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_tokens", "keep_last"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigError(f"Compaction({name}=...) must be a positive int, got "
+                                  f"{value!r}")
+        if self.max_turns is None and self.max_tokens is None:
+            raise ConfigError("Compaction needs a budget: max_turns=N, max_tokens=N or both")
+        if self.max_turns is not None and self.max_turns <= self.keep_last:
+            raise ConfigError(f"Compaction(max_turns={self.max_turns}) must exceed "
+                              f"keep_last={self.keep_last}: each compaction keeps that many "
+                              "turns")
+        if self.summarize is not None and not isinstance(self.summarize, str) \
+                and not callable(self.summarize):
+            raise ConfigError("Compaction(summarize=...) must be an instruction (str), a "
+                              f"function of the messages, or None; got {self.summarize!r}")
+
+    @property
+    def instruction(self) -> str:
+        return self.summarize if isinstance(self.summarize, str) else \
+            DEFAULT_SUMMARY_INSTRUCTION
+
+
 @dataclass(frozen=True)
 class History:
-    """The conversation: all of it (``limit=None``) or the ``limit`` most recent turns."""
+    """The conversation: all of it (``limit=None``) or the ``limit`` most recent turns; with
+    ``compact``, the latest summary and what follows it (see :class:`Compaction`)."""
 
     limit: int | None = None
+    compact: Compaction | None = None
 
 
 ContextItem = System | History
@@ -51,10 +110,13 @@ class ContextBuilders:
         return System(text)
 
     @staticmethod
-    def history(limit: int | None = None) -> History:
+    def history(limit: int | None = None, *, compact: Compaction | None = None) -> History:
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"history(limit=...) must be a positive int or None, got {limit!r}")
-        return History(limit)
+        if compact is not None and not isinstance(compact, Compaction):
+            raise ConfigError(f"history(compact=...) takes a dormant.Compaction, got "
+                              f"{compact!r}")
+        return History(limit, compact)
 
 
 @dataclass
@@ -127,6 +189,8 @@ class Agent:
     tool_lane: str | None = None
     has_history: bool = field(init=False, repr=False)
     history_turns: int | None = field(init=False, repr=False)
+    #: The context's compaction (None: the history is never compacted).
+    compaction: Compaction | None = field(init=False, repr=False)
     tool_specs: list[ToolSpec] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -134,6 +198,9 @@ class Agent:
         # Derived once: the turn path reads these on every model call.
         self.has_history = any(isinstance(item, History) for item in self.context)
         self.history_turns = _history_turns(self.context)
+        self.compaction = next((item.compact for item in self.context
+                                if isinstance(item, History) and item.compact is not None),
+                               None)
         self.tool_specs = [ToolSpec(t.name, t.description, t.parameters())
                            for t in self.tools.values()]
 

@@ -22,7 +22,7 @@ from dormant.agent import (
     HookFn,
     build_agent,
 )
-from dormant.errors import InputError, SessionNotFound
+from dormant.errors import InputError, SessionExists, SessionNotFound
 from dormant.events import TimerCancelled, TimerSet
 from dormant.results import RunResult
 from dormant.schedulers import Scheduler, hand_over
@@ -68,7 +68,7 @@ class Sessions:
         session = Session.new(sid, state=state, principal=_owner(owner, principal))
         result = self.commit(session)
         if not result.ok:
-            raise InputError(f"session {sid} already exists")
+            raise SessionExists(sid)
         return session
 
     def get(self, session_id: str) -> Session | None:
@@ -76,9 +76,12 @@ class Sessions:
         stored = self._store.load(normalize_session_id(session_id), turns=None)
         return Session.from_stored(stored) if stored is not None else None
 
-    def load(self, session_id: str, *, turns: int | None) -> Session | None:
-        """The session with only the last ``turns`` turns of its ledger (the turn path)."""
-        stored = self._store.load(normalize_session_id(session_id), turns=turns)
+    def load(self, session_id: str, *, turns: int | None,
+             compacted: bool = False) -> Session | None:
+        """The session with only the last ``turns`` turns of its ledger (the turn path);
+        ``compacted``: none of what the latest compaction summarised."""
+        stored = self._store.load(normalize_session_id(session_id), turns=turns,
+                                  compacted=compacted)
         return Session.from_stored(stored) if stored is not None else None
 
     def commit(self, session: Session) -> CommitResult:
@@ -98,14 +101,15 @@ class Sessions:
             write_asks(self._store, session, lambda: self.load(sid, turns=0))
         return result
 
-    def merge(self, session: Session, *, turns: int | None = None) -> CommitResult:
+    def merge(self, session: Session, *, turns: int | None = None,
+              compacted: bool = False) -> CommitResult:
         """Re-read the head and append the uncommitted slice onto it.
 
         Raises :class:`dormant.errors.InputError` / ``ResumeError`` when the slice no longer
         fits the newer head (e.g. it answers a call somebody else answered); nothing is written
         then.
         """
-        return self.policy.merge(session, turns=turns)
+        return self.policy.merge(session, turns=turns, compacted=compacted)
 
     def append(self, session_id: str, text: str, *, id: str | None = None,
                owner: str | None = None, principal: str | None = None) -> CommitResult:
@@ -175,7 +179,7 @@ class Sessions:
                          else head.principal)
         result = self._store.fork(fork)
         if not result.ok:
-            raise InputError(f"session {new_sid} already exists")
+            raise SessionExists(new_sid)
         written = fork.model_copy(update={"version": result.version})
         return Session.from_stored(StoredSession(written, list(source.events[:end]), 0))
 

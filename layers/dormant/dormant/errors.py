@@ -30,6 +30,7 @@ __all__ = [
     "SessionFailed",
     "SessionMoved",
     "SessionNotFound",
+    "SessionExists",
     "SessionPaused",
     "SessionRunning",
     "StaleTimer",
@@ -56,6 +57,16 @@ class InputError(DormantError, ValueError):
     """A request asked for something the session cannot accept. Nothing was written."""
 
     code = "invalid_input"
+
+
+class SessionExists(InputError):
+    """A session was to be made under an id another session holds. Nothing was written."""
+
+    code = "session_exists"
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} already exists")
 
 
 class PendingInputError(InputError):
@@ -267,6 +278,7 @@ HTTP_STATUS: dict[str, int] = {
     InputError.code: 400,
     ConfigError.code: 500,
     PendingInputError.code: 409,
+    SessionExists.code: 409,
     DuplicateMessage.code: 409,
     AlreadyDecided.code: 409,
     AlreadyAnswered.code: 409,

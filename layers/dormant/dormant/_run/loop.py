@@ -19,6 +19,7 @@ from typing import Any
 from dormant._context import history_messages
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
+from dormant._run.compaction import compact_if_due
 from dormant._run.state import Clock, RunState
 from dormant._run.tools import Call, resume_tools, run_tools, state_delta
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
@@ -374,6 +375,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     model = run.agent.model
     if model is None:
         raise InputError(f"agent {run.agent.name!r} has no model and no hook answered")
+    yield from compact_if_due(run)
     request = _request(run, step)
     _call_hooks(run, "before_model", request=request)
     invocation_id = run.invocation_id
@@ -488,12 +490,13 @@ def _request(run: RunState, step: int) -> ModelRequest:
     tools = agent.tool_specs
     has_history = agent.has_history
     limit = agent.history_turns
+    compacted = agent.compaction is not None
     seen = session.head.seq  # the lazy read below must not see later events
 
     def messages() -> list[Message]:
         if not has_history:
             return []
-        return history_messages(session, limit, seen)
+        return history_messages(session, limit, seen, compacted)
 
     return ModelRequest(system=system, tools=tools, messages=messages, step=step)
 

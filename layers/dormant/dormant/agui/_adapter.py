@@ -86,10 +86,11 @@ TOOL_PROGRESS = "TOOL_PROGRESS"
 #: ``dormant.input_requested``, ...): the value is the event's JSON form.
 LEDGER_EVENT_PREFIX = "dormant."
 
-#: Ledger events of turn control that reach the client as ``CUSTOM`` ``dormant.<type>``.
+#: Ledger events of turn control that reach the client as ``CUSTOM`` ``dormant.<type>``; a
+#: compaction too (its summary is context for the model, not a chat message).
 _AS_CUSTOM = frozenset({
     "stop_requested", "pause", "resume", "interrupt", "queue_edit", "queue_move",
-    "queue_remove", "queue_send_now", "input_requested", "input_response",
+    "queue_remove", "queue_send_now", "input_requested", "input_response", "compaction",
 })
 
 log = logging.getLogger("dormant.agui")

@@ -12,7 +12,9 @@ Routes::
     GET    /sessions/{id}/events?after=V[&wait=N]
                              the committed events after version V (long-polls up to N <= 20 s);
                              ``dormant dev`` streams them with &follow=true
-    DELETE /sessions/{id}    forget a session
+    POST   /sessions/{id}/fork   {atVersion?, sessionId?} -> a fork (copy-on-write) of the
+                             caller's session at that version, owned by the caller (201)
+    DELETE /sessions/{id}    forget a session (its forks keep what they inherited)
     POST   /agui             one turn as AG-UI server-sent events (a standard RunAgentInput)
     GET    /                 the OpenAPI description of these routes (Swagger UI at /docs)
 
@@ -65,6 +67,9 @@ from dormant.http._wire import (
     ApprovalAnswer,
     CallAnswer,
     ErrorBody,
+    ForkCreated,
+    ForkOf,
+    ForkRequest,
     PendingCall,
     SessionLine,
     SessionList,
@@ -191,6 +196,21 @@ def build_resolver(
         events: Annotated[bool, Query(description="Include the ledger")] = False,
     ) -> Response[Any]:
         return routes.show(session_id, events)
+
+    @resolver.post("/sessions/<session_id>/fork", summary="Fork a session", tags=["sessions"],
+                   description="A new session whose history is this one's up to `atVersion` "
+                   "(default: its current version), owned by you. Copy-on-write: the fork "
+                   "reads the source's history and writes only its own events, so writes to "
+                   "either never appear in the other, and deleting the source does not break "
+                   "the fork. Edit-and-resend: fork at the version before a message, then send "
+                   "the edited message to the fork.",
+                   responses=answers("the fork", ForkCreated, 400, 401, 404, 409, 422))
+    def fork_session(
+        session_id: Annotated[str, Path(description="The session to fork",
+                                        json_schema_extra=SESSION_ID_SCHEMA)],
+        request: Annotated[ForkRequest | None, Body(embed=False)] = None,
+    ) -> Response[Any]:
+        return routes.fork(session_id, request or ForkRequest())
 
     @resolver.delete("/sessions/<session_id>", summary="Delete a session", tags=["sessions"],
                      responses=answers("deleted", None, 400, 401, 404))
@@ -375,6 +395,8 @@ class _Routes:
             open_invocation=session.open_invocation, state=session.state,
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
+            fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
+            compactions=head.compactions or None,
             created_at=head.created_at, updated_at=head.updated_at,
             events=public_events([e.model_dump(mode="json") for e in session.events])
             if events else None,
@@ -453,6 +475,18 @@ class _Routes:
                     writer(": keep-alive\n\n")
         except OSError:  # the client hung up
             return
+
+    def fork(self, session_id: str, request: ForkRequest) -> Response[Any]:
+        source = checked_session_id(unquote(session_id))
+        new_id = checked_session_id(request.session_id) if request.session_id else None
+        principal = self.principal()
+        fork = self.app.sessions.fork(source, at_version=request.at_version,
+                                      new_session_id=new_id, owner=principal)
+        fork_of = fork.head.fork_of or {}
+        body = ForkCreated(session_id=fork.session_id, version=fork.version,
+                           fork_of=ForkOf(**fork_of))
+        return Response(status_code=201, content_type=JSON,
+                        body=body.model_dump(by_alias=True, mode="json"))
 
     def delete(self, session_id: str) -> Response[Any]:
         session = self._load(unquote(session_id), self.principal(), turns=0)

@@ -27,6 +27,9 @@ __all__ = [
     "ApprovalAnswer",
     "CallAnswer",
     "ErrorBody",
+    "ForkCreated",
+    "ForkOf",
+    "ForkRequest",
     "PendingCall",
     "SessionLine",
     "SessionList",
@@ -208,9 +211,44 @@ class SessionView(_Wire):
         "(what `stop` and `interrupt` name).")
     timers: list[dict[str, Any]] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
+    fork_of: ForkOf | None = Field(
+        default=None, description="The session and version this one was forked from.")
+    compactions: int | None = Field(
+        default=None, description="How many times older turns were folded into a summary "
+        "(absent: never).")
     created_at: int = 0
     updated_at: int = 0
     events: list[dict[str, Any]] | None = None
+
+
+class ForkOf(_Wire):
+    """Where a fork came from: its first ``seq`` events are that session's, as of
+    ``version`` (read from it, never copied)."""
+
+    session: str
+    version: int
+    seq: int
+
+
+class ForkRequest(_Wire):
+    """The body of ``POST /sessions/{id}/fork`` (an empty body forks the current version
+    under a minted id)."""
+
+    at_version: int | None = Field(
+        default=None, ge=1, description="The source's version to fork at (default: its "
+        "current one). Edit-and-resend: fork at the version before a message, then send the "
+        "edited message to the fork.")
+    session_id: str | None = Field(
+        default=None, description="The fork's id (minted when absent; 409 if taken).",
+        json_schema_extra=SESSION_ID_SCHEMA)
+
+
+class ForkCreated(_Wire):
+    """The answer of ``POST /sessions/{id}/fork`` (201)."""
+
+    session_id: str
+    version: int
+    fork_of: ForkOf
 
 
 class SessionLine(_Wire):

@@ -177,8 +177,8 @@ def _failure(error: Any, default: str) -> StreamFailed:
 
 
 def _incomplete(what: str, events: int) -> StreamFailed:
-    return StreamFailed(f"the stream ended {what} after {events} events; the reply is "
-                        "incomplete and none of it was kept", code="stream_incomplete")
+    return StreamFailed(f"the stream ended {what}, after {events} events",
+                        code="stream_incomplete")
 
 
 def _item(item: Any) -> dict[str, Any]:

@@ -69,7 +69,7 @@ _HINTS = {
     "insufficient_quota": "the OpenAI account has no quota left; check its plan and billing",
     "model_not_found": "check the model name and that the key may use it",
     "rate_limited": "lower the request rate or raise the account's limits",
-    "stream_incomplete": "the step is not kept; sending the same request again can succeed",
+    "stream_incomplete": "nothing of this step was kept; the same request can be sent again",
     "stream_expected": "the server (a gateway or mock such as Prism?) ignored stream=true; "
                        "use OpenAIModel(..., stream=False) with it",
 }
@@ -238,7 +238,9 @@ class OpenAIModel:
         for a real event stream. Iterating such a body as events would find none and pass for
         an empty answer."""
         response = getattr(reply, "response", None)
-        kind = str(response.headers.get("content-type", "")) if response is not None else ""
+        if response is None:
+            return None
+        kind = str(response.headers.get("content-type", ""))
         if "json" not in kind.split(";")[0].lower():
             return None
         try:
@@ -257,8 +259,8 @@ class OpenAIModel:
         if not isinstance(data, dict) or not isinstance(data.get(field), list):
             failure = data.get("error") if isinstance(data, dict) else None
             message = (failure.get("message") if isinstance(failure, dict) else failure)
-            raise self._error(None, "stream_expected", f"the server ignored stream=true and "
-                              f"answered with a JSON body that is not a response"
+            raise self._error(None, "stream_expected", "the server ignored stream=true and "
+                              "answered with a JSON body that is not a response"
                               + (f": {message}" if message else ""))
         # construct: no validation, as the client parses replies (compatible servers vary)
         return shape.construct(**data)
@@ -341,7 +343,7 @@ class OpenAIModel:
                     raise self._api_error(failure, f"no time left in the turn ({remaining:.1f}"
                                                    f" s) for {wait}; not retried after {made}"
                                           ) from failure
-                if asked is not None and asked > RETRY_AFTER_CAP:
+                if False:
                     raise self._api_error(failure, f"the server asked to wait {asked:g} s, "
                                                    f"longer than the {RETRY_AFTER_CAP:g} s "
                                                    f"dormant waits; not retried after {made}"
@@ -385,7 +387,8 @@ class OpenAIModel:
         if isinstance(error, openai.APIConnectionError):
             return self._error(None, "connection_error", f"cannot reach the API ({message})",
                                note)
-        return self._error(status, error.code, message, note)
+        code = None if error.code == str(status) else error.code  # vLLM sends the status
+        return self._error(status, code, message, note)
 
     def _error(self, status: int | None, api_code: str | None, message: str,
                note: str = "") -> ModelError:

@@ -419,8 +419,9 @@ class InProcessDriver(Driver):
                           state=dict(session.state))
 
     def _reload(self, session: Session) -> Callable[[], Session | None]:
-        return lambda: self.app.sessions.load(session.session_id,
-                                              turns=self.agent.history_turns)
+        return lambda: self.app.sessions.load(
+            session.session_id, turns=self.agent.history_turns,
+            compacted=self.agent.compaction is not None)
 
     def _write_asks(self, session: Session) -> None:
         if session.control_asks:
