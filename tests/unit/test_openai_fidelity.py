@@ -248,16 +248,18 @@ def test_a_finished_chat_stream_without_done_is_still_whole(fake: FakeOpenAI) ->
     assert _text(_run(_model(fake, "chat_completions"))) == "All good."
 
 
-@pytest.mark.parametrize("api", APIS)
-def test_a_connection_closed_mid_stream_is_a_cut_stream(fake: FakeOpenAI, api: str) -> None:
+@pytest.mark.parametrize(("api", "cut"), [("responses", 6), ("chat_completions", 3)])
+def test_a_connection_closed_after_text_arrived_is_a_cut_stream(fake: FakeOpenAI, api: str,
+                                                               cut: int) -> None:
     reply = (responses_stream if api == "responses" else chat_stream)("Part of an answer.")
-    reply.cut_after = 4
+    reply.cut_after = cut  # two text deltas in
     fake.script(reply)
 
     seen, failure = _until_error(_model(fake, api))
 
+    assert _text(seen) == "Part of an"
     assert failure.code == "stream_incomplete" and failure.retryable
-    assert "connection closed mid-stream after 4 events" in str(failure)
+    assert f"connection closed mid-stream after {cut} events" in str(failure)
     assert "cannot reach" not in str(failure)
     assert len(fake.requests) == 1  # a started stream is not resent by the adapter
 

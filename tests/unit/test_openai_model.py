@@ -515,7 +515,7 @@ def test_a_missing_key_is_a_model_error(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(ModelError) as caught:
         _run(OpenAIModel("gpt-5.6-luna", base_url="http://127.0.0.1:9/v1"))
 
-    assert caught.value.code == "auth_failed"
+    assert caught.value.code == "auth_failed" and not caught.value.retryable
 
 
 def test_a_callable_key_is_asked_per_request(fake: FakeOpenAI) -> None:

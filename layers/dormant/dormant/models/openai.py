@@ -26,7 +26,7 @@ from dormant.tools import Aborted, Signal
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OpenAIModel", "openai_api_key_from_settings"]
+__all__ = ["RETRY_AFTER_CAP", "OpenAIModel", "openai_api_key_from_settings"]
 
 Api = Literal["responses", "chat_completions"]
 _APIS: tuple[Api, ...] = ("responses", "chat_completions")
@@ -70,8 +70,8 @@ _HINTS = {
     "model_not_found": "check the model name and that the key may use it",
     "rate_limited": "lower the request rate or raise the account's limits",
     "stream_incomplete": "nothing of this step was kept; the same request can be sent again",
-    "stream_expected": "the server (a gateway or mock such as Prism?) ignored stream=true; "
-                       "use OpenAIModel(..., stream=False) with it",
+    "stream_expected": "the server does not stream (a gateway or a mock such as Prism); if it "
+                       "serves whole responses, use OpenAIModel(..., stream=False)",
 }
 _SECRET_TEXT = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{3,}")
 
@@ -343,7 +343,7 @@ class OpenAIModel:
                     raise self._api_error(failure, f"no time left in the turn ({remaining:.1f}"
                                                    f" s) for {wait}; not retried after {made}"
                                           ) from failure
-                if False:
+                if asked is not None and asked > RETRY_AFTER_CAP:
                     raise self._api_error(failure, f"the server asked to wait {asked:g} s, "
                                                    f"longer than the {RETRY_AFTER_CAP:g} s "
                                                    f"dormant waits; not retried after {made}"
@@ -373,7 +373,8 @@ class OpenAIModel:
                                                      base_url=self._base_url, max_retries=0)
                 except openai.OpenAIError as error:
                     raise ModelError(f"cannot build the OpenAI client: {error}; "
-                                     f"{_HINTS['auth_failed']}", code="auth_failed") from error
+                                     f"{_HINTS['auth_failed']}", code="auth_failed",
+                                     retryable=False) from error
             return self._client
 
     # --- errors ---------------------------------------------------------------------------------
