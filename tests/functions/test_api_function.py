@@ -100,6 +100,23 @@ def test_delete_session_event_forgets_the_session(
     assert api.handler(load_event("api_get_session.json"), context)["statusCode"] == 404
 
 
+def test_fork_event_forks_the_callers_session_copy_on_write(
+        deployed: Deployment, context: FakeLambdaContext) -> None:
+    api = deployed.cold_start("api")
+    api.handler(load_event("api_post_turn.json"), context)
+
+    forked = api.handler(load_event("api_post_fork.json"), context)
+
+    assert forked["statusCode"] == 201, forked["body"]
+    body = api_body(forked)
+    assert body["sessionId"] == "session_thread-42-b" and body["version"] == 1
+    assert body["forkOf"]["session"] == SESSION and body["forkOf"]["version"] == 1
+    source, fork = deployed.session(SESSION), deployed.session("session_thread-42-b")
+    assert source is not None and fork is not None
+    assert [e.id for e in fork.events] == [e.id for e in source.events]
+    assert fork.principal == source.principal
+
+
 def test_docs_event_serves_the_openapi_page_without_a_principal(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     api = deployed.cold_start("api")

@@ -12,10 +12,9 @@ from pydantic import BaseModel
 import dormant
 from dormant._inspect import render_session
 from dormant.errors import ConfigError
-from dormant.events import CompactionEvent, UserEvent
+from dormant.events import CompactionEvent, Usage, UserEvent
 from dormant.models import ModelError, ModelRequest, TextDelta, ToolCallChunk, UsageChunk
 from dormant.models._base import AssistantMessage, Message, ToolMessage, UserMessage
-from dormant.events import Usage
 
 
 class Recorder:
@@ -238,3 +237,17 @@ def test_a_bad_compaction_is_refused_when_declared(kwargs: dict[str, Any],
                                                    message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         dormant.Compaction(**kwargs)
+
+
+def test_a_turn_budget_larger_than_the_heads_turn_index_is_counted_exactly() -> None:
+    app = dormant.App(name="big")
+    calls: list[list[Message]] = []
+    agent = app.agent(name="a", model=Recorder(), context=[app.context.history(
+        compact=dormant.Compaction(max_turns=100, keep_last=4, summarize=_summaries(calls)))])
+    turn = app.handler.rest(agent=agent)
+    for n in range(100):
+        turn({"session_id": "big", "input": {"message": f"m{n}"}})
+    assert calls == []  # 100 turns: at the budget, not over it
+    turn({"session_id": "big", "input": {"message": "m100"}})
+    assert len(calls) == 1
+    assert len([m for m in calls[0] if isinstance(m, UserMessage)]) == 97

@@ -78,7 +78,7 @@ def test_post_fork_refuses_bad_requests_with_a_4xx(body: dict[str, Any], status:
 
 
 def test_an_empty_fork_body_forks_the_current_version_under_a_minted_id() -> None:
-    app, resolver = _served()
+    _, resolver = _served()
     _call(resolver, _event("POST", "/turns", {"sessionId": "src", "message": "hi"},
                            authorizer=COGNITO))
     status, body = _call(resolver, _event("POST", "/sessions/src/fork", authorizer=COGNITO))

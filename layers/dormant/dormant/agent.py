@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dormant._head import TURN_INDEX_SIZE
 from dormant.errors import ConfigError
 from dormant.models._base import ToolSpec
 from dormant.tools import Tool
@@ -73,6 +74,9 @@ class Compaction:
                                       or value < 1):
                 raise ConfigError(f"Compaction({name}=...) must be a positive int, got "
                                   f"{value!r}")
+        if self.keep_last > TURN_INDEX_SIZE:
+            raise ConfigError(f"Compaction(keep_last={self.keep_last}) may keep at most "
+                              f"{TURN_INDEX_SIZE} turns")
         if self.max_turns is None and self.max_tokens is None:
             raise ConfigError("Compaction needs a budget: max_turns=N, max_tokens=N or both")
         if self.max_turns is not None and self.max_turns <= self.keep_last:

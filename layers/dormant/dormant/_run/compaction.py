@@ -19,7 +19,7 @@ from dormant._context import history_messages, latest_summary, summary_message, 
 from dormant._run.state import RunState
 from dormant.agent import Compaction
 from dormant.errors import ConfigError
-from dormant.events import CompactionEvent, Event, StreamEvent
+from dormant.events import CompactionEvent, Event, StreamEvent, UserEvent
 from dormant.models._base import (
     AssistantMessage,
     Message,
@@ -86,14 +86,24 @@ def compact_if_due(run: RunState) -> Generator[StreamEvent, None, None]:
 
 def _over_budget(run: RunState, compaction: Compaction) -> bool:
     head = run.session.head
-    if compaction.max_turns is not None:
-        turns = head.turns_since(head.compacted_to)
-        if turns is None or turns > compaction.max_turns:
-            return True
+    if compaction.max_turns is not None and _turns_since(run, head.compacted_to) \
+            > compaction.max_turns:
+        return True
     if compaction.max_tokens is not None:
         sent = history_messages(run.session, run.agent.history_turns, head.seq, compacted=True)
         return estimate_tokens(sent) > compaction.max_tokens
     return False
+
+
+def _turns_since(run: RunState, position: int) -> int:
+    """Turns begun at or after ``position``: the head's index says, while it reaches back so
+    far; past it, the window the turn loaded (every user event begins a turn)."""
+    session = run.session
+    counted = session.head.turns_since(position)
+    if counted is not None:
+        return counted
+    return sum(1 for event in _events(run, position, session.head.seq)
+               if isinstance(event, UserEvent))
 
 
 def _events(run: RunState, start: int, end: int) -> list[Event]:

@@ -50,8 +50,9 @@ class MemoryStore:
     Control records live beside the rows, keyed by session id: one may exist before the
     session's first commit (``write_control`` at ``head_version=0``).
 
-    A fork's row holds its own events only (from its fork point on); what it inherits is read from the rows its lineage names. A
-    deleted session that forks still read moves to ``_retired`` until the last is deleted."""
+    A fork's row holds its own events only (from its fork point on); what it inherits is read
+    from the rows its lineage names. A deleted session that forks still read moves to
+    ``_retired`` until the last is deleted."""
 
     def __init__(self) -> None:
         self._rows: dict[str, _Row] = {}
