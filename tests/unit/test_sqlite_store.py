@@ -172,3 +172,27 @@ def test_what_loads_keep_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     assert stored is not None and len(decoded) == len(stored.events) == 2
     assert len(SqliteStore(db, cache_events=0).load("session_a").events) == 2  # type: ignore[union-attr]
+
+
+def test_a_schema_3_file_gains_version_ends_and_forks_what_it_can(tmp_path: Path) -> None:
+    """Schema 4 added ``commits.end_seq``: versions committed before it have no recorded end,
+    so a fork there is refused with a clear error; a fork at the current version works."""
+    path = tmp_path / "three.db"
+    with sqlite3.connect(path) as conn:  # schema 3's commits table
+        conn.execute("CREATE TABLE commits (session_id TEXT NOT NULL, version INTEGER NOT "
+                     "NULL, committed_at INTEGER NOT NULL, PRIMARY KEY (session_id, version)) "
+                     "WITHOUT ROWID")
+        conn.execute("PRAGMA user_version = 3")
+    conn.close()
+    store = SqliteStore(path)
+    app = dormant.App(store=store)
+    _talk(app, "old", "one", "two")
+    with sqlite3.connect(path) as conn:  # as if committed by a release before schema 4
+        conn.execute("UPDATE commits SET end_seq = NULL")
+    conn.close()
+    with pytest.raises(dormant.InputError, match="version 1 is not in the store"):
+        app.sessions.fork("old", at_version=1)
+    fork = app.sessions.fork("old", new_session_id="old-2")
+    assert [e.text for e in fork.events if isinstance(e, UserEvent)] == ["one", "two"]
+    assert store.version_end("session_old-2", 1) == 2
+    store.close()

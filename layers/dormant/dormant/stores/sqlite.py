@@ -155,7 +155,8 @@ class SqliteStore:
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path} was written by a newer dormant (schema "
                                  f"{version} > {SCHEMA_VERSION}); upgrade dormant")
-            if 0 < version < 4:  # a file made before commits.end_seq
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(commits)")}
+            if columns and "end_seq" not in columns:  # a file made before schema 4
                 conn.execute("ALTER TABLE commits ADD COLUMN end_seq INTEGER")
             conn.executescript(_SCHEMA)
             if version == 1:  # schema 1 had no once_keys: the ledger holds every message id
