@@ -26,8 +26,8 @@ CACHE = Path.home() / ".cache" / "dormant-tests"
 SAM_CACHE = CACHE / "sam"
 SAM_REQUIREMENT = "aws-sam-cli>=1.130"  # pyproject.toml's deploy extra
 EVENTS = ("api_post_turn.json", "api_get_session.json", "api_delete_session.json",
-          "api_post_fork.json", "api_get_docs.json", "webhook_sqs_fifo_batch.json", "wake-timer.json",
-          "cleanup_ddb_stream_remove.json")
+          "api_post_fork.json", "api_get_docs.json", "webhook_sqs_fifo_batch.json",
+          "wake-timer.json", "cleanup_ddb_stream_remove.json")
 PROJECT_FILES = {
     ".gitignore", "README.md", "pyproject.toml", "template.yaml",
     "functions/app.py", "tests/test_app.py",

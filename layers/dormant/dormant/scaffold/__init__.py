@@ -34,8 +34,8 @@ PROJECT_APP_SETTING = "DORMANT_APP: app:build"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 #: The sample events a project gets, and the message its first turn sends.
 _EVENTS = ("api_post_turn.json", "api_get_session.json", "api_delete_session.json",
-           "api_post_fork.json", "api_get_docs.json", "webhook_sqs_fifo_batch.json", "wake-timer.json",
-           "cleanup_ddb_stream_remove.json")
+           "api_post_fork.json", "api_get_docs.json", "webhook_sqs_fifo_batch.json",
+           "wake-timer.json", "cleanup_ddb_stream_remove.json")
 _FIRST_MESSAGE = "refund order A-1042"
 
 
