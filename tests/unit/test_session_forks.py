@@ -121,3 +121,43 @@ def test_sessions_show_marks_the_fork_point() -> None:
     assert "user: on the branch" in "\n".join(lines[marker:])
     assert session_json(branch)["forkOf"] == {"session": "session_base", "version": 1,
                                               "seq": 4}
+
+
+def _chain(app: dormant.App) -> None:
+    """A source, a fork of it and a fork of that, each with a turn of its own; the source and
+    the middle deleted first."""
+    agent = app.agent(name="echo", model=ScriptedModel([f"r{n}" for n in range(6)]))
+    turn = app.handler.rest(agent=agent)
+    turn({"session_id": "root", "input": {"message": "at the root"}})
+    app.sessions.fork("root", new_session_id="middle")
+    turn({"session_id": "middle", "input": {"message": "in the middle"}})
+    app.sessions.fork("middle", new_session_id="leaf")
+    assert app.sessions.delete("root") and app.sessions.delete("middle")
+    leaf = app.sessions.get("leaf")
+    assert leaf is not None and _texts(leaf) == ["at the root", "in the middle"]
+
+
+def test_the_last_fork_deleted_takes_what_it_kept_alive_with_it_in_memory() -> None:
+    store = dormant.stores.MemoryStore()
+    app = dormant.App(name="gc", store=store)
+    _chain(app)
+    assert len(store._retired) == 2  # root's and middle's events, for the leaf
+    assert app.sessions.delete("leaf")
+    assert store._retired == {} and store._forks == {} and store._rows == {}
+
+
+def test_the_last_fork_deleted_takes_what_it_kept_alive_with_it_in_sqlite(
+        tmp_path: Any) -> None:
+    import sqlite3
+
+    store = dormant.stores.SqliteStore(tmp_path / "gc.db")
+    app = dormant.App(name="gc", store=store)
+    _chain(app)
+    with sqlite3.connect(tmp_path / "gc.db") as conn:
+        archived = {sid for (sid,) in conn.execute("SELECT DISTINCT session_id FROM events")}
+    assert {sid.split("@")[0] for sid in archived} == {"~session_root", "~session_middle"}
+    assert app.sessions.delete("leaf")
+    with sqlite3.connect(tmp_path / "gc.db") as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM forks").fetchone() == (0,)
+    store.close()
