@@ -86,6 +86,32 @@ after its predecessor expired) numbers its items after the old ones, so leftover
 removed yet never mix in. Such an incarnation's items carry ``ver`` (the head's version; the
 key minus ``ver`` is the offset).
 
+Forks (``dormant._fork``) copy nothing. A fork's first version item is a checkpoint whose head
+names, in ``lineage``, the incarnations it reads (each segment as the store wrote it also
+carries ``base``, that incarnation's key offset); the item carries ``lin`` (S, the JSON list of
+``[session, base]`` pairs) so ``delete`` knows, from the keys it reads anyway, which references
+to release. Each session of the lineage holds a *reference item* per fork that reads it::
+
+    pk=session_x  sk=#f#0000000000#session_y  ver=4   (fork session_y reads versions 1-4)
+
+    pk=session_x  sk=#f#0000000000            tok=<random>  (a fork mark, see below)
+
+``#f#`` sorts below the guards and every event key, so a descending load never reaches it
+(only a whole-partition read does, as it reaches the guards). The fork's transaction writes
+its version item (create-only), the references, a ``ConditionCheck`` that each segment's last
+version item is still there, and, on the session it forks from (the *anchor*), checks that its
+head is still the newest item (``e#v<base+v>`` there, ``e#v<base+v+1>`` absent) and a fresh
+*fork mark* of that incarnation (``#f#<base>``, a random ``tok``): a delete's marker
+transaction checks that the mark is as the delete read it (the same ``tok``, or none), so a fork
+landing between a delete's read and its marker refuses the marker, and the delete looks again
+(only ``Put``, ``Delete`` and ``ConditionCheck``: the functions' role has no ``UpdateItem``). A
+delete that finds references keeps the version items (and parts, and S3 objects, and an old
+layout's slices) they read, out of sight: the deletion marker still takes the next key (the id
+reads as deleted, is free at once, and a new session numbers its items after it), and the kept
+items are written again without ``own``, so ``list`` no longer sees them. Deleting a fork
+deletes its references; the last reference to a deleted incarnation takes that incarnation's
+kept items with it.
+
 Sessions written by the old layout (a ``~head`` item with the head's JSON, ``e#<position>``
 slices of JSON events) load as before. Their next commit migrates them: one transaction puts
 the first version item (a checkpoint) and replaces ``~head`` by a small tombstone (``moved``;
@@ -116,8 +142,15 @@ __all__ = [
     "Slice",
     "assemble",
     "control_item",
+    "fork_mark_key",
+    "fork_ref_base",
+    "fork_ref_key",
+    "fork_ref_prefix",
     "head_sk_is",
+    "incarnation_of",
+    "is_below_versions",
     "is_control_item",
+    "is_fork_ref",
     "is_legacy_head",
     "is_minted",
     "is_version_item",
@@ -144,6 +177,13 @@ EVENT_PREFIX = "e#"
 VERSION_PREFIX = "e#v"
 VERSION_DIGITS = 10
 GUARD_PREFIX = "#o#"
+#: Fork references (``#f#`` + an incarnation's key offset + ``#`` + the fork's id): sort below
+#: the guards (``f`` < ``o``) and every ``e#`` key, so no descending load reads them.
+FORK_PREFIX = "#f#"
+#: On a fork's first version item: the JSON list of ``[session, base]`` its lineage reads.
+LINEAGE = "lin"
+#: A fork mark's token (S): a fresh one per fork made of the incarnation (see the docstring).
+TOKEN = "tok"
 #: A version item's payload (B): events and head, see ``codec``.
 PAYLOAD = "b"
 #: A version item's logical expiry (N, epoch seconds; with a TTL): what reads honour.
@@ -266,6 +306,46 @@ def guard_key(key: str) -> str:
     return GUARD_PREFIX + key
 
 
+def fork_ref_prefix(base: int) -> str:
+    """The sort key prefix of the references to the incarnation at key offset ``base``."""
+    return f"{FORK_PREFIX}{base:0{VERSION_DIGITS}d}#"
+
+
+def fork_ref_key(base: int, fork_id: str) -> str:
+    """The sort key of fork ``fork_id``'s reference to the incarnation at offset ``base``."""
+    return fork_ref_prefix(base) + fork_id
+
+
+def fork_mark_key(base: int) -> str:
+    """The sort key of the fork mark of the incarnation at offset ``base``."""
+    return f"{FORK_PREFIX}{base:0{VERSION_DIGITS}d}"
+
+
+def is_fork_ref(item: dict[str, Any]) -> bool:
+    """A fork's reference item (not a fork mark: its key ends at the offset)."""
+    sk = item.get(SK, {}).get("S", "")
+    return bool(sk.startswith(FORK_PREFIX) and len(sk) > len(FORK_PREFIX) + VERSION_DIGITS)
+
+
+def fork_ref_base(item: dict[str, Any]) -> int:
+    """The key offset of the incarnation a reference item holds."""
+    return int(item[SK]["S"][len(FORK_PREFIX):len(FORK_PREFIX) + VERSION_DIGITS])
+
+
+def is_below_versions(item: dict[str, Any]) -> bool:
+    """An item a descending query meets only after every version item: an old layout's
+    slice, a guard, a fork reference."""
+    sk = item.get(SK, {}).get("S", "")
+    return bool(sk < VERSION_PREFIX)
+
+
+def incarnation_of(item: dict[str, Any]) -> int:
+    """The key offset of a version item's incarnation: its key less ``ver`` (written only
+    when the offset is not 0)."""
+    key, _ = parse_version_key(item[SK]["S"])
+    return key - int(item[VERSION]["N"]) if VERSION in item else 0
+
+
 def is_event_item(item: dict[str, Any]) -> bool:
     """An old layout's slice item (``e#`` + a position)."""
     sk = item.get(SK, {}).get("S", "")
@@ -362,3 +442,28 @@ def expired(item: dict[str, Any], now_s: int) -> bool:
     version item's expiry is its logical one (``lx``), others' ``expires_at``."""
     stamp = item.get(LOGICAL_EXPIRY) or item.get(TTL_ATTRIBUTE)
     return stamp is not None and int(stamp["N"]) <= now_s
+
+
+def fork_holds(items: Sequence[dict[str, Any]], now_s: int) -> dict[int, int]:
+    """Per incarnation (key offset) that live fork references among ``items`` name, the
+    highest version any of them reads (an expired reference, left for TTL, holds nothing)."""
+    holds: dict[int, int] = {}
+    for item in items:
+        if is_fork_ref(item) and not expired(item, now_s):
+            base = fork_ref_base(item)
+            holds[base] = max(holds.get(base, 0), int(item[VERSION]["N"]))
+    return holds
+
+
+def held(item: dict[str, Any], holds: dict[int, int], now_s: int) -> bool:
+    """Whether a delete keeps ``item`` for the forks that read it: a live reference, a version
+    item (or part) of a held incarnation up to the highest version read (incarnations own
+    disjoint key ranges, so the key alone says), an old layout's slice of a held first
+    incarnation (a migrated session's history before its first version item)."""
+    if is_fork_ref(item):
+        return not expired(item, now_s)
+    if is_version_item(item):
+        key, _ = parse_version_key(item[SK]["S"])
+        return DELETED not in item and any(base < key <= base + top
+                                           for base, top in holds.items())
+    return is_event_item(item) and 0 in holds

@@ -1,6 +1,8 @@
 """Reading a session back: the head rebuilt from the newest version items, the events of the
 window the caller asked for, and whether the items read so far are enough. Sessions still in
-the old layout (``~head`` + ``e#`` slices) read as before. Pure functions: no client here."""
+the old layout (``~head`` + ``e#`` slices) read as before. A fork's own items hold its events
+from its fork point on; :func:`segment` reads what it inherits from a source's items. Pure
+functions: no client here."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from dormant.stores._dynamodb.offload import is_pointer
 from dormant.stores._dynamodb.writes import Known
 from dormant.types import SessionSummary
 
-__all__ = ["Found", "Version", "decode", "items_needed", "read", "summary", "versions_of"]
+__all__ = ["Found", "Segment", "Version", "decode", "items_needed", "read", "segment", "summary",
+           "versions_of"]
 
 _Items = list[dict[str, Any]]
 Fetch = Callable[[dict[str, Any]], Any]
@@ -106,16 +109,19 @@ def versions_of(items: _Items) -> list[Version]:
 
 
 def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhausted: bool,
-         fetch: Fetch) -> Found | None:
+         fetch: Fetch, *, compacted: bool = False) -> Found | None:
     """The session the items read so far (a descending query's, oldest last) hold, or None
-    when more items are needed (``exhausted``: there are no more)."""
+    when more items are needed (``exhausted``: there are no more). A fork's window is read
+    here down to its fork point at most: what it inherits is in other partitions
+    (:func:`segment`)."""
     control = next((i for i in items if lay.is_control_item(i)), None)
     head_item = next((i for i in items if lay.head_sk_is(i)), None)
     if head_item is not None and lay.is_legacy_head(head_item):
         if lay.expired(head_item, now_s):
             return Found(None, known=Known(version=0, stale_head=True, stale=True),
                          control=control)
-        return _legacy(session_id, head_item, items, turns, now_s, exhausted, fetch, control)
+        return _legacy(session_id, head_item, items, turns, now_s, exhausted, fetch, control,
+                       compacted)
     versions = [v for v in versions_of(items) if v.item is not None]
     if not versions:
         return Found(None, known=Known(version=0), control=control) if exhausted else None
@@ -151,7 +157,8 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
     stamp = (checkpoint.item or {}).get(lay.LOGICAL_EXPIRY)
     known = Known(version=head.version, base=base, head=full, checkpoint=checkpoint.key - base,
                   checkpoint_lx=int(stamp["N"]) if stamp else None)
-    start = head.window_start(turns)
+    # The session's own items start at its fork point (0: not a fork).
+    start = max(head.window_start(turns, compacted=compacted), head.fork_point)
     window: list[Version] = []
     aged = False
     for version in mine:
@@ -170,10 +177,10 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
     used = len(window)
     if oldest > start and not aged:
         below = exhausted or len(mine) < len(versions) or any(
-            lay.is_event_item(i) or i[lay.SK]["S"].startswith(lay.GUARD_PREFIX) for i in items)
+            lay.is_below_versions(i) for i in items)
         if not below:
             return None  # more of this session's version items to read
-        if base == 0 and oldest > 0:
+        if base == 0 and oldest > 0 and not head.lineage:
             # A migrated session: older history is in the old layout's slices.
             slices = [i for i in items if lay.is_event_item(i)]
             if items_needed(slices, start, oldest) is None and not exhausted:
@@ -189,11 +196,60 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
     return Found(head, load_events(raw), first if raw else head.seq, known, used, control)
 
 
+@dataclass
+class Segment:
+    """What a source's version items read so far give of a fork's inherited positions."""
+
+    #: The events' JSON (offloaded ones fetched), positions ``first`` … ``end - 1``.
+    raw: list[Any]
+    first: int
+    #: Older history of the source aged out (TTL): nothing before ``first`` is left.
+    aged: bool
+    #: Version items used (for the window estimator).
+    used: int
+
+
+def segment(source_id: str, items: _Items, start: int, end: int, now_s: int, exhausted: bool,
+            fetch: Fetch) -> Segment | None:
+    """Positions ``start`` … ``end - 1`` of a lineage segment from its source's version items
+    (a descending query's over the incarnation's keys up to the segment's version), or None
+    when more items are needed. Positions below the incarnation's first version item (a
+    session migrated from the old layout) are not here: ``first`` says where they stop."""
+    window: list[Version] = []
+    aged = False
+    for version in versions_of(items):
+        if version.item is None:  # only parts so far: the page ended inside a version
+            if exhausted:
+                raise StoreError(f"session {source_id}: version item {version.key} is "
+                                 "missing from the table")
+            return None
+        if lay.expired(version.item, now_s):
+            aged = True
+            break
+        if not version.complete:
+            raise StoreError(f"session {source_id}: version item {version.key} is incomplete "
+                             "in the table")
+        window.append(version)
+        if version.first_seq <= start:
+            break
+    else:
+        if not exhausted:
+            return None
+    oldest = window[-1].first_seq if window else end
+    first = min(max(start, oldest), end)
+    raw: list[Any] = []
+    for version in reversed(window):
+        for offset, value in enumerate(version.events()):
+            if first <= version.first_seq + offset < end:
+                raw.append(fetch(value) if is_pointer(value) else value)
+    return Segment(raw, first, aged, len(window))
+
+
 def _legacy(session_id: str, head_item: dict[str, Any], items: _Items, turns: int | None,
-            now_s: int, exhausted: bool, fetch: Fetch,
-            control: dict[str, Any] | None) -> Found | None:
+            now_s: int, exhausted: bool, fetch: Fetch, control: dict[str, Any] | None,
+            compacted: bool) -> Found | None:
     head = Head.model_validate_json(head_item[lay.HEAD]["S"])
-    start = head.window_start(turns)
+    start = head.window_start(turns, compacted=compacted)
     slices = [i for i in items if lay.is_event_item(i)]
     needed = items_needed(slices, start, head.seq)
     if needed is None and not exhausted:

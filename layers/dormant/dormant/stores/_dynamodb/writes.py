@@ -1,5 +1,5 @@
 """What a commit writes: the version item (and its parts, its guards, a migration's
-tombstone), what a control write sends, the request token.
+tombstone), what a fork's transaction holds, what a control write sends, the request token.
 
 Pure functions: no client here. ``dormant.stores.dynamodb`` sends what they build.
 """
@@ -23,9 +23,11 @@ from dormant.stores._dynamodb.offload import Offloader
 
 __all__ = [
     "Commit",
+    "ForkPlan",
     "Known",
     "absent_or_expired",
     "control_put",
+    "fork_plan",
     "guard_puts",
     "head_checks",
     "plan_commit",
@@ -149,6 +151,92 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
                                                                      or known.stale_head):
         commit.extra.append(_tombstone(table, sid, expected_version, known.legacy, now_s))
     return commit
+
+
+@dataclass
+class ForkPlan:
+    """A fork's ``TransactWriteItems``, and what a cancellation reason at each index means."""
+
+    actions: list[dict[str, Any]]
+    #: Indexes of the fork's own creation (its version item, and an expired old head's
+    #: tombstone): a failure there means the id is taken.
+    creates: set[int]
+    #: Indexes of the anchor's checks: a failure there means it moved on (or went).
+    anchor: set[int]
+    #: Index -> the lineage session whose kept items a failure there says are gone.
+    sources: dict[int, str]
+
+
+def fork_plan(table: str, commit: Commit, fork_id: str, lineage: Sequence[dict[str, Any]],
+              anchor: tuple[str, int, int] | None, *, now_s: int, ttl_seconds: int | None,
+              token: str) -> ForkPlan:
+    """The fork's transaction: its version item (create-only, carrying ``lin``); on the
+    anchor ``(session, base, version)`` (the session forked from, which must still be live:
+    its references keep the older segments' items) checks that its head is that version and
+    the newest, and its fork mark with ``token``; per lineage incarnation a check that the
+    last version item it reads is still there, and the fork's reference item (see
+    ``layout``)."""
+    reads: dict[tuple[str, int], int] = {}
+    for segment in lineage:
+        incarnation = (str(segment["session"]), int(segment["base"]))
+        reads[incarnation] = max(reads.get(incarnation, 0), int(segment["version"]))
+    put = {**commit.put, "Item": {
+        **commit.put["Item"],
+        lay.LINEAGE: {"S": json.dumps([list(pair) for pair in reads], separators=(",", ":"))}}}
+    actions: list[dict[str, Any]] = [{"Put": put}]
+    actions += [{"Put": part} for part in commit.parts]
+    creates = {0} | {len(actions) + i for i in range(len(commit.extra))}
+    actions += [{"Put": extra} for extra in commit.extra]
+
+    def key(session_id: str, sk: str) -> dict[str, Any]:
+        return {lay.PK: {"S": session_id}, lay.SK: {"S": sk}}
+
+    # A reference outlives every item it keeps (those were written before now), so one that
+    # expired keeps nothing TTL has not taken already.
+    expires_at = now_s + ttl_seconds + ttl_seconds // 4 + 1 if ttl_seconds else None
+    anchored: set[int] = set()
+    anchor_key: tuple[str, int] | None = None
+    if anchor is not None and reads:
+        sid, base, version = anchor
+        anchor_key = (sid, base + version)
+        anchored = {len(actions), len(actions) + 1}
+        actions.append({"ConditionCheck": {
+            "TableName": table, "Key": key(sid, lay.version_key(base + version)),
+            "ConditionExpression": "attribute_exists(#pk) AND attribute_not_exists(#del) "
+                                   "AND (attribute_not_exists(#lx) OR #lx > :now)",
+            "ExpressionAttributeNames": {"#pk": lay.PK, "#del": lay.DELETED,
+                                         "#lx": lay.LOGICAL_EXPIRY},
+            "ExpressionAttributeValues": {":now": {"N": str(now_s)}},
+        }})
+        actions.append({"ConditionCheck": {
+            "TableName": table, "Key": key(sid, lay.version_key(base + version + 1)),
+            "ConditionExpression": "attribute_not_exists(#pk)",
+            "ExpressionAttributeNames": {"#pk": lay.PK},
+        }})
+        mark: dict[str, Any] = {**key(sid, lay.fork_mark_key(base)), lay.TOKEN: {"S": token}}
+        if expires_at is not None:
+            mark[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
+        actions.append({"Put": {"TableName": table, "Item": mark}})
+    sources: dict[int, str] = {}
+    for (sid, base), version in reads.items():
+        if (sid, base + version) == anchor_key:
+            continue  # the anchor's check is on that item already (one action per item)
+        sources[len(actions)] = sid
+        actions.append({"ConditionCheck": {
+            "TableName": table, "Key": key(sid, lay.version_key(base + version)),
+            "ConditionExpression": "attribute_exists(#pk)",
+            "ExpressionAttributeNames": {"#pk": lay.PK},
+        }})
+    for (sid, base), version in reads.items():
+        item: dict[str, Any] = {**key(sid, lay.fork_ref_key(base, fork_id)),
+                                lay.VERSION: {"N": str(version)}}
+        if expires_at is not None:
+            item[lay.TTL_ATTRIBUTE] = {"N": str(expires_at)}
+        actions.append({"Put": {"TableName": table, "Item": item}})
+    if len(actions) > lay.TRANSACTION_ACTIONS:
+        raise StoreError(f"session {fork_id}: a fork of {len(reads)} lineage sessions does not "
+                         "fit one DynamoDB transaction", retryable=False)
+    return ForkPlan(actions, creates, anchored, sources)
 
 
 def _version_items(table: str, written: Head, base: int, payload: bytes,
