@@ -47,6 +47,7 @@ OPERATIONS = [
     ("GET", "/sessions/{session_id}"),
     ("DELETE", "/sessions/{session_id}"),
     ("GET", "/sessions/{session_id}/events"),
+    ("POST", "/sessions/{session_id}/fork"),
 ]
 
 CHECKS = """
@@ -106,9 +107,10 @@ def test_every_session_id_in_the_description_carries_the_servers_constraints(dev
                 for operation in item.values() for parameter in operation.get("parameters", [])
                 if parameter["name"] == "session_id"]
     in_bodies = [schemas["TurnRequest"]["properties"]["sessionId"],
-                 schemas["RunAgentInput"]["properties"]["threadId"]]
+                 schemas["RunAgentInput"]["properties"]["threadId"],
+                 schemas["ForkRequest"]["properties"]["sessionId"]]
 
-    assert len(in_paths) == 3
+    assert len(in_paths) == 4  # GET and DELETE /sessions/{id}, its events, its fork
     for schema in in_paths + in_bodies:
         assert (schema["pattern"], schema["minLength"], schema["maxLength"]) == (
             SESSION_ID_PATTERN, 1, MAX_SESSION_ID)
