@@ -36,6 +36,10 @@ bytes of one poll of a realistic record (a stop, a pause, one short steer; and a
 Expected: 1 / interval reads per second while a turn runs (1 read unit each: the item is far
 under 4 KB), none when idle or with polling disabled.
 
+Long sessions (``bench/_long_sessions.py``): read bytes per turn of a compacted session at
+turns 10, 100, 1,000 and 2,000 (flat), beside a full-history agent on the same session
+(growing), and the writes of a fork of that session at each (independent of its length).
+
     python bench/dynamodb_cost.py            # turns 10, 100, 500 (a few minutes)
     python bench/dynamodb_cost.py --checkpoints 10,100   # a shorter run
     python bench/dynamodb_cost.py --json cost.json       # the figures as JSON too
@@ -60,6 +64,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._capacity import index_write_units, item_bytes, read_units, write_units
+from bench._long_sessions import CYCLE, fork_table, long_table, measure_long
 
 #: Fake credentials for moto; set unconditionally so the bench can never reach a real account.
 FAKE_AWS_ENV = {
@@ -466,6 +471,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="also write the figures as JSON to PATH")
     parser.add_argument("--samples", type=int, default=3,
                         help="turns of each kind averaged at each checkpoint")
+    parser.add_argument("--long-checkpoints", default="10,100,1000,2000",
+                        help="turns of the long (compacted) session to measure at")
     parser.add_argument("--poll-interval", type=float, default=None,
                         help="control polling interval of the polled turn (default: the "
                              "framework's)")
@@ -475,10 +482,12 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.pop(name, None)
     interval, turn_seconds = args.poll_interval, RUNNING_TURN_SECONDS
     if args.smoke:
-        checkpoints, samples = [3], 1
+        checkpoints, samples, long_checkpoints = [3], 1, [3, 14]
         interval, turn_seconds = interval or 0.1, 0.35
     else:
         checkpoints = sorted(int(c) for c in args.checkpoints.split(",") if c.strip())
+        long_checkpoints = sorted(int(c) for c in args.long_checkpoints.split(",")
+                                  if c.strip())
         samples = args.samples
     if not checkpoints or checkpoints[0] < 1 or samples < 1:
         parser.error("checkpoints and samples must be positive")
@@ -489,6 +498,15 @@ def main(argv: list[str] | None = None) -> None:
           f"DynamoDB's capacity rules, bench/_capacity.py; mean of {samples} turn(s) of each "
           "kind at each checkpoint; a turn's writes add up)\n")
     print(table(rows))
+    long_rows, fork_rows = measure_long(long_checkpoints, Wire, MESSAGE, REPLY)
+    print("\nLong sessions: a compacted session's turns, and the same session's turns by a "
+          f"full-history agent ({CYCLE} turns of each at each checkpoint: the mean, and the "
+          "largest)\n")
+    print(long_table(long_rows))
+    print("\nA fork of that session at each checkpoint: what it writes (one transaction: its "
+          "first version item, a reference item and a fork mark in the source), and what it "
+          "read\n")
+    print(fork_table(fork_rows))
     polls, records = measure_polling(interval, turn_seconds)
     print("\nTurn control polling (a running turn reads its control record every poll "
           "interval: one strongly consistent GetItem; counted on the wire)\n")
@@ -497,6 +515,8 @@ def main(argv: list[str] | None = None) -> None:
         figures = {
             "samples": samples,
             "turns": [asdict(row) for row in rows],
+            "long_session": [asdict(row) for row in long_rows],
+            "forks": [asdict(row) for row in fork_rows],
             "polling": [{"case": p.case, "interval": p.interval, "seconds": p.seconds,
                          "reads": p.reads, "reads_per_second": p.per_second} for p in polls],
             "control_record": [asdict(r) | {"read_units": r.read_units} for r in records],
