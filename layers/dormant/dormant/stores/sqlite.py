@@ -270,19 +270,10 @@ class SqliteStore:
                     conn.rollback()
                     return CommitResult(ok=False, conflict=current != expected_version,
                                         current_version=current, duplicate=held)
-                conn.execute("INSERT INTO commits (session_id, version, committed_at, end_seq) "
-                             "VALUES (?, ?, ?, ?)",
-                             (sid, written.version, written.updated_at, written.seq))
                 conn.executemany("INSERT INTO once_keys (session_id, key) VALUES (?, ?)", keys)
                 conn.executemany("INSERT INTO events (session_id, seq, type, body) "
                                  "VALUES (?, ?, ?, ?)", rows)
-                conn.execute(
-                    "INSERT INTO sessions (session_id, version, status, principal, updated_at, "
-                    "head) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
-                    "version = excluded.version, status = excluded.status, "
-                    "updated_at = excluded.updated_at, head = excluded.head",
-                    (sid, written.version, status, written.principal, written.updated_at,
-                     written.model_dump_json()))
+                _write_version(conn, written, status)
                 conn.commit()
             except sqlite3.IntegrityError:
                 # The (session_id, version) or (session_id, seq) key is taken: another writer
@@ -305,16 +296,10 @@ class SqliteStore:
                     return CommitResult(ok=False, conflict=True, current_version=current)
                 for segment in head.lineage:
                     _source_id(conn, segment)  # raises if the source is gone
-                conn.execute("INSERT INTO commits (session_id, version, committed_at, end_seq) "
-                             "VALUES (?, ?, ?, ?)",
-                             (sid, written.version, written.updated_at, written.seq))
                 conn.executemany("INSERT OR IGNORE INTO forks (source, created_at, fork) "
                                  "VALUES (?, ?, ?)",
                                  [(*lineage_key(segment), sid) for segment in head.lineage])
-                conn.execute("INSERT INTO sessions (session_id, version, status, principal, "
-                             "updated_at, head) VALUES (?, ?, ?, ?, ?, ?)",
-                             (sid, written.version, status_of(written), written.principal,
-                              written.updated_at, written.model_dump_json()))
+                _write_version(conn, written, status_of(written))
                 conn.commit()
             except sqlite3.IntegrityError:
                 conn.rollback()
@@ -437,6 +422,21 @@ def _held(conn: sqlite3.Connection, session_id: str, keys: list[str]) -> str | N
                         (session_id, key)).fetchone() is not None:
             return key
     return None
+
+
+def _write_version(conn: sqlite3.Connection, written: Head, status: str) -> None:
+    """The version's ``commits`` row (its key is the optimistic lock) and the head moved to it:
+    what every commit and a fork's creation write."""
+    conn.execute("INSERT INTO commits (session_id, version, committed_at, end_seq) "
+                 "VALUES (?, ?, ?, ?)",
+                 (written.session_id, written.version, written.updated_at, written.seq))
+    conn.execute(
+        "INSERT INTO sessions (session_id, version, status, principal, updated_at, head) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+        "version = excluded.version, status = excluded.status, "
+        "updated_at = excluded.updated_at, head = excluded.head",
+        (written.session_id, written.version, status, written.principal, written.updated_at,
+         written.model_dump_json()))
 
 
 def _archive_id(session_id: str, created_at: int) -> str:
