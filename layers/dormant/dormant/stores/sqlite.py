@@ -409,7 +409,7 @@ class SqliteStore:
             except sqlite3.Error as error:
                 raise StoreError(f"cannot list sessions in {self.path}: {error}") from error
         return [SessionSummary(session_id=sid, version=version,
-                               status=status if status in ("awaiting_input", "failed")
+                               status=status if status in ("awaiting_input", "failed", "paused")
                                else "active",
                                updated_at=updated_at, principal=owner)
                 for sid, version, status, updated_at, owner in rows]

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import dormant
-from dormant.events import CompactionEvent, StateDelta, UserEvent
+from dormant.events import CompactionEvent, PauseEvent, StateDelta, UserEvent
 from dormant.session import Session
 from dormant.stores import Store
 from dormant.types import Control, ControlSteer, ControlStop
@@ -196,6 +196,21 @@ class StoreContract:
         assert mine[0] == "session_gamma" and set(mine) == {"session_alpha", "session_gamma"}
         assert {s.session_id for s in app.sessions.list()} >= {
             "session_alpha", "session_beta", "session_gamma"}
+
+    def test_list_says_each_sessions_status_as_its_head_does(self, store: Store) -> None:
+        app = _app(store)
+        app.sessions.create("idle")
+        paused = app.sessions.create("paused")
+        paused.add_event(PauseEvent())
+        waiting = app.sessions.create("waiting")
+        waiting.request_input("size", {"type": "string"}, "Which size?")
+        assert app.sessions.commit(paused).ok and app.sessions.commit(waiting).ok
+        listed = {s.session_id: s.status for s in app.sessions.list()}
+        assert listed == {"session_idle": "active", "session_paused": "paused",
+                          "session_waiting": "awaiting_input"}
+        for sid, status in listed.items():
+            loaded = app.sessions.load(sid, turns=0)
+            assert loaded is not None and loaded.status == status
 
     def test_concurrent_commits_on_one_version_have_exactly_one_winner(
             self, store: Store) -> None:

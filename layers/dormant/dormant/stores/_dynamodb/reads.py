@@ -308,7 +308,7 @@ def summary(item: dict[str, Any]) -> SessionSummary:
     return SessionSummary(
         session_id=item[lay.PK]["S"],
         version=version,
-        status=status if status in ("awaiting_input", "failed") else "active",
+        status=status if status in ("awaiting_input", "failed", "paused") else "active",
         updated_at=int(item[lay.UPDATED]["N"]),
         principal=lay.principal_of(item[lay.OWNER]["S"]),
     )
