@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,8 +22,10 @@ from dormant._turn_wire import QueuedRef
 from dormant.handlers import HandlerInput, Input, RestResponse
 from dormant.http import build_resolver
 from dormant.models import ScriptedModel
+from dormant.models.rules import Reply, RuleModel
 from dormant.results import Output
 from dormant.session import normalize_session_id
+from dormant.stores import MemoryStore, SqliteStore
 
 
 class Question(BaseModel):
@@ -260,6 +263,130 @@ def test_get_sessions_lists_only_the_callers_sessions() -> None:
     status, body = _call(build_resolver(app, agent, require_principal=True),
                          _event("GET", "/sessions", principal=None))
     assert (status, body["code"]) == (401, "unauthorized")
+
+
+# --- GET /sessions?detail=true ------------------------------------------------------------------
+
+
+class Ticket(BaseModel):
+    ticket: str
+
+
+class _Desk(RuleModel):
+    """Asks which night on "book", closes a ticket (under approval) on "close", else hi."""
+
+    def reply(self, text: str) -> Reply:
+        if "book" in text:
+            return self.call("ask_guest", {"q": "Which night?"})
+        if "close" in text:
+            return self.call("close_ticket", {"ticket": "T-7"})
+        return "Hi."
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def desk(request: pytest.FixtureRequest,
+         tmp_path: Path) -> Iterator[tuple[dormant.App, dormant.Agent]]:
+    store = SqliteStore(tmp_path / "desk.db") if request.param == "sqlite" else MemoryStore()
+    app = dormant.App(name="desk", store=store)
+    ask = app.tool(name="ask_guest", description="Ask", schema=Question, yield_schema=Answer)
+    close = app.tool(name="close_ticket", description="Close a ticket", schema=Ticket,
+                     execute=lambda ctx: {"closed": ctx.args.ticket})
+    yield app, app.agent(name="desk", model=_Desk(), tools=[ask, close],
+                         tool_approval={"close_ticket": "user-approval"})
+    if isinstance(store, SqliteStore):
+        store.close()
+
+
+def _waiting_sessions(app: dormant.App, agent: dormant.Agent) -> Any:
+    """Ann's sessions, one per thing a session can wait on, a fork, a paused one; and Bob's."""
+    resolver = build_resolver(app, agent)
+
+    def post(body: dict[str, Any], principal: str = "ann") -> Any:
+        status, answer = _call(resolver, _event("POST", "/turns", body, principal=principal))
+        assert status in (200, 202), answer
+        return answer
+
+    post({"sessionId": "yield", "message": "book me in"})
+    post({"sessionId": "yield", "message": "late checkout?", "messageId": "late-1"})  # queued
+    post({"sessionId": "approval", "message": "close it"})
+    asking = app.sessions.create("input", owner="ann")
+    asking.request_input("size", {"type": "string"}, "Which size?")
+    assert app.sessions.commit(asking).ok
+    intake = app.agent(name="intake", model=ScriptedModel(["What name?"]), yields=True)
+    parked = app.handler.rest(agent=intake)(
+        {"session_id": "message", "input": {"message": "hi"}, "principal": "ann"})
+    assert parked.status == "yielded_message"
+    post({"sessionId": "done", "message": "hello"})
+    post({"sessionId": "paused", "message": "hello"})
+    post({"sessionId": "paused", "pause": True})
+    post({"sessionId": "paused", "message": "still there?"})  # takes the pause up; queued
+    status, _ = _call(resolver, _event("POST", "/sessions/done/fork", {"sessionId": "fork"}))
+    assert status == 201
+    post({"sessionId": "bobs", "message": "book me in"}, principal="bob")
+    return resolver
+
+
+def test_get_sessions_with_detail_says_what_each_session_waits_on(
+        desk: tuple[dormant.App, dormant.Agent]) -> None:
+    app, agent = desk
+    resolver = _waiting_sessions(app, agent)
+    # A pause asked of an idle session waits in its control record until a request takes it
+    # up: the session (and so the detailed line) says paused already, the listing not yet.
+    _call(resolver, _event("POST", "/turns", {"sessionId": "pausing", "message": "hello"}))
+    _call(resolver, _event("POST", "/turns", {"sessionId": "pausing", "pause": True}))
+
+    status, body = _call(resolver, _event("GET", "/sessions", query={"detail": "true"}))
+
+    assert status == 200
+    lines = {line["sessionId"].removeprefix("session_"): line for line in body["sessions"]}
+    assert set(lines) == {"yield", "approval", "input", "message", "done", "paused",
+                          "pausing", "fork"}
+    views = {sid: _call(resolver, _event("GET", f"/sessions/{sid}"))[1] for sid in lines}
+    for sid, line in lines.items():  # what GET /sessions/{id} says, one request for all
+        view = views[sid]
+        assert (line["status"], line["version"], line["updatedAt"], line["createdAt"]) == (
+            view["status"], view["version"], view["updatedAt"], view["createdAt"])
+        assert line.get("openInvocation") == view.get("openInvocation")
+    [call] = views["yield"]["yieldedTools"]
+    assert lines["yield"]["waiting"] == [{"kind": "yield", "id": call["callId"],
+                                          "name": "ask_guest"}]
+    assert lines["yield"]["inbox"] == 1 and lines["yield"]["status"] == "awaiting_input"
+    [approval] = views["approval"]["pendingApprovals"]
+    assert lines["approval"]["waiting"] == [{"kind": "approval", "id": approval["approvalId"],
+                                             "name": "close_ticket"}]
+    assert lines["input"]["waiting"] == [{"kind": "input", "id": "size",
+                                          "name": "Which size?"}]
+    assert lines["message"]["waiting"] == [{"kind": "message",
+                                            "id": views["message"]["openInvocation"],
+                                            "name": "message"}]
+    assert lines["paused"]["status"] == "paused" and "waiting" not in lines["paused"]
+    assert lines["paused"]["inbox"] == 1
+    assert lines["pausing"]["status"] == "paused" and "inbox" not in lines["pausing"]
+    assert lines["fork"]["forkOf"] == {"session": "session_done",
+                                       "version": lines["done"]["version"],
+                                       "seq": views["fork"]["forkOf"]["seq"]}
+    assert set(lines["done"]) == {"sessionId", "status", "version", "updatedAt", "createdAt"}
+
+
+def test_get_sessions_without_detail_is_the_four_fields_it_always_was(
+        desk: tuple[dormant.App, dormant.Agent]) -> None:
+    app, agent = desk
+    resolver = _waiting_sessions(app, agent)
+
+    plain = _call(resolver, _event("GET", "/sessions"))
+    explicit = _call(resolver, _event("GET", "/sessions", query={"detail": "false"}))
+    detailed = _call(resolver, _event("GET", "/sessions", query={"detail": "true"}))
+
+    assert plain == explicit and plain[0] == 200
+    assert all(set(line) == {"sessionId", "status", "version", "updatedAt"}
+               for line in plain[1]["sessions"])
+    statuses = {line["sessionId"]: line["status"] for line in plain[1]["sessions"]}
+    assert statuses == {line["sessionId"]: line["status"] for line in detailed[1]["sessions"]}
+    assert statuses["session_paused"] == "paused"  # as the session says, in every store
+    status, bobs = _call(resolver, _event("GET", "/sessions", principal="bob",
+                                          query={"detail": "true"}))
+    assert status == 200 and [line["sessionId"] for line in bobs["sessions"]] == [
+        "session_bobs"]
 
 
 # --- GET /sessions/{id}/events --------------------------------------------------------------

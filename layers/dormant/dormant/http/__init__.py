@@ -6,7 +6,10 @@ Routes::
                              state?, retry?, stop?, steer?, pause?, resume?, interrupt?, queue?,
                              inputs?, seed?, ifBusy?} -> the REST response (202 when the message
                              was queued or a control accepted for a run elsewhere, else 200)
-    GET    /sessions         the caller's sessions (sessionId, status, version, updatedAt)
+    GET    /sessions         the caller's sessions (sessionId, status, version, updatedAt;
+                             ?detail=true adds waiting [{kind, id, name}], inbox (a count),
+                             openInvocation, forkOf, compactions, createdAt: one head read
+                             per session)
     GET    /sessions/{id}    status, version, pending yields and inputs, inbox, state (+ the
                              ledger with ?events=true)
     GET    /sessions/{id}/events?after=V[&wait=N]
@@ -75,6 +78,7 @@ from dormant.http._wire import (
     SessionList,
     SessionView,
     TurnRequest,
+    Waiting,
     checked_session_id,
     principal_of,
     request_id_of,
@@ -99,6 +103,7 @@ __all__ = [
     "SessionList",
     "SessionView",
     "TurnRequest",
+    "Waiting",
     "build_resolver",
     "error_response",
     "principal_of",
@@ -162,12 +167,19 @@ def build_resolver(
         return routes.turn(request)
 
     @resolver.get("/sessions", summary="List your sessions", tags=["sessions"],
-                  description="The caller's sessions, most recently updated first.",
+                  description="The caller's sessions, most recently updated first: "
+                  "`sessionId`, `status`, `version`, `updatedAt`. With `detail=true` each "
+                  "line also says what the session waits on (`waiting`), how many messages "
+                  "its inbox holds (`inbox`), `openInvocation`, `forkOf`, `compactions` and "
+                  "`createdAt`, each only when it says something; that reads each listed "
+                  "session's head (one more read per session, never its ledger).",
                   responses=answers("the sessions", SessionList, 401, 422))
     def list_sessions(
         limit: Annotated[int, Query(ge=1, le=100, description="At most this many")] = 100,
+        detail: Annotated[bool, Query(description="Say what each session waits on, its "
+                                      "inbox, fork and compactions (reads each head)")] = False,
     ) -> Response[Any]:
-        return routes.list(limit)
+        return routes.list(limit, detail)
 
     @resolver.get("/sessions/<session_id>/events", summary="Follow a session",
                   tags=["sessions"],
@@ -421,13 +433,20 @@ class _Routes:
         read = self.app.sessions.load(session.session_id, turns=turns)
         return read.events if read is not None else []
 
-    def list(self, limit: int) -> Response[Any]:
-        summaries = self.app.sessions.list(principal=self.principal(), limit=limit)
-        body = SessionList(sessions=[
-            SessionLine(session_id=s.session_id, status=s.status, version=s.version,
-                        updated_at=s.updated_at) for s in summaries])
+    def list(self, limit: int, detail: bool) -> Response[Any]:
+        principal = self.principal()
+        summaries = self.app.sessions.list(principal=principal, limit=limit)
+        if not detail:
+            lines = [SessionLine(session_id=s.session_id, status=s.status, version=s.version,
+                                 updated_at=s.updated_at) for s in summaries]
+        else:
+            heads = (self.app.sessions.load(s.session_id, turns=0) for s in summaries)
+            # A session deleted since the listing is left out, not a 404 for the whole list.
+            lines = [SessionLine.detailed(session) for session in heads
+                     if session is not None and session.head.visible_to(principal)]
+        body = SessionList(sessions=lines)
         return Response(status_code=200, content_type=JSON,
-                        body=body.model_dump(by_alias=True, mode="json"))
+                        body=body.model_dump(by_alias=True, mode="json", exclude_none=True))
 
     # --- /sessions/{id}/events -----------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from dormant._turn_wire import (
 )
 from dormant.errors import InputError
 from dormant.handlers import HandlerInput, Input, RetryRequest, ToolAnswer
-from dormant.session import MAX_SESSION_ID, normalize_session_id
+from dormant.session import MAX_SESSION_ID, Session, normalize_session_id
 from dormant.types import PendingInput, QueuedMessage
 
 __all__ = [
@@ -35,8 +35,10 @@ __all__ = [
     "SessionList",
     "SessionView",
     "TurnRequest",
+    "Waiting",
     "principal_of",
     "request_id_of",
+    "waiting_on",
 ]
 
 _PREFIX = "session_"
@@ -251,13 +253,74 @@ class ForkCreated(_Wire):
     fork_of: ForkOf
 
 
+class Waiting(_Wire):
+    """One thing a session waits on, as ``GET /sessions?detail=true`` lists it."""
+
+    kind: Literal["yield", "approval", "input", "message"] = Field(
+        description="`yield`: a yielded call waits for its answer (`tools`); `approval`: a "
+        "call waits for a decision (`approvals`); `input`: an input request waits for a "
+        "response (`inputs`); `message`: the agent yielded its turn and waits for the next "
+        "message.")
+    id: str = Field(description="The id its answer names: the call id, approval id or "
+                    "input id; for `message`, the parked invocation.")
+    name: str = Field(description="The tool (`yield`, `approval`), the request's prompt or "
+                      "else its id (`input`), or `message`.")
+
+
 class SessionLine(_Wire):
-    """One session of ``GET /sessions``."""
+    """One session of ``GET /sessions``. The fields after ``updatedAt`` come only with
+    ``detail=true``, and each only when it says something."""
 
     session_id: str
-    status: SessionStatus
+    status: SessionStatus = Field(
+        description="`active`, `awaiting_input`, `failed` or `paused`. With `detail=true` "
+        "as `GET /sessions/{id}` says it; without, as the listing has it, which sees a pause "
+        "asked of an idle session only once a request has taken it up.")
     version: int
     updated_at: int
+    waiting: list[Waiting] | None = Field(
+        default=None, description="What the session waits on: its yielded calls, approvals, "
+        "then input requests (`detail=true`; absent: nothing).")
+    inbox: int | None = Field(
+        default=None, description="How many messages are queued in its inbox (`detail=true`; "
+        "absent: none).")
+    open_invocation: str | None = Field(
+        default=None, description="The invocation that is parked, failed, paused or running "
+        "(`detail=true`).")
+    fork_of: ForkOf | None = Field(
+        default=None, description="The session and version this one was forked from "
+        "(`detail=true`).")
+    compactions: int | None = Field(
+        default=None, description="How many times older turns were folded into a summary "
+        "(`detail=true`; absent: never).")
+    created_at: int | None = Field(default=None, description="When it was created "
+                                   "(`detail=true`; epoch milliseconds).")
+
+    @classmethod
+    def detailed(cls, session: Session) -> SessionLine:
+        """The line of ``session`` as loaded (its head suffices: no ledger read)."""
+        head = session.head
+        waiting = waiting_on(session)
+        return cls(session_id=session.session_id, status=session.status,
+                   version=session.version, updated_at=head.updated_at,
+                   waiting=waiting or None, inbox=len(session.inbox) or None,
+                   open_invocation=session.open_invocation,
+                   fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
+                   compactions=head.compactions or None, created_at=head.created_at)
+
+
+def waiting_on(session: Session) -> list[Waiting]:
+    """What ``session`` waits on: its yielded calls, then its approvals, then its input
+    requests; else, when its agent yielded the turn, the next message."""
+    waiting = [Waiting(kind="yield", id=c.call_id, name=c.name) for c in session.yielded_tools]
+    waiting += [Waiting(kind="approval", id=a.approval_id, name=a.tool)
+                for a in session.pending_approvals]
+    waiting += [Waiting(kind="input", id=i.input_id, name=i.prompt or i.input_id)
+                for i in session.pending_inputs]
+    invocation = session.open_invocation
+    if not waiting and session.head.parked == "message" and invocation is not None:
+        waiting.append(Waiting(kind="message", id=invocation, name="message"))
+    return waiting
 
 
 class SessionList(_Wire):
