@@ -113,5 +113,9 @@ for module in (dormant, pydantic):
 # The runtime's boto3/botocore serve the functions; the layer carries neither, nor the X-Ray SDK.
 for package in ("boto3", "botocore", "aws_xray_sdk"):
     assert not (build / "DormantLayer" / "python" / package).exists(), package
+# Nor `dormant dev`'s browser console: nothing of it is on the Lambda path.
+for extra in ("_web", "_console.py", "scaffold"):
+    assert not (build / "DormantLayer" / "python" / "dormant" / extra).exists(), extra
+assert "dormant._console" not in sys.modules, "the api function imported the console"
 print(f"sam build smoke: api, webhook, wake and cleanup import and answer under Python "
       f"{sys.version.split()[0]} from {build}, serving {served.name} ({app_spec})")

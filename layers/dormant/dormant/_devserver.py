@@ -12,6 +12,10 @@ flushes. Errors found before the first event (a bad body, an unknown session) st
 as ordinary JSON responses. On Lambda there is no writer and the route returns the whole body.
 ``GET /sessions/{id}/events?follow=true`` streams through the same writer (a feed per commit).
 
+A browser asking for ``/`` gets the console instead (``dormant._console``: the built page and its
+``/assets/``), which uses the same API as any client; every other request, ``/`` from an API
+client included, goes to the resolver.
+
 Each request gets a fresh id (``requestContext.requestId``, as API Gateway gives one): a
 server-side failure's answer names it, and the log record with the detail carries it. The
 server listens with a backlog of :data:`LISTEN_BACKLOG`, so a burst of clients connecting at
@@ -36,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+from dormant._console import console_file
 from dormant.errors import public_message
 from dormant.http import SSE_WRITER_ATTRIBUTE
 
@@ -292,6 +297,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._refuse(400, "invalid_body", "the request's framing is broken (Content-Length "
                          "or a chunk size is not a size)")
             return
+        static = console_file(self.command, urlsplit(self.path).path,
+                              self.headers.get("Accept", ""))
+        if static is not None:
+            self._reply({"statusCode": static.status, "body": static.body,
+                         "headers": {"Content-Type": static.content_type, **static.headers}})
+            return
         principal = self.headers.get(PRINCIPAL_HEADER) or DEFAULT_PRINCIPAL
         headers = {k: v for k, v in self.headers.items()}
         event = to_proxy_event(self.command, self.path, headers, body, principal=principal,
@@ -317,7 +328,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, result: Mapping[str, Any]) -> None:
         raw = result.get("body") or ""
-        data = base64.b64decode(raw) if result.get("isBase64Encoded") else raw.encode()
+        if isinstance(raw, bytes):
+            data = raw
+        else:
+            data = base64.b64decode(raw) if result.get("isBase64Encoded") else raw.encode()
         self.send_response(int(result.get("statusCode", 200)))
         sent = set()
         for name, values in (result.get("multiValueHeaders") or {}).items():

@@ -219,7 +219,8 @@ def _dev(args: argparse.Namespace) -> int:
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
               f"(model: {served}; sessions in SQLite at {store.path}; timers served locally, "
               f"{rearmed} pending re-armed). "
-              f"API description: {server.url}/  Stop with Ctrl-C.", flush=True)
+              f"Console: {server.url}/  API description: {server.url}/docs  "
+              f"Stop with Ctrl-C.", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass

@@ -1,0 +1,95 @@
+// The sessions of this principal: what each waits for, sessions waiting on a person first,
+// filterable; refreshed every few seconds while the page is visible.
+import { useEffect, useRef, useState } from "preact/hooks";
+import { listSessions, newSessionId } from "./api.js";
+import { StatusBadge, waitingSummary } from "./status.jsx";
+
+const REFRESH_MS = 2000;
+const ORDER = { awaiting_input: 0, failed: 1, paused: 2, active: 3 };
+
+function ago(ms) {
+  const seconds = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (seconds < 60) return `${seconds}s ago`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
+  return new Date(ms).toLocaleDateString();
+}
+
+export function SessionList() {
+  const [sessions, setSessions] = useState(null);
+  const [error, setError] = useState(null);
+  const [query, setQuery] = useState("");
+  const [status, setStatus] = useState("");
+  const heading = useRef(null);
+
+  useEffect(() => {
+    heading.current?.focus();
+    let timer;
+    let stopped = false;
+    const load = async () => {
+      try {
+        const body = await listSessions();
+        if (!stopped) { setSessions(body.sessions); setError(null); }
+      } catch (failure) {
+        if (!stopped) setError(failure.message);
+      }
+      if (!stopped) timer = setTimeout(load, document.hidden ? REFRESH_MS * 5 : REFRESH_MS);
+    };
+    load();
+    return () => { stopped = true; clearTimeout(timer); };
+  }, []);
+
+  const needle = query.trim().toLowerCase();
+  const shown = (sessions || [])
+    .filter((s) => !status || s.status === status)
+    .filter((s) => !needle || s.sessionId.toLowerCase().includes(needle) || waitingSummary(s).toLowerCase().includes(needle))
+    .sort((a, b) => (ORDER[a.status] ?? 9) - (ORDER[b.status] ?? 9) || b.updatedAt - a.updatedAt);
+
+  return (
+    <section aria-labelledby="sessions-title">
+      <h1 id="sessions-title" tabIndex={-1} ref={heading}>Sessions</h1>
+      <div class="toolbar">
+        <div class="field">
+          <label for="filter">Filter</label>
+          <input id="filter" type="search" value={query} placeholder="id or what it waits for" onInput={(e) => setQuery(e.currentTarget.value)} />
+        </div>
+        <div class="field">
+          <label for="status-filter">Status</label>
+          <select id="status-filter" value={status} onChange={(e) => setStatus(e.currentTarget.value)}>
+            <option value="">all</option>
+            <option value="awaiting_input">awaiting input</option>
+            <option value="failed">failed</option>
+            <option value="paused">paused</option>
+            <option value="active">active</option>
+          </select>
+        </div>
+        <a class="button" href={`#/sessions/${newSessionId()}`}>New session</a>
+      </div>
+      {error && <p class="notice error" role="alert">Could not list sessions: {error}</p>}
+      {sessions === null && !error && <p>Loading…</p>}
+      {sessions && (
+        <table class="sessions">
+          <caption>{shown.length} of {sessions.length} sessions, those waiting on a person first</caption>
+          <thead>
+            <tr><th scope="col">Session</th><th scope="col">Status</th><th scope="col">Waiting for</th><th scope="col">Version</th><th scope="col">Last activity</th></tr>
+          </thead>
+          <tbody>
+            {shown.map((s) => (
+              <tr key={s.sessionId} class={`row-${s.status}`}>
+                <th scope="row">
+                  <a href={`#/sessions/${encodeURIComponent(s.sessionId)}`}>{s.sessionId}</a>
+                  {s.forkOf && <span class="mark" title={`fork of ${s.forkOf.session} at version ${s.forkOf.version}`}>fork of {s.forkOf.session}@{s.forkOf.version}</span>}
+                  {s.compactions ? <span class="mark">compacted {s.compactions}×</span> : null}
+                </th>
+                <td><StatusBadge status={s.status} /></td>
+                <td>{waitingSummary(s).replace(/^waits for /, "")}</td>
+                <td>{s.version}</td>
+                <td><time dateTime={new Date(s.updatedAt).toISOString()} title={new Date(s.updatedAt).toLocaleString()}>{ago(s.updatedAt)}</time></td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}

@@ -1,0 +1,170 @@
+// The console's only door to the server: the same HTTP API any client uses (POST /turns,
+// GET /sessions, the session's event feed) and POST /agui through the official AG-UI client.
+import { HttpAgent } from "@ag-ui/client";
+
+const PRINCIPAL_KEY = "dormant.console.principal";
+export const DEFAULT_PRINCIPAL = "local";
+
+/** Who the console acts as: `dormant dev` takes the principal from the X-Principal header. */
+export function getPrincipal() {
+  try {
+    return localStorage.getItem(PRINCIPAL_KEY) || DEFAULT_PRINCIPAL;
+  } catch {
+    return DEFAULT_PRINCIPAL;
+  }
+}
+
+export function setPrincipal(value) {
+  try {
+    localStorage.setItem(PRINCIPAL_KEY, value || DEFAULT_PRINCIPAL);
+  } catch {
+    // private mode: the choice lasts for this page only
+  }
+}
+
+function headers(extra = {}) {
+  return { "X-Principal": getPrincipal(), ...extra };
+}
+
+/** A refusal or failure the server answered with its JSON error body ({code, message}). */
+export class ApiError extends Error {
+  constructor(status, body) {
+    const message = (body && body.message) || `HTTP ${status}`;
+    super(message);
+    this.status = status;
+    this.code = (body && body.code) || "http_error";
+    this.body = body;
+  }
+}
+
+async function request(method, path, body) {
+  const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const response = await fetch(path, init);
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = { message: text };
+  }
+  if (!response.ok) throw new ApiError(response.status, data);
+  return data;
+}
+
+/** Session ids are normalised by the server: `s1` is `session_s1`. */
+export function canonicalId(id) {
+  return id.startsWith("session_") ? id : `session_${id}`;
+}
+
+export function newSessionId() {
+  const bytes = new Uint8Array(6);
+  crypto.getRandomValues(bytes);
+  return `session_console-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+export function newId(prefix) {
+  return `${prefix}-${crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
+}
+
+export const listSessions = () => request("GET", "/sessions?detail=true&limit=100");
+
+/** The session with its whole ledger, or null when there is none (yet) for this principal. */
+export async function getSession(id) {
+  try {
+    return await request("GET", `/sessions/${encodeURIComponent(id)}?events=true`);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) return null;
+    throw error;
+  }
+}
+
+/** The session's head: status, pending work, inbox (no ledger). */
+export const getSessionHead = (id) => request("GET", `/sessions/${encodeURIComponent(id)}`);
+
+/** One POST /turns: a control, an inbox change, an input response, a retry... */
+export const postTurn = (sessionId, body) => request("POST", "/turns", { sessionId, ...body });
+
+/**
+ * Follow a session's committed events (GET /sessions/{id}/events?follow=true, server-sent
+ * events). EventSource cannot send the X-Principal header, so this reads the stream with fetch.
+ * Calls onFeed({version, status, events, resync}) per commit; reconnects until `signal` aborts.
+ */
+export async function follow(id, after, onFeed, signal) {
+  let version = after;
+  while (!signal.aborted) {
+    try {
+      const response = await fetch(
+        `/sessions/${encodeURIComponent(id)}/events?after=${version}&follow=true`,
+        { headers: headers({ Accept: "text/event-stream" }), signal },
+      );
+      if (response.status === 404) {
+        await pause(1000, signal); // not created yet: the first turn creates it
+        continue;
+      }
+      if (!response.ok || !response.body) throw new ApiError(response.status, null);
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          const feed = parseBlock(block);
+          if (feed && feed.event === "error") return;
+          if (feed && feed.data) {
+            version = feed.data.version;
+            onFeed(feed.data);
+          }
+        }
+      }
+    } catch (error) {
+      if (signal.aborted) return;
+    }
+    await pause(1000, signal);
+  }
+}
+
+function parseBlock(block) {
+  let event = "message";
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith(":")) continue;
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+  }
+  if (!data.length) return null;
+  try {
+    return { event, data: JSON.parse(data.join("\n")) };
+  } catch {
+    return null;
+  }
+}
+
+function pause(ms, signal) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+  });
+}
+
+/**
+ * One turn through POST /agui with @ag-ui/client's HttpAgent: a message, or `resume` entries
+ * answering interrupts (tool calls and approvals). `subscriber` gets the AG-UI events as they
+ * stream. A request the server refused before streaming rejects with an ApiError.
+ */
+export async function runAgui(sessionId, { message, messageId, resume }, subscriber) {
+  const agent = new HttpAgent({ url: "/agui", threadId: sessionId, headers: headers() });
+  if (message !== undefined) {
+    agent.addMessage({ id: messageId || newId("msg"), role: "user", content: message });
+  }
+  try {
+    await agent.runAgent(resume ? { resume } : {}, subscriber);
+  } catch (error) {
+    if (error && error.status) throw new ApiError(error.status, error.payload);
+    throw error;
+  }
+}

@@ -1,0 +1,16 @@
+// Builds the console into the Python package (layers/dormant/dormant/_web/), which `dormant dev`
+// serves at / and ships in the wheel: users of `pip install dormant` need no Node.js.
+import { fileURLToPath } from "node:url";
+import { defineConfig } from "vite";
+
+export default defineConfig({
+  base: "/",
+  oxc: { jsx: { runtime: "automatic", importSource: "preact" } },
+  build: {
+    outDir: fileURLToPath(new URL("../layers/dormant/dormant/_web", import.meta.url)),
+    emptyOutDir: true,
+    // No source maps in the wheel; the sources are in the repository.
+    sourcemap: false,
+    chunkSizeWarningLimit: 1024,
+  },
+});

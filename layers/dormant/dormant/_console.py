@@ -1,0 +1,83 @@
+"""The browser console's files, as ``dormant dev`` serves them.
+
+The console is a single page built from ``console/`` in the repository (``npm run build``) into
+``dormant/_web/``, which the wheel carries: users of ``pip install dormant`` get it without
+Node.js. It talks to the server only through the public HTTP API (``/sessions``, ``/turns``,
+``/agui``), so it needs nothing here but its files.
+
+``GET /`` is the console for a browser (a request that accepts ``text/html``) and the OpenAPI
+description for everything else, as it always was; ``/assets/<file>`` are its scripts and
+styles. None of this is on the Lambda path: the ``api`` function never imports this module,
+and the layer's build leaves ``_web/`` out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["WEB_DIR", "StaticReply", "console_file"]
+
+#: Where the built console lives inside the package.
+WEB_DIR = Path(__file__).with_name("_web")
+
+_ASSET = re.compile(r"/assets/([A-Za-z0-9][A-Za-z0-9._-]{0,127})")
+_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".woff2": "font/woff2",
+}
+#: The page loads its own scripts and styles and talks to its own origin, nothing else.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; "
+                           "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+                           "form-action 'self'; frame-ancestors 'none'")
+_MISSING = ("<!doctype html><title>dormant console</title><p>This installation of dormant has "
+            "no console files (<code>dormant/_web/</code>). From a checkout, build them with "
+            "<code>npm ci --prefix console &amp;&amp; npm run --prefix console build</code>. "
+            "The API is described at <a href=\"/docs\">/docs</a>.</p>")
+
+
+@dataclass(frozen=True)
+class StaticReply:
+    """One static answer: status, headers and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR
+                 ) -> StaticReply | None:
+    """The console's answer to ``method path`` (the path without its query), or None when
+    the request is not the console's (the API answers it)."""
+    if method not in ("GET", "HEAD"):
+        return None
+    if path in ("/", "/index.html"):
+        if path == "/" and "text/html" not in accept:
+            return None  # an API client asking for the OpenAPI description
+        index = web_dir / "index.html"
+        if not index.is_file():
+            return StaticReply(503, "text/html; charset=utf-8", _MISSING.encode(),
+                               {"Cache-Control": "no-store"})
+        return StaticReply(200, "text/html; charset=utf-8", index.read_bytes(), {
+            "Cache-Control": "no-cache",
+            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        })
+    match = _ASSET.fullmatch(path)
+    if match is None or ".." in match.group(1):
+        return None
+    asset = web_dir / "assets" / match.group(1)
+    content_type = _TYPES.get(asset.suffix)
+    if content_type is None or not asset.is_file():
+        return None
+    # Built file names carry a hash of their content: a name never changes meaning.
+    return StaticReply(200, content_type, asset.read_bytes(), {
+        "Cache-Control": "public, max-age=31536000, immutable",
+        "X-Content-Type-Options": "nosniff",
+    })
