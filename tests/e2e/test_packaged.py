@@ -124,6 +124,15 @@ def test_the_wheel_holds_the_sample_and_the_scaffold_as_real_files(
             ROOT / "layers" / "dormant" / "dormant" / "samples" / "bookings.py").read_bytes()
 
 
+def test_the_wheel_carries_the_built_console(installed: Installed) -> None:
+    web = ROOT / "layers" / "dormant" / "dormant" / "_web"
+    built = sorted(p.relative_to(web).as_posix() for p in web.rglob("*") if p.is_file())
+    assert "index.html" in built and any(name.endswith(".js") for name in built), built
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        for name in built:
+            assert wheel.read(f"dormant/_web/{name}") == (web / name).read_bytes(), name
+
+
 def test_the_venv_runs_the_installed_copy(installed: Installed, tmp_path: Path) -> None:
     where = _run(installed.python, "-c", "import dormant; print(dormant.__file__)",
                  cwd=tmp_path, timeout=60).stdout.strip()
@@ -161,6 +170,12 @@ def test_dev_from_an_empty_directory_pauses_and_resumes_over_http(
     assert resumed.status_code == 200, resumed.text
     assert resumed.json()["status"] == "completed"
     assert resumed.json()["output"]["text"] == "Booked for Friday."
+
+    # The console, from the wheel's files: no Node.js on a user's machine.
+    console = httpx.get(f"{url}/", headers={"Accept": "text/html"}, timeout=30)
+    assert console.status_code == 200 and "<title>dormant console</title>" in console.text
+    script = console.text.split('src="', 1)[1].split('"', 1)[0]
+    assert httpx.get(f"{url}{script}", timeout=30).status_code == 200
 
     proc.terminate()
     assert proc.wait(timeout=30) == 0

@@ -1,0 +1,325 @@
+"""The browser console ``dormant dev`` serves at ``/``, driven in headless Chromium (Debian's
+``/usr/bin/chromium``) with Playwright for Python, against a real ``dormant dev`` process.
+
+Screenshots of each page land in ``$DORMANT_TEST_ARTIFACTS`` (default ``test-artifacts/console``
+at the repository's root), kept as the run's artifacts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from .conftest import ROOT, DevServer
+
+CHROMIUM = os.environ.get("DORMANT_TEST_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("DORMANT_TEST_ARTIFACTS", ROOT / "test-artifacts" / "console"))
+#: Chromium as the machine's closed network wants it: no background calls home.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+WAIT = 15_000  # ms: how long an expectation may take before it fails
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).is_file(), (
+        f"no Chromium at {CHROMIUM}: apt-get install chromium (.ci/run does), or set "
+        "DORMANT_TEST_CHROMIUM")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[DevServer]:
+    dev = DevServer(tmp_path / "dormant.db").start()
+    try:
+        yield dev
+    finally:
+        dev.kill()
+
+
+@pytest.fixture
+def page(browser: Browser, server: DevServer) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=server.url)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield opened
+    finally:
+        context.close()
+    assert not errors, f"the page threw: {errors}"
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def send(page: Page, text: str) -> None:
+    page.get_by_label("Message", exact=True).fill(text)
+    page.get_by_role("button", name="Send", exact=True).click()
+
+
+def record_live_text(page: Page) -> None:
+    """Keep every text the page shows as streaming (``[data-live]`` entries), as it changes:
+    proof that a reply arrived word by word over AG-UI, before the ledger replaced it."""
+    page.evaluate("""() => {
+      window.__live = [];
+      new MutationObserver(() => {
+        for (const node of document.querySelectorAll('[data-live="assistant"] .text')) {
+          window.__live.push(node.textContent);
+        }
+      }).observe(document.body, {subtree: true, childList: true, characterData: true});
+    }""")
+
+
+def live_texts(page: Page) -> list[str]:
+    texts: list[str] = page.evaluate("() => window.__live")
+    return texts
+
+
+def timeline_types(page: Page) -> list[str]:
+    types: list[str] = page.locator("ol.timeline:not(.live) li[data-type]").evaluate_all(
+        "nodes => nodes.map(n => n.dataset.type)")
+    return types
+
+
+def api(server: DevServer, method: str, path: str, body: dict[str, Any] | None = None
+        ) -> httpx.Response:
+    return httpx.request(method, server.url + path, json=body, timeout=30)
+
+
+def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer) -> None:
+    # The sessions page: nothing yet.
+    page.goto("/")
+    expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(page.get_by_role("table")).to_contain_text("0 of 0 sessions")
+    shot(page, "01-sessions-empty")
+
+    # A new session: "book me in" parks on ask_guest, whose answer schema becomes a form.
+    page.get_by_role("link", name="New session").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(re.compile(r"^session_console-"))
+    session_id = page.get_by_role("heading", level=1).inner_text()
+    send(page, "book me in")
+    form = page.get_by_role("article").filter(has_text="ask_guest asks")
+    expect(form).to_contain_text("Which night?")
+    answer = form.get_by_label("Answer")
+    expect(answer).to_be_visible()
+    # The browser validates before anything is sent: an empty answer is refused in place.
+    form.get_by_role("button", name="Send answer").click()
+    expect(form.get_by_text("Required.")).to_be_visible()
+    expect(answer).to_have_attribute("aria-invalid", "true")
+    expect(answer).to_be_focused()
+    assert api(server, "GET", f"/sessions/{session_id}").json()["status"] == "awaiting_input"
+    shot(page, "02-answer-form")
+
+    # "Friday": the reply streams in, then the committed ledger replaces the live view.
+    record_live_text(page)
+    answer.fill("Friday")
+    form.get_by_role("button", name="Send answer").click()
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline).to_contain_text("Booked for Friday.", timeout=WAIT)
+    assert "Booked for Friday." in live_texts(page)
+    expect(page.get_by_text("Waiting for nothing.")).to_be_visible()
+    assert timeline_types(page)[:10] == [
+        "invocation_start", "user", "tool_call", "tool_yield", "invocation_yield",
+        "tool_input", "invocation_resume", "tool_result", "assistant", "invocation_end"]
+    expect(timeline.locator("li[data-type=invocation_end]").first).to_contain_text(
+        "commit: committed")
+    shot(page, "03-booked")
+
+    # An approval: Approve runs the tool once, with its result in the timeline.
+    send(page, "upgrade my room BK-7 to a suite")
+    card = page.get_by_role("article").filter(has_text="Approve upgrade_room?")
+    expect(card).to_contain_text("BK-7")
+    shot(page, "04-approval")
+    card.get_by_label("Reason (optional)").fill("loyal guest")
+    card.get_by_role("button", name="Approve").click()
+    expect(timeline).to_contain_text("Upgraded BK-7 to a suite.", timeout=WAIT)
+    expect(timeline).to_contain_text("approved: loyal guest")
+    expect(card).to_have_count(0)
+
+    # A stale decision: the page stops following the session, someone else decides, and the
+    # console's Deny is refused by the server, which the page shows as it was said.
+    following = re.compile(r"/events\?")
+    page.route(following, lambda route: route.abort())
+    page.reload()
+    send(page, "upgrade my room BK-8 to a suite")
+    card = page.get_by_role("article").filter(has_text="Approve upgrade_room?")
+    expect(card).to_contain_text("BK-8")
+    approval_id = api(server, "GET", f"/sessions/{session_id}").json()[
+        "pendingApprovals"][0]["approvalId"]
+    decided = api(server, "POST", "/turns", {"sessionId": session_id, "approvals": [
+        {"approvalId": approval_id, "approved": True}]})
+    assert decided.status_code == 200, decided.text
+    card.get_by_role("button", name="Deny").click()
+    refusal = page.get_by_role("alert")
+    expect(refusal).to_contain_text(approval_id)
+    expect(refusal).to_contain_text(re.compile(r"already|not pending", re.IGNORECASE))
+    expect(timeline).to_contain_text("Upgraded BK-8 to a suite.")  # the reload after it
+    shot(page, "05-stale-decision")
+    page.unroute(following)
+    page.reload()
+
+    # A long story, stopped mid-way: what was shown stays, the rest never comes.
+    record_live_text(page)
+    send(page, "tell me a long story")
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_enabled(timeout=WAIT)
+    page.wait_for_function(
+        "() => (window.__live.at(-1) || '').split(' ').length > 12", timeout=WAIT)
+    shot(page, "06-streaming")
+    stop.click()
+    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
+        "ended (stopped)", timeout=WAIT)
+    told = timeline.locator("li[data-type=assistant]").last.inner_text()
+    assert "Once upon a time" in told
+    assert "decided to come back in the spring" not in told
+    ledger = api(server, "GET", f"/sessions/{session_id}?events=true").json()["events"]
+    stored = [e["text"] for e in ledger if e["type"] == "assistant"][-1]
+    assert stored.strip() in told and len(stored.split()) > 12
+    assert [e["type"] for e in ledger][-2:] == ["stop_requested", "invocation_end"]
+    shot(page, "07-stopped")
+
+    # A turn that begins elsewhere (another client) shows up through the session's feed.
+    elsewhere = api(server, "POST", "/turns", {"sessionId": session_id,
+                                                "message": "how long is my stay BK-1042?"})
+    assert elsewhere.status_code == 200, elsewhere.text
+    expect(timeline).to_contain_text("Your stay BK-1042 is 3 nights.", timeout=WAIT)
+
+    # The timeline a person follows: every kind of step, in the order it happened.
+    types = timeline_types(page)
+    for kind in ("approval_requested", "approval_decided", "stop_requested"):
+        assert kind in types, types
+    assert types.index("approval_requested") < types.index("approval_decided") \
+        < types.index("stop_requested")
+
+    # Back to the list: a session waiting on a person sorts first and says what it waits for.
+    waiting = api(server, "POST", "/turns", {"sessionId": "waits", "message": "book me in"})
+    assert waiting.json()["status"] == "yielded_tool"
+    page.get_by_role("link", name="All sessions").click()
+    rows = page.get_by_role("table").locator("tbody tr")
+    expect(rows).to_have_count(2, timeout=WAIT)
+    expect(rows.first).to_contain_text("session_waits")
+    expect(rows.first).to_contain_text("awaiting input")
+    expect(rows.first).to_contain_text("answer to ask_guest")
+    expect(rows.nth(1)).to_contain_text(session_id)
+    page.get_by_label("Status").select_option("awaiting_input")
+    expect(rows).to_have_count(1)
+    shot(page, "08-sessions")
+
+
+def test_inbox_queues_edits_and_sends_now(page: Page, server: DevServer) -> None:
+    page.goto("/#/sessions/inbox-1")
+    expect(page.get_by_role("heading", level=1)).to_have_text("session_inbox-1")
+    send(page, "book me in")
+    expect(page.get_by_role("article").filter(has_text="ask_guest asks")).to_be_visible()
+
+    # The session waits: messages go to its inbox, in order.
+    send(page, "first")
+    expect(page.get_by_role("status")).to_contain_text("inbox")
+    send(page, "is late checkout possible?")
+    inbox = page.get_by_role("region", name=re.compile(r"^Inbox"))
+    expect(inbox.get_by_role("listitem")).to_have_count(2, timeout=WAIT)
+
+    # Edit one, move it first, remove the other, then send it now.
+    second = inbox.get_by_label("Queued message 2", exact=True)
+    second.fill("how long is my stay BK-9?")
+    inbox.get_by_role("listitem").nth(1).get_by_role("button", name="Save").click()
+    expect(inbox.get_by_label("Queued message 2", exact=True)).to_have_value("how long is my stay BK-9?")
+    inbox.get_by_role("button", name="Move queued message 2 up").click()
+    expect(inbox.get_by_label("Queued message 1", exact=True)).to_have_value("how long is my stay BK-9?")
+    inbox.get_by_role("listitem").nth(1).get_by_role("button", name="Remove").click()
+    expect(inbox.get_by_role("listitem")).to_have_count(1)
+    shot(page, "09-inbox")
+    inbox.get_by_role("button", name="Send now").click()
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline).to_contain_text("Your stay BK-9 is 3 nights.", timeout=WAIT)
+    expect(page.get_by_role("region", name=re.compile(r"^Inbox"))).to_have_count(0)
+    # Send now ended what the session waited for: the question was interrupted, not answered.
+    types = timeline_types(page)
+    assert "interrupt" in types or "queue_send_now" in types, types
+    assert "tool_input" not in types
+
+
+def test_every_control_has_a_label_and_the_keyboard_reaches_the_message_box(
+        page: Page, server: DevServer) -> None:
+    page.goto("/#/sessions/keys")
+    send(page, "book me in")
+    expect(page.get_by_role("article").filter(has_text="ask_guest asks")).to_be_visible()
+    unlabelled = page.evaluate("""() => [...document.querySelectorAll('input, select, textarea')]
+      .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label'))
+      .map(el => el.outerHTML)""")
+    assert unlabelled == []
+    # From the heading, Tab walks to the message box without a pointer.
+    page.get_by_role("heading", level=1).focus()
+    for _ in range(30):
+        page.keyboard.press("Tab")
+        if page.evaluate("() => document.activeElement.id") == "message":
+            break
+    else:
+        pytest.fail("Tab never reached the message box")
+    page.keyboard.type("how long is my stay BK-5?")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status")).to_contain_text("inbox", timeout=WAIT)
+
+
+def test_the_console_is_served_to_browsers_and_the_api_description_to_the_rest(
+        server: DevServer) -> None:
+    page = httpx.get(server.url + "/", headers={"Accept": "text/html"})
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    script = re.search(r'src="(/assets/[^"]+\.js)"', page.text)
+    assert script, page.text
+    asset = httpx.get(server.url + script.group(1))
+    assert asset.status_code == 200
+    assert asset.headers["content-type"].startswith("text/javascript")
+    assert "immutable" in asset.headers["cache-control"]
+    described = httpx.get(server.url + "/")
+    assert described.json()["openapi"].startswith("3.")
+    for probe in ("/assets/../pyproject.toml", "/assets/missing.js", "/assets/%2e%2e/x.js"):
+        assert httpx.get(server.url + probe).status_code == 404, probe
+
+
+def test_an_input_request_is_a_form_checked_in_the_browser_and_by_the_server(
+        page: Page, server: DevServer) -> None:
+    # Trusted server code (here: another process on the same SQLite file) asks for a budget.
+    from dormant.samples.bookings import build
+    from dormant.stores import SqliteStore
+
+    store = SqliteStore(server.db)
+    app, _ = build(store=store)
+    session = app.sessions.create("budget-1", owner="local")
+    session.request_input("budget", {"type": "integer", "minimum": 50, "title": "Budget"},
+                          "Your budget per night?")
+    assert app.sessions.commit(session).ok
+
+    page.goto("/#/sessions/budget-1")
+    card = page.get_by_role("article").filter(has_text="Your budget per night?")
+    field = card.get_by_label("Budget")
+    field.fill("20")
+    card.get_by_role("button", name="Send response").click()
+    expect(card.locator(".field-error")).to_contain_text("50")
+    assert api(server, "GET", "/sessions/budget-1").json()["pendingInputs"], "nothing was sent"
+    shot(page, "10-input-request")
+
+    field.fill("300")
+    card.get_by_role("button", name="Send response").click()
+    expect(card).to_have_count(0, timeout=WAIT)
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline).to_contain_text("budget: 300")
+    assert api(server, "GET", "/sessions/budget-1").json().get("pendingInputs", []) == []
