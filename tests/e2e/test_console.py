@@ -239,9 +239,10 @@ def test_inbox_queues_edits_and_sends_now(page: Page, server: DevServer) -> None
     second = inbox.get_by_label("Queued message 2", exact=True)
     second.fill("how long is my stay BK-9?")
     inbox.get_by_role("listitem").nth(1).get_by_role("button", name="Save").click()
-    expect(inbox.get_by_label("Queued message 2", exact=True)).to_have_value("how long is my stay BK-9?")
+    edited = "how long is my stay BK-9?"
+    expect(inbox.get_by_label("Queued message 2", exact=True)).to_have_value(edited)
     inbox.get_by_role("button", name="Move queued message 2 up").click()
-    expect(inbox.get_by_label("Queued message 1", exact=True)).to_have_value("how long is my stay BK-9?")
+    expect(inbox.get_by_label("Queued message 1", exact=True)).to_have_value(edited)
     inbox.get_by_role("listitem").nth(1).get_by_role("button", name="Remove").click()
     expect(inbox.get_by_role("listitem")).to_have_count(1)
     shot(page, "09-inbox")
@@ -323,3 +324,11 @@ def test_an_input_request_is_a_form_checked_in_the_browser_and_by_the_server(
     timeline = page.get_by_role("list", name="Timeline")
     expect(timeline).to_contain_text("budget: 300")
     assert api(server, "GET", "/sessions/budget-1").json().get("pendingInputs", []) == []
+
+
+def test_the_readme_shows_the_console() -> None:
+    readme = (ROOT / "README.md").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", readme)
+    assert any("console" in image for image in images), images
+    for image in images:
+        assert (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
