@@ -19,6 +19,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from .conftest import ROOT, DevServer
 
+FLAKY = Path(__file__).with_name("flaky_app.py")
+
 CHROMIUM = os.environ.get("DORMANT_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(os.environ.get("DORMANT_TEST_ARTIFACTS", ROOT / "test-artifacts" / "console"))
 #: Chromium as the machine's closed network wants it: no background calls home.
@@ -51,7 +53,15 @@ def server(tmp_path: Path) -> Iterator[DevServer]:
 
 
 @pytest.fixture
-def page(browser: Browser, server: DevServer) -> Iterator[Page]:
+def flaky_server(tmp_path: Path) -> Iterator[DevServer]:
+    dev = DevServer(tmp_path / "flaky.db", FLAKY).start()
+    try:
+        yield dev
+    finally:
+        dev.kill()
+
+
+def open_page(browser: Browser, server: DevServer) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=server.url)
     opened = context.new_page()
     errors: list[str] = []
@@ -61,6 +71,16 @@ def page(browser: Browser, server: DevServer) -> Iterator[Page]:
     finally:
         context.close()
     assert not errors, f"the page threw: {errors}"
+
+
+@pytest.fixture
+def page(browser: Browser, server: DevServer) -> Iterator[Page]:
+    yield from open_page(browser, server)
+
+
+@pytest.fixture
+def flaky_page(browser: Browser, flaky_server: DevServer) -> Iterator[Page]:
+    yield from open_page(browser, flaky_server)
 
 
 def shot(page: Page, name: str) -> None:
@@ -332,3 +352,23 @@ def test_the_readme_shows_the_console() -> None:
     assert any("console" in image for image in images), images
     for image in images:
         assert (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
+
+
+def test_a_failed_turn_keeps_its_tool_result_and_retry_finishes_it(
+        flaky_page: Page, flaky_server: DevServer) -> None:
+    page = flaky_page
+    page.goto("/#/sessions/flaky-1")
+    send(page, "how long is my stay BK-1?")
+    expect(page.get_by_role("alert")).to_contain_text("model provider failed", timeout=WAIT)
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline.locator("li[data-type=invocation_failed]")).to_contain_text("retryable")
+    expect(timeline.locator("li[data-type=tool_result]")).to_contain_text("lookup_stay")
+    expect(page.locator(".meta")).to_contain_text("failed")
+    shot(page, "11-failed")
+
+    page.get_by_role("button", name="Retry").click()
+    expect(timeline).to_contain_text("Your stay BK-1 is 3 nights.", timeout=WAIT)
+    types = timeline_types(page)
+    assert types.count("tool_result") == 1, types  # the tool did not run again
+    assert "retry" in types, types
+    expect(page.get_by_role("button", name="Retry")).to_be_disabled()
