@@ -56,6 +56,84 @@ def test_a_cancellation_waits_for_approval(ask: Any, decision: dict[str, Any],
     assert done["output"]["text"] == reply
 
 
+@pytest.fixture
+def upgrades(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
+    """The sample's REST handler, and the call ids ``upgrade_room`` actually ran for."""
+    from dormant.samples import bookings
+
+    ran: list[str] = []
+    real = bookings._upgrade_room
+
+    def counted(ctx: Any) -> Any:
+        ran.append(ctx.call_id)
+        return real(ctx)
+
+    monkeypatch.setattr(bookings, "_upgrade_room", counted)
+    app, concierge = bookings.build(env={})
+    return app.handler.rest(agent=concierge, response={"events": True}), ran
+
+
+def _asked_to_upgrade(ask: Any, session_id: str) -> dict[str, Any]:
+    paused = _turn(ask, session_id, message="upgrade my room BK-7 to a suite")
+    assert paused["status"] == "yielded_tool" and not paused.get("yieldedTools")
+    [approval] = paused["pendingApprovals"]
+    assert (approval["tool"], approval["args"]) == ("upgrade_room",
+                                                    {"ref": "BK-7", "room": "suite"})
+    return approval  # type: ignore[no-any-return]
+
+
+def test_an_upgrade_waits_for_a_real_approval_and_runs_once_approved(
+        upgrades: tuple[Any, list[str]]) -> None:
+    ask, ran = upgrades
+    approval = _asked_to_upgrade(ask, "upgrade")
+    assert ran == []  # held by the approval policy, not run
+
+    done = _turn(ask, "upgrade", approvals=[{"approval_id": approval["approvalId"],
+                                             "approved": True}])
+
+    assert done["status"] == "completed"
+    assert done["output"]["text"] == "Upgraded BK-7 to a suite."
+    assert ran == [approval["callId"]]
+    [result] = [e for e in done["events"] if e["type"] == "tool_result"]
+    assert result["result"] == {"ref": "BK-7", "room": "suite", "status": "upgraded"}
+
+
+def test_a_denied_upgrade_never_runs_and_the_reply_says_why(
+        upgrades: tuple[Any, list[str]]) -> None:
+    ask, ran = upgrades
+    approval = _asked_to_upgrade(ask, "denied")
+
+    done = _turn(ask, "denied", approvals=[{"approval_id": approval["approvalId"],
+                                            "approved": False,
+                                            "reason": "no suites free that week"}])
+
+    assert done["status"] == "completed"
+    assert done["output"]["text"] == ("The upgrade of BK-7 was not approved. "
+                                      "The reason given: no suites free that week.")
+    assert ran == []
+    [result] = [e for e in done["events"] if e["type"] == "tool_result"]
+    assert result["denied"] is True and result.get("result") is None
+
+
+def test_a_denial_without_a_reason_says_only_that(ask: Any) -> None:
+    approval = _asked_to_upgrade(ask, "curt")
+    done = _turn(ask, "curt", approvals=[{"approval_id": approval["approvalId"],
+                                          "approved": False}])
+    assert done["output"]["text"] == "The upgrade of BK-7 was not approved."
+
+
+@pytest.mark.parametrize(("message", "args"), [
+    ("Could you upgrade my booking BK-12?", {"ref": "BK-12", "room": "suite"}),
+    ("upgrade my stay to an executive room", {"ref": "BK-1042", "room": "executive"}),
+    ("I'd like to upgrade to the penthouse", {"ref": "BK-1042", "room": "penthouse"}),
+])
+def test_an_upgrade_is_read_before_the_stay_and_booking_rules(
+        ask: Any, message: str, args: dict[str, Any]) -> None:
+    paused = _turn(ask, "upgrade-parse", message=message)
+    assert [(a["tool"], a["args"]) for a in paused["pendingApprovals"]] == [
+        ("upgrade_room", args)]
+
+
 def test_a_reminder_is_scheduled_then_delivered_as_a_message() -> None:
     from dormant.samples import bookings
 

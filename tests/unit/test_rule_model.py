@@ -66,6 +66,39 @@ def test_the_defaults_say_what_to_override_and_pass_results_on() -> None:
     assert RuleModel().after_tool(failed) == "lookup failed: boom"
 
 
+class Guarded(Refunds):
+    """Says what came of a refund under an approval policy, naming the order it asked for."""
+
+    def after_tool(self, result: ToolOutcome) -> Reply:
+        if result.denied:
+            return f"No refund for {result.args['order']}: {result.reason or 'no reason'}."
+        return super().after_tool(result)
+
+
+@pytest.mark.parametrize(("reason", "reply"), [("too late", "No refund for A-1: too late."),
+                                               (None, "No refund for A-1: no reason.")])
+def test_after_tool_sees_a_denial_its_reason_and_the_args_it_called_with(
+        reason: str | None, reply: str) -> None:
+    app = dormant.App(name="rules")
+    refund = app.tool(name="refund", description="Refund an order", schema=Order,
+                      execute=lambda ctx: {"status": "refunded"})
+    agent = app.agent(name="rules", model=Guarded(), tools=[refund],
+                      tool_approval={"refund": "user-approval"})
+    rest = app.handler.rest(agent=agent)
+    [pending] = rest({"session_id": "g", "input": {"message": "refund"}}).pending_approvals or []
+    done = rest({"session_id": "g", "input": {"approvals": [
+        {"approval_id": pending.approval_id, "approved": False, "reason": reason}]}})
+    assert done.output.text == reply
+
+
+def test_a_failure_is_not_a_denial() -> None:
+    failed = ToolOutcome("refund", "call_1", "Denied by the user? no: a timeout", is_error=True)
+    denied = ToolOutcome("refund", "call_1", "Denied by the user: too late", is_error=True)
+    assert (failed.denied, failed.reason) == (False, None)
+    assert (denied.denied, denied.reason) == (True, "too late")
+    assert not ToolOutcome("refund", "call_1", "Denied by the user", is_error=False).denied
+
+
 def test_a_rule_answering_something_else_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match=r"return text, self\.call"):
         list(RuleModel.play([ToolCallChunk("c", "x", {}), "oops"]))  # type: ignore[list-item]

@@ -33,6 +33,7 @@ from dormant.events import (
     ToolResult,
     ToolYield,
 )
+from dormant.models._base import DENIED
 from dormant.tools import Aborted, Tool, ToolContext, _current
 
 __all__ = ["Call", "resume_tools", "run_tools", "state_delta"]
@@ -200,7 +201,7 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
                     approved.append(call)
             else:
                 call.denied = True
-                call.error = "Denied by the user" + (
+                call.error = DENIED + (
                     f": {pending.reason}" if pending.reason else "")
             done.append(call)
             continue

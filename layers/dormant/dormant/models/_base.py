@@ -15,6 +15,7 @@ from dormant.events import Usage
 from dormant.tools import Signal
 
 __all__ = [
+    "DENIED",
     "AssistantMessage",
     "Message",
     "Model",
@@ -61,6 +62,11 @@ class AssistantMessage:
     tool_calls: tuple[ToolCallPart, ...] = ()
     role: Literal["assistant"] = "assistant"
     reasoning: tuple[dict[str, Any], ...] = ()
+
+
+#: How the result of a call a person denied reads (to every model, and in the ledger's
+#: ``tool_result.error``): this, then ``: <reason>`` when the decision gave one.
+DENIED = "Denied by the user"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dormant.models._base import (
+    DENIED,
+    AssistantMessage,
     ModelChunk,
     ModelRequest,
     TextDelta,
@@ -39,7 +41,7 @@ from dormant.models._base import (
 )
 from dormant.tools import Signal
 
-__all__ = ["Reply", "RuleModel", "ToolOutcome"]
+__all__ = ["DENIED", "Reply", "RuleModel", "ToolOutcome"]
 
 _WORDS = re.compile(r"\S+\s*")
 
@@ -53,9 +55,25 @@ class ToolOutcome:
 
     name: str
     call_id: str
-    #: The result as JSON text (what a real model reads).
+    #: The result as JSON text (what a real model reads), or the error's text.
     content: str
     is_error: bool
+    #: The arguments the model called the tool with, as the conversation has them (None if
+    #: the call is not in it): what a denied or failed call's result does not repeat.
+    args: Any = None
+
+    @property
+    def denied(self) -> bool:
+        """True when a person denied the call (an approval policy): the tool never ran."""
+        return self.is_error and (self.content == DENIED or
+                                  self.content.startswith(f"{DENIED}: "))
+
+    @property
+    def reason(self) -> str | None:
+        """Why the call was denied, when the decision said (None otherwise)."""
+        if not self.denied or self.content == DENIED:
+            return None
+        return self.content.removeprefix(f"{DENIED}: ") or None
 
     @property
     def data(self) -> Any:
@@ -99,8 +117,10 @@ class RuleModel:
         results = [m for m in messages[last_user + 1:] if isinstance(m, ToolMessage)]
         if results:
             last = results[-1]
+            args = next((call.args for m in messages if isinstance(m, AssistantMessage)
+                         for call in m.tool_calls if call.call_id == last.call_id), None)
             return self.after_tool(ToolOutcome(last.name, last.call_id, last.content,
-                                               last.is_error))
+                                               last.is_error, args))
         asked = messages[last_user] if last_user >= 0 else None
         return self.reply(asked.text if isinstance(asked, UserMessage) else "")
 

@@ -28,9 +28,11 @@ __all__ = ["Bookings", "DemoModel", "build", "describe_model"]
 
 SYSTEM = ("You are a hotel booking concierge. Use lookup_stay for questions about an existing "
           "booking, ask_guest when you need something only the guest knows (e.g. which night), "
-          "request_approval before cancelling or changing a booking, and set_reminder when the "
-          "guest asks to be reminded of something later. A message starting with 'Reminder:' is "
-          "a reminder you set coming due: pass it on to the guest.")
+          "request_approval before cancelling or changing a booking, upgrade_room when the "
+          "guest asks for a better room (a person approves each upgrade before it is made; "
+          "if it is denied, say so and why), and set_reminder when the guest asks to be "
+          "reminded of something later. A message starting with 'Reminder:' is a reminder you "
+          "set coming due: pass it on to the guest.")
 HISTORY_TURNS = 20
 #: The longest reminder: six days (EventBridge one-time schedules allow more).
 MAX_REMINDER_SECONDS = 6 * 24 * 60 * 60
@@ -60,6 +62,11 @@ class Decision(BaseModel):
     note: str | None = None
 
 
+class RoomUpgrade(BaseModel):
+    ref: str = Field(description="The booking reference, e.g. BK-1042")
+    room: str = Field(min_length=1, description="The room to upgrade to, e.g. suite")
+
+
 class ReminderRequest(BaseModel):
     delay_seconds: int = Field(ge=1, le=MAX_REMINDER_SECONDS,
                                description="Seconds from now until the reminder (at most 6 days)")
@@ -83,6 +90,11 @@ def _execute_approval(ctx: ToolContext) -> dict[str, Any]:
 
 def _finalize_approval(ctx: ToolContext) -> None:
     ctx.state.pop("pending_action", None)
+
+
+def _upgrade_room(ctx: ToolContext) -> dict[str, Any]:
+    # Runs only once a person approved this call (the agent's tool_approval policy).
+    return {"ref": ctx.args.ref, "room": ctx.args.room, "status": "upgraded"}
 
 
 def _set_reminder(ctx: ToolContext) -> dict[str, Any]:
@@ -116,6 +128,9 @@ def build(store: Store | None = None, model: Model | None = None, *,
         schema=Action, yield_schema=Decision,
         prepare=_prepare_approval, execute=_execute_approval, finalize=_finalize_approval,
     )
+    upgrade_room = app.tool(name="upgrade_room", description="Upgrade a booking's room "
+                            "(a person approves it first)", schema=RoomUpgrade,
+                            execute=_upgrade_room)
     set_reminder = app.tool(name="set_reminder", description="Remind the guest of something "
                             "later: the reminder arrives as a message", schema=ReminderRequest,
                             execute=_set_reminder)
@@ -123,7 +138,8 @@ def build(store: Store | None = None, model: Model | None = None, *,
         name="concierge",
         model=model if model is not None else default_model(env),
         context=[app.context.system(SYSTEM), app.context.history(limit=HISTORY_TURNS)],
-        tools=[lookup_stay, ask_guest, request_approval, set_reminder],
+        tools=[lookup_stay, ask_guest, request_approval, upgrade_room, set_reminder],
+        tool_approval={"upgrade_room": "user-approval"},
     )
     return Bookings(app, concierge)
 
@@ -156,10 +172,13 @@ _REF = re.compile(r"\b([A-Z]{2,}-?\d+)\b")
 _REMIND = re.compile(r"\bremind me in (\d+)\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|h)\b"
                      r"\s*(?:to\s+|that\s+|about\s+)?(.*)", re.IGNORECASE | re.DOTALL)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+#: The room asked for after "upgrade": "upgrade my room to a suite" -> "suite".
+_ROOM = re.compile(r"\bupgrade\b.*?\bto\s+(?:an?\s+|the\s+)?([a-z]+)", re.DOTALL)
 _DUE = "reminder:"
 _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so a small rule-based model is "
          "answering). Try \"book me in\", \"how long is my stay BK-1042?\", "
-         "\"cancel booking BK-1042\", \"remind me in 30 seconds to check out\" or "
+         "\"cancel booking BK-1042\", \"upgrade BK-1042 to a suite\", "
+         "\"remind me in 30 seconds to check out\" or "
          "\"tell me a long story\" (then stop it, or steer it with \"make it shorter\").")
 _STORY = re.compile(r"\bstor(?:y|ies)\b", re.IGNORECASE)
 _THE_END = "The end: the guest checked out happy."
@@ -182,9 +201,11 @@ class DemoModel(RuleModel):
     It reads the conversation like a model would and answers from fixed rules
     (:class:`~dormant.models.RuleModel`): a booking request asks the guest which night
     (``ask_guest``), then books it; a question about the length of a stay calls
-    ``lookup_stay``; a cancellation asks for approval (``request_approval``); "remind me in N
-    seconds to X" calls ``set_reminder``, and when the reminder comes due (the message
-    ``Reminder: X``) it passes it on.
+    ``lookup_stay``; a cancellation asks for approval (``request_approval``); "upgrade BK-7
+    to a suite" calls ``upgrade_room``, which the agent's approval policy holds for a
+    person's decision (approved: ``Upgraded BK-7 to a suite.``; denied: it says so, with the
+    reason given); "remind me in N seconds to X" calls ``set_reminder``, and when the
+    reminder comes due (the message ``Reminder: X``) it passes it on.
 
     Asked for a story ("tell me a long story"), it streams a long one (some seventy sentences
     about a hotel guest) one word every ``story_delay`` seconds, waiting on the turn's signal:
@@ -225,6 +246,10 @@ def _reply_to(lowered: str, text: str) -> Reply:
         return _remind(text)
     if "cancel" in lowered:
         return RuleModel.call("request_approval", {"action": f"cancel booking {ref}"})
+    if "upgrade" in lowered:  # before "stay" and "book": "upgrade my booking", "my stay"
+        room = _ROOM.search(lowered)
+        return RuleModel.call("upgrade_room", {"ref": ref,
+                                               "room": room.group(1) if room else "suite"})
     if "how long" in lowered or "nights" in lowered or "stay" in lowered:
         return RuleModel.call("lookup_stay", {"ref": ref})
     if "book" in lowered or "reserve" in lowered:
@@ -242,6 +267,8 @@ def _remind(text: str) -> Reply:
 
 
 def _after_tool(result: ToolOutcome) -> str:
+    if result.name == "upgrade_room":
+        return _upgraded(result)
     if result.is_error:
         return f"That didn't work: {result.content}"
     data = result.data
@@ -258,6 +285,24 @@ def _after_tool(result: ToolOutcome) -> str:
             return f"Done: {data.get('action')}."
         return f"Understood, I won't {data.get('action')}."
     return f"{result.name} answered: {result.content}"
+
+
+def _upgraded(result: ToolOutcome) -> str:
+    """What came of an upgrade: made (approved), not approved (and why, when the person
+    said), or failed. A denied call's result is only the denial, so the booking reference
+    comes from the call the model made."""
+    asked = result.args if isinstance(result.args, dict) else {}
+    ref = asked.get("ref", "the booking")
+    if result.denied:
+        why = (result.reason or "").strip().rstrip(".")
+        return f"The upgrade of {ref} was not approved." + (f" The reason given: {why}."
+                                                            if why else "")
+    data = result.data
+    if result.is_error or not isinstance(data, dict) or data.get("status") != "upgraded":
+        return f"The upgrade of {ref} didn't work: {result.content}"
+    room = str(data.get("room"))
+    article = "an" if room[:1] in tuple("aeiou") else "a"
+    return f"Upgraded {data.get('ref')} to {article} {room}."
 
 
 def _slowly(text: str, delay: float, signal: Signal) -> Iterator[ModelChunk]:
