@@ -55,13 +55,18 @@ export function SessionPage({ sessionId }) {
   const stream = async (input, userText) => {
     setBusy(true);
     setNotice(null);
-    let state = { runId: null, done: false, outcome: null, items: userText ? [{ id: "you", kind: "user", label: "user", text: userText }] : [] };
+    let state = { runId: null, seen: undefined, done: false, outcome: null, items: userText ? [{ id: "you", kind: "user", label: "user", text: userText }] : [] };
     const update = (change) => { state = change(state); setLive(state); };
     const edit = (id, change) => update((s) => ({ ...s, items: s.items.map((item) => (item.id === id ? change(item) : item)) }));
     const push = (item) => update((s) => ({ ...s, items: [...s.items, item] }));
     update((s) => s);
     try {
       await runAgui(sessionId, input, {
+        // What a Stop's `seen` says: the last stream position this page received (and showed).
+        onEvent: ({ event }) => {
+          const seq = event.rawEvent?.seq;
+          if (typeof seq === "number" && !(state.seen >= seq)) state = { ...state, seen: seq };
+        },
         onRunStartedEvent: ({ event }) => update((s) => ({ ...s, runId: event.metadata?.invocationId || event.runId })),
         onTextMessageStartEvent: ({ event }) => push({ id: event.messageId, kind: event.role === "user" ? "user" : "assistant", label: event.role || "assistant", text: "" }),
         onTextMessageContentEvent: ({ event }) => edit(event.messageId, (item) => ({ ...item, text: item.text + event.delta })),
@@ -144,7 +149,7 @@ export function SessionPage({ sessionId }) {
         <aside class="side-column" aria-label="What the session waits for">
           <h2>Turn</h2>
           <div class="buttons">
-            <button type="button" disabled={!running} onClick={() => signalRun({ stop: { invocationId: live.runId } }, "Stop sent: the run ends within a second.")}>Stop</button>
+            <button type="button" disabled={!running} onClick={() => signalRun({ stop: { invocationId: live.runId, ...(live.seen ? { seen: live.seen } : {}) } }, "Stop sent: the run ends within a second, keeping what you saw.")}>Stop</button>
             <button type="button" disabled={!running} onClick={() => signalRun({ pause: true }, "Pause sent: the run pauses at its next step.")}>Pause</button>
             <button type="button" disabled={busy || status !== "paused"} onClick={() => control({ resume: true })}>Resume</button>
             <button type="button" disabled={busy || status !== "failed"} onClick={() => control({ retry: { retryId: newId("retry") } })}>Retry</button>

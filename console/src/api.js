@@ -162,7 +162,10 @@ export async function runAgui(sessionId, { message, messageId, resume }, subscri
     agent.addMessage({ id: messageId || newId("msg"), role: "user", content: message });
   }
   try {
-    await agent.runAgent(resume ? { resume } : {}, subscriber);
+    // positions: each event carries its stream position (rawEvent.seq), which a stop's
+    // `seen` counts, so a Stop keeps exactly what this page has shown.
+    const forwardedProps = { dormant: { positions: true } };
+    await agent.runAgent(resume ? { resume, forwardedProps } : { forwardedProps }, subscriber);
   } catch (error) {
     if (error && error.status) throw new ApiError(error.status, error.payload);
     throw error;

@@ -202,7 +202,15 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
     page.wait_for_function(
         "() => (window.__live.at(-1) || '').split(' ').length > 12", timeout=WAIT)
     shot(page, "06-streaming")
-    stop.click()
+    stops: list[dict[str, Any]] = []
+    page.on("request", lambda request: stops.append(request.post_data_json)
+            if request.url.endswith("/turns") and "stop" in (request.post_data or "") else None)
+    # Read what the page shows and press Stop in one go (one task of the page's event loop).
+    shown = page.evaluate("""() => {
+      const text = document.querySelector('[data-live="assistant"] .text').textContent;
+      [...document.querySelectorAll('button')].find(b => b.textContent === 'Stop').click();
+      return text;
+    }""")
     expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
         "ended (stopped)", timeout=WAIT)
     told = timeline.locator("li[data-type=assistant]").last.inner_text()
@@ -210,7 +218,11 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
     assert "decided to come back in the spring" not in told
     ledger = api(server, "GET", f"/sessions/{session_id}?events=true").json()["events"]
     stored = [e["text"] for e in ledger if e["type"] == "assistant"][-1]
-    assert stored.strip() in told and len(stored.split()) > 12
+    # The stop said how much the page had shown (`seen`), and exactly that much was kept.
+    [sent] = stops
+    assert isinstance(sent["stop"]["seen"], int) and sent["stop"]["seen"] > 12, sent
+    assert stored.strip() == shown.strip() and len(stored.split()) > 12
+    assert stored.strip() in told
     assert [e["type"] for e in ledger][-2:] == ["stop_requested", "invocation_end"]
     shot(page, "07-stopped")
 

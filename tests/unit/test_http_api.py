@@ -126,6 +126,34 @@ def test_on_lambda_agui_answers_the_whole_event_stream() -> None:
     assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED" and "CUSTOM" in types
 
 
+@pytest.mark.parametrize("forwarded", [
+    {}, {"dormant": {}}, {"dormant": {"positions": "yes"}}, {"dormant": True}, {"positions": True}])
+def test_agui_events_carry_no_position_unless_asked(forwarded: dict[str, Any]) -> None:
+    app, agent = _app()
+    data = _agui_events(build_resolver(app, agent), forwarded)
+    assert [e for e in data if "rawEvent" in e] == []
+
+
+def test_agui_positions_are_each_events_stream_position_what_a_stop_counts() -> None:
+    app, agent = _app()
+    data = _agui_events(build_resolver(app, agent), {"dormant": {"positions": True}})
+    positioned = [e for e in data if "rawEvent" in e]
+    assert {e["type"] for e in positioned} >= {"TOOL_CALL_START", "TOOL_CALL_END"}
+    assert all(set(e["rawEvent"]) == {"seq"} for e in positioned)
+    seqs = [e["rawEvent"]["seq"] for e in positioned]
+    assert seqs == sorted(seqs) and seqs[0] >= 1
+
+
+def _agui_events(resolver: Any, forwarded: dict[str, Any]) -> list[dict[str, Any]]:
+    run_input = {"threadId": "t1", "runId": "r1", "state": {}, "tools": [], "context": [],
+                 "forwardedProps": forwarded,
+                 "messages": [{"id": "m1", "role": "user", "content": "book"}]}
+    out = resolver.resolve(_event("POST", "/agui", run_input, authorizer=COGNITO), None)
+    assert out["statusCode"] == 200, out["body"]
+    return [json.loads(line[6:]) for line in out["body"].splitlines()
+            if line.startswith("data: ")]
+
+
 def test_an_agui_body_that_is_not_a_run_agent_input_is_422_naming_fields() -> None:
     app, agent = _app()
     status, body = _call(build_resolver(app, agent),

@@ -113,10 +113,12 @@ class AgUIAdapter:
     drops the model's thought deltas (otherwise they become ``REASONING_*`` events);
     ``raw_events`` attaches the dormant event (its JSON form, with its stream position ``seq``:
     the largest a client received is the ``seen`` of a stop) as ``raw_event`` to every event
-    translated from it; ``tool_transformers`` maps a yielding tool's name to a function of the
-    :class:`~dormant.YieldedTool` whose return value is shown as that call's ``args`` in the
-    interrupt; ``yield_schemas`` maps a yielding tool's name to the JSON Schema of the answer
-    it expects (sent as the interrupt's ``responseSchema``); ``invocation_id`` is the
+    translated from it; ``positions`` attaches only the position (``raw_event={"seq": n}``),
+    for a client that renders the stream and may stop it; ``tool_transformers`` maps a
+    yielding tool's name to a function of the :class:`~dormant.YieldedTool` whose return
+    value is shown as that call's ``args`` in the interrupt; ``yield_schemas`` maps a
+    yielding tool's name to the JSON Schema of the answer it expects (sent as the
+    interrupt's ``responseSchema``); ``invocation_id`` is the
     invocation the run belongs to, sent as ``RUN_STARTED.metadata.invocationId`` (default: the
     run id; pass it when they differ, as for a run that reopens an invocation);
     ``request_id`` the request a server-side failure's ``RUN_ERROR`` and log record name.
@@ -148,6 +150,7 @@ class AgUIAdapter:
         include_steps: bool = False,
         reasoning: bool = True,
         raw_events: bool = False,
+        positions: bool = False,
         tool_transformers: Mapping[str, ToolTransformer] | None = None,
         yield_schemas: Mapping[str, dict[str, Any]] | None = None,
         invocation_id: str | None = None,
@@ -160,6 +163,7 @@ class AgUIAdapter:
         self.include_steps = include_steps
         self.reasoning = reasoning
         self.raw_events = raw_events
+        self.positions = positions
         self.tool_transformers = dict(tool_transformers or {})
         self.yield_schemas = dict(yield_schemas or {})
         self.request_id = request_id
@@ -378,6 +382,8 @@ class AgUIAdapter:
         meta: dict[str, Any] = {"timestamp": event.ts}
         if self.raw_events:  # with its stream position: what a stop's ``seen`` counts
             meta["raw_event"] = {**event.model_dump(mode="json"), "seq": event.seq}
+        elif self.positions and event.seq is not None:
+            meta["raw_event"] = {"seq": event.seq}
         return meta
 
     def _said(self, out: list[BaseEvent], event: StreamEvent, message_id: str,

@@ -47,9 +47,10 @@ class AgUIRun(Iterator[BaseEvent]):
     """
 
     def __init__(self, config: _Config, request: HandlerInput | dict[str, Any], *,
-                 request_id: str | None = None) -> None:
+                 request_id: str | None = None, positions: bool = False) -> None:
         self.turn = TurnStream(config, request)
         self.request_id = request_id
+        self.positions = positions
         self.turn.capture_start = True  # the opening snapshots need the head at turn start
         self.adapter: AgUIAdapter | None = None
         self._yield_schemas = {
@@ -114,7 +115,8 @@ class AgUIRun(Iterator[BaseEvent]):
             adapter = self.adapter = AgUIAdapter(thread_id, run_id, parent_run_id=parent_run_id,
                                                  invocation_id=invocation_of(turn, opening),
                                                  yield_schemas=self._yield_schemas,
-                                                 request_id=self.request_id)
+                                                 request_id=self.request_id,
+                                                 positions=self.positions)
             yield adapter.run_started()
             start = turn.start_head
             if start is not None:
@@ -209,13 +211,14 @@ def _known(turn: TurnStream, invocation: str) -> bool:
 
 
 def agui_handler(config: _Config) -> Callable[..., AgUIRun]:
-    """``handler(request, *, request_id=None) -> AgUIRun``: a thin loop over the turn,
-    translated by :class:`AgUIAdapter` (without the options the adapter offers; write the
-    loop yourself for steps, raw events, transformers or reasoning off)."""
+    """``handler(request, *, request_id=None, positions=False) -> AgUIRun``: a thin loop over
+    the turn, translated by :class:`AgUIAdapter` (``positions``: each event carries its stream
+    position, ``rawEvent.seq``, which a stop's ``seen`` counts; for the adapter's other options
+    (steps, raw events, transformers, reasoning off) write the loop yourself)."""
 
     def handle(request: HandlerInput | dict[str, Any], *,
-               request_id: str | None = None) -> AgUIRun:
-        return AgUIRun(config, request, request_id=request_id)
+               request_id: str | None = None, positions: bool = False) -> AgUIRun:
+        return AgUIRun(config, request, request_id=request_id, positions=positions)
 
     return handle
 

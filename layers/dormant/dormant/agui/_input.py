@@ -36,7 +36,9 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
       AG-UI body is a public client's (``public``): it may change only the handler's
       ``client_state`` keys (keys sent back unchanged are not writes; any other is refused).
     - ``runId``, ``parentRunId``, ``tools``, ``context`` and ``forwardedProps`` are ignored
-      (run ids are the server's; client-side tools are not supported).
+      (run ids are the server's; client-side tools are not supported). The HTTP API reads one
+      option there, ``forwardedProps.dormant.positions``, which shapes the stream, not the
+      turn (:func:`dormant.http.wants_positions`).
 
     ``principal`` (from the authorizer, never the body) scopes the session. A body that is
     not a ``RunAgentInput`` raises :class:`~dormant.InputError`.

@@ -18,7 +18,8 @@ Routes::
     POST   /sessions/{id}/fork   {atVersion?, sessionId?} -> a fork (copy-on-write) of the
                              caller's session at that version, owned by the caller (201)
     DELETE /sessions/{id}    forget a session (its forks keep what they inherited)
-    POST   /agui             one turn as AG-UI server-sent events (a standard RunAgentInput)
+    POST   /agui             one turn as AG-UI server-sent events (a standard RunAgentInput;
+                             forwardedProps.dormant.positions: true adds rawEvent.seq)
     GET    /                 the OpenAPI description of these routes (Swagger UI at /docs)
 
 The principal comes only from API Gateway's ``requestContext`` (see :func:`principal_of`), never
@@ -234,7 +235,9 @@ def build_resolver(
 
     @resolver.post("/agui", summary="Run one turn as AG-UI events", tags=["agui"],
                    description="Body: an AG-UI RunAgentInput (threadId is the session, the last "
-                   "user message the input, resume entries the tool answers). Answers "
+                   "user message the input, resume entries the tool answers; "
+                   "forwardedProps {\"dormant\": {\"positions\": true}} gives each event "
+                   "its stream position as rawEvent.seq, which a stop's `seen` counts). Answers "
                    "text/event-stream.",
                    responses={**answers("AG-UI events", None, 400, 401, 404, 409, 413,
                                          422),
@@ -554,7 +557,8 @@ class _Routes:
             self._agui = handler
         # An AgUIRun: iterable, and close() stops the turn. Its RUN_ERROR names a server-side
         # failure by code and this request id; the detail goes to the log.
-        run: Any = self._agui(request, request_id=self.request_id())
+        run: Any = self._agui(request, request_id=self.request_id(),
+                              positions=wants_positions(body))
         # The first event comes once the turn has read the session: a request refused by then
         # (another principal's session, a state key it may not write...) wrote nothing and
         # streamed nothing, so it gets the JSON error POST /turns gives, not a 200.
@@ -574,6 +578,14 @@ class _Routes:
                 run.close()
             return Response(status_code=200, content_type=SSE, body="", headers=headers)
         return Response(status_code=200, content_type=SSE, body="".join(chunks), headers=headers)
+
+
+def wants_positions(body: dict[str, Any]) -> bool:
+    """Whether an AG-UI request asks for each event's stream position (``rawEvent.seq``, what
+    a stop's ``seen`` counts): ``forwardedProps: {"dormant": {"positions": true}}``."""
+    forwarded = body.get("forwardedProps")
+    dormant = forwarded.get("dormant") if isinstance(forwarded, dict) else None
+    return isinstance(dormant, dict) and dormant.get("positions") is True
 
 
 class _Unauthorized(DormantError):
