@@ -93,12 +93,14 @@ export function Timeline({ events, live, outcomes, forkOf }) {
     if (event.type === "invocation_yield" || event.type === "invocation_end") lastTerminal[event.invocation_id] = event.id;
   }
   const rows = [];
-  for (const event of events) {
-    if (forkOf && event.seq === forkOf.seq + 1) {
+  // `events` is the whole ledger, from its first position: a fork's first `forkOf.seq` events
+  // are the ones it inherited.
+  events.forEach((event, position) => {
+    if (forkOf && position === forkOf.seq) {
       rows.push(<li key="fork" class="entry kind-fork"><span class="who">fork</span><span class="text">── forked here from {forkOf.session} at version {forkOf.version} ──</span></li>);
     }
     const shown = describe(event, lastTerminal[event.invocation_id] === event.id ? outcomes : {});
-    if (!shown) continue;
+    if (!shown) return;
     rows.push(
       <li key={event.id} class={`entry kind-${shown.kind}`} data-type={event.type}>
         <time dateTime={new Date(event.ts).toISOString()}>{clock(event.ts)}</time>
@@ -107,7 +109,7 @@ export function Timeline({ events, live, outcomes, forkOf }) {
         {shown.outcome && <span class="outcome">commit: {shown.outcome}</span>}
       </li>,
     );
-  }
+  });
   return (
     <>
       <ol class="timeline" aria-label="Timeline">

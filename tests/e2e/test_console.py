@@ -384,3 +384,28 @@ def test_a_failed_turn_keeps_its_tool_result_and_retry_finishes_it(
     assert types.count("tool_result") == 1, types  # the tool did not run again
     assert "retry" in types, types
     expect(page.get_by_role("button", name="Retry")).to_be_disabled()
+
+
+def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: DevServer) -> None:
+    first = api(server, "POST", "/turns", {"sessionId": "origin",
+                                            "message": "how long is my stay BK-3?"})
+    assert first.json()["status"] == "completed", first.text
+    fork = api(server, "POST", "/sessions/origin/fork", {"sessionId": "branch"})
+    assert fork.status_code == 201, fork.text
+    api(server, "POST", "/turns", {"sessionId": "branch", "message": "book me in"})
+
+    page.goto("/")
+    row = page.get_by_role("row").filter(has_text="session_branch")
+    expect(row).to_contain_text("fork of session_origin@1", timeout=WAIT)
+    row.get_by_role("link", name="session_branch").click()
+    expect(page.locator(".meta")).to_contain_text("fork of session_origin at version 1")
+    timeline = page.get_by_role("list", name="Timeline")
+    entries = timeline.get_by_role("listitem")
+    texts = entries.all_inner_texts()
+    marker = next(i for i, text in enumerate(texts) if "forked here" in text)
+    # The inherited turn comes before the marker, the fork's own after it.
+    assert any("BK-3" in text for text in texts[:marker]), texts
+    assert any("book me in" in text for text in texts[marker:]), texts
+    page.locator(".meta").get_by_role("link", name="session_origin").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("session_origin")
+    expect(page.get_by_role("list", name="Timeline")).not_to_contain_text("forked here")
