@@ -143,8 +143,10 @@ export function SessionPage({ sessionId }) {
         <div class="main-column">
           <h2>Timeline</h2>
           <Timeline events={events} live={live} outcomes={outcomes} forkOf={view?.forkOf} />
-          <MessageBox busy={busy && !running} status={status}
-            onSend={(text) => stream({ message: text, messageId: newId("msg") }, text)} />
+          <MessageBox busy={busy && !running} status={status} running={Boolean(running)}
+            onSend={(text) => (running
+              ? signalRun({ steer: { text, invocationId: live.runId, id: newId("steer") } }, "Steer sent: the run takes it at its next step.")
+              : stream({ message: text, messageId: newId("msg") }, text))} />
         </div>
         <aside class="side-column" aria-label="What the session waits for">
           <h2>Turn</h2>
@@ -225,7 +227,7 @@ function Args({ args }) {
   return args === undefined || args === null ? null : <pre class="args">{pretty(args)}</pre>;
 }
 
-function MessageBox({ busy, status, onSend }) {
+function MessageBox({ busy, status, running, onSend }) {
   const [text, setText] = useState("");
   const send = (event) => {
     event.preventDefault();
@@ -242,9 +244,11 @@ function MessageBox({ busy, status, onSend }) {
         onInput={(e) => setText(e.currentTarget.value)}
         onKeyDown={(e) => { if (e.key === "Enter" && !e.shiftKey) send(e); }} />
       <small id="message-hint" class="hint">
-        Enter sends, Shift+Enter starts a new line.{queues ? " The session can't take a message now: it will wait in the inbox." : ""}
+        Enter sends, Shift+Enter starts a new line.
+        {running ? " While the reply streams, a message steers it: the run takes it at its next step." : ""}
+        {!running && queues ? " The session can't take a message now: it will wait in the inbox." : ""}
       </small>
-      <button type="submit" disabled={busy || !text.trim()}>Send</button>
+      <button type="submit" disabled={busy || !text.trim()}>{running ? "Steer" : "Send"}</button>
     </form>
   );
 }

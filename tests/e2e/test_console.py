@@ -409,3 +409,27 @@ def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: De
     page.locator(".meta").get_by_role("link", name="session_origin").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("session_origin")
     expect(page.get_by_role("list", name="Timeline")).not_to_contain_text("forked here")
+
+
+def test_a_message_sent_while_a_reply_streams_steers_that_run(
+        page: Page, server: DevServer) -> None:
+    page.goto("/#/sessions/steer-1")
+    send(page, "tell me a long story")
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_enabled(timeout=WAIT)
+    posted: list[dict[str, Any]] = []
+    page.on("request", lambda request: posted.append(request.post_data_json)
+            if request.url.endswith("/turns") else None)
+    page.get_by_label("Message", exact=True).fill("make it shorter")
+    page.get_by_role("button", name="Steer", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("Steer sent")
+    [steer] = posted
+    running = steer["steer"]["invocationId"]
+    assert steer["steer"]["text"] == "make it shorter" and running.startswith("inv_"), steer
+    stop.click()
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
+        "ended (stopped)", timeout=WAIT)
+    ledger = api(server, "GET", "/sessions/steer-1?events=true").json()["events"]
+    assert {e["invocation_id"] for e in ledger if e["type"] == "invocation_start"} == {running}
+    expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()
