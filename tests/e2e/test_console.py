@@ -44,12 +44,9 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[DevServer]:
-    dev = DevServer(tmp_path / "dormant.db").start()
-    try:
-        yield dev
-    finally:
-        dev.kill()
+def server(dev_server: DevServer) -> DevServer:
+    """The Bookings sample on its demo model (conftest's ``dev_server``)."""
+    return dev_server
 
 
 @pytest.fixture
