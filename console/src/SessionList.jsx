@@ -9,6 +9,7 @@ const ORDER = { awaiting_input: 0, failed: 1, paused: 2, active: 3 };
 
 function ago(ms) {
   const seconds = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (seconds < 5) return "just now";
   if (seconds < 60) return `${seconds}s ago`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
   if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
