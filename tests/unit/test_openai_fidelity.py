@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -50,14 +49,6 @@ class Stay(BaseModel):
 
 
 LOOKUP = ToolSpec("lookup_stay", "How long a stay is", Stay.model_json_schema())
-
-
-@pytest.fixture()
-def fake() -> Iterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    yield server
-    server.close()
-    assert server.unused == 0, "scripted replies were left unused"
 
 
 def _model(fake: FakeOpenAI, api: str = "responses", **options: Any) -> OpenAIModel:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,14 +42,6 @@ def _execute(ctx: dormant.ToolContext) -> Any:
 
 def _finalize(ctx: dormant.ToolContext) -> None:
     ctx.state.pop("pending_action", None)
-
-
-@pytest.fixture()
-def fake() -> Iterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    yield server
-    server.close()
-    assert server.unused == 0, "scripted replies were left unused"
 
 
 @pytest.fixture()

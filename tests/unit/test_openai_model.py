@@ -6,7 +6,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -62,14 +61,6 @@ class Paged(BaseModel):
 ACTION = ToolSpec("request_approval", "Ask a human first", Action.model_json_schema())
 PARALLEL = [Call("request_approval", {"action": "delete the 2019 archive"}, "call_a"),
             Call("request_approval", {"action": "empty the bin"}, "call_b")]
-
-
-@pytest.fixture()
-def fake() -> Iterator[FakeOpenAI]:
-    server = FakeOpenAI()
-    yield server
-    server.close()
-    assert server.unused == 0, "scripted replies were left unused"
 
 
 def _model(fake: FakeOpenAI, api: str = "responses", **options: Any) -> OpenAIModel:
