@@ -191,6 +191,30 @@ class MotoServer:
 
 
 @contextlib.contextmanager
+def dynamodb_engine(engine: str, monkeypatch: pytest.MonkeyPatch, *, table: str,
+                    bucket: str) -> Iterator[None]:
+    """AWS for a DynamoDB store test on ``engine`` ("moto", or "dynamodb-local": Amazon's
+    DynamoDB Local for DynamoDB, moto for S3), with ``bucket`` created; DynamoDB Local is
+    shared between tests, so ``table`` is dropped from it afterwards."""
+    from tests import _dynamodb_local
+
+    aws_env(monkeypatch)
+    local = _dynamodb_local.shared_dynamodb_local() if engine != "moto" else None
+    with in_process_aws():  # S3 (and DynamoDB, for moto): in-process moto
+        if local is not None:  # DynamoDB Local's address is no AWS endpoint: moto passes it on
+            monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local.url)
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket=bucket)
+        try:
+            yield
+        finally:
+            if local is not None:
+                with contextlib.suppress(local.client().exceptions.ResourceNotFoundException):
+                    local.client().delete_table(TableName=table)
+
+
+@contextlib.contextmanager
 def moto_server() -> Iterator[MotoServer]:
     """A private server for the block (prefer :func:`shared_moto_server`: it is faster)."""
     with MotoServer() as server:

@@ -10,7 +10,6 @@ botocore hook on the store's client.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from dormant.session import Session
 from dormant.stores import DynamoDBStore
 from dormant.stores._dynamodb import layout
 from tests import _dynamodb_local
-from tests._moto import aws_env, in_process_aws
+from tests._moto import dynamodb_engine
 
 TABLE = "dormant-forks"
 BUCKET = "dormant-forks-ledger"
@@ -42,18 +41,8 @@ ENGINES = ["moto", *(["dynamodb-local"] if _dynamodb_local.unavailable() is None
 
 @pytest.fixture(params=ENGINES)
 def aws(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    aws_env(monkeypatch)
-    local = _dynamodb_local.shared_dynamodb_local() if request.param != "moto" else None
-    with in_process_aws():  # S3 (and DynamoDB, for moto): in-process moto
-        if local is not None:  # DynamoDB Local's address is no AWS endpoint: moto passes it on
-            monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local.url)
-        boto3.client("s3").create_bucket(Bucket=BUCKET)
-        try:
-            yield
-        finally:
-            if local is not None:
-                with contextlib.suppress(local.client().exceptions.ResourceNotFoundException):
-                    local.client().delete_table(TableName=TABLE)
+    with dynamodb_engine(request.param, monkeypatch, table=TABLE, bucket=BUCKET):
+        yield
 
 
 def _store(**kwargs: Any) -> DynamoDBStore:

@@ -9,7 +9,6 @@ with a ``before-send`` hook.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import string
@@ -33,7 +32,7 @@ from tests._moto import (
     MotoServer,
     aws_env,
     client_error,
-    in_process_aws,
+    dynamodb_engine,
     shared_moto_server,
     throttling,
     transaction_conflict,
@@ -56,18 +55,8 @@ ENGINES = ["moto", *(["dynamodb-local"] if _dynamodb_local.unavailable() is None
 
 @pytest.fixture(params=ENGINES)
 def aws(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    aws_env(monkeypatch)
-    local = _dynamodb_local.shared_dynamodb_local() if request.param != "moto" else None
-    with in_process_aws():  # S3 (and DynamoDB, for moto): in-process moto
-        if local is not None:  # DynamoDB Local's address is no AWS endpoint: moto passes it on
-            monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", local.url)
-        boto3.client("s3").create_bucket(Bucket=BUCKET)
-        try:
-            yield
-        finally:
-            if local is not None:
-                with contextlib.suppress(local.client().exceptions.ResourceNotFoundException):
-                    local.client().delete_table(TableName=TABLE)
+    with dynamodb_engine(request.param, monkeypatch, table=TABLE, bucket=BUCKET):
+        yield
 
 
 class Clock:
