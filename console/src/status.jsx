@@ -15,16 +15,10 @@ export function StatusBadge({ status }) {
 
 const KINDS = { yield: "answer to", approval: "approval of", input: "input:", message: "a message" };
 
-/** One line: what the session waits for, from GET /sessions?detail=true's `waiting`, or from a
- * session view's pending lists. */
+/** One line: what the session waits for, from the server's `waiting` (a line of
+ * GET /sessions?detail=true, or GET /sessions/{id}). */
 export function waitingSummary(session) {
-  const waiting = session.waiting || [
-    ...(session.yieldedTools || []).map((c) => ({ kind: "yield", id: c.callId, name: c.name })),
-    ...(session.pendingApprovals || []).map((a) => ({ kind: "approval", id: a.approvalId, name: a.tool })),
-    ...(session.pendingInputs || []).map((i) => ({ kind: "input", id: i.inputId, name: i.prompt || i.inputId })),
-  ];
-  const parts = waiting.map((w) => (w.kind === "message" ? KINDS.message : `${KINDS[w.kind] || w.kind} ${w.name}`));
-  if (!parts.length && session.status === "awaiting_input") parts.push(KINDS.message);
+  const parts = (session.waiting || []).map((w) => (w.kind === "message" ? KINDS.message : `${KINDS[w.kind] || w.kind} ${w.name}`));
   if (session.status === "failed") parts.push("a retry");
   if (session.status === "paused") parts.push("resume");
   const queued = typeof session.inbox === "number" ? session.inbox : (session.inbox || []).length;

@@ -347,6 +347,7 @@ def test_get_sessions_with_detail_says_what_each_session_waits_on(
         assert (line["status"], line["version"], line["updatedAt"], line["createdAt"]) == (
             view["status"], view["version"], view["updatedAt"], view["createdAt"])
         assert line.get("openInvocation") == view.get("openInvocation")
+        assert line.get("waiting", []) == view["waiting"]  # one rule for both
     [call] = views["yield"]["yieldedTools"]
     assert lines["yield"]["waiting"] == [{"kind": "yield", "id": call["callId"],
                                           "name": "ask_guest"}]

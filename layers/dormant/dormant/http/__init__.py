@@ -83,6 +83,7 @@ from dormant.http._wire import (
     checked_session_id,
     principal_of,
     request_id_of,
+    waiting_on,
 )
 from dormant.session import Session
 
@@ -406,8 +407,8 @@ class _Routes:
                                        input_schema=schemas.get(c.call_id))
                            for c in session.yielded_tools],
             pending_approvals=session.pending_approvals,
-            pending_inputs=session.pending_inputs, inbox=session.inbox,
-            open_invocation=session.open_invocation, state=session.state,
+            pending_inputs=session.pending_inputs, waiting=waiting_on(session),
+            inbox=session.inbox, open_invocation=session.open_invocation, state=session.state,
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             fork_of=ForkOf(**head.fork_of) if head.fork_of else None,

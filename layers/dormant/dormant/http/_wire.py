@@ -192,6 +192,20 @@ class PendingCall(_Wire):
         "`GET /sessions/{id}`; absent for calls recorded before it was.")
 
 
+class Waiting(_Wire):
+    """One thing a session waits on, as ``GET /sessions?detail=true`` lists it."""
+
+    kind: Literal["yield", "approval", "input", "message"] = Field(
+        description="`yield`: a yielded call waits for its answer (`tools`); `approval`: a "
+        "call waits for a decision (`approvals`); `input`: an input request waits for a "
+        "response (`inputs`); `message`: the agent yielded its turn and waits for the next "
+        "message.")
+    id: str = Field(description="The id its answer names: the call id, approval id or "
+                    "input id; for `message`, the parked invocation.")
+    name: str = Field(description="The tool (`yield`, `approval`), the request's prompt or "
+                      "else its id (`input`), or `message`.")
+
+
 class SessionView(_Wire):
     """The body of ``GET /sessions/{id}``."""
 
@@ -205,6 +219,10 @@ class SessionView(_Wire):
     pending_inputs: list[PendingInput] = Field(
         default_factory=list, description="Input requests awaiting a response (answer with "
         "`inputs`): [{inputId, schema, prompt}].")
+    waiting: list[Waiting] = Field(
+        default_factory=list, description="What it waits on, in one list: its yielded calls, "
+        "approvals, then input requests, or the next message (as `GET /sessions?detail=true` "
+        "says it).")
     inbox: list[QueuedMessage] = Field(
         default_factory=list, description="Messages queued while the session could not take "
         "them, in the order they will run: [{id, text, queuedAt}].")
@@ -251,20 +269,6 @@ class ForkCreated(_Wire):
     session_id: str
     version: int
     fork_of: ForkOf
-
-
-class Waiting(_Wire):
-    """One thing a session waits on, as ``GET /sessions?detail=true`` lists it."""
-
-    kind: Literal["yield", "approval", "input", "message"] = Field(
-        description="`yield`: a yielded call waits for its answer (`tools`); `approval`: a "
-        "call waits for a decision (`approvals`); `input`: an input request waits for a "
-        "response (`inputs`); `message`: the agent yielded its turn and waits for the next "
-        "message.")
-    id: str = Field(description="The id its answer names: the call id, approval id or "
-                    "input id; for `message`, the parked invocation.")
-    name: str = Field(description="The tool (`yield`, `approval`), the request's prompt or "
-                      "else its id (`input`), or `message`.")
 
 
 class SessionLine(_Wire):
