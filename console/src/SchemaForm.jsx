@@ -60,13 +60,14 @@ function initial(field, root) {
 
 const MISSING = Symbol("missing");
 
-/** The JSON value the inputs stand for (MISSING for an empty optional field). */
-function valueOf(field, raw, root) {
+/** The JSON value the inputs stand for (MISSING for an empty optional field). A JSON field
+ * that does not parse is MISSING, with its error put in `errors` at its path. */
+function valueOf(field, raw, root, path, errors) {
   const { kind, schema, nullable } = field;
   if (kind === "object") {
     const out = {};
     for (const [key, sub] of Object.entries(schema.properties)) {
-      const value = valueOf(fieldOf(sub, root), raw[key], root);
+      const value = valueOf(fieldOf(sub, root), raw[key], root, `${path}/${key}`, errors);
       if (value !== MISSING) out[key] = value;
     }
     return out;
@@ -85,7 +86,8 @@ function valueOf(field, raw, root) {
     try {
       return JSON.parse(raw);
     } catch {
-      return { __notJson: raw };
+      errors[path] = "Not valid JSON.";
+      return MISSING;
     }
   }
   return raw;
@@ -110,6 +112,8 @@ function errorsByPath(errors) {
   return found;
 }
 
+const prefixed = (errors, prefix) => Object.fromEntries(Object.entries(errors).map(([path, message]) => [prefix + path, message]));
+
 /**
  * The form. `schema` a JSON Schema (an object schema gives one input per property; any other,
  * one input for the whole value). `onSubmit(value)` may return a promise; a rejection's
@@ -126,12 +130,14 @@ export function SchemaForm({ schema, idPrefix, submitLabel = "Send", onSubmit, d
 
   const submit = async (event) => {
     event.preventDefault();
-    const built = valueOf(rootField, raw, root);
+    const unparsed = {};
+    const built = valueOf(rootField, raw, root, "", unparsed);
     const value = rootField.wrapped ? built.value : built;
-    const bad = JSON.stringify(value ?? null).includes("__notJson");
-    const found = bad ? { "": "Not valid JSON." } : check(root, value === undefined ? null : value);
+    const found = Object.keys(unparsed).length ? unparsed
+      : rootField.wrapped ? prefixed(check(root, value === undefined ? null : value), "/value")
+        : check(root, value);
     if (Object.keys(found).length) {
-      setErrors(rootField.wrapped ? Object.fromEntries(Object.entries(found).map(([k, v]) => [`/value${k}`, v])) : found);
+      setErrors(found);
       setTimeout(() => {
         const first = document.querySelector(`#${idPrefix} [aria-invalid="true"]`);
         if (first) first.focus();
@@ -153,6 +159,13 @@ export function SchemaForm({ schema, idPrefix, submitLabel = "Send", onSubmit, d
   );
 }
 
+/** The error of the field at `path`: its own, or one inside its value (an item of a list). */
+function errorAt(errors, path) {
+  if (errors[path]) return errors[path];
+  const inside = Object.keys(errors).find((key) => key.startsWith(`${path}/`));
+  return inside && `${inside.slice(path.length + 1)}: ${errors[inside]}`;
+}
+
 function Fields({ field, raw, path, root, errors, idPrefix, onChange }) {
   const required = new Set(field.schema.required || []);
   return Object.entries(field.schema.properties).map(([key, sub]) => {
@@ -170,7 +183,7 @@ function Fields({ field, raw, path, root, errors, idPrefix, onChange }) {
     }
     return (
       <Field key={key} name={key} field={child} value={raw[key]} required={required.has(key)}
-        error={errors[childPath]} id={`${idPrefix}${childPath.replace(/[^A-Za-z0-9_-]/g, "-")}`}
+        error={errorAt(errors, childPath)} id={`${idPrefix}${childPath.replace(/[^A-Za-z0-9_-]/g, "-")}`}
         onInput={set} />
     );
   });

@@ -354,6 +354,26 @@ def test_an_input_request_is_a_form_checked_in_the_browser_and_by_the_server(
     expect(timeline).to_contain_text("budget: 300")
     assert api(server, "GET", "/sessions/budget-1").json().get("pendingInputs", []) == []
 
+    # A schema the form has no input kind for (a list) is a JSON field: parsed before sending.
+    session = app.sessions.get("budget-1")
+    assert session is not None
+    session.request_input("extras", {"type": "array", "items": {"type": "string"},
+                                     "title": "Extras"}, "Anything else?")
+    assert app.sessions.commit(session).ok
+    card = page.get_by_role("article").filter(has_text="Anything else?")
+    extras = card.get_by_label("Extras")
+    extras.fill('["breakfast"')
+    card.get_by_role("button", name="Send response").click()
+    expect(card.locator(".field-error")).to_have_text("Not valid JSON.", timeout=WAIT)
+    expect(extras).to_have_attribute("aria-invalid", "true")
+    extras.fill('["breakfast", 2]')
+    card.get_by_role("button", name="Send response").click()
+    expect(card.locator(".field-error")).to_contain_text("string")
+    extras.fill('["breakfast"]')
+    card.get_by_role("button", name="Send response").click()
+    expect(card).to_have_count(0, timeout=WAIT)
+    expect(timeline).to_contain_text('extras: ["breakfast"]')
+
 
 def test_the_readme_shows_the_console() -> None:
     readme = (ROOT / "README.md").read_text()
