@@ -450,3 +450,17 @@ def test_a_message_sent_while_a_reply_streams_steers_that_run(
     ledger = api(server, "GET", "/sessions/steer-1?events=true").json()["events"]
     assert {e["invocation_id"] for e in ledger if e["type"] == "invocation_start"} == {running}
     expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()
+
+
+def test_stop_waiting_ends_a_parked_response(page: Page, server: DevServer) -> None:
+    page.goto("/#/sessions/parked-1")
+    send(page, "book me in")
+    card = page.get_by_role("article").filter(has_text="ask_guest asks")
+    expect(card).to_be_visible(timeout=WAIT)
+    page.get_by_role("button", name="Stop waiting").click()
+    expect(card).to_have_count(0, timeout=WAIT)
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
+        "ended (stopped)")
+    expect(timeline.locator("li[data-type=tool_result]").last).to_contain_text("ask_guest")
+    assert api(server, "GET", "/sessions/parked-1").json()["waiting"] == []
