@@ -361,8 +361,8 @@ def test_the_inbox_is_editable_and_drains_in_order_after_the_answer(store: Store
     users = [e.text for e in session.events if isinstance(e, UserEvent)]
     assert users == ["book me in", "C, edited", "A"]
     model.assert_consumed()
-    # every drained message was its own commit: one version each after the answer
-    assert session.version == answered.version + 2  # type: ignore[operator]
+    # every drained message was its own claim (its start) and commit: two versions each
+    assert session.version == answered.version + 4  # type: ignore[operator]
 
 
 def test_the_rest_of_the_inbox_is_handed_on_when_time_runs_short(store: Store) -> None:
@@ -591,29 +591,84 @@ def test_a_message_while_a_resumed_invocation_runs_waits_in_the_inbox(store: Sto
     assert [e.text for e in session.events if isinstance(e, UserEvent)] == ["book", "breakfast?"]
 
 
-def test_an_invocation_whose_turn_died_after_its_claim_can_be_interrupted(store: Store) -> None:
+def _died_after_its_claim(app: dormant.App, rest: Any) -> str:
+    """Park on a yielded call, then land the answer's claim as a request would and die
+    before the turn commits (its lease already run out): the invocation is stranded."""
+    rest({"session_id": "dead", "input": {"message": "book"}})
+    session = app.sessions.load("session_dead", turns=None)
+    assert session is not None
+    invocation = session.open_invocation
+    assert invocation is not None
+    session.input.tool(call_id="call_q", input={"answer": "Friday"})
+    session.add_event(dormant.events.InvocationResume(invocation_id=invocation))
+    session.head.lease = app.clock() - 1
+    app.sessions.policy.claim(session)
+    return invocation
+
+
+def test_a_stranded_invocation_is_taken_over_by_the_next_request(store: Store) -> None:
+    app = dormant.App(name="control", store=store)
+    ran: list[str] = []
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
+                   execute=lambda ctx: ran.append(ctx.call_id) or {"booked": ctx.input.answer})
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]},
+        "Booked for Friday.", "Hello again."])
+    agent = app.agent(name="c", model=model, tools=[ask])
+    rest = app.handler.rest(agent=agent)
+    _died_after_its_claim(app, rest)
+    stranded = app.sessions.get("dead")
+    assert stranded is not None and stranded.head.stranded(app.clock())
+
+    done = rest({"session_id": "dead", "input": {"message": "hello?", "message_id": "m-2"}})
+
+    # the message waits behind the stranded invocation, which this request takes over first
+    # (the claimed tool runs, under its call id), then the inbox drains
+    assert (done.status, done.drained) == ("queued", ["m-2"])
+    assert ran == ["call_q"]
+    model.assert_consumed()
+    ends = [e.status for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)]
+    assert ends == ["completed", "completed"]
+    session = app.sessions.get("dead")
+    assert session is not None and session.inbox == [] and session.status == "active"
+    assert not session.head.running
+
+
+def test_a_stranded_invocation_can_be_interrupted(store: Store) -> None:
     app = dormant.App(name="control", store=store)
     ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
                    execute=lambda ctx: {"booked": ctx.input.answer})
     agent = app.agent(name="c", model=ScriptedModel([
-        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]},
-        "After the interrupt."]), tools=[ask])
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]}]),
+        tools=[ask])
     rest = app.handler.rest(agent=agent)
-    rest({"session_id": "dead", "input": {"message": "book"}})
-    # The claim lands, then the process dies before its turn commits.
-    session = app.sessions.load("session_dead", turns=None)
-    assert session is not None
-    invocation = session.open_invocation
-    session.input.tool(call_id="call_q", input={"answer": "Friday"})
-    session.add_event(dormant.events.InvocationResume(invocation_id=invocation))
-    app.sessions.policy.claim(session, turns=None)
-    assert rest({"session_id": "dead", "input": {"message": "hello?"}}).status == "queued"
+    invocation = _died_after_its_claim(app, rest)
 
     done = rest({"session_id": "dead", "input": {"interrupt": {"owner": invocation}}})
 
-    assert done.status == "completed" and done.output.text == "After the interrupt."
+    assert done.status == "interrupted"
     ends = [e.status for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)]
-    assert ends == ["interrupted", "completed"]
+    assert ends == ["interrupted"]
+
+
+def test_a_live_claimed_invocation_is_not_interrupted(store: Store) -> None:
+    app = dormant.App(name="control", store=store)
+    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
+                   execute=lambda ctx: {"booked": ctx.input.answer})
+    agent = app.agent(name="c", model=ScriptedModel([
+        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]}]),
+        tools=[ask])
+    rest = app.handler.rest(agent=agent)
+    invocation = _died_after_its_claim(app, rest)
+    session = app.sessions.load("session_dead", turns=None)
+    assert session is not None
+    session.head.lease = app.clock() + 60_000  # its claimer is alive and within its lease
+    assert app.sessions.policy.claim(session).status == "committed"
+
+    done = rest({"session_id": "dead", "input": {"interrupt": {"owner": invocation}}})
+
+    assert (done.status, done.code) == ("error", "session_running")
+    assert [e for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)] == []
 
 
 def test_a_turn_whose_redelivery_was_queued_meanwhile_takes_its_message_out_of_the_inbox(

@@ -35,7 +35,10 @@ def test_post_that_yields_then_a_resume_then_get_shows_the_ledger(
     shown = api.handler(load_event("api_get_session.json"), FakeLambdaContext())
     assert shown["statusCode"] == 200, shown["body"]
     view = api_body(shown)
-    assert (view["status"], view["version"]) == ("active", 2)
+    # three versions: the turn that yielded, the answer's claim (committed before the turn
+    # ran on), the resumed turn's commit
+    assert (view["status"], view["version"]) == ("active", 3)
+    assert "running" not in view
     assert [e["type"] for e in view["events"] if e["type"] != "state_delta"] == [
         "invocation_start", "user", "tool_call", "tool_yield", "invocation_yield",
         "tool_input", "invocation_resume", "tool_result", "assistant", "invocation_end"]

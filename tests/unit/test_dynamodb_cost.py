@@ -12,7 +12,9 @@
   after one ``Query`` and one ``GetItem`` (the guard), nothing written, the model not called;
 - the session's control record costs an ordinary turn nothing more (``load``'s one ``Query``
   reads it second, after the head), and a running turn's poll of it (``read_control``) is one
-  strongly consistent ``GetItem`` of an item under 1 KB (one read unit).
+  strongly consistent ``GetItem`` of an item under 1 KB (one read unit); each step boundary
+  (tools ran, the model is called again) reads it once more, one ``GetItem``, so a pause or
+  steer sent while the tools ran comes before the next step.
 
 Every assertion is an exact list of operations (moto in-process; a ``before-send`` hook on
 the store's client records each request in order, interleaved with what the tools did).
@@ -262,12 +264,17 @@ def test_an_answer_to_a_yielded_tool_with_execute_is_claimed_before_it_runs(
     assert "tool_result" in commit and "tool_input" not in commit
 
 
-def test_an_answer_to_a_yielded_tool_without_execute_is_one_write(store: DynamoDBStore) -> None:
+def test_an_answer_that_settles_a_step_is_claimed_before_the_model_runs(
+        store: DynamoDBStore) -> None:
+    """Even with no ``execute``: the answer reopens the invocation, and only the request that
+    landed the reopening may run what follows (two racing answers would both call the model
+    and run its next tools)."""
     _, wire, _ = _yielding(store, execute=False)
 
-    assert wire.timeline == ONE_READ_ONE_WRITE
-    (commit,) = wire.written
-    assert commit[0] == "tool_input" and commit[-2:] == ["assistant", "invocation_end"]
+    assert wire.timeline == ["Query", "PutItem", "PutItem"]
+    claim, commit = wire.written
+    assert claim == ["tool_input", "invocation_resume"]
+    assert commit[0] == "tool_result" and commit[-2:] == ["assistant", "invocation_end"]
 
 
 # --- (e) redelivered message ids -----------------------------------------------------------------
@@ -400,3 +407,33 @@ def test_polling_the_control_record_is_one_strongly_consistent_read_of_under_1_k
     size = layout.item_size(item)
     assert size <= 1024, size
     assert math.ceil(size / 4096) == 1  # one read unit per strongly consistent poll
+
+
+@pytest.mark.parametrize(("poll_interval", "boundary"), [(None, ["GetItem"]), (0.0, [])],
+                         ids=["default-polling", "polling-off"])
+def test_each_step_boundary_reads_the_control_record_once(
+        store: DynamoDBStore, poll_interval: float | None, boundary: list[str]) -> None:
+    """Two tool steps, then the answer: one ``GetItem`` at each of the two boundaries (the
+    turn ends well within the poll interval, so the background poller never reads), and
+    nothing else beyond one read and one write; with polling off, not even those."""
+    app = dormant.App(name="cost", store=store)
+    wire = Wire(store._client)
+
+    def close_ticket(ctx: dormant.ToolContext) -> dict[str, Any]:
+        wire.tool_ran()
+        return {"ticket_id": ctx.args.ticket_id, "closed": True}
+
+    tool = app.tool(name="close_ticket", description="Close a ticket", schema=Ticket,
+                    execute=close_ticket)
+    model = ScriptedModel([{"tool_calls": [CLOSE]},
+                           {"tool_calls": [{**CLOSE, "id": "call_close_2"}]}, "Closed T-7."])
+    options = {} if poll_interval is None else {"poll_interval": poll_interval}
+    rest = app.handler.rest(agent=app.agent(name="support", model=model, tools=[tool]),
+                            **options)
+
+    wire.start()
+    done = rest({"session_id": "cost", "input": {"message": "close T-7"}})
+
+    assert (done.status, done.commit_status) == ("completed", "committed")
+    assert wire.timeline == ["Query", TOOL_RAN, *boundary, TOOL_RAN, *boundary, "PutItem"]
+    model.assert_consumed()

@@ -28,10 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dormant._turn_wire import CommitStatus
+from dormant._inputs import CommitStatus
 from dormant.errors import (
-    AlreadyAnswered,
-    AlreadyDecided,
     DormantError,
     DuplicateMessage,
     InputError,
@@ -40,13 +38,11 @@ from dormant.errors import (
     StoreError,
 )
 from dormant.events import (
-    ApprovalDecided,
     Event,
     InvocationEnd,
     RetryEvent,
     TimerCancelled,
     TimerSet,
-    ToolInput,
     UserEvent,
 )
 from dormant.types import CommitResult, StoredSession
@@ -55,7 +51,7 @@ if TYPE_CHECKING:
     from dormant.session import Session
     from dormant.stores._base import Store
 
-__all__ = ["STORE_ATTEMPTS", "CommitPolicy", "CommitStatus", "Outcome"]
+__all__ = ["STORE_ATTEMPTS", "CommitPolicy", "CommitStatus", "LostClaim", "Outcome"]
 
 log = logging.getLogger("dormant")
 
@@ -68,6 +64,14 @@ STORE_BACKOFF = 0.05
 MERGE_ATTEMPTS = 32
 
 HandOver = Callable[[str, list[TimerSet | TimerCancelled]], None]
+
+
+class LostClaim(Exception):
+    """Another writer landed first on the version a claim was decided on: decide again."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} moved while a claim was written")
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,9 @@ class CommitPolicy:
         if keep == 0:
             return Outcome("superseded")
         kept = session.new_events[:keep]
-        kept.append(InvocationEnd(invocation_id=kept[-1].invocation_id, status="superseded"))
+        invocation = kept[-1].invocation_id
+        if not _ended_in(stored, invocation):  # an invocation ends once
+            kept.append(InvocationEnd(invocation_id=invocation, status="superseded"))
         writer = _Writer(self, session)
         while True:
             # Recorded beside whatever the newer head is doing (it may be parked on its own
@@ -176,32 +182,24 @@ class CommitPolicy:
 
     # --- claims ----------------------------------------------------------------------------
 
-    def claim(self, session: Session, *, turns: int | None, compacted: bool = False) -> None:
-        """Write the session's inputs (decisions, answers) before the tools they unlock run.
+    def claim(self, session: Session) -> Outcome:
+        """Write what a request decided before anything it unlocks runs: a decision or an
+        answer, an ending (interrupt, stop of a waiting response, send-now), a reopening
+        (a settled step, a retry, a resume, a takeover) or the start of a queued message.
 
-        A lost race re-reads (with the ``turns`` window the turn needs) and re-applies them:
-        still pending, claim again; already decided or answered, the fold raises
-        :class:`dormant.errors.AlreadyDecided` / ``AlreadyAnswered`` and nothing runs. A store
+        One conditional write at the version the decision was made on, never merged: a lost
+        race raises :class:`LostClaim` and the caller decides again from the newer head
+        (still valid there: it claims again; not: the decision itself refuses, 409). A store
         that cannot be written raises :class:`StoreError`: nothing runs either.
         """
-        writer = _Writer(self, session, turns=turns, compacted=compacted)
-        while True:
-            outcome = writer.attempt()
-            if outcome is not None:
-                if outcome.status == "failed":
-                    assert outcome.error is not None
-                    raise outcome.error
-                session.claimed = True
-                return
-            assert writer.stored is not None
-            try:
-                session.rebase(writer.stored)
-            except (AlreadyDecided, AlreadyAnswered):
-                raise
-            except InputError as error:
-                # It was pending when this request read it; now it is not: somebody else's
-                # decision (or answer) landed and the step moved on.
-                raise _lost_claim(session) from error
+        outcome = _Writer(self, session, turns=0).attempt()
+        if outcome is None:
+            raise LostClaim(session.session_id)
+        if outcome.status == "failed":
+            assert outcome.error is not None
+            raise outcome.error
+        session.claimed = True
+        return outcome
 
     # --- merge (``app.sessions.merge``) -------------------------------------------------------
 
@@ -309,13 +307,12 @@ class _Writer:
             return None
 
 
-def _lost_claim(session: Session) -> InputError:
-    for event in session.new_events:
-        if isinstance(event, ApprovalDecided):
-            return AlreadyDecided(session.session_id, event.approval_id)
-        if isinstance(event, ToolInput):
-            return AlreadyAnswered(session.session_id, event.call_id)
-    return InputError(f"session {session.session_id} moved on; nothing was claimed")
+def _ended_in(stored: StoredSession, invocation_id: str | None) -> bool:
+    """Whether the newer head already ended ``invocation_id`` (another request ended it
+    while this turn ran): it knows the invocation and it is no longer the open one."""
+    head = stored.head
+    return (invocation_id is not None and head.open_invocation != invocation_id
+            and head.knows_invocation(invocation_id))
 
 
 def _duplicate(session_id: str, key: str) -> InputError:

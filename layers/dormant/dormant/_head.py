@@ -172,6 +172,12 @@ class Head:
     compacted_to: int = 0
     #: Compactions the session has made (its own and, for a fork, its history's).
     compactions: int = 0
+    #: While a claimed invocation runs (its claim committed, its end not yet): the epoch ms
+    #: its claimer promised to commit by. Past it, the claimer is taken to have died and the
+    #: next request takes the invocation over (:func:`stranded`). 0: no lease held.
+    lease: int = 0
+    #: Times the open invocation was taken over after its claimer died (0: never).
+    takeovers: int = 0
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -221,7 +227,7 @@ class Head:
                     [dict(i) for i in self.inputs], self.control_rev, list(self.invocations),
                     list(self.commit_seqs), [dict(s) for s in self.lineage],
                     dict(self.fork_of) if self.fork_of else None, self.compacted_to,
-                    self.compactions)
+                    self.compactions, self.lease, self.takeovers)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -298,6 +304,20 @@ class Head:
         if self.open_invocation is not None and self.parked is None:
             return "running"
         return None
+
+    @property
+    def running(self) -> bool:
+        """Whether the open invocation was claimed and runs now (in some request): neither
+        parked, failed nor paused. A turn that started fresh writes nothing until it ends, so
+        the head shows only claimed runs."""
+        return (self.open_invocation is not None and self.parked is None and not self.failed
+                and not self.paused)
+
+    def stranded(self, now: int) -> bool:
+        """Whether the open invocation runs under a claim whose lease ran out at ``now``
+        (epoch ms): its claimer died before committing, and the invocation is there to be
+        taken over (a claim written before leases existed counts as run out)."""
+        return self.running and self.lease <= now
 
     @property
     def free(self) -> bool:
@@ -378,6 +398,8 @@ def apply(head: Head, event: Event) -> None:
             if event.invocation_id is not None:
                 _remember_invocation(head, event.invocation_id)
             head.open_invocation = event.invocation_id
+            head.lease = 0
+            head.takeovers = 0
             head.retries = 0
             head.calls = 0
             head.agent = event.agent or head.agent
@@ -395,6 +417,7 @@ def apply(head: Head, event: Event) -> None:
             call.prepared = event.args
         case InvocationYield():
             head.parked = event.reason
+            head.lease = 0
         case ToolInput():
             _tool_input(head, event)
         case ApprovalRequested():
@@ -412,15 +435,24 @@ def apply(head: Head, event: Event) -> None:
             _resume(head, event)
         case ToolResult():
             settled = head.call(event.call_id)
+            if settled is not None and settled.settled and not event.preliminary:
+                raise AlreadyAnswered(head.session_id, event.call_id)  # one final result
             if settled is not None and not event.preliminary:
                 if settled.yielded and not settled.answered:
                     # Ended with no answer (a stop, an interrupt): a late answer is told
                     # "already answered" once the step is gone, not "not awaiting input".
                     _settle(head, message_digest(_ANSWERED + event.call_id))
+                if settled.approval_id is not None and not settled.decided:
+                    _settle(head, message_digest(_DECIDED + settled.approval_id))  # likewise
                 settled.settled = True
         case StateDelta():
             apply_patch(head.state, event.patch)
         case InvocationEnd():
+            if event.invocation_id is not None and event.invocation_id != head.open_invocation:
+                # an invocation ends once: a second ending (two requests raced to end it)
+                # is refused, never appended after the first
+                raise NotRunning(head.session_id, event.invocation_id)
+            head.lease = 0
             head.open_invocation = None
             head.parked = None
             head.step = []
@@ -428,6 +460,7 @@ def apply(head: Head, event: Event) -> None:
         case InvocationFailed():
             head.failed = True
             head.parked = None
+            head.lease = 0
         case RetryEvent():
             _retry(head, event)
         case QueuedEvent():
@@ -462,6 +495,7 @@ def apply(head: Head, event: Event) -> None:
             _respond(head, event.input_id)
         case PauseEvent():
             head.paused = True
+            head.lease = 0
             if event.rev:
                 head.control_rev = event.rev  # the control record's pause is taken up
         case ResumeEvent():

@@ -6,38 +6,33 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from dormant import _control
 from dormant._commit import Outcome
-from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, take_pending, write_asks
+from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, record, write_asks
+from dormant._decide import Plan
 from dormant._ids import new_id
-from dormant._run import TurnInput, run_turn
-from dormant._turn_wire import (
-    HandlerInput,
-    Input,
-    ResponseOptions,
-    RetryRequest,
-    TurnResult,
-)
+from dormant._inputs import HandlerInput, Input, ResponseOptions, RetryRequest
+from dormant._request import Host, Opened, RequestRules, derive_invocation, open_request
+from dormant._run import run_turn
+from dormant._run.compaction import claim_in
+from dormant._turn_wire import TurnResult
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import (
     DormantError,
     DuplicateMessage,
     InputError,
     RetryRefused,
-    ServerOnly,
-    SessionNotFound,
     describe_validation,
 )
-from dormant.events import InvocationResume, StreamEvent, TimerFired
+from dormant.events import StreamEvent
 from dormant.models._base import ModelError
 from dormant.results import (
     ErrorResult,
@@ -45,15 +40,14 @@ from dormant.results import (
     YieldedMessageResult,
     YieldedToolResult,
 )
-from dormant.session import Session, mint_session_id, normalize_session_id
+from dormant.session import Session, normalize_session_id
 from dormant.tools import Aborted, Signal
 from dormant.types import PendingApproval, YieldedTool
 
 if TYPE_CHECKING:
     from dormant._head import Head
-    from dormant.app import App
 
-__all__ = ["DEADLINE_MARGIN", "TurnStream"]
+__all__ = ["DEADLINE_MARGIN", "TurnConfig", "TurnStream"]
 
 log = logging.getLogger("dormant")
 
@@ -65,12 +59,13 @@ DRAIN_BUDGET = 10.0
 MAX_DRAIN = 16
 
 
-class _Config:
-    """A handler's configuration, fixed when the handler is built."""
+class TurnConfig:
+    """A handler's configuration, fixed when the handler is built. ``host`` is what the turn
+    sees of the app (:class:`~dormant._request.Host`: sessions, store, clock, hand-on)."""
 
     def __init__(
         self,
-        app: App,
+        host: Host,
         *,
         agent: Agent,
         schema: type[BaseModel] | None = None,
@@ -82,12 +77,13 @@ class _Config:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         drain_budget: float = DRAIN_BUDGET,
         client_state: Sequence[str] = (),
+        lease: float | None = None,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be positive (seconds)")
-        self.app = app
+        self.host = host
         self.agent = agent
         self.schema = schema
         self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
@@ -107,8 +103,12 @@ class _Config:
                 isinstance(key, str) and key for key in client_state):
             raise TypeError("client_state must be a list of state keys public clients may "
                             f"write, e.g. client_state=['theme'], got {client_state!r}")
-        #: The state keys a public request (HTTP, AG-UI) may change; any other is refused.
-        self.client_state = frozenset(client_state)
+        if lease is not None and lease <= 0:
+            raise ValueError("lease must be positive (seconds)")
+        #: The rules the request room applies (state schema, client state keys, the lease a
+        #: claim holds when the request has no deadline).
+        self.rules = RequestRules(schema=schema, client_state=frozenset(client_state),
+                                  **({"lease": lease} if lease is not None else {}))
 
 
 class TurnStream(Iterator[StreamEvent]):
@@ -119,15 +119,13 @@ class TurnStream(Iterator[StreamEvent]):
     once iteration starts. ``abort()`` stops the run and commits nothing.
     """
 
-    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any], *,
+    def __init__(self, config: TurnConfig, request: HandlerInput | dict[str, Any], *,
                  remaining_time: float | None = None) -> None:
         self._config = config
         self._request = request
         self._signal = Signal()
         self._remaining = remaining_time
         self._gen: Generator[StreamEvent, None, None] | None = None
-        #: The ``invocation_resume`` a claim committed (then the run does not reopen again).
-        self._resumed: InvocationResume | None = None
         self.invocation_id: str = _invocation_id(request)
         self.session_id: str | None = None
         self.result: TurnResult | None = None
@@ -137,8 +135,7 @@ class TurnStream(Iterator[StreamEvent]):
         #: reads them for its opening snapshots and run ids).
         self.session: Session | None = None
         self.start_head: Head | None = None
-        self._plan = _control.Plan()
-        self._first: tuple[tuple[str, str], ...] = ()
+        self._plan = Plan()
         self._seq = 0
         #: False for the turns a drain runs (the outer request drains; they do not).
         self.drains = True
@@ -189,7 +186,10 @@ class TurnStream(Iterator[StreamEvent]):
         try:
             request = (self._request if isinstance(self._request, HandlerInput)
                        else HandlerInput.model_validate(self._request))
-            session = self._open(request)
+            self.session_id = self._request_session_id()
+            opened = open_request(config.host, config.agent, request, config.rules,
+                                  lease=self._lease(),
+                                  on_start=self._started if self.capture_start else None)
         except ValidationError as error:
             reason = "invalid request: " + describe_validation(error)
             self._fail(self._request_session_id(), InputError(reason))
@@ -197,30 +197,29 @@ class TurnStream(Iterator[StreamEvent]):
         except DormantError as error:
             self._fail(self._request_session_id(), error)
             return
+        session = opened.session
         self.session_id = session.session_id
         self.session = session
-        plan = self._plan
-        if not plan.run:
-            self._finish(session, request)
+        self._plan = opened.plan
+        if opened.invocation_id is not None:
+            self.invocation_id = opened.invocation_id
+        if opened.turn is None:
+            self._finish(opened, request)
             return
-        if self._resumed is not None:  # the claim reopened the invocation: stream that first
-            self.invocation_id = self._resumed.invocation_id or self.invocation_id
-            yield self._number(self._resumed)
-        if plan.continue_paused and session.head.open_invocation:
-            self.invocation_id = session.head.open_invocation
-        watch = ControlWatch(config.app.store, session.session_id, _invocation_of(self),
+        turn = opened.turn
+        if turn.invocation_id is None:  # a fresh invocation: the id minted up front
+            turn = replace(turn, invocation_id=self.invocation_id)
+        for event in opened.claimed:  # committed by the claim: the stream shows them first
+            yield self._number(event)
+        watch = ControlWatch(config.host.store, session.session_id, _invocation_of(self),
                              self._signal, interval=config.poll_interval,
                              control_rev=session.head.control_rev).start()
         try:
-            retry = request.input.retry.retry_id if request.input.retry else None
             run = run_turn(
-                config.agent, session,
-                TurnInput(message=plan.message, message_id=plan.message_id,
-                          state=request.input.state, invocation_id=self.invocation_id,
-                          retry_id=retry, resumed=self._resumed is not None,
-                          resume_paused=plan.continue_paused, first=self._first),
+                config.agent, session, turn,
                 hooks=config.hooks, error_handlers=config.error_handlers,
-                signal=self._signal, clock=config.app.clock, watch=watch,
+                signal=self._signal, clock=config.host.clock, watch=watch,
+                claim_compaction=claim_in(config.host.store),
             )
             result = yield from self._pump(run, session)
             self._check_state(session)
@@ -245,7 +244,7 @@ class TurnStream(Iterator[StreamEvent]):
         finally:
             watch.close()
         try:
-            outcome = config.app.sessions.policy.commit(session)  # hands timers over too
+            outcome = config.host.sessions.policy.commit(session)  # hands timers over too
         except (DuplicateMessage, RetryRefused) as error:  # a redelivery lost the race
             self._fail(session.session_id, error)
             return
@@ -255,17 +254,28 @@ class TurnStream(Iterator[StreamEvent]):
         self._write_asks(session)
         self._drain(session, request)
 
-    def _finish(self, session: Session, request: HandlerInput) -> None:
-        """A request that runs no turn: commit what its inputs recorded, write what it asks
-        of the running turn, drain the inbox if the session became free."""
-        plan = self._plan
+    def _started(self, head: Head) -> None:
+        self.start_head = head
+
+    def _lease(self) -> float | None:
+        """Seconds this request has to commit what it claims (None: the handler's default)."""
+        budgets = [b for b in (self._config.timeout, self._remaining_budget()) if b is not None]
+        return min(budgets) + self._config.deadline_margin if budgets else None
+
+    def _finish(self, opened: Opened, request: HandlerInput) -> None:
+        """A request that runs no turn: commit what its inputs recorded (a claim may have
+        already), write what it asks of the running turn, drain the inbox if the session
+        became free."""
+        plan, session = opened.plan, opened.session
         assert plan.status is not None
         try:
-            commit, version = _control.record(self._config.app.sessions.policy, session,
-                                              self._reload(session))
+            commit, version = record(self._config.host.sessions.policy, session,
+                                     self._reload(session))
         except DormantError as error:
             self._fail(session.session_id, error)
             return
+        if opened.commit is not None and not commit:  # the claim wrote it all
+            commit, version = opened.commit, opened.version
         self.result = TurnResult(
             session_id=session.session_id, status=plan.status, commit_status=commit,
             invocation_id=self.invocation_id, version=version, queued=plan.queued,
@@ -273,13 +283,13 @@ class TurnStream(Iterator[StreamEvent]):
         self._drain(session, request)
 
     def _reload(self, session: Session) -> Callable[[], Session | None]:
-        app, agent = self._config.app, self._config.agent
+        host, agent = self._config.host, self._config.agent
         turns, compacted = agent.history_turns, agent.compaction is not None
-        return lambda: app.sessions.load(session.session_id, turns=turns, compacted=compacted)
+        return lambda: host.sessions.load(session.session_id, turns=turns, compacted=compacted)
 
     def _write_asks(self, session: Session) -> None:
         if session.control_asks:
-            write_asks(self._config.app.store, session, self._reload(session))
+            write_asks(self._config.host.store, session, self._reload(session))
 
     # --- the inbox and handing on ------------------------------------------------------------
 
@@ -289,23 +299,25 @@ class TurnStream(Iterator[StreamEvent]):
         result = self.result
         if not self.drains or result is None or result.status == "error":
             return
-        app = self._config.app
+        host = self._config.host
         head = session.head
         drained: list[str] = []
-        while head.queue and head.free and not session.pause_pending:
-            if len(drained) >= MAX_DRAIN or not self._time_for_another():
-                if app.hand_on is not None:
-                    app.hand_on(HandlerInput(session_id=session.session_id, input=Input(),
-                                             principal=request.principal))
+        runs = 0
+        while _waiting_to_run(session, host.clock):
+            if runs >= MAX_DRAIN or not self._time_for_another():
+                if host.hand_on is not None:
+                    host.hand_on(HandlerInput(session_id=session.session_id, input=Input(),
+                                              principal=request.principal))
                     result.handed_on = True
                 break
-            next_id = head.queue[0]["id"]
+            runs += 1
+            next_id = head.queue[0]["id"] if head.free and head.queue else None
             turn = TurnStream(self._config, HandlerInput(
                 session_id=session.session_id, input=Input(), principal=request.principal),
                 remaining_time=self._left())
             turn.drains = False  # (its plan derives the invocation id from next_id)
             done = turn.run()
-            if done.landed:
+            if done.landed and next_id is not None:
                 drained.append(next_id)  # it ran (a failure after its tools ran is kept too)
             if done.status == "error" or turn.session is None:
                 log.warning("a queued message did not run to its end: %s", done.error,
@@ -330,8 +342,8 @@ class TurnStream(Iterator[StreamEvent]):
     def _hand_on_cut(self, request: HandlerInput, session: Session, code: str) -> None:
         """A turn cut by the deadline carries on in another invocation: as a retry when its
         progress was committed (the session failed, retryable), else as the same message."""
-        app = self._config.app
-        if code != "deadline" or app.hand_on is None or self.result is None:
+        host = self._config.host
+        if code != "deadline" or host.hand_on is None or self.result is None:
             return
         head = session.head
         if head.failed and head.open_invocation:
@@ -343,8 +355,8 @@ class TurnStream(Iterator[StreamEvent]):
                           state=request.input.state)
         else:
             return
-        app.hand_on(HandlerInput(session_id=session.session_id, input=given,
-                                 principal=request.principal))
+        host.hand_on(HandlerInput(session_id=session.session_id, input=given,
+                                  principal=request.principal))
         self.result.handed_on = True
 
     def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
@@ -373,113 +385,6 @@ class TurnStream(Iterator[StreamEvent]):
             except InputError:
                 return raw
         return ""
-
-    def _open(self, request: HandlerInput) -> Session:
-        config = self._config
-        sid = (normalize_session_id(request.session_id) if request.session_id is not None
-               else mint_session_id())
-        self.session_id = sid
-        if request.public:
-            _refuse_server_only(request.input)
-        session = config.app.sessions.load(sid, turns=config.agent.history_turns,
-                                           compacted=config.agent.compaction is not None)
-        if session is None:
-            session = Session.new(sid, state=self._initial_state(request.input.initial_state),
-                                  principal=request.principal)
-        elif not session.head.visible_to(request.principal):
-            raise SessionNotFound(sid)
-        if request.public and request.input.state:
-            self._check_client_state(session, request.input.state)
-        retry = request.input.retry
-        if retry is not None and session.head.failed and not session.head.knows_every_message \
-                and config.app.store.has_once(sid, "r:" + retry.retry_id):
-            raise RetryRefused(sid, retry.retry_id, duplicate=True)
-        if request.input.timer is not None:  # a wake delivery: consume the firing first
-            session.add_event(TimerFired(name=request.input.timer.name,
-                                      fire_at=request.input.timer.fire_at))
-        given = request.input
-        message_id = given.message_id
-        if message_id is not None and config.app.sessions.holds_message(session, message_id):
-            raise DuplicateMessage(sid, message_id)  # a redelivery: nothing runs again
-        self._first = tuple((s.id, s.text) for s in take_pending(session))
-        for decision in given.approvals or ():
-            session.input.approval(decision.approval_id, approved=decision.approved,
-                                   reason=decision.reason)
-        for answer in given.tools or ():
-            session.input.tool(call_id=answer.call_id, input=answer.input)
-        if self.capture_start:  # the state at turn start, what was parked (before a claim)
-            self.start_head = session.head.model_copy(deep=True)
-        self._apply_controls(session, given)
-        if self._plan.run and not self._paused_now(session) \
-                and self._needs_claim(session, given):
-            # The decision or answer lands before the tool it unlocks runs, so a
-            # lost race runs nothing (409 already_decided / already_answered). When it
-            # settles the step, the claim reopens the invocation too: only the request that
-            # landed the reopening runs the step's tools, never a second one beside it.
-            head = session.head
-            if head.parked == "tool" and not head.unresolved():
-                self._resumed = InvocationResume(invocation_id=head.open_invocation)
-                session.add_event(self._resumed)
-            config.app.sessions.policy.claim(session, turns=config.agent.history_turns,
-                                             compacted=config.agent.compaction is not None)
-        return session
-
-    def _paused_now(self, session: Session) -> bool:
-        return session.head.paused or session.pause_pending
-
-    def _apply_controls(self, session: Session, given: Input) -> None:
-        """Apply the request's turn-control inputs and decide what it does (``_plan``)."""
-        plan = self._plan = _control.plan(
-            session, given, holds=lambda mid: self._config.app.sessions.holds_message(
-                session, mid))
-        if plan.stopped is not None:
-            self.invocation_id = plan.stopped
-        if plan.invocation_key is not None:
-            self.invocation_id = _derive_invocation(session.session_id, plan.invocation_key)
-
-    def _needs_claim(self, session: Session, given: Input) -> bool:
-        """A claim comes first when the request decides an approval, answers a yielded tool
-        that has ``execute``, or (with no input) resumes a settled step that runs a tool."""
-        if given.approvals:
-            return True
-        head = session.head
-        tools = self._config.agent.tools
-        for answer in given.tools or ():
-            call = head.call(answer.call_id)
-            tool = tools.get(call.name) if call is not None else None
-            if tool is not None and tool.execute is not None:
-                return True
-        if given.message is None and given.retry is None and head.parked == "tool" \
-                and not head.unresolved():
-            return any(not call.settled and (
-                (call.approval_id is not None and call.approved)
-                or (call.yielded and (tool := tools.get(call.name)) is not None
-                    and tool.execute is not None)) for call in head.step)
-        return False
-
-    def _initial_state(self, initial: dict[str, Any] | None) -> dict[str, Any]:
-        schema = self._config.schema
-        if schema is None:
-            return dict(initial or {})
-        try:
-            return schema.model_validate(initial or {}).model_dump(mode="json")
-        except ValidationError as error:
-            raise InputError(f"initial_state does not fit the state schema: "
-                             f"{describe_validation(error)}") from error
-
-    def _check_client_state(self, session: Session, state: dict[str, Any]) -> None:
-        """A public request may change only the ``client_state`` keys; a key it sends back
-        unchanged (AG-UI clients echo the state they were shown) is not a write."""
-        current = session.state
-        refused = sorted(key for key, value in state.items()
-                         if key not in self._config.client_state
-                         and (key not in current or current[key] != value))
-        if refused:
-            allowed = sorted(self._config.client_state)
-            raise ServerOnly(
-                f"state key(s) {', '.join(map(repr, refused))} may not be written by a client: "
-                f"the handler lets clients write {allowed or 'no state keys'} "
-                "(client_state=[...]); server code writes the rest")
 
     def _check_state(self, session: Session) -> None:
         schema = self._config.schema
@@ -530,16 +435,13 @@ class TurnStream(Iterator[StreamEvent]):
             retryable=retryable)
 
 
-def _refuse_server_only(given: Input) -> None:
-    """What only trusted server code may send, refused from a public request (nothing read or
-    written yet). The public wire types cannot carry these; this holds for any other path."""
-    named = [name for name, value in (("initial_state", given.initial_state),
-                                      ("timer", given.timer)) if value is not None]
-    if given.seed is not None and given.seed.role != "user":
-        named.append(f"seed role {given.seed.role!r} (a client seeds role 'user' only)")
-    if named:
-        raise ServerOnly(f"{', '.join(named)}: for trusted server code (app.sessions or the "
-                         "handlers in Python), not a public client")
+def _waiting_to_run(session: Session, clock: Callable[[], int]) -> bool:
+    """Whether the session has work a request should run now: a stranded invocation to take
+    over, or queued messages while it is free (and no pause waits)."""
+    head = session.head
+    if session.pause_pending:
+        return False
+    return bool(head.queue and head.free) or (head.running and head.stranded(clock()))
 
 
 def _invocation_of(stream: TurnStream) -> Callable[[], str | None]:
@@ -554,11 +456,6 @@ def _invocation_of(stream: TurnStream) -> Callable[[], str | None]:
     return invocation
 
 
-def _derive_invocation(session_id: str, key: str) -> str:
-    seed = f"{session_id.removeprefix('session_')}|{key}".encode()
-    return "inv_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
-
-
 def _invocation_id(request: HandlerInput | dict[str, Any]) -> str:
     """A new invocation's id: derived from the session and the message id when the request
     names both (so a redelivery reruns under the same id, and its derived call ids match),
@@ -571,5 +468,5 @@ def _invocation_id(request: HandlerInput | dict[str, Any]) -> str:
         sid = request.get("session_id") or request.get("sessionId")
         mid = given.get("message_id") or given.get("messageId")
     if isinstance(sid, str) and isinstance(mid, str) and sid and mid:
-        return _derive_invocation(sid, mid)
+        return derive_invocation(sid, mid)
     return new_id("inv")

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from dormant._inputs import (
+    ApprovalDecision,
+    CommitStatus,
+    HandlerInput,
+    Input,
+    InputAnswer,
+    InterruptRequest,
+    QueuedRef,
+    QueueOp,
+    ResponseOptions,
+    RetryRequest,
+    SeedRequest,
+    SteerRequest,
+    StopRequest,
+    TimerRef,
+    ToolAnswer,
+    TurnStatus,
+    landed,
+)
 from dormant.events import Usage
 from dormant.results import Output
 from dormant.types import PendingApproval, YieldedTool
@@ -32,174 +51,6 @@ __all__ = [
     "TurnStatus",
 ]
 
-CommitStatus = Literal["committed", "merged", "superseded", "failed"]
-
-
-def landed(commit_status: CommitStatus | None, version: int | None) -> bool:
-    """Whether a turn with this outcome put its input in the session (a superseded turn
-    did when its ran tools were kept: then it carries the version it wrote)."""
-    return commit_status in ("committed", "merged") or (
-        commit_status == "superseded" and version is not None)
-
-
-class _In(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              defer_build=True)
-
-
-class ToolAnswer(_In):
-    """The answer to one yielded call: ``{call_id, input}``.
-
-    ``input`` is required: an entry without it is refused as invalid before anything is
-    read or written, so a client's bug cannot use up the question. An explicit ``None`` is
-    an answer here (trusted code may give up on a call that way, and an AG-UI ``cancelled``
-    resume does: the tool's ``yield_schema`` refuses it and the model reads ``Invalid
-    input``); the public HTTP API refuses it too (``dormant.http.CallAnswer``)."""
-
-    call_id: str = Field(min_length=1)
-    input: Any = Field(description="The answer (JSON), validated against the tool's "
-                                    "yield_schema when the run resumes.")
-
-
-class ApprovalDecision(_In):
-    """A decision on one pending approval request."""
-
-    approval_id: str = Field(min_length=1)
-    approved: bool
-    reason: str | None = None
-
-
-class RetryRequest(_In):
-    """Rerun the failed invocation's failed model call: ``{"retry_id": ...}``. A fresh id
-    per retry; resending one id lands once."""
-
-    retry_id: str = Field(min_length=1, max_length=128)
-
-
-class StopRequest(_In):
-    """Stop the running (or waiting) invocation ``invocation_id``; ``seen``: how many of its
-    stream events the client had received (the frontier its rendering shows)."""
-
-    invocation_id: str = Field(min_length=1, max_length=128)
-    seen: int | None = Field(default=None, ge=0)
-
-
-class SteerRequest(_In):
-    """Give the running invocation a message it takes at its next step boundary."""
-
-    text: str = Field(min_length=1)
-    invocation_id: str = Field(min_length=1, max_length=128)
-    id: str | None = Field(default=None, min_length=1, max_length=128)
-
-
-class InterruptRequest(_In):
-    """End a waiting or failed response; ``owner`` is exactly one id: a pending call,
-    approval or input id, or the failed invocation's id."""
-
-    owner: str = Field(min_length=1, max_length=128)
-
-
-class QueueOp(_In):
-    """One inbox operation: ``edit`` (``text``), ``move`` (``position``), ``remove``,
-    ``send_now``, on the queued message ``id``."""
-
-    op: Literal["edit", "move", "remove", "send_now"]
-    id: str = Field(min_length=1, max_length=128)
-    text: str | None = Field(default=None, min_length=1)
-    position: int | None = Field(default=None, ge=0)
-
-
-class InputAnswer(_In):
-    """The response to an input request."""
-
-    input_id: str = Field(min_length=1, max_length=128)
-    value: Any = None
-
-
-class SeedRequest(_In):
-    """A passive message: added to the conversation, no turn started (``role`` other than
-    ``user`` is for trusted server code)."""
-
-    text: str = Field(min_length=1)
-    role: Literal["user", "system"] = "user"
-    id: str | None = Field(default=None, min_length=1, max_length=128)
-
-
-class TimerRef(_In):
-    """Which timer firing a wake request delivers (server-only: never from a public body)."""
-
-    name: str = Field(min_length=1)
-    fire_at: int
-
-
-class Input(_In):
-    """What a request brings: a message, answers to yields, decisions, state.
-
-    ``initial_state`` and ``timer`` are for trusted server code; the HTTP API refuses them."""
-
-    message: str | None = Field(default=None, min_length=1)
-    message_id: str | None = Field(default=None, min_length=1, max_length=128)
-    tools: list[ToolAnswer] | None = None
-    approvals: list[ApprovalDecision] | None = None
-    state: dict[str, Any] | None = None
-    initial_state: dict[str, Any] | None = None
-    timer: TimerRef | None = None
-    retry: RetryRequest | None = None
-    stop: StopRequest | None = None
-    steer: SteerRequest | None = None
-    pause: bool | None = None
-    resume: bool | None = None
-    interrupt: InterruptRequest | None = None
-    queue: list[QueueOp] | None = None
-    inputs: list[InputAnswer] | None = None
-    seed: SeedRequest | None = None
-    #: What a message does when the session cannot take it now (it waits, failed, or is
-    #: paused): ``queue`` (default: the inbox), ``reject`` (409), ``interrupt`` (end the
-    #: waiting response and run this message).
-    if_busy: Literal["queue", "reject", "interrupt"] | None = None
-
-
-class HandlerInput(_In):
-    """One request: ``session_id`` (minted when absent) and its ``input``.
-
-    ``principal`` scopes the request: the session's owner must be that principal (a session
-    with no owner is reachable by no principal; ``None`` is trusted server code, unscoped). A
-    new session is created owned by it. ``public`` marks a request from a public client (the
-    HTTP and AG-UI layers set it): its ``state`` may change only the handler's
-    ``client_state`` keys, and server-only inputs are refused. Both are server-side only:
-    HTTP layers set them from the authorizer and the route, never from the body.
-    """
-
-    session_id: str | None = None
-    input: Input = Field(default_factory=Input)
-    principal: str | None = None
-    public: bool = False
-
-
-class ResponseOptions(_In):
-    """Opt-in parts of a REST response."""
-
-    events: bool = False
-    usage: bool = False
-    state: bool = False
-
-
-class QueuedRef(BaseModel):
-    """Where a queued message sits in the inbox."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
-
-    id: str
-    position: int
-
-
-#: What a turn request ended as. Beyond a run's own statuses: ``queued`` (the message went to
-#: the inbox), ``accepted`` (a stop or steer was written for the invocation running
-#: elsewhere: it takes it within a poll interval), ``stopped``, ``paused`` (the session is
-#: paused, or will be at the running turn's next step boundary), ``interrupted``,
-#: ``recorded`` (inputs recorded with no turn to run: a seed, an inbox edit).
-TurnStatus = Literal["completed", "yielded_tool", "yielded_message", "error", "queued",
-                     "accepted", "stopped", "paused", "interrupted", "recorded"]
 
 
 class TurnResult(BaseModel):

@@ -56,6 +56,14 @@ class Sessions:
                    timers: builtins.list[TimerSet | TimerCancelled]) -> None:
         hand_over(self._scheduler(), session_id, timers)
 
+    def arm(self, session_id: str, name: str, fire_at: int) -> None:
+        """Set a wake-up of the session at ``fire_at`` (epoch ms) outside its ledger (a
+        claim's lease timer: its delivery runs an empty request). No scheduler: nothing to
+        do (the next request on the session does what the wake-up would)."""
+        scheduler = self._scheduler()
+        if scheduler is not None:
+            hand_over(scheduler, session_id, [TimerSet(name=name, fire_at=fire_at)])
+
     def create(self, session_id: str | None = None, state: dict[str, Any] | None = None, *,
                owner: str | None = None, principal: str | None = None) -> Session:
         """Create and commit an empty session (``InputError`` if the id is taken).

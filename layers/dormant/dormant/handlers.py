@@ -7,10 +7,12 @@ events.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dormant._turn import TurnStream, _Config
+from dormant._request import Host
+from dormant._turn import TurnConfig, TurnStream
 from dormant._turn_wire import (
     ApprovalDecision,
     CommitStatus,
@@ -23,10 +25,11 @@ from dormant._turn_wire import (
     ToolAnswer,
     TurnResult,
 )
+from dormant.errors import StaleTimer
 from dormant.schedulers import TimerDelivery
 
 if TYPE_CHECKING:
-    from dormant.app import App
+    from dormant.session import Session
 
 __all__ = [
     "ApprovalDecision",
@@ -41,6 +44,8 @@ __all__ = [
     "TurnResult",
     "TurnStream",
 ]
+
+log = logging.getLogger("dormant")
 
 
 class TurnHandler(Protocol):
@@ -62,12 +67,12 @@ class RestHandler(Protocol):
 class Handlers:
     """``app.handler``: builds per-request functions from a config."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Host) -> None:
         self._app = app
 
     def turn(self, **config: Any) -> TurnHandler:
         """``handler(input) -> TurnStream`` (lazy)."""
-        cfg = _Config(self._app, **config)
+        cfg = TurnConfig(self._app, **config)
 
         def handle(request: HandlerInput | dict[str, Any], *,
                    remaining_time: float | None = None) -> TurnStream:
@@ -77,7 +82,7 @@ class Handlers:
 
     def rest(self, **config: Any) -> RestHandler:
         """``handler(input) -> RestResponse``: the turn, drained and committed."""
-        cfg = _Config(self._app, **config)
+        cfg = TurnConfig(self._app, **config)
 
         def handle(request: HandlerInput | dict[str, Any], *,
                    remaining_time: float | None = None) -> RestResponse:
@@ -90,8 +95,10 @@ class Handlers:
     def wake(self, **config: Any) -> Callable[[TimerDelivery | dict[str, Any]], TurnResult]:
         """``handler(delivery) -> TurnResult``: a fired timer appends its message (or tool
         input) and runs a turn. A delivery for a timer that is no longer pending (cancelled,
-        replaced, already delivered) is refused with code ``stale_timer`` and writes nothing."""
-        cfg = _Config(self._app, **config)
+        replaced, already delivered) is refused with code ``stale_timer`` and writes nothing;
+        so is one that ran beside another delivery of the same firing and lost the race (see
+        :func:`_lost_to_its_twin`): a duplicate delivery is a no-op however the two overlap."""
+        cfg = TurnConfig(self._app, **config)
 
         def handle(delivery: TimerDelivery | dict[str, Any]) -> TurnResult:
             fired = (delivery if isinstance(delivery, TimerDelivery)
@@ -102,7 +109,7 @@ class Handlers:
             request = HandlerInput(session_id=fired.session_id, input=Input(
                 message=fired.message, message_id=fired.message_id, tools=answers,
                 timer=TimerRef(name=fired.name, fire_at=fired.fire_at)))
-            return TurnStream(cfg, request).run()
+            return _lost_to_its_twin(self._app, fired, TurnStream(cfg, request).run())
 
         return handle
 
@@ -110,7 +117,54 @@ class Handlers:
         """``handler(input) -> iterator of ag_ui.core events`` (needs ``ag-ui-protocol``)."""
         from dormant.agui import agui_handler
 
-        return agui_handler(_Config(self._app, **config))
+        return agui_handler(TurnConfig(self._app, **config))
+
+
+def _lost_to_its_twin(app: Host, fired: TimerDelivery, result: TurnResult) -> TurnResult:
+    """A delivery that wrote nothing because another delivery of the same firing landed
+    first (Scheduler delivers at least once, and two deliveries may read the timer pending
+    before either commits) is reported as the ``stale_timer`` refusal a later repeat gets:
+    that is what a retry of it would answer, so retrying it (or dead-lettering it) is waste.
+
+    Only what a lost race leaves is looked at again (one read): a refusal or a superseded turn
+    that wrote nothing. A failed write (``store_error``) or a failed run is left as it is: its
+    timer may still be pending and a retry can deliver it."""
+    if not _wrote_nothing_after_a_race(result) or not _consumes_a_ledger_timer(fired):
+        return result
+    session = app.sessions.load(fired.session_id, turns=0)
+    if session is None or not _firing_landed(app, session, fired):
+        return result
+    log.info("timer %r: another delivery of this firing landed first; this one wrote nothing",
+             fired.name, extra={"session_id": result.session_id})
+    return TurnResult(session_id=result.session_id, status="error", code=StaleTimer.code,
+                      error=str(StaleTimer(result.session_id, fired.name)),
+                      invocation_id=result.invocation_id)
+
+
+def _wrote_nothing_after_a_race(result: TurnResult) -> bool:
+    """A refusal (``duplicate_message``, ``conflict``…: nothing to retry, nothing written) or
+    a turn superseded with nothing kept; not a failure a retry can fix."""
+    if result.landed:
+        return False
+    if result.status == "error":
+        return (result.code != StaleTimer.code and result.commit_status is None
+                and not result.retryable)
+    return result.commit_status == "superseded"
+
+
+def _consumes_a_ledger_timer(fired: TimerDelivery) -> bool:
+    """A timer ``session.schedule`` set carries a message or a tool answer; a wake-up without
+    either (a claim's lease timer) is not kept among the session's timers."""
+    return fired.message is not None or fired.tool_input is not None
+
+
+def _firing_landed(app: Host, session: Session, fired: TimerDelivery) -> bool:
+    """The firing is no longer pending: its message is in the session, or the head no longer
+    holds the timer at this time (delivered, or cancelled or replaced meanwhile)."""
+    if fired.message_id is not None and app.sessions.holds_message(session, fired.message_id):
+        return True
+    timer = session.head.timers.get(fired.name)
+    return timer is None or timer["fire_at"] != fired.fire_at
 
 
 def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) -> RestResponse:

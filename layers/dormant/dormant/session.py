@@ -9,14 +9,15 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from dormant import _control
-from dormant._control import Ask
+from dormant import _decide
+from dormant._decide import Ask
 from dormant._head import COMMIT_WINDOW, Head, apply, apply_detached, status_of
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant.errors import InputError, RetryRefused
 from dormant.events import (
     ApprovalDecided,
+    CompactionEvent,
     Event,
     InputResponse,
     QueuedEvent,
@@ -88,7 +89,7 @@ class SessionInput:
             input=to_json_value(input),
             invocation_id=self._session._head.open_invocation,
         )
-        self._session._append(event)
+        self._session.add_event(event)
         return event
 
     def approval(self, approval_id: str, *, approved: bool,
@@ -102,7 +103,7 @@ class SessionInput:
         event = ApprovalDecided(approval_id=approval_id, approved=approved, reason=reason,
                                 call_id=call.call_id if call is not None else "",
                                 invocation_id=head.open_invocation)
-        self._session._append(event)
+        self._session.add_event(event)
         return event
 
     def retry(self, retry_id: str) -> str:
@@ -128,7 +129,7 @@ class SessionInput:
         if not isinstance(text, str) or not text:
             raise InputError("a message must be a non-empty string")
         message_id = id or new_id("msg")
-        _, queued = _control.message(self._session, text, message_id, if_busy)
+        _, queued = _decide.message(self._session, text, message_id, if_busy)
         if queued is not None:
             return queued
         head = self._session._head
@@ -137,62 +138,62 @@ class SessionInput:
             message_id=message_id,
             invocation_id=head.open_invocation if head.parked == "message" else None,
         )
-        self._session._append(event)
+        self._session.add_event(event)
         return event
 
-    # --- turn control (see dormant._control) --------------------------------------------------
+    # --- turn control (see dormant._decide) -- --------------------------------------------------
 
     def stop(self, invocation_id: str, seen: int | None = None) -> str:
         """Stop ``invocation_id``: a waiting response ends now (``"stopped"``); one running
         in another process is asked through the control record when the session is
         committed (``"accepted"``). ``seen``: stream events of it the client received."""
-        return _control.stop(self._session, invocation_id, seen)
+        return _decide.stop(self._session, invocation_id, seen)
 
     def steer(self, text: str, invocation_id: str, id: str | None = None) -> str:
         """Give the running invocation a message it takes at its next step boundary
         (``"accepted"``); if it is not running, this is an ordinary message (``"run"`` or
         ``"queued"``)."""
-        outcome, _ = _control.steer(self._session, text, invocation_id, id)
+        outcome, _ = _decide.steer(self._session, text, invocation_id, id)
         if outcome == "run":
             self.message(text, id)
         return outcome
 
     def pause(self) -> str:
         """Pause the session (the running turn stops at its next step boundary)."""
-        return _control.pause(self._session)
+        return _decide.pause(self._session)
 
     def resume(self) -> str:
         """Resume a paused session (``"continue"``: its invocation was paused between steps
         and the next turn carries it on)."""
-        return _control.resume(self._session)
+        return _decide.resume(self._session)
 
     def interrupt(self, owner: str) -> None:
         """End the waiting or failed response ``owner`` names (a pending call, approval or
         input id, or the failed invocation id)."""
-        _control.interrupt(self._session, owner)
+        _decide.interrupt(self._session, owner)
 
     def queue_edit(self, id: str, text: str) -> None:
-        _control.queue_op(self._session, "edit", id, text=text)
+        _decide.queue_op(self._session, "edit", id, text=text)
 
     def queue_move(self, id: str, position: int) -> None:
-        _control.queue_op(self._session, "move", id, position=position)
+        _decide.queue_op(self._session, "move", id, position=position)
 
     def queue_remove(self, id: str) -> None:
-        _control.queue_op(self._session, "remove", id)
+        _decide.queue_op(self._session, "remove", id)
 
     def queue_send_now(self, id: str) -> None:
         """Interrupt the waiting response and put this queued message first (the next turn
         runs it)."""
-        _control.queue_op(self._session, "send_now", id)
+        _decide.queue_op(self._session, "send_now", id)
 
     def respond(self, input_id: str, value: Any) -> None:
         """Answer an input request (validated against its schema)."""
-        _control.respond(self._session, input_id, value)
+        _decide.respond(self._session, input_id, value)
 
     def seed(self, text: str, role: Literal["user", "system"] = "user",
              id: str | None = None) -> SeedEvent:
         """A passive message: part of the conversation, no turn started."""
-        return _control.seed(self._session, text, role, id)
+        return _decide.seed(self._session, text, role, id)
 
 
 class Session:
@@ -265,7 +266,7 @@ class Session:
         ``input.respond(input_id, value)``, validated against ``schema`` (a JSON Schema dict
         or a pydantic model class). The value stays in the ledger; the model sees it only
         through a context builder that reads ``input_values``."""
-        _control.request_input(self, input_id, schema, prompt)
+        _decide.request_input(self, input_id, schema, prompt)
 
     @property
     def input_values(self) -> dict[str, Any]:
@@ -417,13 +418,13 @@ class Session:
         event = TimerSet(name=name, fire_at=fire_at, message=message, message_id=message_id,
                          tool_input=to_json_value(tool_input) if tool_input else None,
                          invocation_id=self._head.open_invocation)
-        self._record(event)
+        self.record(event)
         return event
 
     def cancel_schedule(self, name: str) -> TimerCancelled:
         """Cancel a timer (no error if there is none; it takes effect when the turn commits)."""
         event = TimerCancelled(name=name, invocation_id=self._head.open_invocation)
-        self._record(event)
+        self.record(event)
         return event
 
     @property
@@ -432,8 +433,8 @@ class Session:
         return sorted((TimerDelivery.of(self.session_id, t) for t in self._head.timers.values()),
                       key=lambda t: t.fire_at)
 
-    def _record(self, event: Event) -> None:
-        """During a run (a tool calling ``schedule``) events wait for the runtime, which
+    def record(self, event: Event) -> None:
+        """Record ``event``: during a run (a tool calling ``schedule``) events wait for the runtime, which
         emits them in order after the tool phase; otherwise they are appended now."""
         with self._lock:
             if self._deferred is not None:
@@ -441,7 +442,18 @@ class Session:
                 return
         self._append(event)
 
-    def _take_deferred(self) -> list[Event]:
+    def defer_events(self) -> None:
+        """A run starts: events tools record wait for it (:meth:`take_deferred`)."""
+        with self._lock:
+            self._deferred = []
+
+    def stop_deferring(self) -> None:
+        """The run is over: events are appended as they are recorded again."""
+        with self._lock:
+            self._deferred = None
+
+    def take_deferred(self) -> list[Event]:
+        """The events tools recorded since the last call (the run emits them in order)."""
         with self._lock:
             taken, self._deferred = self._deferred or [], []
         return taken
@@ -481,16 +493,30 @@ class Session:
 
         Raises (and changes nothing) if it no longer fits: an answer to a call somebody else
         answered, a message the head already holds. ``detached``: ``events`` are a closed
-        invocation recorded beside the head's own (see :func:`dormant._head.apply_detached`)."""
+        invocation recorded beside the head's own (see :func:`dormant._head.apply_detached`).
+
+        A ``compaction`` the newer head already made (it compacted this range or a later one:
+        ``compacted_to >= tail_start``) is dropped from the slice: a racing turn's summary
+        landed first, and the ledger keeps one summary per range. Here, because only here is
+        each event met with the head it will land on."""
         head = stored.head
-        pending = self._new if events is None else list(events)
+        given = self._new if events is None else list(events)
         fold = apply_detached if detached else apply
-        for event in pending:
+        pending: list[Event] = []
+        dropped: list[int] = []
+        for index, event in enumerate(given):
+            if isinstance(event, CompactionEvent) and head.compacted_to >= event.tail_start:
+                dropped.append(index)
+                continue
             fold(head, event)
+            pending.append(event)
         self._head = head
         self._new = pending
         if events is not None:
             self._effects = None
+        elif self._effects is not None and dropped:  # it still ends after the same event
+            length, at = self._effects
+            self._effects = (length - sum(1 for index in dropped if index < length), at)
         self._loaded = stored.events
         self._first_seq = stored.first_seq
         if stored.control is not None:

@@ -120,7 +120,8 @@ class ToolContext:
     event: Any = None
 
 
-_current: contextvars.ContextVar[ToolContext] = contextvars.ContextVar("dormant_tool_context")
+#: The context of the tool running on this thread (``handler_context()`` reads it).
+CURRENT_TOOL: contextvars.ContextVar[ToolContext] = contextvars.ContextVar("dormant_tool_context")
 
 
 def handler_context() -> ToolContext:
@@ -129,18 +130,18 @@ def handler_context() -> ToolContext:
     Raises :class:`dormant.errors.DormantError` outside a tool execution.
     """
     try:
-        return _current.get()
+        return CURRENT_TOOL.get()
     except LookupError:
         raise DormantError("handler_context() called outside a tool execution") from None
 
 
 def run_with_handler_context(ctx: ToolContext, fn: Callable[[], T]) -> T:
     """Call ``fn`` with ``handler_context()`` returning ``ctx`` (for tests of tool helpers)."""
-    token = _current.set(ctx)
+    token = CURRENT_TOOL.set(ctx)
     try:
         return fn()
     finally:
-        _current.reset(token)
+        CURRENT_TOOL.reset(token)
 
 
 Step = Callable[[ToolContext], Any]

@@ -19,6 +19,7 @@ from dormant.events import Event
 __all__ = [
     "CommitResult",
     "Control",
+    "ControlCompaction",
     "ControlSteer",
     "ControlStop",
     "PendingApproval",
@@ -112,13 +113,29 @@ class ControlSteer(BaseModel):
     at: int = 0
 
 
+class ControlCompaction(BaseModel):
+    """A compaction one turn has claimed: it alone summarises the range ``covered_from`` …
+    ``tail_start`` (a paid model call), until its lease ``until`` (epoch ms) passes. Turns
+    that race it send the uncompacted history instead; a claimer that died lets its lease
+    run out and the next turn due takes the range over. ``invocation_id`` names the claimer:
+    another attempt of that invocation (a redelivery after a failure that wrote nothing) may
+    claim it again at once."""
+
+    tail_start: int
+    covered_from: int = 0
+    until: int
+    rev: int
+    invocation_id: str | None = None
+
+
 class Control(BaseModel):
     """A session's control record: what other requests ask of the turn running now.
 
     Small on purpose (a running turn reads it about once a second): a stop (pending while its
     invocation runs), a pause (pending while it names another revision than the last pause
     the ledger took up, ``Head.control_rev``) and steers (pending until their message id is
-    in the ledger), each stamped with the record's revision ``rev`` when it was added.
+    in the ledger), each stamped with the record's revision ``rev`` when it was added; and
+    the compaction a turn has claimed (held until the ledger takes it up or its lease ends).
     Writers replace the record whole at ``rev + 1`` (a conditional write)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -128,6 +145,7 @@ class Control(BaseModel):
     #: The revision a pause was asked at (None: no pause asked).
     pause: int | None = None
     steers: list[ControlSteer] = Field(default_factory=list)
+    compaction: ControlCompaction | None = None
 
 
 class StoredSession(NamedTuple):

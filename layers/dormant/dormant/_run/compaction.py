@@ -7,18 +7,26 @@ it again). It covers the ledger from the previous compaction's tail up to the st
 ``keep_last``-th most recent turn, and folds the previous summary in, so one summary is in
 force at a time. The head remembers where its tail starts (``Head.compacted_to``); every
 store reads from there on, so what a compacted session reads per turn stays flat.
+
+Concurrent turns over one session due for compaction would each pay for the same summary, so
+the summariser runs only for a turn that claimed the range first (:func:`claim_in`, a
+conditional write of the session's control record); the others send the uncompacted history
+this time. The commit policy drops a summary that still lands second (``Session.rebase``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING
 
 from dormant._context import history_messages, latest_summary, summary_message, to_messages
-from dormant._run.state import RunState
+from dormant._ids import now_ms
+from dormant._run.state import ClaimCompaction, RunState
 from dormant.agent import Compaction
-from dormant.errors import ConfigError
+from dormant.errors import ConfigError, StoreError
 from dormant.events import CompactionEvent, Event, StreamEvent, UserEvent
 from dormant.models._base import (
     AssistantMessage,
@@ -30,11 +38,20 @@ from dormant.models._base import (
     UsageChunk,
     UserMessage,
 )
+from dormant.types import Control, ControlCompaction
 
-__all__ = ["compact_if_due", "estimate_tokens"]
+if TYPE_CHECKING:
+    from dormant.stores._base import Store
+
+__all__ = ["claim_in", "compact_if_due", "estimate_tokens"]
+
+log = logging.getLogger("dormant")
 
 #: The estimator's ratio: characters of message text (and tool arguments) per token.
 CHARS_PER_TOKEN = 4
+#: How long a compaction claim holds when the turn has no deadline (ms): the longest a
+#: claimer that died keeps other turns from summarising.
+CLAIM_LEASE_MS = 120_000
 #: What the summarising model is asked, after the transcript.
 _ASK = "Summarise the conversation above as instructed."
 
@@ -59,7 +76,8 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
 
 def compact_if_due(run: RunState) -> Generator[StreamEvent, None, None]:
     """Emit a ``compaction`` event when the agent's history is over budget and there are
-    turns older than the ``keep_last`` most recent to fold."""
+    turns older than the ``keep_last`` most recent to fold, and this turn claimed them (see
+    :func:`claim_in`; another turn's claim: the budget is soft, nothing is summarised)."""
     compaction = run.agent.compaction
     if compaction is None:
         return
@@ -73,6 +91,8 @@ def compact_if_due(run: RunState) -> Generator[StreamEvent, None, None]:
         return
     if not _over_budget(run, compaction):
         return
+    if run.claim_compaction is not None and not run.claim_compaction(run, older_from, tail):
+        return
     previous = latest_summary(session, head.seq)
     older = _events(run, older_from, tail)
     messages = ([summary_message(previous.summary)] if previous is not None else [])
@@ -82,6 +102,43 @@ def compact_if_due(run: RunState) -> Generator[StreamEvent, None, None]:
     yield run.emit(CompactionEvent(invocation_id=run.invocation_id, summary=summary,
                                    tail_start=tail, covered_from=older_from, turns=turns,
                                    estimated_tokens=estimate_tokens(messages)))
+
+
+def claim_in(store: Store) -> ClaimCompaction:
+    """How a turn claims a compaction in ``store``: once per range, before the summariser
+    is paid.
+
+    The claim is the control record's next revision with ``compaction`` set, written at the
+    head version the turn loaded: of the turns that loaded one head, exactly one wins. A
+    turn finding another invocation's unexpired claim for this range or a later one does not
+    write at all; an expired claim (its claimer died) is taken over. The lease runs to the
+    turn's deadline (:data:`CLAIM_LEASE_MS` without one). A lost write, or a store that
+    fails, means no summary this time: the next turn due tries again."""
+    def claim(run: RunState, covered_from: int, tail_start: int) -> bool:
+        session = run.session
+        base = session.control or Control()
+        now = now_ms()
+        held = base.compaction
+        if held is not None and held.until > now and held.tail_start >= tail_start \
+                and (held.invocation_id is None or held.invocation_id != run.invocation_id):
+            return False
+        left = run.signal.remaining()
+        lease = CLAIM_LEASE_MS if left is None else math.ceil(left * 1000)
+        rev = base.rev + 1
+        record = base.model_copy(update={"rev": rev, "compaction": ControlCompaction(
+            tail_start=tail_start, covered_from=covered_from, until=now + lease, rev=rev,
+            invocation_id=run.invocation_id)})
+        try:
+            won = store.write_control(session.session_id, record,
+                                      head_version=session.version)
+        except StoreError as error:
+            log.warning("could not claim the compaction; not compacting this turn: %s",
+                        error, extra={"session_id": session.session_id})
+            return False
+        if won:
+            session.control = record
+        return won
+    return claim
 
 
 def _over_budget(run: RunState, compaction: Compaction) -> bool:

@@ -14,13 +14,13 @@ import hashlib
 import json
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from dormant._context import history_messages
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant._run.compaction import compact_if_due
-from dormant._run.state import Clock, RunState
+from dormant._run.state import ClaimCompaction, Clock, RunState
 from dormant._run.tools import Call, resume_tools, run_tools, state_delta
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
 from dormant.errors import (
@@ -50,6 +50,7 @@ from dormant.events import (
     SteerEvent,
     StopRequested,
     StreamEvent,
+    TimerSet,
     ToolCall,
     ToolResult,
     Usage,
@@ -105,6 +106,12 @@ class TurnInput:
     #: Steers whose invocation ended without taking them: ``(id, text)``, run first as
     #: ordinary messages.
     first: tuple[tuple[str, str], ...] = ()
+    #: A claim committed the invocation's opening; the run carries on from there: ``start``
+    #: (a queued message's start), ``resume`` (a settled step reopened: run its tools),
+    #: ``retry`` (the retry is committed: rerun the failed model call), ``continue`` (a
+    #: paused invocation resumed), ``recover`` (a stranded invocation taken over: run what
+    #: its step left unfinished, under the same call ids, then carry on).
+    claimed: Literal["start", "resume", "retry", "continue", "recover"] | None = None
 
 
 def run_turn(
@@ -117,16 +124,20 @@ def run_turn(
     signal: Signal | None = None,
     clock: Clock = now_ms,
     watch: Any = None,
+    claim_compaction: ClaimCompaction | None = None,
 ) -> Stream:
     """Run one turn. Raises :class:`InputError` (before writing anything) for bad input.
 
-    A retry asked for with ``session.input.retry(retry_id)`` runs when the turn names none."""
+    A retry asked for with ``session.input.retry(retry_id)`` runs when the turn names none.
+    ``claim_compaction``: how concurrent turns agree on which one summarises (the handlers
+    pass :func:`dormant._run.compaction.claim_in` of their store)."""
     if turn.retry_id is None and session.pending_retry is not None:
         turn = replace(turn, retry_id=session.pending_retry)
     session.pending_retry = None
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     run.watch = watch
+    run.claim_compaction = claim_compaction
     return _start(run, turn)
 
 
@@ -136,7 +147,7 @@ def run_turn(
 def _start(run: RunState, turn: TurnInput) -> Stream:
     """Check the input eagerly (so a refusal raises before anything is yielded)."""
     head = run.session.head
-    if turn.resumed or turn.resume_paused:
+    if turn.resumed or turn.resume_paused or turn.claimed is not None:
         return _guarded(run, turn)
     if turn.message is None and turn.retry_id is None and head.queue and head.free:
         first = head.queue[0]  # the inbox's next message
@@ -188,7 +199,7 @@ def _still_waiting(run: RunState) -> Stream:
 
 
 def _guarded(run: RunState, turn: TurnInput) -> Stream:
-    run.session._deferred = []  # timers tools ask for wait for flush (call order)
+    run.session.defer_events()  # timers tools ask for wait for flush (call order)
     try:
         return (yield from _body(run, turn))
     except Aborted as error:
@@ -207,7 +218,7 @@ def _guarded(run: RunState, turn: TurnInput) -> Stream:
         code, retryable = _failure(error)
         return (yield from _failed(run, code, f"{error}", retryable=retryable))
     finally:
-        run.session._deferred = None
+        run.session.stop_deferring()
 
 
 def _failed(run: RunState, code: str, message: str, *, retryable: bool) -> Stream:
@@ -215,7 +226,7 @@ def _failed(run: RunState, code: str, message: str, *, retryable: bool) -> Strea
     world), drop the failed step's uncommitted output, record why. The session is
     ``failed`` until a retry reruns the failed model call."""
     run.session.rewind_to_effects()
-    run.session._take_deferred()
+    run.session.take_deferred()
     yield run.emit(InvocationFailed(invocation_id=run.invocation_id, code=code,
                                     message=message, retryable=retryable))
     return _result(run, ErrorResult(error=message, code=code))
@@ -247,10 +258,14 @@ def _stopped(run: RunState) -> Stream:
 
 def _boundary(run: RunState) -> Generator[StreamEvent, None, RunResult | None]:
     """A step boundary: a pause asked meanwhile parks the session here (the invocation
-    stays open; ``resume`` continues it); steers asked meanwhile join the conversation."""
+    stays open; ``resume`` continues it); steers asked meanwhile join the conversation.
+    The control record is read here first: a control sent while the tools ran may not have
+    been polled yet, and the next model step is what it is meant to come before."""
     watch = run.watch
     if watch is None:
         return None
+    watch.at_boundary()
+    run.signal.raise_if_aborted()  # a stop that read found: before the model is called again
     if watch.pause_rev is not None:
         yield run.emit(PauseEvent(invocation_id=run.invocation_id, rev=watch.pause_rev))
         watch.pause_rev = None
@@ -285,6 +300,8 @@ def _body(run: RunState, turn: TurnInput) -> Stream:
     head = run.session.head
     resuming_tools = False
     run.trigger = run.session.new_events[-1] if run.session.new_events else None
+    if turn.claimed is not None:
+        return (yield from _carry_on(run, turn))
     if turn.resume_paused:
         run.invocation_id = head.open_invocation
         return (yield from _loop(run))
@@ -324,6 +341,28 @@ def _body(run: RunState, turn: TurnInput) -> Stream:
             replaced = hook.before_agent(run.hook_context())
             if isinstance(replaced, str):
                 return (yield from _reply_and_end(run, replaced))
+    return (yield from _loop(run))
+
+
+def _carry_on(run: RunState, turn: TurnInput) -> Stream:
+    """Run an invocation whose opening a claim committed (see ``TurnInput.claimed``)."""
+    session = run.session
+    head = session.head
+    run.invocation_id = head.open_invocation
+    if run.trigger is None:  # what the claim committed, less the lease's wake-up timer
+        run.trigger = next((e for e in reversed(session.loaded_events)
+                            if not isinstance(e, TimerSet)), None)
+    if turn.state:
+        yield from state_delta(run, {**session.state, **turn.state})
+    if turn.claimed in ("resume", "recover") and any(not c.settled for c in head.step):
+        yield from resume_tools(run)
+        yield from run.flush()
+    if turn.claimed in ("start", "resume"):
+        for hook in run.hooks:
+            if hook.before_agent is not None:
+                replaced = hook.before_agent(run.hook_context())
+                if isinstance(replaced, str):
+                    return (yield from _reply_and_end(run, replaced))
     return (yield from _loop(run))
 
 

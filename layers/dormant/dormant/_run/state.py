@@ -12,9 +12,12 @@ from dormant.events import NO_USAGE, Event, StreamEvent, Usage
 from dormant.session import Session
 from dormant.tools import Signal
 
-__all__ = ["Clock", "RunState"]
+__all__ = ["ClaimCompaction", "Clock", "RunState"]
 
 Clock = Callable[[], int]
+#: Claims the compaction of ledger positions ``covered_from`` … ``tail_start`` for this turn:
+#: True, this turn summarises them; False, another turn does (this one does not pay for it).
+ClaimCompaction = Callable[["RunState", int, int], bool]
 
 
 @dataclass(slots=True, eq=False)
@@ -38,6 +41,9 @@ class RunState:
     #: What other requests ask of this turn (stop, pause, steers), polled from the
     #: session's control record (:class:`dormant._control.ControlWatch`); None: nobody can.
     watch: Any = None
+    #: How the turn claims a compaction before paying for the summary (see
+    #: :func:`dormant._run.compaction.claim_in`); None: no store to claim in, it just compacts.
+    claim_compaction: ClaimCompaction | None = None
     #: The current model step's text deltas as streamed (a stop keeps those the client saw),
     #: and the id its assistant event takes.
     deltas: list[Any] = field(default_factory=list)
@@ -47,7 +53,7 @@ class RunState:
 
     def emit(self, event: Event) -> Event:
         """Append a ledger event to the session's uncommitted slice, and hand it back to yield."""
-        self.session._append(event)
+        self.session.add_event(event)
         return event
 
     def hook_context(self, **fields: Any) -> HookContext:
@@ -62,7 +68,7 @@ class RunState:
 
     def flush(self) -> Generator[StreamEvent, None, None]:
         """Emit what tools and hooks recorded on the session (``schedule``) since last time."""
-        for event in self.session._take_deferred():
+        for event in self.session.take_deferred():
             yield self.emit(event)
         if self.unmarked:
             self.unmarked = False

@@ -34,7 +34,7 @@ from dormant.events import (
     ToolYield,
 )
 from dormant.models._base import DENIED
-from dormant.tools import Aborted, Tool, ToolContext, _current
+from dormant.tools import CURRENT_TOOL, Aborted, Tool, ToolContext
 
 __all__ = ["Call", "resume_tools", "run_tools", "state_delta"]
 
@@ -396,8 +396,8 @@ def _apply(work: dict[str, Any], call: Call) -> None:
 
 
 def _in_context(ctx: ToolContext, fn: Callable[[ToolContext], Any]) -> Any:
-    token = _current.set(ctx)
+    token = CURRENT_TOOL.set(ctx)
     try:
         return fn(ctx)
     finally:
-        _current.reset(token)
+        CURRENT_TOOL.reset(token)

@@ -10,7 +10,7 @@ from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 
 from dormant._ids import new_id
-from dormant._turn import TurnStream, _Config
+from dormant._turn import TurnStream, TurnConfig
 from dormant._turn_wire import HandlerInput, TurnResult
 from dormant.agui._adapter import AgUIAdapter
 from dormant.events import StreamEvent
@@ -46,7 +46,7 @@ class AgUIRun(Iterator[BaseEvent]):
     (whose message never carries the failure's own text: see :meth:`AgUIAdapter.finish`).
     """
 
-    def __init__(self, config: _Config, request: HandlerInput | dict[str, Any], *,
+    def __init__(self, config: TurnConfig, request: HandlerInput | dict[str, Any], *,
                  request_id: str | None = None, positions: bool = False) -> None:
         self.turn = TurnStream(config, request)
         self.request_id = request_id
@@ -210,7 +210,7 @@ def _known(turn: TurnStream, invocation: str) -> bool:
     return any(e.invocation_id == invocation for e in events)
 
 
-def agui_handler(config: _Config) -> Callable[..., AgUIRun]:
+def agui_handler(config: TurnConfig) -> Callable[..., AgUIRun]:
     """``handler(request, *, request_id=None, positions=False) -> AgUIRun``: a thin loop over
     the turn, translated by :class:`AgUIAdapter` (``positions``: each event carries its stream
     position, ``rawEvent.seq``, which a stop's ``seen`` counts; for the adapter's other options

@@ -75,6 +75,7 @@ from dormant.http._wire import (
     ForkOf,
     ForkRequest,
     PendingCall,
+    Running,
     SessionLine,
     SessionList,
     SessionView,
@@ -408,7 +409,8 @@ class _Routes:
                            for c in session.yielded_tools],
             pending_approvals=session.pending_approvals,
             pending_inputs=session.pending_inputs, waiting=waiting_on(session),
-            inbox=session.inbox, open_invocation=session.open_invocation, state=session.state,
+            inbox=session.inbox, open_invocation=session.open_invocation,
+            running=Running.of(session, self.app.clock()), state=session.state,
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
@@ -446,7 +448,8 @@ class _Routes:
         else:
             heads = (self.app.sessions.load(s.session_id, turns=0) for s in summaries)
             # A session deleted since the listing is left out, not a 404 for the whole list.
-            lines = [SessionLine.detailed(session) for session in heads
+            now = self.app.clock()
+            lines = [SessionLine.detailed(session, now) for session in heads
                      if session is not None and session.head.visible_to(principal)]
         body = SessionList(sessions=lines)
         return Response(status_code=200, content_type=JSON,

@@ -206,6 +206,29 @@ class Waiting(_Wire):
                       "else its id (`input`), or `message`.")
 
 
+class Running(_Wire):
+    """A claimed invocation that runs now: a request committed its claim (an approval, an
+    answer, a retry, a resume, a queued message's start) and has not committed its end."""
+
+    invocation_id: str
+    lease_until: int = Field(description="When its request promised to commit by (epoch "
+                             "ms). Past it the claimer is taken to have died.")
+    stranded: bool = Field(description="True once the lease ran out: the next request on "
+                           "the session (any, even an empty one), the inbox's hand-on or "
+                           "the lease's wake-up timer takes it over and re-runs its "
+                           "unfinished step under the same call ids.")
+    takeovers: int | None = Field(default=None, description="How many times it was taken "
+                                  "over so far (absent: never): it is being recovered.")
+
+    @classmethod
+    def of(cls, session: Session, now: int) -> Running | None:
+        head = session.head
+        if not head.running or head.open_invocation is None:
+            return None
+        return cls(invocation_id=head.open_invocation, lease_until=head.lease,
+                   stranded=head.stranded(now), takeovers=head.takeovers or None)
+
+
 class SessionView(_Wire):
     """The body of ``GET /sessions/{id}``."""
 
@@ -229,6 +252,9 @@ class SessionView(_Wire):
     open_invocation: str | None = Field(
         default=None, description="The invocation that is parked, failed, paused or running "
         "(what `stop` and `interrupt` name).")
+    running: Running | None = Field(
+        default=None, description="A claimed invocation running now, or stranded (its "
+        "request died) and due to be taken over; absent otherwise.")
     timers: list[dict[str, Any]] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
     fork_of: ForkOf | None = Field(
@@ -291,6 +317,9 @@ class SessionLine(_Wire):
     open_invocation: str | None = Field(
         default=None, description="The invocation that is parked, failed, paused or running "
         "(`detail=true`).")
+    running: Running | None = Field(
+        default=None, description="A claimed invocation running now or stranded "
+        "(`detail=true`; see `GET /sessions/{id}`).")
     fork_of: ForkOf | None = Field(
         default=None, description="The session and version this one was forked from "
         "(`detail=true`).")
@@ -301,7 +330,7 @@ class SessionLine(_Wire):
                                    "(`detail=true`; epoch milliseconds).")
 
     @classmethod
-    def detailed(cls, session: Session) -> SessionLine:
+    def detailed(cls, session: Session, now: int) -> SessionLine:
         """The line of ``session`` as loaded (its head suffices: no ledger read)."""
         head = session.head
         waiting = waiting_on(session)
@@ -309,6 +338,7 @@ class SessionLine(_Wire):
                    version=session.version, updated_at=head.updated_at,
                    waiting=waiting or None, inbox=len(session.inbox) or None,
                    open_invocation=session.open_invocation,
+                   running=Running.of(session, now),
                    fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
                    compactions=head.compactions or None, created_at=head.created_at)
 

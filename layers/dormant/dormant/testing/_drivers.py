@@ -1,9 +1,15 @@
 """How :func:`dormant.testing.run_test` delivers a script's steps: in process (``run_turn`` with
 ``session.input``, committed through the app's commit policy) or through the REST handler, one
 request and one commit per step. Both honour the fault steps (a model call that fails, a commit
-another writer beats, an input delivered twice) and turn control: a stop, steer or pause sent
-as its own request while a scripted reply streams goes through the session's control record,
-which the running turn polls (:class:`~dormant._control.ControlWatch`) like any turn does.
+another writer beats, an input delivered twice, a process that dies between its claim and its
+commit) and turn control: a stop, steer or pause sent as its own request while a scripted reply
+streams goes through the session's control record, which the running turn polls
+(:class:`~dormant._control.ControlWatch`) like any turn does.
+
+A crash (``Driver.crash_next``) is the kit's ``before_model`` hook raising :class:`_Killed`, a
+``BaseException``: the run loop and :class:`TurnStream` catch ``Exception`` only, so it escapes
+the request like a ``kill -9`` — nothing after it runs, nothing more is committed. The driver
+then lets the claim's lease run out on the kit's clock (:class:`KitClock`).
 """
 
 from __future__ import annotations
@@ -13,16 +19,23 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from dormant import _control
-from dormant._control import ControlWatch, take_pending, write_asks
-from dormant._ids import new_id
+from dormant._control import ControlWatch, record, write_asks
+from dormant._ids import new_id, now_ms
+from dormant._request import (
+    LEASE_GRACE_MS,
+    Opened,
+    RequestRules,
+    derive_invocation,
+    open_request,
+)
 from dormant._run import TurnInput, run_turn
+from dormant._run.compaction import claim_in
 from dormant._turn import TurnStream
 from dormant._turn_wire import HandlerInput, Input, TurnResult
 from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
-from dormant.errors import DormantError, DuplicateMessage
-from dormant.events import StreamEvent, TimerFired
+from dormant.errors import DormantError
+from dormant.events import StreamEvent
 from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta, ThoughtDelta
 from dormant.models.scripted import ScriptedModel, ScriptError
 from dormant.results import ErrorResult, RunResult
@@ -31,8 +44,8 @@ from dormant.session import Session
 from dormant.stores._base import Store
 from dormant.tools import Signal
 
-__all__ = ["POLL_INTERVAL", "Control", "Driver", "HandlerDriver", "InProcessDriver", "KitModel",
-           "KitStore", "ModelFault"]
+__all__ = ["POLL_INTERVAL", "Control", "Driver", "HandlerDriver", "InProcessDriver", "KitClock",
+           "KitModel", "KitStore", "ModelFault"]
 
 Outcome = RunResult | TurnResult
 
@@ -50,6 +63,36 @@ class ModelFault:
     def __init__(self, message: str, retryable: bool) -> None:
         self.message = message
         self.retryable = retryable
+
+
+class KitClock:
+    """The clock of the app a script runs on (epoch ms): wall-clock time plus how far the
+    script moved it on. A crash moves it past the dead request's lease, so the next request
+    finds the invocation stranded without the test waiting for the lease (two minutes)."""
+
+    def __init__(self) -> None:
+        self._offset = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        return now_ms() + self._offset
+
+    def advance_past(self, when: int) -> None:
+        """Move the clock on until it reads later than ``when`` (never back)."""
+        with self._lock:
+            gap = when - (now_ms() + self._offset) + 1
+            if gap > 0:
+                self._offset += gap
+
+
+class _Killed(BaseException):
+    """The process running a delivery dies (``crash()``). Not an ``Exception``: no
+    ``except Exception`` on the request path catches it, so nothing after it runs."""
+
+    def __init__(self, claimed: bool) -> None:
+        super().__init__("killed")
+        #: Whether the dying request's claim had committed.
+        self.claimed = claimed
 
 
 @dataclass(frozen=True)
@@ -211,6 +254,8 @@ class Driver:
             raise TypeError("the kit's drivers need an app on a KitStore")
         self.app = app
         self.store: KitStore = app.store
+        #: The app's clock when it is the kit's (a crash needs it to let a lease run out).
+        self.clock: KitClock | None = app.clock if isinstance(app.clock, KitClock) else None
         #: The agent served, with the kit's hook (it names the invocation a reply belongs to).
         self.agent = replace(agent, hooks=(*agent.hooks, Hook(before_model=self.before_model)))
         if isinstance(agent.model, KitModel):
@@ -221,18 +266,61 @@ class Driver:
         self.problems: list[str] = []
         self.last: dict[str, Any] | None = None
         self.conflict_next = False
+        #: The next delivery's process dies at its first model call (``crash()``).
+        self.crash_next = False
+        self._crashing = False
         #: The invocation whose model is being called (set by the kit's ``before_model`` hook).
         self.running: str | None = None
 
     def before_model(self, ctx: HookContext) -> None:
         self.running = ctx.invocation_id
+        if self._crashing:  # after the claim (if any) committed, before the turn commits
+            self._crashing = False
+            raise _Killed(ctx.session.claimed)
 
     # What a step asks for, as the wire shape of ``Input`` (so both drivers share it).
     def deliver(self, given: dict[str, Any]) -> Outcome:
         self.last = given
-        outcome = self._deliver(given)
+        crashing, self.crash_next = self.crash_next, False
+        if crashing and self.clock is None:
+            raise ScriptError("crash() needs the app on the kit's clock (KitClock)")
+        policy = self.app.sessions.policy
+        store = policy.store
+        if self.conflict_next:  # the delivery's first write loses a race (a claim, or a commit)
+            policy.store = _RaceOnce(store, self)
+        self._crashing = crashing
+        try:
+            outcome = self._deliver(given)
+        except _Killed as killed:
+            outcome = self._died(killed)
+        finally:
+            policy.store = store
+            self._crashing = False
+        if crashing and not (isinstance(outcome, ErrorResult) and outcome.code == "crashed"):
+            raise ScriptError(f"crash(): the next delivery ({', '.join(given) or 'empty'}) "
+                              "called no model, so it had no point to die at; put crash() "
+                              "before a step that runs a turn")
         self.results.append(outcome)
         return outcome
+
+    def _died(self, killed: _Killed) -> ErrorResult:
+        """The delivery's process died: what it committed stays (its claim, if any), the rest
+        is lost. A claim holds a lease: the kit's clock moves past it (and the wake-up's
+        grace), so the next request finds the invocation stranded and takes it over."""
+        assert self.clock is not None
+        stored = self.app.store.load(self.session_id, turns=0)
+        head = stored.head if stored is not None else None
+        if killed.claimed and head is not None and head.running:
+            self.clock.advance_past(head.lease + LEASE_GRACE_MS)
+            error = (f"the process died after its claim committed (version {head.version}), "
+                     f"before its turn did: invocation {head.open_invocation} is stranded "
+                     "(its lease ran out) and the next request takes it over")
+        elif killed.claimed:
+            error = "the process died after its claim committed, before its turn did"
+        else:
+            error = ("the process died before writing anything (a turn with no claim writes "
+                     "nothing until it ends): the delivery is lost")
+        return ErrorResult(error=error, code="crashed")
 
     def redeliver(self) -> Outcome:
         if self.last is None:
@@ -373,46 +461,36 @@ class InProcessDriver(Driver):
         return self._events
 
     def _apply(self, given: dict[str, Any], *, may_run: bool) -> Outcome:
-        session = self.session()
-        retry = given["retry"]["retry_id"] if given.get("retry") else None
+        """One delivery through the request room, as a handler opens it: inputs decided
+        from the head, what must land first claimed, then the turn (if any) run here."""
+        request = HandlerInput(session_id=self.session_id, input=Input.model_validate(given))
         try:
-            first = tuple((s.id, s.text) for s in take_pending(session))
-            timer = given.get("timer")
-            if timer is not None:  # a wake delivery: consume the firing first
-                session.add_event(TimerFired(name=timer["name"], fire_at=timer["fire_at"]))
-            message_id = given.get("message_id")
-            if message_id is not None and self.app.sessions.holds_message(session, message_id):
-                raise DuplicateMessage(session.session_id, message_id)
-            for decision in given.get("approvals") or ():
-                session.input.approval(decision["approval_id"], approved=decision["approved"],
-                                       reason=decision.get("reason"))
-            for answer in given.get("tools") or ():
-                session.input.tool(call_id=answer["call_id"], input=answer["input"])
-            plan = _control.plan(session, Input.model_validate(given), holds=lambda mid:
-                                 self.app.sessions.holds_message(session, mid))
+            opened = open_request(self.app, self.agent, request, RequestRules())
         except (DormantError, ModelError) as error:
             return _error(error)
-        if plan.status is not None:
-            return self._finish(session, plan)
+        if opened.turn is None:
+            return self._finish(opened)
         if not may_run:
             self.problems.append(f"a control sent while a turn runs would run a turn: {given!r}")
             return ErrorResult(error="the control would run a turn", code="script_error")
-        invocation = session.head.open_invocation if plan.continue_paused else new_id("inv")
-        return self._run(session, TurnInput(
-            message=plan.message, message_id=plan.message_id, invocation_id=invocation,
-            retry_id=retry, resume_paused=plan.continue_paused, first=first))
+        turn = opened.turn
+        if turn.invocation_id is None:  # a fresh invocation: named as a handler names it
+            mid = request.input.message_id
+            turn = replace(turn, invocation_id=derive_invocation(self.session_id, mid)
+                           if mid else new_id("inv"))
+        return self._run(opened.session, turn)
 
-    def _finish(self, session: Session, plan: _control.Plan) -> Outcome:
-        """A delivery that runs no turn: commit what it recorded, write what it asks of the
-        running turn (what a handler does, :func:`dormant._control.record`)."""
+    def _finish(self, opened: Opened) -> Outcome:
+        """A delivery that runs no turn: commit what it recorded (a claim may have), write
+        what it asks of the running turn (what a handler does, :func:`dormant._control.record`)."""
+        plan, session = opened.plan, opened.session
         assert plan.status is not None
-        if session.dirty:
-            self._lose_the_next_race()
         try:
-            commit, version = _control.record(self.app.sessions.policy, session, self._reload(
-                session))
+            commit, version = record(self.app.sessions.policy, session, self._reload(session))
         except DormantError as error:
             return _error(error)
+        if opened.commit is not None and not commit:
+            commit, version = opened.commit, opened.version
         return TurnResult(session_id=session.session_id, status=plan.status,
                           commit_status=commit, version=version, queued=plan.queued,
                           invocation_id=session.head.open_invocation,
@@ -436,13 +514,13 @@ class InProcessDriver(Driver):
                              control_rev=session.head.control_rev).start()
         try:
             result = self._pump(run_turn(self.agent, session, turn, signal=signal,
-                                         clock=self.app.clock, watch=watch))
+                                         clock=self.app.clock, watch=watch,
+                                         claim_compaction=claim_in(self.app.store)))
         except (DormantError, ModelError) as error:
             return _error(error)
         finally:
             watch.close()
             self._events = None
-        self._lose_the_next_race()
         try:
             outcome = self.app.sessions.policy.commit(session)
             self._write_asks(session)
@@ -469,13 +547,16 @@ class InProcessDriver(Driver):
             events.append(event)
 
     def _drain(self) -> None:
-        """Run the inbox's messages, each its own turn and commit, while the session is free."""
+        """Run what the session has waiting (a stranded invocation, the inbox's messages),
+        each its own request, claim and commit, while it is free: what a handler's request
+        does after its own turn."""
         for _ in range(MAX_DRAIN):
             session = self.session()
             head = session.head
-            if not (head.queue and head.free and not session.pause_pending):
+            if session.pause_pending or not ((head.queue and head.free) or (
+                    head.running and head.stranded(self.app.clock()))):
                 return
-            done = self._run(session, TurnInput(invocation_id=new_id("inv")))
+            done = self._apply({}, may_run=True)
             if done.status == "error":
                 return
 
@@ -491,10 +572,6 @@ class HandlerDriver(Driver):
         self._current: TurnStream | None = None
 
     def _deliver(self, given: dict[str, Any]) -> Outcome:
-        policy = self.app.sessions.policy
-        store = policy.store
-        if self.conflict_next:
-            policy.store = _RaceOnce(store, self)
         try:
             if given.get("timer") is not None:
                 return self._wake(_delivery(self.session_id, given))
@@ -503,7 +580,6 @@ class HandlerDriver(Driver):
             return stream.run()
         finally:
             self._current = None
-            policy.store = store
 
     def _request(self, given: dict[str, Any]) -> Outcome:
         return self._turn(HandlerInput(session_id=self.session_id, input=Input(**given))).run()

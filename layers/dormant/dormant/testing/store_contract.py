@@ -474,7 +474,7 @@ class StoreContract:
             session.input.message(f"turn {n}")
             assert app.sessions.commit(session).ok
         tail = session.head.turn_starts[-2]  # turns 4 and 5 stay as they are
-        session._append(CompactionEvent(summary="turns 0-3: greetings", tail_start=tail,
+        session.add_event(CompactionEvent(summary="turns 0-3: greetings", tail_start=tail,
                                         turns=4))
         assert app.sessions.commit(session).ok
         session.input.message("turn 6")
@@ -493,7 +493,7 @@ class StoreContract:
         session = app.sessions.create(name)
         for n in range(turns):
             session.input.message(f"{name} {n}")
-            session._append(StateDelta(patch=[{"op": "add", "path": "/n", "value": n + 1}]))
+            session.add_event(StateDelta(patch=[{"op": "add", "path": "/n", "value": n + 1}]))
             assert app.sessions.commit(session).ok
         return session
 

@@ -1,0 +1,443 @@
+"""What each input does to a session, decided from its head alone; nothing here writes.
+
+A request's inputs — a message, an interrupt, a stop, a steer, a pause or resume, the inbox
+ops, an input response, a seed — are appended to the session's uncommitted slice, where the
+head fold checks them, or become an :class:`Ask` for the turn running now (stop, steer,
+pause), which the control room (:mod:`dormant._control`) writes to the control record.
+:func:`plan` is the one decision: what the request does once its inputs are applied. The
+request room (:mod:`dormant._request`) commits what it decided; the commit policy re-checks
+it against the head it lands on.
+
+An invocation the head knows ended cannot be stopped (409 ``not_running``); one it does not
+know may be running in another process right now (its first commit comes at its end), so the
+stop is an :class:`Ask`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from dormant._head import Head
+from dormant._ids import new_id
+from dormant._inputs import Input, QueuedRef, TurnStatus
+from dormant._patch import to_json_value
+from dormant._schema import schema_errors
+from dormant.errors import (
+    DuplicateMessage,
+    InputError,
+    NotPending,
+    NotRunning,
+    PendingInputError,
+    SessionFailed,
+    SessionPaused,
+    SessionRunning,
+)
+from dormant.events import (
+    Event,
+    InputRequested,
+    InputResponse,
+    InterruptEvent,
+    InvocationEnd,
+    PauseEvent,
+    QueuedEvent,
+    QueueEdit,
+    QueueMove,
+    QueueRemove,
+    QueueSendNow,
+    ResumeEvent,
+    SeedEvent,
+    StopRequested,
+    ToolResult,
+)
+from dormant.types import Control, ControlSteer
+
+__all__ = [
+    "Ask",
+    "Plan",
+    "Slice",
+    "interrupt",
+    "message",
+    "pause",
+    "plan",
+    "queue_op",
+    "request_input",
+    "respond",
+    "resume",
+    "running",
+    "seed",
+    "steer",
+    "stop",
+    "take_pending",
+]
+
+STOPPED: Literal["stopped"] = "stopped"
+INTERRUPTED: Literal["interrupted"] = "interrupted"
+
+
+class Slice(Protocol):
+    """What a decision sees of a session: its head, its control record as loaded, and the
+    uncommitted slice it appends to (:class:`dormant.session.Session` is one)."""
+
+    @property
+    def head(self) -> Head: ...
+
+    @property
+    def pause_pending(self) -> bool: ...
+
+    control: Control | None
+    control_asks: list[Ask]
+
+    def add_event(self, event: Event) -> None: ...
+
+    def record(self, event: Event) -> None: ...
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A control for the turn running now, waiting to be written to the control record."""
+
+    kind: Literal["stop", "steer", "pause", "unpause"]
+    invocation_id: str | None = None
+    seen: int | None = None
+    id: str | None = None
+    text: str | None = None
+
+
+# --- deciding ------------------------------------------------------------------------------------
+
+
+def running(session: Slice, invocation_id: str, *, resumable: bool = False) -> bool:
+    """Whether ``invocation_id`` may be running now, as far as the head can tell: it is the
+    open invocation and neither parked, failed nor paused — or the head has never seen it
+    (a new invocation writes nothing until it ends). ``resumable``: count an invocation
+    parked on a message yield as possibly running (a message may be resuming it elsewhere)."""
+    head = session.head
+    if head.open_invocation == invocation_id:
+        parked_ok = head.parked is None or (resumable and head.parked == "message")
+        return parked_ok and not head.failed and not head.paused
+    return not head.knows_invocation(invocation_id)
+
+
+def stop(session: Slice, invocation_id: str, seen: int | None = None
+         ) -> Literal["stopped", "accepted"]:
+    """Stop ``invocation_id``. A waiting (parked or paused) one ends now, in the slice; one
+    that may be running elsewhere gets an :class:`Ask`; anything else is refused."""
+    head = session.head
+    if head.open_invocation == invocation_id:
+        if head.failed:
+            raise NotRunning(head.session_id, invocation_id,
+                             "it failed; retry it (input.retry) or interrupt it")
+        if head.parked == "tool" or head.paused:  # it waits on people: end it now
+            end_waiting(session, STOPPED, seen=seen)
+            return "stopped"
+        # parked on a message yield: a message may be resuming it in another process right
+        # now (that writes nothing until it ends), so the stop is asked of that turn
+    elif head.knows_invocation(invocation_id):
+        raise NotRunning(head.session_id, invocation_id)
+    session.control_asks.append(Ask("stop", invocation_id, seen=seen))
+    return "accepted"
+
+
+def end_waiting(session: Slice, status: Literal["stopped", "interrupted"], *,
+                seen: int | None = None, owner: str | None = None) -> None:
+    """End the open invocation while it waits (or failed): unsettled calls get an error
+    result, then ``invocation_end``."""
+    head = session.head
+    invocation = head.open_invocation
+    if status == INTERRUPTED:  # first: it checks the owner names what is waited on
+        assert owner is not None
+        session.add_event(InterruptEvent(invocation_id=invocation, owner=owner))
+        if invocation is None or head.open_invocation != invocation:
+            return  # it closed an input request only
+    for call in list(head.step):
+        if not call.settled:
+            session.add_event(ToolResult(invocation_id=invocation, call_id=call.call_id,
+                                         name=call.name, error=status))
+    if status == STOPPED:  # the same shape as a running turn's stop
+        session.add_event(StopRequested(invocation_id=invocation, seen=seen))
+    session.add_event(InvocationEnd(invocation_id=invocation, status=status))
+
+
+def steer(session: Slice, text: str, invocation_id: str, id: str | None = None,
+          *, holds: Callable[[str], bool] | None = None) -> tuple[str, QueuedEvent | None]:
+    """Steer the running invocation (an :class:`Ask`: ``accepted``); if it is not running,
+    the steer is an ordinary message at once: ``run`` or ``queued``."""
+    message_id = id or new_id("msg")
+    head = session.head
+    if head.has_message(message_id) or (holds is not None and holds(message_id)):
+        raise DuplicateMessage(head.session_id, message_id)
+    if running(session, invocation_id):
+        session.control_asks.append(Ask("steer", invocation_id, id=message_id, text=text))
+        return "accepted", None
+    return message(session, text, message_id)
+
+
+def message(session: Slice, text: str, message_id: str,
+            if_busy: Literal["queue", "reject", "interrupt"] | None = None
+            ) -> tuple[str, QueuedEvent | None]:
+    """What a user message does now: ``run`` (the session can take it), or ``queued`` (it
+    went to the inbox, event returned). ``if_busy="reject"`` refuses instead; ``"interrupt"``
+    ends the waiting response and runs it."""
+    head = session.head
+    busy = head.busy() or ("paused" if session.pause_pending else None)
+    if busy is None:
+        return "run", None
+    if if_busy == "reject":
+        raise _busy_error(session, busy)
+    if if_busy == "interrupt" and busy not in ("paused", "running"):  # a live turn is not
+        # interrupted by a message: it queues (steer it, or interrupt it by its id)
+        interrupt_all(session)
+        if session.head.busy() is None:
+            return "run", None
+    event = QueuedEvent(message_id=message_id, text=text, position=len(head.queue),
+                        invocation_id=None)
+    session.add_event(event)
+    return "queued", event
+
+
+def _busy_error(session: Slice, busy: str) -> InputError:
+    head = session.head
+    if busy == "paused":
+        return SessionPaused(head.session_id)
+    if busy == "failed":
+        return SessionFailed(head.session_id, head.open_invocation)
+    if busy == "running":
+        return SessionRunning(head.session_id, head.open_invocation)
+    pending = [(c.call_id, c.name) for c in head.unresolved()] + [
+        (i["input_id"], "input request") for i in head.inputs]
+    return PendingInputError(head.session_id, pending)
+
+
+def interrupt(session: Slice, owner: str, now: int | None = None) -> None:
+    """End what the session waits on, named by exactly one id (see :class:`InterruptEvent`).
+    An invocation that runs under a live claim is not waiting: it is refused (stop it, by its
+    id); one whose claimer died (``now`` is past its lease) may be ended."""
+    head = session.head
+    if now is not None and head.open_invocation == owner and head.running \
+            and not head.stranded(now):
+        raise SessionRunning(head.session_id, owner)
+    if head.pending_input(owner) is not None:
+        session.add_event(InterruptEvent(invocation_id=None, owner=owner))
+        return
+    end_waiting(session, INTERRUPTED, owner=owner)
+
+
+def interrupt_all(session: Slice) -> None:
+    """End everything the session waits on (``if_busy="interrupt"``, ``queue_send_now``)."""
+    head = session.head
+    for item in list(head.inputs):
+        interrupt(session, item["input_id"])
+    if head.failed and head.open_invocation is not None:
+        interrupt(session, head.open_invocation)
+    elif head.parked == "tool" and head.unresolved():
+        first = head.unresolved()[0]
+        interrupt(session, first.approval_id or first.call_id)
+
+
+def pause(session: Slice) -> Literal["paused", "accepted"]:
+    """Pause the session: the running turn (if any) stops at its next step boundary; until
+    then, and whenever no turn runs, the pause waits in the control record and the next
+    request takes it up. Already paused: nothing to do."""
+    if session.head.paused or session.pause_pending:
+        return "paused"
+    session.control_asks.append(Ask("pause"))
+    return "accepted"
+
+
+def resume(session: Slice) -> Literal["continue", "resumed"]:
+    """Resume: a pause not taken up yet is withdrawn; a paused session resumes
+    (``continue``: its invocation was paused between steps and carries on)."""
+    head = session.head
+    if not head.paused and not session.pause_pending:
+        raise NotPending(f"session {head.session_id} is not paused: nothing to resume")
+    if session.pause_pending:
+        session.control_asks.append(Ask("unpause"))
+    if not head.paused:
+        return "resumed"
+    control = session.control
+    rev = control.pause if control is not None and control.pause is not None else 0
+    session.add_event(ResumeEvent(invocation_id=head.open_invocation, rev=rev))
+    if head.open_invocation is not None and head.parked is None and not head.failed:
+        return "continue"  # paused between steps: the invocation carries on
+    return "resumed"
+
+
+def queue_op(session: Slice, op: str, message_id: str, *, text: str | None = None,
+             position: int | None = None) -> None:
+    """An inbox operation: edit, move, remove or send_now (interrupt the waiting response,
+    move the message to the front; the caller runs it)."""
+    head = session.head
+    if op == "edit":
+        if not text:
+            raise InputError(f"queue edit of {message_id} needs a non-empty text")
+        session.add_event(QueueEdit(message_id=message_id, text=text))
+    elif op == "move":
+        if position is None:
+            raise InputError(f"queue move of {message_id} needs a position")
+        session.add_event(QueueMove(message_id=message_id, position=position))
+    elif op == "remove":
+        session.add_event(QueueRemove(message_id=message_id))
+    elif op == "send_now":
+        session.add_event(QueueSendNow(message_id=message_id))
+        if not head.paused:
+            interrupt_all(session)
+    else:
+        raise InputError(f"unknown queue op {op!r}: use edit, move, remove or send_now")
+
+
+def request_input(session: Slice, input_id: str, schema: Any, prompt: str | None) -> None:
+    """Ask a person for input (trusted code): the session waits until ``respond``."""
+    if not isinstance(input_id, str) or not input_id or len(input_id) > 128:
+        raise InputError("an input request needs an input_id of 1-128 characters")
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        schema = schema.model_json_schema()
+    if not isinstance(schema, dict):
+        raise InputError(f"input {input_id}: schema must be a JSON Schema dict or a "
+                         "pydantic model class")
+    session.record(InputRequested(input_id=input_id, input_schema=schema, prompt=prompt,
+                                   invocation_id=session.head.open_invocation))
+
+
+def respond(session: Slice, input_id: str, value: Any) -> None:
+    """Answer an input request, validated against its schema (nothing written if invalid)."""
+    head = session.head
+    item = head.pending_input(input_id)
+    if item is not None:
+        problems = schema_errors(value, item.get("schema") or {})
+        if problems:
+            raise InputError(f"input {input_id} does not fit its schema: "
+                             + "; ".join(problems))
+    session.add_event(InputResponse(input_id=input_id, value=to_json_value(value)))
+
+
+def seed(session: Slice, text: str, role: Literal["user", "system"] = "user",
+         id: str | None = None) -> SeedEvent:
+    """A passive message: part of the conversation, no turn started."""
+    if not isinstance(text, str) or not text:
+        raise InputError("a seed needs a non-empty text")
+    if role not in ("user", "system"):
+        raise InputError(f"seed role must be 'user' or 'system', got {role!r}")
+    event = SeedEvent(text=text, role=role, message_id=id or new_id("msg"))
+    session.add_event(event)
+    return event
+
+
+def take_pending(session: Slice) -> list[ControlSteer]:
+    """What a turn starting now takes up from the control record: a pause nobody took
+    (applied first, so the request's message queues), and steers whose invocation ended
+    without taking them (returned: the turn runs them as ordinary messages first)."""
+    control = session.control
+    if control is None:
+        return []
+    head = session.head
+    if session.pause_pending:
+        session.add_event(PauseEvent(invocation_id=None, rev=control.pause or 0))
+    return [s for s in control.steers
+            if not head.has_message(s.id) and not running(session, s.invocation_id)]
+
+
+
+# --- what a request does -------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What a request does once its turn-control inputs are applied: run a turn (``status``
+    None: ``message``/``message_id`` to run, or ``continue_paused``), or finish with
+    ``status`` (queued, accepted, stopped, paused, interrupted, recorded). ``invocation_key``:
+    the message id the run's invocation id derives from, when it is not the request's own;
+    ``stopped``: the waiting invocation a stop ended."""
+
+    status: TurnStatus | None = None
+    message: str | None = None
+    message_id: str | None = None
+    continue_paused: bool = False
+    queued: QueuedRef | None = None
+    invocation_key: str | None = None
+    stopped: str | None = None
+
+    @property
+    def run(self) -> bool:
+        return self.status is None
+
+    def finish(self, status: TurnStatus, queued: QueuedEvent | None = None) -> Plan:
+        self.status = status
+        if queued is not None:
+            self.queued = QueuedRef(id=queued.message_id, position=queued.position)
+        return self
+
+
+def plan(session: Slice, given: Input, *, holds: Callable[[str], bool],
+         now: int | None = None) -> Plan:
+    """Apply a request's turn-control inputs to ``session`` (answers and decisions are
+    already in its slice) and decide what the request does. ``holds(message_id)``: whether
+    the session ever took that message id (the store's word beyond the head's window). The
+    one decision the handlers and the test kit's in-process driver share."""
+    result = Plan()
+    controls = False
+    if given.seed is not None:
+        seed(session, given.seed.text, given.seed.role, given.seed.id)
+        controls = True
+    for answer in given.inputs or ():
+        respond(session, answer.input_id, answer.value)
+        controls = True
+    for op in given.queue or ():
+        queue_op(session, op.op, op.id, text=op.text, position=op.position)
+        controls = True
+    status: TurnStatus = "recorded"
+    if given.interrupt is not None:
+        interrupt(session, given.interrupt.owner, now)
+        controls, status = True, "interrupted"
+    if given.stop is not None:
+        status = stop(session, given.stop.invocation_id, given.stop.seen)
+        controls = True
+        if status == "stopped":
+            result.stopped = given.stop.invocation_id
+    if given.pause:
+        pause(session)
+        controls, status = True, "paused"
+    if given.resume:
+        if resume(session) == "continue":
+            result.continue_paused = True
+            return result
+        controls = True
+    text, message_id = given.message, given.message_id
+    if given.steer is not None:
+        outcome, queued = steer(session, given.steer.text, given.steer.invocation_id,
+                                given.steer.id, holds=holds)
+        if outcome != "run":
+            return result.finish("accepted" if queued is None else "queued", queued)
+        text, message_id = given.steer.text, given.steer.id
+    head = session.head
+    if text is not None:
+        _, queued = message(session, text, message_id or new_id("msg"), given.if_busy)
+        if queued is not None:
+            return result.finish("queued", queued)
+        result.message, result.message_id = text, message_id
+        if message_id is not None and message_id != given.message_id:  # a steer's id
+            result.invocation_key = message_id
+        return result
+    if (head.paused or session.pause_pending) and (given.tools or given.approvals
+                                                   or not controls):
+        if given.retry is not None:  # a retry is a run: it waits for no one
+            raise SessionPaused(head.session_id)
+        return result.finish("paused")  # answers and decisions are recorded; nothing runs
+    free = head.queue and head.free and not session.pause_pending
+    if not controls:  # an ordinary request (answers, decisions, a retry, an empty drain)
+        if free and given.retry is None and not given.tools and not given.approvals:
+            # an empty request runs the inbox's next message, under the invocation id a
+            # request sending that message would have had (so call ids match)
+            result.invocation_key = head.queue[0]["id"]
+        return result
+    if free and status not in ("accepted", "paused"):
+        result.invocation_key = head.queue[0]["id"]  # free again: its inbox runs now
+        return result
+    if status == "recorded" and given.resume and head.parked == "tool" \
+            and not head.unresolved() and not head.paused:
+        return result  # resumed onto a settled step: run it
+    return result.finish(status)
+
