@@ -57,6 +57,38 @@ def test_a_firing_lands_its_message_once_and_a_repeat_is_a_success(
     assert session.timers == []
 
 
+def test_two_deliveries_of_one_firing_at_once_land_it_once_and_neither_raises(
+        deployed: Deployment, context: FakeLambdaContext,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scheduler delivers one firing twice, to two execution environments at once: both read
+    the timer pending, the other one commits first. The one that loses wrote nothing and
+    answers the stale summary; raising would cost a Lambda retry and a dead-letter entry."""
+    event = load_event(EVENT)
+    seed_wake_timer(deployed, event)
+    version = deployed.session(event["sessionId"]).version
+    losing, winning = deployed.cold_start("wake"), deployed.cold_start("wake")
+    store = losing.app.store
+    load = store.load
+    won: list[dict[str, Any]] = []
+
+    def read_then_lose(session_id: str, **options: Any) -> Any:
+        read = load(session_id, **options)
+        monkeypatch.setattr(store, "load", load)
+        won.append(winning.handler(event, FakeLambdaContext()))  # lands while this one runs
+        return read
+
+    monkeypatch.setattr(store, "load", read_then_lose)
+    lost = losing.handler(event, context)
+
+    assert [summary["commitStatus"] for summary in won] == ["committed"]
+    assert (lost["status"], lost["code"], lost["commitStatus"]) == ("error", "stale_timer", None)
+    assert _user_texts(deployed, event["sessionId"]) == [event["message"]]
+    session = deployed.session(event["sessionId"])
+    assert session.version == version + 1  # one delivery wrote, once
+    assert [e.type for e in session.events].count("timer_fired") == 1
+    assert session.timers == []
+
+
 def test_a_cancelled_timer_firing_late_is_a_success_that_writes_nothing(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     event = load_event(EVENT)

@@ -326,6 +326,49 @@ def test_a_pending_timer_survives_a_restart_and_lands_once(tmp_path: Path) -> No
         store.close()
 
 
+def test_a_delivery_that_lost_the_race_to_its_twin_is_done_not_retried(
+        tmp_path: Path, clock: FakeClock, make: Callable[..., LocalScheduler],
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The firing is delivered twice at once (another process, a recover() racing the
+    thread): the twin lands it while this delivery runs on the head it read. This one wrote
+    nothing; it is done, not a failed attempt to retry and warn about."""
+    store = SqliteStore(tmp_path / "twins.db")
+    app = dormant.App(name="twins", store=store)
+    wake = app.handler.wake(agent=app.agent(name="a", hooks=[
+        dormant.Hook(before_agent=lambda ctx: "on it")]))
+    session = app.sessions.create("twins")
+    session.schedule("nudge", delay="1s", message="stretch")
+    assert app.sessions.commit(session).ok
+    (timer,) = session.timers
+    load, twin = store.load, []
+
+    def read_then_lose(session_id: str, **options: Any) -> Any:
+        read = load(session_id, **options)
+        monkeypatch.setattr(store, "load", load)
+        twin.append(wake(timer))  # the other delivery lands first
+        return read
+
+    monkeypatch.setattr(store, "load", read_then_lose)
+    sentinel = _timer("sentinel", timer.fire_at, session_id="session_other")
+    recorder = Recorder(expect=2, reply=lambda d: None if d == sentinel else wake(d))
+    scheduler = make(recorder, backoff=60)  # a retry would still be pending at the end
+    try:
+        clock.now = timer.fire_at
+        scheduler.set(timer)
+        scheduler.set(sentinel)  # taken once the firing's delivery (and any retry) is done
+        assert recorder.done.wait(WAIT)
+
+        assert recorder.names() == ["nudge", "sentinel"]
+        assert scheduler.pending() == []
+        assert [result.commit_status for result in twin] == ["committed"]
+        assert _user_texts(app, "twins") == ["stretch"]
+        assert not [r for r in caplog.records if r.name == "dormant.scheduler"
+                    and r.levelname in ("WARNING", "ERROR")]
+    finally:
+        scheduler.close()
+        store.close()
+
+
 def _user_texts(app: dormant.App, session_id: str) -> list[str]:
     session = app.sessions.get(session_id)
     return [e.text for e in session.events if e.type == "user"] if session else []

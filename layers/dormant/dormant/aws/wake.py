@@ -11,12 +11,16 @@ Outcomes. A delivery whose turn committed (or merged) is done, and so is one the
 not take now (waiting for a tool answer, failed, paused): its message waits in the inbox
 (``queued``). A ``stale_timer`` refusal is success too: the firing was already delivered
 (Scheduler delivers at least once), or the timer was cancelled or replaced after this schedule
-was made; nothing was written. Anything else raises: a malformed event, a turn that did not
-commit (superseded, store failure), a bug. Scheduler invokes Lambda asynchronously, so a raise is
-retried by Lambda's asynchronous invocation (``EventInvokeConfig``), then lands in the wake
-dead-letter queue; that is safe because a delivery that did not commit wrote nothing and its
-timer is still pending in the session. (Scheduler's own retry policy and dead-letter queue
-cover invocations it could not make: throttling, permissions, a missing function.)
+was made; nothing was written. Two deliveries of one firing may also run at once: the one
+that loses the race (its message already in the session, or the timer gone from the head when
+it commits) gets that same refusal from the library's wake handler, so a duplicate delivery
+is never retried or dead-lettered. Anything else raises: a malformed event, a turn that did
+not commit (superseded by a newer message, store failure), a bug. Scheduler invokes Lambda
+asynchronously, so a raise is retried by Lambda's asynchronous invocation
+(``EventInvokeConfig``), then lands in the wake dead-letter queue; that is safe because a
+delivery that did not commit wrote nothing and its timer is still pending in the session.
+(Scheduler's own retry policy and dead-letter queue cover invocations it could not make:
+throttling, permissions, a missing function.)
 
 Work the firing's request cannot finish in this invocation (the rest of the session's inbox, a
 turn cut by the deadline) is handed on to the webhook queue (``app.hand_on``, see
@@ -89,8 +93,8 @@ def _report(delivery: TimerDelivery, result: TurnResult) -> dict[str, Any]:
         return summary
     if result.status == "error" and result.code == StaleTimer.code:
         metrics.add_metric(name="TimersStale", unit=MetricUnit.Count, value=1)
-        logger.info("timer no longer pending (a repeat firing, or cancelled/replaced): "
-                    "nothing to do")
+        logger.info("timer no longer pending (a repeat firing, perhaps one that ran beside "
+                    "this one and landed first, or cancelled/replaced): nothing to do")
         return summary
     metrics.add_metric(name="TimersNotDelivered", unit=MetricUnit.Count, value=1)
     raise TimerNotDelivered(f"timer {delivery.name!r} of session {delivery.session_id} did not "

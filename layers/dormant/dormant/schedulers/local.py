@@ -5,10 +5,15 @@ One background thread keeps a heap of :class:`~dormant.schedulers.TimerDelivery`
 ``app.handler.wake(agent=...)``). It keeps nothing on disk: timers live in each session's head,
 so at start-up :meth:`LocalScheduler.recover` re-arms every pending timer from the store, and a
 timer survives a restart of the server. A timer that came due while the server was down fires
-as soon as it is re-armed.
+as soon as it is re-armed. :meth:`~LocalScheduler.recover` also arms a claim's lease wake-up
+(:data:`~dormant._request.LEASE_TIMER`, kept only in memory) for every session whose head shows
+a claimed invocation running: its claimer may have been a server killed before it committed,
+and the wake-up takes the stranded invocation over once the lease ran out.
 
 Delivery is at least once: the wake path refuses a delivery that is no longer pending (code
-``stale_timer``) and writes nothing, so a repeat is harmless. A delivery that raises, or whose
+``stale_timer``) and writes nothing, so a repeat is harmless; a repeat that ran beside the
+first delivery (both read the timer pending) and lost the race gets the same refusal, so it
+counts as done too, never as a failure to retry. A delivery that raises, or whose
 turn did not land (an error result other than ``stale_timer``, or a superseded commit), is
 retried a bounded number of times with exponential backoff; then it is logged and dropped
 from memory, and stays listed in its session until the next :meth:`~LocalScheduler.recover`.
@@ -24,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dormant._ids import now_ms
+from dormant._request import LEASE_GRACE_MS, LEASE_TIMER
 from dormant.schedulers._base import TimerDelivery
 
 __all__ = ["LocalScheduler"]
@@ -92,7 +98,10 @@ class LocalScheduler:
 
     def recover(self, store: Any) -> int:
         """Re-arm every pending timer found in ``store``'s sessions (each session head keeps
-        its timers). Call it at start-up; returns how many timers were armed."""
+        its timers), and a lease wake-up (:data:`~dormant._request.LEASE_TIMER`) for each
+        session whose head shows a claimed invocation running: it fires just after the lease
+        (at once if that is past) and takes the invocation over if its claimer died. Call it
+        at start-up; returns how many timers were armed, wake-ups included."""
         armed = 0
         for summary in store.list(limit=RECOVER_LIMIT):
             stored = store.load(summary.session_id, turns=0)
@@ -100,6 +109,11 @@ class LocalScheduler:
                 continue
             for timer in stored.head.timers.values():
                 self.set(TimerDelivery.of(stored.head.session_id, timer))
+                armed += 1
+            if stored.head.running:  # its wake-up was in the memory of whoever claimed it
+                fire_at = max(stored.head.lease + LEASE_GRACE_MS, self._clock())
+                self.set(TimerDelivery(session_id=stored.head.session_id, name=LEASE_TIMER,
+                                       fire_at=fire_at))
                 armed += 1
         if armed:
             log.info("re-armed %d pending timer(s) from the store", armed)
