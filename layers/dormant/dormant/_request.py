@@ -57,6 +57,7 @@ from dormant.events import (
     ToolResult,
     UserEvent,
 )
+from dormant.schedulers import LEASE_GRACE_MS, LEASE_TIMER
 from dormant.session import Session, mint_session_id, normalize_session_id
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_LEASE",
+    "LEASE_GRACE_MS",
     "LEASE_TIMER",
     "Host",
     "Opened",
@@ -77,11 +79,6 @@ __all__ = [
 #: Seconds a claim's lease lasts when the request has no deadline of its own (a Lambda's
 #: remaining time or the handler's ``timeout`` set one).
 DEFAULT_LEASE = 120.0
-#: The wake-up timer a claim arms: it fires just after the lease and takes a stranded
-#: invocation over (or, the claim long committed, does nothing).
-LEASE_TIMER = "dormant.lease"
-#: Milliseconds past the lease the wake-up timer fires.
-LEASE_GRACE_MS = 2_000
 #: Decisions one request makes at most while other writers keep landing first.
 CLAIM_ATTEMPTS = 16
 

@@ -434,8 +434,9 @@ class Session:
                       key=lambda t: t.fire_at)
 
     def record(self, event: Event) -> None:
-        """Record ``event``: during a run (a tool calling ``schedule``) events wait for the runtime, which
-        emits them in order after the tool phase; otherwise they are appended now."""
+        """Record ``event``: during a run (a tool calling ``schedule``) events wait for the
+        runtime, which emits them in order after the tool phase; otherwise they are appended
+        now."""
         with self._lock:
             if self._deferred is not None:
                 self._deferred.append(event)

@@ -10,7 +10,7 @@ from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 
 from dormant._ids import new_id
-from dormant._turn import TurnStream, TurnConfig
+from dormant._turn import TurnConfig, TurnStream
 from dormant._turn_wire import HandlerInput, TurnResult
 from dormant.agui._adapter import AgUIAdapter
 from dormant.events import StreamEvent

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dormant.schedulers._base import (
+    LEASE_GRACE_MS,
+    LEASE_TIMER,
     MAX_TIMER_NAME,
     RecordingScheduler,
     Scheduler,
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from dormant.schedulers.local import LocalScheduler
 
 __all__ = [
+    "LEASE_GRACE_MS",
+    "LEASE_TIMER",
     "MAX_TIMER_NAME",
     "EventBridgeScheduler",
     "LocalScheduler",

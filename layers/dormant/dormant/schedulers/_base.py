@@ -45,6 +45,14 @@ _DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
+#: The wake-up timer a claim arms (:mod:`dormant._request`): it fires just after the claim's
+#: lease and takes a stranded invocation over (or, the claim long committed, does nothing).
+#: It is set outside the session's ledger, so it is not among ``session.timers``.
+LEASE_TIMER = "dormant.lease"
+#: Milliseconds past the lease the wake-up timer fires.
+LEASE_GRACE_MS = 2_000
+
+
 class TimerDelivery(BaseModel):
     """What a fired timer delivers to the wake path (the scheduler's target input)."""
 

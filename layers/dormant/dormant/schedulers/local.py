@@ -6,7 +6,7 @@ One background thread keeps a heap of :class:`~dormant.schedulers.TimerDelivery`
 so at start-up :meth:`LocalScheduler.recover` re-arms every pending timer from the store, and a
 timer survives a restart of the server. A timer that came due while the server was down fires
 as soon as it is re-armed. :meth:`~LocalScheduler.recover` also arms a claim's lease wake-up
-(:data:`~dormant._request.LEASE_TIMER`, kept only in memory) for every session whose head shows
+(:data:`~dormant.schedulers.LEASE_TIMER`, kept only in memory) for every session whose head shows
 a claimed invocation running: its claimer may have been a server killed before it committed,
 and the wake-up takes the stranded invocation over once the lease ran out.
 
@@ -29,8 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dormant._ids import now_ms
-from dormant._request import LEASE_GRACE_MS, LEASE_TIMER
-from dormant.schedulers._base import TimerDelivery
+from dormant.schedulers._base import LEASE_GRACE_MS, LEASE_TIMER, TimerDelivery
 
 __all__ = ["LocalScheduler"]
 
@@ -98,7 +97,7 @@ class LocalScheduler:
 
     def recover(self, store: Any) -> int:
         """Re-arm every pending timer found in ``store``'s sessions (each session head keeps
-        its timers), and a lease wake-up (:data:`~dormant._request.LEASE_TIMER`) for each
+        its timers), and a lease wake-up (:data:`~dormant.schedulers.LEASE_TIMER`) for each
         session whose head shows a claimed invocation running: it fires just after the lease
         (at once if that is past) and takes the invocation over if its claimer died. Call it
         at start-up; returns how many timers were armed, wake-ups included."""
