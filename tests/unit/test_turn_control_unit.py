@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant._schema import schema_errors
 from dormant._inspect import render_session, session_json
+from dormant._schema import schema_errors
 from dormant.events import InputRequested, InputResponse, ToolResult
 from dormant.models import ScriptedModel
 

@@ -407,7 +407,7 @@ class CompactionEvent(_Base):
                                "measure).")
 
 
-_LedgerEvent = (
+LedgerEvent = (
     InvocationStart
     | UserEvent
     | AssistantEvent
@@ -444,7 +444,7 @@ _LedgerEvent = (
     | CompactionEvent
 )
 
-Event = Annotated[_LedgerEvent, Discriminator("type")]
+Event = Annotated[LedgerEvent, Discriminator("type")]
 """A persisted ledger event."""
 
 
@@ -504,7 +504,7 @@ class ModelEnd(_Base):
 
 
 StreamEvent = Annotated[
-    _LedgerEvent | ModelStart | AssistantDelta | ThoughtDelta | ModelEnd, Discriminator("type")
+    LedgerEvent | ModelStart | AssistantDelta | ThoughtDelta | ModelEnd, Discriminator("type")
 ]
 """Anything a turn stream yields: ledger events and the stream-only ones."""
 

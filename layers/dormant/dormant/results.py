@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Discriminator, Field
 
 from dormant.events import NO_USAGE, Usage
-from dormant.types import PendingApproval, YieldedTool, _Wire
+from dormant.types import PendingApproval, WireModel, YieldedTool
 
 if TYPE_CHECKING:
     from dormant.session import Session
@@ -25,21 +25,21 @@ __all__ = [
 ]
 
 
-class OutputItem(_Wire):
+class OutputItem(WireModel):
     """One thing the assistant said during the run."""
 
     type: Literal["text"] = "text"
     text: str
 
 
-class Output(_Wire):
+class Output(WireModel):
     """What the run said: every assistant message, and the last one as ``text``."""
 
     items: list[OutputItem] = Field(default_factory=list)
     text: str = ""
 
 
-class _Result(_Wire):
+class _Result(WireModel):
     output: Output = Field(default_factory=Output)
     invocation_id: str | None = None
     usage: Usage = Field(default=NO_USAGE)

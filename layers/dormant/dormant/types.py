@@ -31,14 +31,14 @@ __all__ = [
 ]
 
 
-class _Wire(BaseModel):
+class WireModel(BaseModel):
     """Base of the frozen wire types: camelCase aliases on the wire, snake_case in Python."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True,
                               defer_build=True)
 
 
-class YieldedTool(_Wire):
+class YieldedTool(WireModel):
     """A call the run waits on: answer it by ``call_id``."""
 
     call_id: str
@@ -46,7 +46,7 @@ class YieldedTool(_Wire):
     args: Any = None
 
 
-class PendingApproval(_Wire):
+class PendingApproval(WireModel):
     """A call waiting for a human decision: decide it by ``approval_id``."""
 
     approval_id: str
@@ -55,7 +55,7 @@ class PendingApproval(_Wire):
     args: Any = None
 
 
-class QueuedMessage(_Wire):
+class QueuedMessage(WireModel):
     """A user message waiting in the session's inbox (``session.inbox``)."""
 
     id: str
@@ -63,7 +63,7 @@ class QueuedMessage(_Wire):
     queued_at: int = 0
 
 
-class PendingInput(_Wire):
+class PendingInput(WireModel):
     """An input request awaiting a response: answer it with ``respond(input_id, value)``."""
 
     input_id: str
@@ -71,7 +71,7 @@ class PendingInput(_Wire):
     prompt: str | None = None
 
 
-class CommitResult(_Wire):
+class CommitResult(WireModel):
     """What a commit did. A refusal is data: ``ok=False, conflict=True, current_version=N``."""
 
     ok: bool
@@ -84,7 +84,7 @@ class CommitResult(_Wire):
     duplicate: str | None = Field(default=None, exclude=True)
 
 
-class SessionSummary(_Wire):
+class SessionSummary(WireModel):
     """One line of ``sessions.list``."""
 
     session_id: str

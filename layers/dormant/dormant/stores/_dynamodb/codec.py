@@ -76,7 +76,7 @@ _ZDICT = (
     b'{"id":"evt_","type":"assistant","text":"","usage":{"input_tokens":0,"output_tokens":0}},'
     b'{"id":"evt_","type":"invocation_end","status":"completed"}],"d":{}}'
 )
-_MEMBERS: tuple[type[Any], ...] = typing.get_args(ev._LedgerEvent)
+_MEMBERS: tuple[type[Any], ...] = typing.get_args(ev.LedgerEvent)
 
 
 def _plain(value: Any) -> bool:
