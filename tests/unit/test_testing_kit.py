@@ -18,7 +18,9 @@ from dormant.models import UserMessage
 from dormant.stores import MemoryStore, SqliteStore, Store
 from dormant.testing import (
     ScriptError,
+    approval,
     conflict,
+    crash,
     get_tool_results,
     interrupt,
     message,
@@ -492,3 +494,123 @@ def test_a_control_that_cannot_act_is_a_script_error(agent: dormant.Agent, steps
 def test_a_stop_cannot_have_seen_more_than_was_streamed() -> None:
     with pytest.raises(ScriptError, match="seen"):
         stop(after=1, seen=2)
+
+
+# --- crash(): a process that dies between its claim and its commit --------------------------------
+
+
+@pytest.fixture()
+def guarded(ran: list[str]) -> dormant.Agent:
+    """``lookup_stay`` waits for a human's approval before it runs."""
+    app = dormant.App(name="kit")
+
+    def lookup(ctx: dormant.ToolContext) -> dict[str, Any]:
+        ran.append(ctx.call_id)  # the call id: the side effect's idempotency key
+        return {"ref": ctx.args.ref, "nights": 3}
+
+    stay = app.tool(name="lookup_stay", description="d", schema=Ref, execute=lookup)
+    return app.agent(name="concierge", tools=[stay],
+                     tool_approval={"lookup_stay": "user-approval"})
+
+
+@pytest.mark.parametrize("through", THROUGH)
+def test_a_crash_after_an_approval_claim_is_taken_over_by_the_next_request(
+        guarded: dormant.Agent, store: Store, ran: list[str], through: Any) -> None:
+    run = run_test(guarded, [
+        user("how long is my stay?", id="m-1"), model(tool_calls=[LOOKUP]),
+        crash(),
+        approval({"lookup_stay": True}),        # claimed; the tool runs; the process dies
+        message("and breakfast?", id="m-2"),    # queued: the takeover and the drain run here
+        model("Three nights."),                 # the taken-over step's reply
+        model("Breakfast is at eight."),        # the queued message's turn
+    ], store=store, through=through)
+
+    waiting, died, queued = run.results
+    assert waiting.status == "yielded_tool"
+    assert (died.status, died.code) == ("error", "crashed")
+    assert "claim committed" in died.error and "stranded" in died.error
+    assert queued.status == "queued" and run.result is queued
+    # The approved tool ran before the crash and again in the takeover, under one call id;
+    # its result is in the ledger once.
+    (call,) = [e for e in run.events if e.type == "tool_call"]
+    assert ran == [call.call_id, call.call_id]
+    assert [r.call_id for r in get_tool_results(run.events)] == [call.call_id]
+    # The taken-over invocation ends once, then the inbox's message runs.
+    ends = [(e.invocation_id, e.status) for e in run.events if isinstance(e, InvocationEnd)]
+    assert ends[0] == (call.invocation_id, "completed") and len(ends) == 2
+    assert [e.invocation_id for e in run.events if e.type == "invocation_start"] == [
+        call.invocation_id, ends[1][0]]
+    assert _types(run) == [
+        "invocation_start", "user", "tool_call", "approval_requested", "invocation_yield",
+        "approval_decided", "invocation_resume",       # the dead request's claim
+        "queued",                                       # the next request's message
+        "tool_result", "assistant", "invocation_end",   # the takeover
+        "invocation_start", "user", "assistant", "invocation_end"]  # the drain
+    dequeued = [e for e in run.events if isinstance(e, UserEvent) and e.queued]
+    assert [(e.message_id, e.text) for e in dequeued] == [("m-2", "and breakfast?")]
+    assert [e.text for e in run.events if e.type == "assistant"] == [
+        "Three nights.", "Breakfast is at eight."]
+    assert run.session.inbox == [] and run.session.status == "active"
+    assert run.session.open_invocation is None
+    if through == "handlers":
+        assert run.result.drained == ["m-2"]
+
+
+@pytest.mark.parametrize("through", THROUGH)
+def test_a_takeover_that_crashes_too_is_taken_over_again(
+        guarded: dormant.Agent, store: Store, ran: list[str], through: Any) -> None:
+    run = run_test(guarded, [
+        user("how long is my stay?"), model(tool_calls=[LOOKUP]),
+        crash(), approval({"lookup_stay": True}),
+        crash(), message("hello?", id="m-2"),   # queued; its takeover dies at the model call
+        message("anyone?", id="m-3"),           # queued; this one's takeover finishes
+        model("Three nights."), model("Hello!"), model("Still here."),
+    ], store=store, through=through)
+
+    assert [(r.status, getattr(r, "code", None)) for r in run.results] == [
+        ("yielded_tool", None), ("error", "crashed"), ("error", "crashed"), ("queued", None)]
+    (call,) = [e for e in run.events if e.type == "tool_call"]
+    assert ran == [call.call_id] * 3
+    assert len(get_tool_results(run.events)) == 1
+    assert _ends(run) == ["completed"] * 3
+    assert [e.message_id for e in run.events if isinstance(e, UserEvent) and e.queued] == [
+        "m-2", "m-3"]
+    assert run.session.inbox == [] and run.session.open_invocation is None
+
+
+@pytest.mark.parametrize("through", THROUGH)
+def test_a_crash_before_any_claim_writes_nothing_and_the_message_can_be_resent(
+        agent: dormant.Agent, store: Store, ran: list[str], through: Any) -> None:
+    run = run_test(agent, [
+        crash(), user("how long is my stay?", id="m-1"),  # a fresh turn: no claim
+        redeliver(), model(tool_calls=[LOOKUP]), model("Three nights."),
+    ], store=store, through=through)
+
+    died, done = run.results
+    assert (died.status, died.code) == ("error", "crashed")
+    assert "before writing anything" in died.error
+    assert done.status == "completed" and len(ran) == 1
+    assert [e.message_id for e in run.events if isinstance(e, UserEvent)] == ["m-1"]
+    assert _ends(run) == ["completed"]
+
+
+@pytest.mark.parametrize("through", THROUGH)
+def test_a_crash_after_a_retry_claim_reruns_the_failed_model_call_once(
+        agent: dormant.Agent, ran: list[str], through: Any) -> None:
+    run = run_test(agent, [
+        user("how long?"), model(tool_calls=[LOOKUP]), model_error("provider down"),
+        crash(), retry("r-1"),
+        message("hello?", id="m-2"), model("Three nights."), model("Hi."),
+    ], through=through)
+
+    assert [r.status for r in run.results] == ["error", "error", "queued"]
+    assert run.results[1].code == "crashed"
+    assert len(ran) == 1  # the finished tool is not run again: only the model call is
+    assert _types(run).count("retry") == 1 and _ends(run) == ["completed", "completed"]
+    assert run.session.inbox == []
+
+
+def test_a_crash_before_a_step_that_calls_no_model_is_a_script_error(
+        agent: dormant.Agent) -> None:
+    with pytest.raises(ScriptError, match=r"crash\(\).*called no model"):
+        run_test(agent, [user("hi"), model("hello"), crash(), pause()])

@@ -14,7 +14,7 @@ Steps:
   reply while it streams — each is sent as its own request for the running invocation, through
   the session's control record the turn polls; :func:`pause` (between steps), :func:`resume`,
   :func:`interrupt`;
-- faults and recovery: :func:`retry`, :func:`conflict`, :func:`redeliver`.
+- faults and recovery: :func:`retry`, :func:`conflict`, :func:`redeliver`, :func:`crash`.
 
 A script that stops, steers or pauses a turn::
 
@@ -27,12 +27,26 @@ A script that stops, steers or pauses a turn::
     run = run_test(agent, [user("hi"), stop(after=3, seen=2), model("one two three four")])
     assert run.status == "stopped" and run.events[-1].status == "stopped"
 
+A script whose process dies between a claim and its commit, and the next request that takes
+the stranded invocation over::
+
+    run = run_test(agent, [
+        user("close T-7", id="m-1"), model(tool_calls=[CLOSE]),   # waits for an approval
+        crash(),
+        approval({"close_ticket": True}),   # claimed, the tool runs, then the process dies
+        message("thanks", id="m-2"),        # queued; this request takes the invocation over:
+        model("Closed T-7."),               # the tool runs again (same call id), the step ends
+        model("You're welcome."),           # then the inbox drains: m-2 runs
+    ])
+    assert run.results[1].code == "crashed"
+
 :class:`StoreContract` (``dormant.testing.store_contract``) is the store conformance suite, for
 pytest; it is imported on first use, so importing this module never imports pytest.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,7 +57,7 @@ from dormant._ids import new_id
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.events import Event, ToolResult
-from dormant.models.scripted import _WORDS, ScriptedModel, ScriptError
+from dormant.models.scripted import ScriptedModel, ScriptError
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
@@ -52,6 +66,7 @@ from dormant.testing._drivers import (
     Driver,
     HandlerDriver,
     InProcessDriver,
+    KitClock,
     KitModel,
     KitStore,
     ModelFault,
@@ -66,6 +81,7 @@ __all__ = [
     "ToolOutcome",
     "approval",
     "conflict",
+    "crash",
     "get_tool_results",
     "interrupt",
     "message",
@@ -129,6 +145,11 @@ class _Redeliver:
 
 
 @dataclass(frozen=True)
+class _Crash:
+    pass
+
+
+@dataclass(frozen=True)
 class _Pause:
     pass
 
@@ -154,8 +175,12 @@ class _Timer:
     name: str
 
 
+#: The pieces :class:`ScriptedModel` streams a reply's text in (a word and the space after it):
+#: what ``after=`` counts.
+_PIECES = re.compile(r"\S+\s*|\s+")
+
 Step = (_User | _Model | _ToolInput | _Approval | _ModelError | _Retry | _Conflict | _Redeliver
-        | Control | _Pause | _Resume | _Interrupt | _Respond | _Timer)
+        | _Crash | Control | _Pause | _Resume | _Interrupt | _Respond | _Timer)
 
 
 def user(text: str, *, id: str | None = None) -> _User:
@@ -231,6 +256,26 @@ def conflict() -> _Conflict:
     """The next commit is refused as if another writer had landed first (the version moves,
     no newer message): the commit policy merges it (``commit_status == "merged"``)."""
     return _Conflict()
+
+
+def crash() -> _Crash:
+    """The next delivery's process dies (a ``kill -9``) after its claim committed and before
+    its turn commits. The point it dies at is its first model call, just before the model is
+    asked: what the claim committed stays (a decision, an answer, a retry, the start of a
+    queued message), a tool the claim let run has already run, and nothing the turn did
+    after the claim is committed. The step's result is an error with code ``crashed``.
+
+    Its claim's lease then runs out (the kit's clock moves past it): the next step — any
+    delivery, e.g. a :func:`message`, which is queued — finds the invocation stranded, takes
+    it over in the same request and drains the inbox. The takeover re-runs the unfinished
+    step under the same call ids (a tool that ran before the crash runs again with the same
+    ``ctx.call_id``, its idempotency key; its result lands in the ledger once), so script the
+    :func:`model` replies the takeover needs, then those of the queued messages.
+
+    A delivery that claims nothing (a fresh message: its turn writes nothing until it ends)
+    dies having written nothing: the message is lost (:func:`redeliver` sends it again). A
+    next delivery that calls no model is a :class:`ScriptError`."""
+    return _Crash()
 
 
 def stop(*, after: int = 0, seen: int | None = None) -> Control:
@@ -357,7 +402,9 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     (sent as their own requests through the session's control record, which the turns the
     kit runs poll every 0.02 s), :func:`pause`, :func:`resume`, :func:`interrupt` are
     requests between steps; fault steps — :func:`model_error`, :func:`conflict`,
-    :func:`redeliver` — and :func:`retry` drive what goes wrong and its recovery.
+    :func:`redeliver`, :func:`crash` — and :func:`retry` drive what goes wrong and its
+    recovery. The app runs on a clock the kit controls (real time until a :func:`crash`
+    moves it past the dead request's lease).
 
     Every step that sends a request adds its outcome to ``results``; a message to a session
     that waits gets ``queued`` and runs once the session is free (the inbox drains after the
@@ -374,7 +421,7 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
                         _controls_by_reply(steps))
     served = replace(agent, model=scripted)
     kit_store = KitStore(store if store is not None else MemoryStore())
-    app = App(name="test", store=kit_store)
+    app = App(name="test", store=kit_store, clock=KitClock())
     sid = normalize_session_id(session_id) if session_id else mint_session_id()
     driver: Driver = (HandlerDriver if through == "handlers" else InProcessDriver)(
         app, served, sid)
@@ -408,6 +455,8 @@ def _play(driver: Driver, steps: list[Step]) -> None:
             driver.deliver({"retry": {"retry_id": step.retry_id or new_id("retry")}})
         elif isinstance(step, _Conflict):
             driver.conflict_next = True
+        elif isinstance(step, _Crash):
+            driver.crash_next = True
         elif isinstance(step, _Redeliver):
             driver.redeliver()
         elif isinstance(step, _Pause):
@@ -439,7 +488,7 @@ def _controls_by_reply(steps: list[Step]) -> dict[int, list[Control]]:
             position += 1
         elif isinstance(step, _Model):
             reply = step.reply if isinstance(step.reply, dict) else {"text": step.reply}
-            pieces = len(_WORDS.findall(reply.get("text") or ""))
+            pieces = len(_PIECES.findall(reply.get("text") or ""))
             for control in waiting:
                 if control.after > pieces:
                     raise ScriptError(f"{control.describe()}: the next reply streams only "

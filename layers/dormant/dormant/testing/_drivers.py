@@ -21,13 +21,7 @@ from typing import Any, Literal
 
 from dormant._control import ControlWatch, record, write_asks
 from dormant._ids import new_id, now_ms
-from dormant._request import (
-    LEASE_GRACE_MS,
-    Opened,
-    RequestRules,
-    derive_invocation,
-    open_request,
-)
+from dormant._request import Opened, RequestRules, derive_invocation, open_request
 from dormant._run import TurnInput, run_turn
 from dormant._run.compaction import claim_in
 from dormant._turn import TurnStream
@@ -39,7 +33,7 @@ from dormant.events import StreamEvent
 from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta, ThoughtDelta
 from dormant.models.scripted import ScriptedModel, ScriptError
 from dormant.results import ErrorResult, RunResult
-from dormant.schedulers import TimerDelivery
+from dormant.schedulers import LEASE_GRACE_MS, TimerDelivery
 from dormant.session import Session
 from dormant.stores._base import Store
 from dormant.tools import Signal
@@ -244,8 +238,9 @@ class KitStore:
 
 @dataclass
 class Driver:
-    """Delivers one step at a time to one session; remembers the last input (``redeliver``)
-    and whether the next commit must lose a race (``conflict``). ``controls`` holds the
+    """Delivers one step at a time to one session; remembers the last input (``redeliver``),
+    whether the next commit must lose a race (``conflict``) and whether the next delivery's
+    process dies (``crash``: at its first model call). ``controls`` holds the
     outcomes of the controls sent while a reply streamed; ``problems`` what went wrong
     sending them (``run_test`` raises them as a :class:`ScriptError`)."""
 
