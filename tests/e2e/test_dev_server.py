@@ -82,7 +82,8 @@ def test_a_paused_session_survives_a_restart_and_resumes(dev_server: DevServer) 
     assert resumed.json()["status"] == "completed"
     assert resumed.json()["output"]["text"] == "Booked for Friday."
     ledger = _session(dev_server, "session_y1", events="true").json()  # one id, two spellings
-    assert ledger["status"] == "active" and ledger["version"] == 2
+    # the answer settled the step: its claim is a version of its own, then the turn's commit
+    assert ledger["status"] == "active" and ledger["version"] == 3
     assert [e["type"] for e in ledger["events"]] == LEDGER_AFTER_RESUME
     assert "events" not in _session(dev_server, "y1").json()  # the ledger only when asked
 
