@@ -326,9 +326,9 @@ class SideEffectMachine(RuleBasedStateMachine):
         for done in self.done:
             if done.wrote and done.result.landed:
                 # its own turn's version: the last it wrote, or — when the request then ran
-                # queued messages, each its own commit — the last before those
+                # queued messages, each its own claim and commit — the last before those
                 drained = len(done.result.drained or ())
-                assert done.result.version == done.wrote[-1 - drained], (
+                assert done.result.version == done.wrote[-1 - 2 * drained], (
                     f"request {done.input} reported v{done.result.version}, "
                     f"wrote {done.wrote}, drained {done.result.drained}")
 
