@@ -10,9 +10,11 @@
 ``dev`` serves an app's agent through :func:`dormant.http.build_resolver` (the routes of the
 ``api`` Lambda) on a SQLite store, so a paused session survives a restart. Timers fire from
 a :class:`~dormant.schedulers.local.LocalScheduler` delivering to the agent's wake handler; at
-start-up it re-arms the timers pending in the store, so they survive a restart too. ``APP``
-(default: the Bookings sample that ships in the package) is a file or ``module:attribute``
-naming ``build(store=None, model=None) -> (app, agent)`` (:mod:`dormant._appspec`).
+start-up it re-arms the timers pending in the store, so they survive a restart too, and the
+lease wake-up of each session left running (a server killed mid-turn), which takes that run
+over once its lease is out. ``APP`` (default: the Bookings sample that ships in the package) is
+a file or ``module:attribute`` naming ``build(store=None, model=None) -> (app, agent)``
+(:mod:`dormant._appspec`).
 
 Every ordinary mistake (a bad option, an app that cannot be loaded, a database that is not
 one) is one line on stderr, ``dormant: ...``, and exit status 2.

@@ -14,9 +14,10 @@ not take now (waiting for a tool answer, failed, paused): its message waits in t
 was made; nothing was written. Two deliveries of one firing may also run at once: the one
 that loses the race (its message already in the session, or the timer gone from the head when
 it commits) gets that same refusal from the library's wake handler, so a duplicate delivery
-is never retried or dead-lettered. Anything else raises: a malformed event, a turn that did
-not commit (superseded by a newer message, store failure), a bug. Scheduler invokes Lambda
-asynchronously, so a raise is retried by Lambda's asynchronous invocation
+is never retried or dead-lettered. A claim's lease wake-up that finds nothing stranded to
+take over (``recorded``, nothing written) is done as well. Anything else raises: a malformed
+event, a turn that did not commit (superseded by a newer message, store failure), a bug.
+Scheduler invokes Lambda asynchronously, so a raise is retried by Lambda's asynchronous invocation
 (``EventInvokeConfig``), then lands in the wake dead-letter queue; that is safe because a
 delivery that did not commit wrote nothing and its timer is still pending in the session.
 (Scheduler's own retry policy and dead-letter queue cover invocations it could not make:
@@ -42,7 +43,7 @@ from dormant.aws.hand_on import handing_on_from
 from dormant.aws.tracing import tracer as make_tracer
 from dormant.errors import StaleTimer, describe_validation
 from dormant.handlers import TurnResult
-from dormant.schedulers import TimerDelivery
+from dormant.schedulers import LEASE_TIMER, TimerDelivery
 
 __all__ = ["InvalidTimerEvent", "TimerNotDelivered", "handler"]
 
@@ -95,6 +96,11 @@ def _report(delivery: TimerDelivery, result: TurnResult) -> dict[str, Any]:
         metrics.add_metric(name="TimersStale", unit=MetricUnit.Count, value=1)
         logger.info("timer no longer pending (a repeat firing, perhaps one that ran beside "
                     "this one and landed first, or cancelled/replaced): nothing to do")
+        return summary
+    if delivery.name == LEASE_TIMER and result.status == "recorded" \
+            and result.commit_status is None:  # a lease wake-up, nothing stranded: a no-op
+        metrics.add_metric(name="TimersStale", unit=MetricUnit.Count, value=1)
+        logger.info("lease wake-up: nothing to take over, nothing written")
         return summary
     metrics.add_metric(name="TimersNotDelivered", unit=MetricUnit.Count, value=1)
     raise TimerNotDelivered(f"timer {delivery.name!r} of session {delivery.session_id} did not "

@@ -1,0 +1,208 @@
+"""``kill -9`` of ``dormant dev`` while an approved tool runs: the run is recovered.
+
+A real ``dormant dev`` process serves :mod:`tests.reliability.kill_app` on SQLite. A session
+parks on the approval of a slow tool, three messages queue behind it, a person approves, and
+the server is killed with SIGKILL while the approved tool runs: the approval's claim (its
+lease) is committed, the tool's result is not, and the claim's lease wake-up died with the
+process. The server restarts on the same database with the same short turn timeout (so the
+lease is a few seconds). Then:
+
+- with no request at all (only reads), the restarted server's start-up re-arms the lease's
+  wake-up, which takes the stranded invocation over once the lease ran out and drains the
+  inbox;
+- or the next client request (a new message, sent once the session reads ``stranded`` and
+  before that wake-up is due) takes it over itself.
+
+Either way the approved call ends with one result, its invocation ends once, each queued
+message runs once, and the tool's real runs (counted in a file, outside the store) are all
+under the one call id: the killed run and the takeover's re-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dormant.schedulers import LEASE_GRACE_MS
+from dormant.settings import ENV
+from dormant.stores.sqlite import SqliteStore
+from tests.e2e.conftest import DevServer
+from tests.reliability.kill_app import RUNS, TOOL_SECONDS
+
+KILL_APP = Path(__file__).with_name("kill_app.py")
+#: The turn timeout of both processes: a claim's lease is this plus the 5 s deadline margin.
+TURN_TIMEOUT = "3"
+#: How long the approved tool runs, and how long after it started the server is killed.
+TOOL_RUN = "1.5"
+KILL_AFTER = 0.3
+#: Seconds the session may take to settle after the restart before the test fails.
+SETTLE = 30.0
+POLL = 0.1
+QUEUED = ("q1", "q2", "q3")
+SESSION = "kill9"
+
+
+@dataclass
+class Killed:
+    """What the killed server left behind."""
+
+    server: DevServer
+    runs: Path
+    call_id: str
+    invocation_id: str
+    #: The approval claim's lease (epoch ms) as the kill left it in the session head.
+    lease: int = 0
+
+    def runs_started(self) -> list[tuple[str, int]]:
+        """The tool's real runs: (call id, epoch ms it started), in order."""
+        lines = self.runs.read_text().splitlines() if self.runs.exists() else []
+        return [(call, int(started)) for call, started in (line.split() for line in lines)]
+
+    def run_calls(self) -> list[str]:
+        return [call for call, _ in self.runs_started()]
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[DevServer]:
+    dev = DevServer(tmp_path / "kill.db", KILL_APP, env={
+        RUNS: str(tmp_path / "runs.txt"), TOOL_SECONDS: TOOL_RUN,
+        ENV.TURN_TIMEOUT: TURN_TIMEOUT})
+    try:
+        yield dev
+    finally:
+        dev.kill()
+
+
+def _post(server: DevServer, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{server.url}/turns", json={"sessionId": SESSION, **body}, timeout=30)
+
+
+def _view(server: DevServer, **params: str) -> dict[str, Any]:
+    reply = httpx.get(f"{server.url}/sessions/{SESSION}", params=params, timeout=30)
+    assert reply.status_code == 200, reply.text
+    body: dict[str, Any] = reply.json()
+    return body
+
+
+def _kill_while_the_approved_tool_runs(server: DevServer) -> Killed:
+    """Park on the approval, queue three messages, approve, SIGKILL while the tool runs."""
+    server.start()
+    runs = Path(server.env[RUNS])
+    parked = _post(server, {"message": "please run the job", "messageId": "m0"})
+    assert parked.status_code == 200, parked.text
+    assert parked.json()["status"] == "yielded_tool"
+    [approval] = parked.json()["pendingApprovals"]
+    for message_id in QUEUED:
+        queued = _post(server, {"message": f"and then {message_id}", "messageId": message_id})
+        assert (queued.status_code, queued.json()["status"]) == (202, "queued"), queued.text
+    invocation_id = _view(server)["openInvocation"]
+
+    def approve() -> None:  # answered by nobody: the server dies under it
+        with contextlib.suppress(httpx.HTTPError):
+            _post(server, {"approvals": [{"approvalId": approval["approvalId"],
+                                          "approved": True}]})
+
+    approving = threading.Thread(target=approve, daemon=True)
+    approving.start()
+    killed = Killed(server, runs, approval["callId"], invocation_id)
+    deadline = time.monotonic() + 10
+    while not killed.run_calls():  # the approved tool started (its claim committed first)
+        assert time.monotonic() < deadline, "the approved tool never started"
+        time.sleep(0.01)
+    time.sleep(KILL_AFTER)
+    server.kill()
+    approving.join(timeout=10)
+
+    assert killed.run_calls() == [killed.call_id]
+    store = SqliteStore(server.db)  # what the kill left: the claim, no result
+    try:
+        stored = store.load(f"session_{SESSION}", turns=None)
+        assert stored is not None
+        assert stored.head.running and stored.head.open_invocation == invocation_id
+        assert stored.head.lease > 0
+        killed.lease = stored.head.lease
+        assert len(stored.head.queue) == len(QUEUED)
+    finally:
+        store.close()
+    return killed
+
+
+def _settled(server: DevServer) -> dict[str, Any]:
+    """Read (never write) the session until nothing runs, waits or is queued."""
+    deadline = time.monotonic() + SETTLE
+    view = _view(server)
+    while "running" in view or view["inbox"] or view["status"] in ("awaiting_input", "failed"):
+        assert time.monotonic() < deadline, (
+            f"the session did not settle within {SETTLE:.0f}s after the restart: {view}\n"
+            f"{server.log.read_text()}")
+        time.sleep(POLL)
+        view = _view(server)
+    return view
+
+
+def _assert_recovered_once(killed: Killed, messages: tuple[str, ...]) -> None:
+    view = _view(killed.server, events="true")
+    assert view["status"] == "active" and view["inbox"] == [] and "running" not in view
+    events = view["events"]
+    results = [e for e in events
+               if e["type"] == "tool_result" and e["call_id"] == killed.call_id]
+    assert len(results) == 1, results
+    assert results[0]["result"] == {"job": "nightly", "status": "done"}
+    ends = [e["status"] for e in events
+            if e["type"] == "invocation_end" and e["invocation_id"] == killed.invocation_id]
+    assert ends == ["completed"]
+    ran = Counter(e["message_id"] for e in events if e["type"] == "user")
+    assert ran == dict.fromkeys(messages, 1)
+    replies = [e["text"] for e in events if e["type"] == "assistant"]
+    assert replies.count("The job is done.") == 1
+    for message_id in messages[1:]:
+        assert replies.count(f"Noted: and then {message_id}") == 1, replies
+    calls = killed.run_calls()  # the killed run and the takeover's, under one call id
+    assert len(calls) >= 2 and set(calls) == {killed.call_id}, calls
+
+
+def test_a_restart_alone_takes_over_the_run_its_kill_stranded(server: DevServer) -> None:
+    killed = _kill_while_the_approved_tool_runs(server)
+
+    server.start()  # then nothing is sent: only reads until it settles
+
+    assert "1 pending re-armed" in server.startup_line  # the lease's wake-up
+    _settled(server)
+    _assert_recovered_once(killed, ("m0", *QUEUED))
+    [_, (_, rerun_at)] = killed.runs_started()
+    assert rerun_at >= killed.lease + LEASE_GRACE_MS  # re-run by the wake-up, when due
+
+
+def test_the_next_message_takes_over_the_run_a_kill_stranded(server: DevServer) -> None:
+    killed = _kill_while_the_approved_tool_runs(server)
+    server.start()
+
+    deadline = time.monotonic() + SETTLE
+    view = _view(server)
+    while not view["running"]["stranded"]:  # the lease ran out; its wake-up is not due yet
+        assert time.monotonic() < deadline, view
+        time.sleep(POLL)
+        view = _view(server)
+    assert "takeovers" not in view["running"] and killed.run_calls() == [killed.call_id]
+    assert view["running"]["leaseUntil"] == killed.lease
+
+    reply = _post(server, {"message": "and then m4", "messageId": "m4"})
+
+    # it queues behind the stranded run, which this request takes over (in its drain or
+    # the hand-on of it), long before the lease's wake-up is due
+    assert reply.status_code == 202, reply.text
+    assert (reply.json()["status"], reply.json()["queued"]) == ("queued", {"id": "m4",
+                                                                          "position": 3})
+    _settled(server)
+    _assert_recovered_once(killed, ("m0", *QUEUED, "m4"))
+    [_, (_, rerun_at)] = killed.runs_started()
+    assert rerun_at < killed.lease + LEASE_GRACE_MS  # by the message's request, not the wake-up
