@@ -412,10 +412,10 @@ def test_two_racing_deliveries_of_one_retry_land_once(store: Store) -> None:
     turn = support.app.handler.turn(agent=support.agent)
     first = turn({"session_id": "rr", "input": {"retry": {"retry_id": "r1"}}})
     second = turn({"session_id": "rr", "input": {"retry": {"retry_id": "r1"}}})
-    next(first)
-    next(second)
+    next(first)  # its claim lands: the retry is committed before the model is called again
 
-    one, two = first.run(), second.run()
+    two = second.run()  # it reads the session after that claim: refused, nothing runs
+    one = first.run()
 
     assert one.status == "completed" and one.landed
     assert two.status == "error" and two.code == "duplicate_retry"
