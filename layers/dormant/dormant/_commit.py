@@ -343,6 +343,7 @@ def _refuse_duplicates(session: Session, stored: StoredSession) -> None:
     the race: it is a duplicate, never a superseded turn."""
     for event in session.new_events:
         if isinstance(event, UserEvent) and not event.queued \
+                and event.message_id not in session.spare_ids \
                 and stored.head.has_message(event.message_id):
             raise DuplicateMessage(session.session_id, event.message_id)
         if isinstance(event, RetryEvent) and stored.head.has_retry(event.retry_id):

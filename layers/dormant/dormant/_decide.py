@@ -326,15 +326,17 @@ def seed(session: Slice, text: str, role: Literal["user", "system"] = "user",
     return event
 
 
-def take_pending(session: Slice) -> list[ControlSteer]:
+def take_pending(session: Slice, *, take_pause: bool = True) -> list[ControlSteer]:
     """What a turn starting now takes up from the control record: a pause nobody took
     (applied first, so the request's message queues), and steers whose invocation ended
-    without taking them (returned: the turn runs them as ordinary messages first)."""
+    without taking them (returned: the turn runs them as ordinary messages first). A pause
+    is not taken up while a claimed invocation runs: that turn takes it at its next step
+    boundary (taking it here would make a live invocation look like a waiting one)."""
     control = session.control
     if control is None:
         return []
     head = session.head
-    if session.pause_pending:
+    if take_pause and session.pause_pending and not head.running:
         session.add_event(PauseEvent(invocation_id=None, rev=control.pause or 0))
     return [s for s in control.steers
             if not head.has_message(s.id) and not running(session, s.invocation_id)]

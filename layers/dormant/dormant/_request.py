@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from dormant._commit import CommitPolicy, LostClaim
 from dormant._decide import Plan, plan, take_pending
 from dormant._head import Head
+from dormant._ids import new_id
 from dormant._inputs import CommitStatus, HandlerInput, Input
 from dormant._run import TurnInput
 from dormant.errors import (
@@ -144,6 +145,8 @@ class Opened:
     invocation_id: str | None = None
     start_head: Head | None = None
     recovering: bool = False
+    #: The queued message the claim started (the inbox's next one), if any.
+    dequeued: str | None = None
 
 
 def open_request(host: Host, agent: Agent, request: HandlerInput, rules: RequestRules, *,
@@ -254,7 +257,10 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
         session.add_event(TimerFired(name=given.timer.name, fire_at=given.timer.fire_at))
     if given.message_id is not None and sessions.holds_message(session, given.message_id):
         raise DuplicateMessage(session.session_id, given.message_id)  # nothing runs again
-    first = tuple((s.id, s.text) for s in take_pending(session))
+    # (an empty request — a drain, a hand-on — leaves a waiting pause in the record: taking
+    # it up would write a version that runs nothing; the session reads paused either way)
+    first = tuple((s.id, s.text) for s in take_pending(session, take_pause=not _empty(given))
+                  if s.id != given.message_id)  # the request's own message runs once
     for decision in given.approvals or ():
         session.input.approval(decision.approval_id, approved=decision.approved,
                                reason=decision.reason)
@@ -268,6 +274,13 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
     # for its message's stamp)
     now = host.clock() if session.head.running else None
     stranded = now is not None and session.head.stranded(now)
+    if stranded and _empty(given):
+        # its claimer died: this request takes the invocation over (before anything else,
+        # a pause waiting in the record included: the taken-over turn pauses at a boundary)
+        head = session.head
+        return Opened(session, Plan(), start_head=start, recovering=True,
+                      invocation_id=head.open_invocation,
+                      turn=TurnInput(claimed="recover", invocation_id=head.open_invocation))
     decided = plan(session, given, now=now,
                    holds=lambda mid: sessions.holds_message(session, mid))
     opened = Opened(session, decided, start_head=start, invocation_id=decided.stopped)
@@ -279,12 +292,7 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
     if not decided.run:
         return opened
     retry = given.retry.retry_id if given.retry is not None else None
-    if stranded and _empty(given):
-        # its claimer died: this request takes the invocation over
-        opened.recovering = True
-        opened.invocation_id = head.open_invocation
-        opened.turn = TurnInput(claimed="recover", invocation_id=head.open_invocation)
-    elif head.paused or session.pause_pending:
+    if head.paused or session.pause_pending:
         opened.turn = _turn(decided, given, opened.invocation_id, first)  # refused by the run
     elif decided.continue_paused:
         opened.invocation_id = head.open_invocation
@@ -315,23 +323,40 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
         queued = head.queue[0]
         invocation = opened.invocation_id or derive_invocation(session.session_id,
                                                                queued["id"])
-        start_event = InvocationStart(invocation_id=invocation, agent=agent.name)
-        session.add_event(start_event)
-        opened.claimed.append(start_event)
-        for message_id, text in first:
-            missed = UserEvent(text=text, message_id=message_id, invocation_id=invocation,
-                               ts=host.clock())
-            session.add_event(missed)
-            opened.claimed.append(missed)
-        user = UserEvent(text=queued["text"], message_id=queued["id"], queued=True,
-                         invocation_id=invocation, ts=host.clock())
-        session.add_event(user)
-        opened.claimed.append(user)
-        opened.invocation_id = invocation
+        _start(session, opened, agent, invocation, first, host.clock,
+               UserEvent(text=queued["text"], message_id=queued["id"], queued=True,
+                         invocation_id=invocation, ts=host.clock()))
+        opened.dequeued = queued["id"]
+        opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
+    elif decided.message is not None and head.parked != "message" and any(
+            isinstance(event, _ENDINGS) for event in session.new_events):
+        # the message runs after an ending it asked for (if_busy="interrupt"): the ending
+        # and the message's start are claimed together, so a redelivery of the message
+        # cannot run it beside this request once the ending landed
+        message_id = decided.message_id or new_id("msg")
+        invocation = opened.invocation_id or derive_invocation(session.session_id, message_id)
+        _start(session, opened, agent, invocation, first, host.clock,
+               UserEvent(text=decided.message, message_id=message_id, invocation_id=invocation,
+                         ts=host.clock()))
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     else:
         opened.turn = _turn(decided, given, opened.invocation_id, first)
     return opened
+
+
+def _start(session: Session, opened: Opened, agent: Agent, invocation: str,
+           first: tuple[tuple[str, str], ...], clock: Callable[[], int],
+           user: UserEvent) -> None:
+    """Open ``invocation`` in the slice for ``user`` (after the steers that missed theirs):
+    what a claimed start commits."""
+    opened.claimed.append(InvocationStart(invocation_id=invocation, agent=agent.name))
+    for message_id, text in first:
+        opened.claimed.append(UserEvent(text=text, message_id=message_id,
+                                        invocation_id=invocation, ts=clock()))
+    opened.claimed.append(user)
+    for event in opened.claimed[-(len(first) + 2):]:
+        session.add_event(event)
+    opened.invocation_id = invocation
 
 
 def _turn(decided: Plan, given: Input, invocation_id: str | None,

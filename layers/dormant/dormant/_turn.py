@@ -141,6 +141,10 @@ class TurnStream(Iterator[StreamEvent]):
         self.drains = True
         #: Set True before iterating to have ``start_head`` filled (it costs a deep copy).
         self.capture_start = False
+        #: What the request ran besides its own input: the queued message it started from
+        #: the inbox, and whether it took a stranded invocation over.
+        self.dequeued: str | None = None
+        self.recovered = False
 
     def __iter__(self) -> TurnStream:
         return self
@@ -201,6 +205,7 @@ class TurnStream(Iterator[StreamEvent]):
         self.session_id = session.session_id
         self.session = session
         self._plan = opened.plan
+        self.dequeued, self.recovered = opened.dequeued, opened.recovering
         if opened.invocation_id is not None:
             self.invocation_id = opened.invocation_id
         if opened.turn is None:
@@ -300,31 +305,32 @@ class TurnStream(Iterator[StreamEvent]):
         if not self.drains or result is None or result.status == "error":
             return
         host = self._config.host
-        head = session.head
         drained: list[str] = []
         runs = 0
         while _waiting_to_run(session, host.clock):
-            if runs >= MAX_DRAIN or not self._time_for_another():
+            # with no hand-on, the inbox drains here however long that takes
+            if (runs >= MAX_DRAIN and host.hand_on is not None) \
+                    or not self._time_for_another():
                 if host.hand_on is not None:
                     host.hand_on(HandlerInput(session_id=session.session_id, input=Input(),
                                               principal=request.principal))
                     result.handed_on = True
                 break
             runs += 1
-            next_id = head.queue[0]["id"] if head.free and head.queue else None
             turn = TurnStream(self._config, HandlerInput(
                 session_id=session.session_id, input=Input(), principal=request.principal),
                 remaining_time=self._left())
-            turn.drains = False  # (its plan derives the invocation id from next_id)
+            turn.drains = False  # (the outer request drains; its invocation id derives from
+            # the queued message's id)
             done = turn.run()
-            if done.landed and next_id is not None:
-                drained.append(next_id)  # it ran (a failure after its tools ran is kept too)
-            if done.status == "error" or turn.session is None:
+            if done.landed and turn.dequeued is not None:
+                drained.append(turn.dequeued)  # it ran (a failure after its tools ran too)
+            if done.status == "error" or turn.session is None or not (
+                    turn.dequeued or turn.recovered):  # (it ran nothing: a pause, say)
                 log.warning("a queued message did not run to its end: %s", done.error,
                             extra={"session_id": session.session_id})
                 break
             session = turn.session
-            head = session.head
         if drained:
             result.drained = drained
 
@@ -439,9 +445,9 @@ def _waiting_to_run(session: Session, clock: Callable[[], int]) -> bool:
     """Whether the session has work a request should run now: a stranded invocation to take
     over, or queued messages while it is free (and no pause waits)."""
     head = session.head
-    if session.pause_pending:
-        return False
-    return bool(head.queue and head.free) or (head.running and head.stranded(clock()))
+    if head.running:  # stranded: taken over even while a pause waits (it pauses in a step)
+        return head.stranded(clock())
+    return bool(head.queue and head.free) and not session.pause_pending
 
 
 def _invocation_of(stream: TurnStream) -> Callable[[], str | None]:

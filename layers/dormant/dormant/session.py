@@ -22,6 +22,7 @@ from dormant.events import (
     InputResponse,
     QueuedEvent,
     SeedEvent,
+    SteerEvent,
     TimerCancelled,
     TimerSet,
     ToolInput,
@@ -218,6 +219,10 @@ class Session:
         #: True once a claim committed this session's inputs (decisions, answers): a turn
         #: that then fails keeps its progress like one whose tool ran.
         self.claimed = False
+        #: Ids of messages this turn took up that are not its own (steers, and steers that
+        #: missed their invocation, run first): another request may land one of them first,
+        #: and then this turn drops it at its commit instead of being refused as a duplicate.
+        self.spare_ids: set[str] = set()
         #: The session's control record as loaded (None: none), and the controls this
         #: session's requests ask of a running turn (written when it is committed).
         self.control: Control | None = None
@@ -498,16 +503,23 @@ class Session:
 
         A ``compaction`` the newer head already made (it compacted this range or a later one:
         ``compacted_to >= tail_start``) is dropped from the slice: a racing turn's summary
-        landed first, and the ledger keeps one summary per range. Here, because only here is
-        each event met with the head it will land on."""
+        landed first, and the ledger keeps one summary per range. Likewise a steer (or a
+        missed steer this turn ran first, :attr:`spare_ids`) whose id the newer head already
+        holds: it landed once, elsewhere. Here, because only here is each event met with the
+        head it will land on."""
         head = stored.head
         given = self._new if events is None else list(events)
         fold = apply_detached if detached else apply
         pending: list[Event] = []
         dropped: list[int] = []
+        landed = {e.message_id for e in given if isinstance(e, UserEvent)
+                  and e.message_id in self.spare_ids and head.has_message(e.message_id)}
         for index, event in enumerate(given):
             if isinstance(event, CompactionEvent) and head.compacted_to >= event.tail_start:
                 dropped.append(index)
+                continue
+            if isinstance(event, UserEvent | SteerEvent) and event.message_id in landed:
+                dropped.append(index)  # a steer another request landed first: it is there
                 continue
             fold(head, event)
             pending.append(event)

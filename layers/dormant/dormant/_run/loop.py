@@ -277,8 +277,12 @@ def _boundary(run: RunState) -> Generator[StreamEvent, None, RunResult | None]:
 def _take_steers(run: RunState) -> Generator[StreamEvent, None, bool]:
     """Emit the steers the control record holds for this invocation; True if any."""
     watch = run.watch
-    steers = watch.take_steers() if watch is not None else []
+    head = run.session.head
+    # a steer whose id already landed (sent again as a message, say) is not taken twice
+    steers = [s for s in (watch.take_steers() if watch is not None else [])
+              if not head.has_message(s.id)]
     for steer in steers:
+        run.session.spare_ids.add(steer.id)
         yield run.emit(SteerEvent(invocation_id=run.invocation_id, message_id=steer.id,
                                   rev=steer.rev))
         event = UserEvent(text=steer.text, message_id=steer.id, steer=True,
@@ -369,6 +373,7 @@ def _carry_on(run: RunState, turn: TurnInput) -> Stream:
 def _users(run: RunState, turn: TurnInput) -> Generator[StreamEvent, None, None]:
     """The turn's user message, after the steers that missed their invocation."""
     for message_id, text in turn.first:
+        run.session.spare_ids.add(message_id)
         yield run.emit(UserEvent(text=text, message_id=message_id,
                                  invocation_id=run.invocation_id, ts=run.clock()))
     assert turn.message is not None

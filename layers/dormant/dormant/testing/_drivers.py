@@ -548,8 +548,9 @@ class InProcessDriver(Driver):
         for _ in range(MAX_DRAIN):
             session = self.session()
             head = session.head
-            if session.pause_pending or not ((head.queue and head.free) or (
-                    head.running and head.stranded(self.app.clock()))):
+            due = (head.stranded(self.app.clock()) if head.running
+                   else bool(head.queue and head.free) and not session.pause_pending)
+            if not due:
                 return
             done = self._apply({}, may_run=True)
             if done.status == "error":
