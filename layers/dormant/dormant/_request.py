@@ -150,11 +150,12 @@ class Opened:
 
 
 def open_request(host: Host, agent: Agent, request: HandlerInput, rules: RequestRules, *,
-                 lease: float | None = None,
+                 lease: float | None = None, invocation_id: str | None = None,
                  on_start: Callable[[Head], None] | None = None) -> Opened:
     """Open ``request``: decide what it does from the head, claim what must land first.
 
     ``lease``: seconds the request has left (None: :attr:`RequestRules.lease`);
+    ``invocation_id``: the id a fresh invocation gets (None: the run mints one);
     ``on_start``: given a copy of the head as the request found it (answers and decisions
     applied), before anything is decided (so a refused request can still show it). Raises
     :class:`~dormant.errors.DormantError` for a refused request (nothing written) and
@@ -165,7 +166,7 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
         _refuse_server_only(request.input)
     for _ in range(CLAIM_ATTEMPTS):
         session = _load(host, agent, sid, request, rules)
-        opened = _decide(host, agent, session, request, on_start)
+        opened = _decide(host, agent, session, request, on_start, invocation_id)
         if not _claims(opened):
             return opened
         try:
@@ -248,7 +249,7 @@ def _refuse_server_only(given: Input) -> None:
 
 
 def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
-            on_start: Callable[[Head], None] | None) -> Opened:
+            on_start: Callable[[Head], None] | None, fresh: str | None) -> Opened:
     """Apply the request's inputs to ``session`` and decide what runs (nothing written)."""
     given = request.input
     sessions = host.sessions
@@ -293,7 +294,7 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
         return opened
     retry = given.retry.retry_id if given.retry is not None else None
     if head.paused or session.pause_pending:
-        opened.turn = _turn(decided, given, opened.invocation_id, first)  # refused by the run
+        opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)  # refused
     elif decided.continue_paused:
         opened.invocation_id = head.open_invocation
         opened.turn = TurnInput(claimed="continue", invocation_id=head.open_invocation,
@@ -334,13 +335,15 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
         # and the message's start are claimed together, so a redelivery of the message
         # cannot run it beside this request once the ending landed
         message_id = decided.message_id or new_id("msg")
-        invocation = opened.invocation_id or derive_invocation(session.session_id, message_id)
+        invocation = opened.invocation_id or (
+            fresh if fresh is not None and message_id == given.message_id
+            else derive_invocation(session.session_id, message_id))
         _start(session, opened, agent, invocation, first, host.clock,
                UserEvent(text=decided.message, message_id=message_id, invocation_id=invocation,
                          ts=host.clock()))
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     else:
-        opened.turn = _turn(decided, given, opened.invocation_id, first)
+        opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)
     return opened
 
 

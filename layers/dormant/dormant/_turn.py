@@ -10,7 +10,6 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -190,9 +189,8 @@ class TurnStream(Iterator[StreamEvent]):
         try:
             request = (self._request if isinstance(self._request, HandlerInput)
                        else HandlerInput.model_validate(self._request))
-            self.session_id = self._request_session_id()
             opened = open_request(config.host, config.agent, request, config.rules,
-                                  lease=self._lease(),
+                                  lease=self._lease(), invocation_id=self.invocation_id,
                                   on_start=self._started if self.capture_start else None)
         except ValidationError as error:
             reason = "invalid request: " + describe_validation(error)
@@ -212,8 +210,6 @@ class TurnStream(Iterator[StreamEvent]):
             self._finish(opened, request)
             return
         turn = opened.turn
-        if turn.invocation_id is None:  # a fresh invocation: the id minted up front
-            turn = replace(turn, invocation_id=self.invocation_id)
         for event in opened.claimed:  # committed by the claim: the stream shows them first
             yield self._number(event)
         watch = ControlWatch(config.host.store, session.session_id, _invocation_of(self),

@@ -459,8 +459,11 @@ class InProcessDriver(Driver):
         """One delivery through the request room, as a handler opens it: inputs decided
         from the head, what must land first claimed, then the turn (if any) run here."""
         request = HandlerInput(session_id=self.session_id, input=Input.model_validate(given))
+        mid = request.input.message_id  # a fresh invocation is named as a handler names it
+        fresh = derive_invocation(self.session_id, mid) if mid else new_id("inv")
         try:
-            opened = open_request(self.app, self.agent, request, RequestRules())
+            opened = open_request(self.app, self.agent, request, RequestRules(),
+                                  invocation_id=fresh)
         except (DormantError, ModelError) as error:
             return _error(error)
         if opened.turn is None:
@@ -468,12 +471,7 @@ class InProcessDriver(Driver):
         if not may_run:
             self.problems.append(f"a control sent while a turn runs would run a turn: {given!r}")
             return ErrorResult(error="the control would run a turn", code="script_error")
-        turn = opened.turn
-        if turn.invocation_id is None:  # a fresh invocation: named as a handler names it
-            mid = request.input.message_id
-            turn = replace(turn, invocation_id=derive_invocation(self.session_id, mid)
-                           if mid else new_id("inv"))
-        return self._run(opened.session, turn)
+        return self._run(opened.session, opened.turn)
 
     def _finish(self, opened: Opened) -> Outcome:
         """A delivery that runs no turn: commit what it recorded (a claim may have), write
