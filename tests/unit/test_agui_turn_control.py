@@ -26,7 +26,8 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 from pydantic import BaseModel
 
 import dormant
-from dormant._turn_wire import QueuedRef, TurnResult
+from dormant._inputs import QueuedRef
+from dormant._turn_wire import TurnResult
 from dormant.agui import (
     CONTROL_ACCEPTED,
     QUEUED,

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 import dormant
 from dormant._devserver import DevServer, Worker
-from dormant._turn_wire import QueuedRef
+from dormant._inputs import QueuedRef
 from dormant.handlers import HandlerInput, Input, RestResponse
 from dormant.http import build_resolver
 from dormant.models import ScriptedModel

@@ -319,7 +319,7 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
         opened.invocation_id = head.open_invocation
         opened.turn = TurnInput(claimed="resume", invocation_id=head.open_invocation,
                                 state=given.state)
-    elif decided.message is None and head.queue and head.free and not _settling(head):
+    elif decided.message is None and head.queue and head.free:
         # the inbox's next message starts under a claim: it runs once
         queued = head.queue[0]
         invocation = opened.invocation_id or derive_invocation(session.session_id,
@@ -371,7 +371,7 @@ def _turn(decided: Plan, given: Input, invocation_id: str | None,
 
 
 def _empty(given: Input) -> bool:
-    """A request that brings nothing (a hand-on, a wake-up, a plain retry of the inbox)."""
+    """A request that brings nothing: a drain, a hand-on, a lease's wake-up."""
     return (given.message is None and given.retry is None and not given.tools
             and not given.approvals and given.steer is None and not given.queue
             and given.interrupt is None and given.stop is None and not given.pause

@@ -1,4 +1,5 @@
-"""The wire types of one turn per request: what a request brings, what it gets back."""
+"""What a turn request gets back: the run result and how it reached the store
+(what a request brings is :mod:`dormant._inputs`)."""
 
 from __future__ import annotations
 
@@ -7,49 +8,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dormant._inputs import (
-    ApprovalDecision,
-    CommitStatus,
-    HandlerInput,
-    Input,
-    InputAnswer,
-    InterruptRequest,
-    QueuedRef,
-    QueueOp,
-    ResponseOptions,
-    RetryRequest,
-    SeedRequest,
-    SteerRequest,
-    StopRequest,
-    TimerRef,
-    ToolAnswer,
-    TurnStatus,
-    landed,
-)
+from dormant._inputs import CommitStatus, QueuedRef, TurnStatus, landed
 from dormant.events import Usage
 from dormant.results import Output
 from dormant.types import PendingApproval, YieldedTool
 
-__all__ = [
-    "ApprovalDecision",
-    "CommitStatus",
-    "HandlerInput",
-    "Input",
-    "InputAnswer",
-    "InterruptRequest",
-    "QueueOp",
-    "QueuedRef",
-    "ResponseOptions",
-    "RestResponse",
-    "RetryRequest",
-    "SeedRequest",
-    "SteerRequest",
-    "StopRequest",
-    "TimerRef",
-    "ToolAnswer",
-    "TurnResult",
-    "TurnStatus",
-]
+__all__ = ["RestResponse", "TurnResult"]
 
 
 

@@ -11,20 +11,19 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dormant._request import Host
-from dormant._turn import TurnConfig, TurnStream
-from dormant._turn_wire import (
+from dormant._inputs import (
     ApprovalDecision,
     CommitStatus,
     HandlerInput,
     Input,
     ResponseOptions,
-    RestResponse,
     RetryRequest,
     TimerRef,
     ToolAnswer,
-    TurnResult,
 )
+from dormant._request import Host
+from dormant._turn import TurnConfig, TurnStream
+from dormant._turn_wire import RestResponse, TurnResult
 from dormant.errors import StaleTimer
 from dormant.schedulers import TimerDelivery
 

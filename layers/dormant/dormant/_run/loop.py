@@ -50,7 +50,6 @@ from dormant.events import (
     SteerEvent,
     StopRequested,
     StreamEvent,
-    TimerSet,
     ToolCall,
     ToolResult,
     Usage,
@@ -340,7 +339,13 @@ def _body(run: RunState, turn: TurnInput) -> Stream:
     if resuming_tools:
         yield from resume_tools(run)
         yield from run.flush()
-    for hook in run.hooks:
+    return (yield from _agent(run))
+
+
+def _agent(run: RunState, *, hooks: bool = True) -> Stream:
+    """The ``before_agent`` hooks (one may answer in the agent's place), then the model
+    loop."""
+    for hook in run.hooks if hooks else ():
         if hook.before_agent is not None:
             replaced = hook.before_agent(run.hook_context())
             if isinstance(replaced, str):
@@ -353,21 +358,14 @@ def _carry_on(run: RunState, turn: TurnInput) -> Stream:
     session = run.session
     head = session.head
     run.invocation_id = head.open_invocation
-    if run.trigger is None:  # what the claim committed, less the lease's wake-up timer
-        run.trigger = next((e for e in reversed(session.loaded_events)
-                            if not isinstance(e, TimerSet)), None)
+    if run.trigger is None and session.loaded_events:  # the last event the claim committed
+        run.trigger = session.loaded_events[-1]
     if turn.state:
         yield from state_delta(run, {**session.state, **turn.state})
     if turn.claimed in ("resume", "recover") and any(not c.settled for c in head.step):
         yield from resume_tools(run)
         yield from run.flush()
-    if turn.claimed in ("start", "resume"):
-        for hook in run.hooks:
-            if hook.before_agent is not None:
-                replaced = hook.before_agent(run.hook_context())
-                if isinstance(replaced, str):
-                    return (yield from _reply_and_end(run, replaced))
-    return (yield from _loop(run))
+    return (yield from _agent(run, hooks=turn.claimed in ("start", "resume")))
 
 
 def _users(run: RunState, turn: TurnInput) -> Generator[StreamEvent, None, None]:

@@ -10,8 +10,9 @@ from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 
 from dormant._ids import new_id
+from dormant._inputs import HandlerInput
 from dormant._turn import TurnConfig, TurnStream
-from dormant._turn_wire import HandlerInput, TurnResult
+from dormant._turn_wire import TurnResult
 from dormant.agui._adapter import AgUIAdapter
 from dormant.events import StreamEvent
 

@@ -8,7 +8,7 @@ from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from dormant._turn_wire import ApprovalDecision, HandlerInput, Input, ToolAnswer
+from dormant._inputs import ApprovalDecision, HandlerInput, Input, ToolAnswer
 from dormant.errors import InputError, describe_validation
 
 __all__ = ["from_run_agent_input"]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from dormant._head import SessionStatus
-from dormant._turn_wire import (
+from dormant._inputs import (
     InputAnswer,
     InterruptRequest,
     QueueOp,

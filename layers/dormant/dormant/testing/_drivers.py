@@ -21,11 +21,12 @@ from typing import Any, Literal
 
 from dormant._control import ControlWatch, record, write_asks
 from dormant._ids import new_id, now_ms
+from dormant._inputs import HandlerInput, Input
 from dormant._request import Opened, RequestRules, derive_invocation, open_request
 from dormant._run import TurnInput, run_turn
 from dormant._run.compaction import claim_in
 from dormant._turn import TurnStream
-from dormant._turn_wire import HandlerInput, Input, TurnResult
+from dormant._turn_wire import TurnResult
 from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
 from dormant.errors import DormantError
