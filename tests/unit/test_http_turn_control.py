@@ -578,3 +578,37 @@ def test_join_idle_times_out_while_a_request_runs() -> None:
         assert worker.join_idle(5)
     finally:
         worker.close()
+
+
+def test_get_session_says_when_a_claimed_invocation_runs_and_when_it_is_stranded() -> None:
+    """``running`` while a claim's turn runs; ``stranded`` once its lease ran out (its request
+    died); gone once the next request took it over and ended it."""
+    now = [1_800_000_000_000]
+    app, agent = _app()
+    app.clock = lambda: now[0]
+    resolver = build_resolver(app, agent)
+    status, parked = _call(resolver, _event("POST", "/turns", {"sessionId": "r1",
+                                                               "message": "book"}))
+    assert status == 200 and parked["status"] == "yielded_tool"
+    [call] = parked["yieldedTools"]
+    # the answer's claim lands, then its request dies before the turn commits
+    session = app.sessions.load("session_r1", turns=None)
+    assert session is not None and session.open_invocation is not None
+    invocation = session.open_invocation
+    session.input.tool(call_id=call["callId"], input={"answer": "Friday"})
+    session.add_event(dormant.events.InvocationResume(invocation_id=invocation))
+    session.head.lease = now[0] + 5_000
+    app.sessions.policy.claim(session)
+
+    _, live = _call(resolver, _event("GET", "/sessions/r1"))
+    assert live["running"] == {"invocationId": invocation, "leaseUntil": now[0] + 5_000,
+                               "stranded": False}
+    now[0] += 6_000
+    _, listed = _call(resolver, _event("GET", "/sessions", query={"detail": "true"}))
+    assert listed["sessions"][0]["running"]["stranded"] is True
+
+    status, taken = _call(resolver, _event("POST", "/turns", {"sessionId": "r1"}))
+
+    assert status == 200 and taken["status"] == "completed", taken
+    _, after = _call(resolver, _event("GET", "/sessions/r1"))
+    assert "running" not in after and after["status"] == "active"
