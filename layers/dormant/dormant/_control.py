@@ -20,12 +20,10 @@ from typing import TYPE_CHECKING
 
 from dormant._decide import Ask, running
 from dormant._ids import now_ms
-from dormant._inputs import CommitStatus
-from dormant.errors import InputError, NotRunning, SessionMoved, StoreError
+from dormant.errors import InputError, NotRunning, StoreError
 from dormant.types import Control, ControlSteer, ControlStop
 
 if TYPE_CHECKING:
-    from dormant._commit import CommitPolicy
     from dormant.session import Session
     from dormant.stores._base import Store
     from dormant.tools import Signal
@@ -34,7 +32,6 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "MAX_STEERS",
     "ControlWatch",
-    "record",
     "write_asks",
 ]
 
@@ -46,27 +43,6 @@ DEFAULT_POLL_INTERVAL = 1.0
 MAX_STEERS = 8
 #: Conditional writes of the control record before giving up (each lost one is a commit).
 WRITE_ATTEMPTS = 8
-
-
-def record(policy: CommitPolicy, session: Session, reload: Callable[[], Session | None]
-           ) -> tuple[CommitStatus | None, int | None]:
-    """A request that runs no turn: commit what its inputs recorded (if anything), then write
-    what it asks of the running turn. Returns the commit status (None: nothing to commit) and
-    the session's version. Raises :class:`StoreError` when the store could not be written and
-    :class:`SessionMoved` when the inputs no longer fit a newer head."""
-    commit: CommitStatus | None = None
-    version: int | None = session.version
-    if session.dirty:
-        outcome = policy.commit(session)
-        if outcome.status == "failed":
-            raise outcome.error or StoreError(f"session {session.session_id} could not be "
-                                              "written")
-        if outcome.status == "superseded":
-            raise SessionMoved(session.session_id)
-        commit, version = outcome.status, outcome.version
-    if session.control_asks:
-        write_asks(policy.store, session, reload)
-    return commit, version
 
 
 # --- writing the control record ------------------------------------------------------------------

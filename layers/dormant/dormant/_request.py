@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 from pydantic import BaseModel, ValidationError
 
 from dormant._commit import CommitPolicy, LostClaim
+from dormant._control import write_asks
 from dormant._decide import Plan, plan, take_pending
 from dormant._head import Head
 from dormant._ids import new_id
@@ -40,6 +41,7 @@ from dormant.errors import (
     InputError,
     RetryRefused,
     ServerOnly,
+    SessionMoved,
     SessionNotFound,
     StoreError,
     describe_validation,
@@ -74,6 +76,7 @@ __all__ = [
     "RequestRules",
     "SessionsPort",
     "derive_invocation",
+    "finish_request",
     "open_request",
 ]
 
@@ -176,6 +179,28 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
         return opened
     raise StoreError(f"session {sid}: other requests kept landing first ({CLAIM_ATTEMPTS} "
                      "times); try again", retryable=True)
+
+
+def finish_request(host: Host, opened: Opened, reload: Callable[[], Session | None]
+                   ) -> tuple[CommitStatus | None, int | None]:
+    """A request that runs no turn: commit what its inputs recorded that its claim did not
+    (if anything), then write what it asks of the running turn. Returns how it was written
+    (None: nothing to write) and the session's version. Raises :class:`StoreError` when the
+    store could not be written and :class:`SessionMoved` when the inputs no longer fit a
+    newer head."""
+    session = opened.session
+    commit, version = opened.commit, opened.version if opened.commit else session.version
+    if session.dirty:
+        outcome = host.sessions.policy.commit(session)
+        if outcome.status == "failed":
+            raise outcome.error or StoreError(f"session {session.session_id} could not be "
+                                              "written")
+        if outcome.status == "superseded":
+            raise SessionMoved(session.session_id)
+        commit, version = outcome.status, outcome.version
+    if session.control_asks:
+        write_asks(host.store, session, reload)
+    return commit, version
 
 
 def derive_invocation(session_id: str, key: str) -> str:

@@ -15,11 +15,18 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from dormant._commit import Outcome
-from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, record, write_asks
+from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, write_asks
 from dormant._decide import Plan
 from dormant._ids import new_id
 from dormant._inputs import HandlerInput, Input, ResponseOptions, RetryRequest
-from dormant._request import Host, Opened, RequestRules, derive_invocation, open_request
+from dormant._request import (
+    Host,
+    Opened,
+    RequestRules,
+    derive_invocation,
+    finish_request,
+    open_request,
+)
 from dormant._run import run_turn
 from dormant._run.compaction import claim_in
 from dormant._turn_wire import TurnResult
@@ -270,13 +277,10 @@ class TurnStream(Iterator[StreamEvent]):
         plan, session = opened.plan, opened.session
         assert plan.status is not None
         try:
-            commit, version = record(self._config.host.sessions.policy, session,
-                                     self._reload(session))
+            commit, version = finish_request(self._config.host, opened, self._reload(session))
         except DormantError as error:
             self._fail(session.session_id, error)
             return
-        if opened.commit is not None and not commit:  # the claim wrote it all
-            commit, version = opened.commit, opened.version
         self.result = TurnResult(
             session_id=session.session_id, status=plan.status, commit_status=commit,
             invocation_id=self.invocation_id, version=version, queued=plan.queued,

@@ -19,10 +19,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from dormant._control import ControlWatch, record, write_asks
+from dormant._control import ControlWatch, write_asks
 from dormant._ids import new_id, now_ms
 from dormant._inputs import HandlerInput, Input
-from dormant._request import Opened, RequestRules, derive_invocation, open_request
+from dormant._request import (
+    Opened,
+    RequestRules,
+    derive_invocation,
+    finish_request,
+    open_request,
+)
 from dormant._run import TurnInput, run_turn
 from dormant._run.compaction import claim_in
 from dormant._turn import TurnStream
@@ -476,15 +482,14 @@ class InProcessDriver(Driver):
 
     def _finish(self, opened: Opened) -> Outcome:
         """A delivery that runs no turn: commit what it recorded (a claim may have), write
-        what it asks of the running turn (what a handler does, :func:`dormant._control.record`)."""
+        what it asks of the running turn (what a handler does:
+        :func:`dormant._request.finish_request`)."""
         plan, session = opened.plan, opened.session
         assert plan.status is not None
         try:
-            commit, version = record(self.app.sessions.policy, session, self._reload(session))
+            commit, version = finish_request(self.app, opened, self._reload(session))
         except DormantError as error:
             return _error(error)
-        if opened.commit is not None and not commit:
-            commit, version = opened.commit, opened.version
         return TurnResult(session_id=session.session_id, status=plan.status,
                           commit_status=commit, version=version, queued=plan.queued,
                           invocation_id=session.head.open_invocation,
