@@ -44,10 +44,10 @@ from dormant.tools import Signal
 from dormant.types import CommitResult
 
 SID = "race"
-#: The refusals a request that lost a race may get (409 class: it names what happened;
-#: ``conflict``: an inbox op, merged rather than claimed, that no longer fits the newer head).
+#: The refusals a request that lost a race may get (409 class, each naming what happened;
+#: an inbox op is claimed too, so it is never the unnamed ``conflict``).
 REFUSED = frozenset({"not_pending", "already_decided", "already_answered", "not_running",
-                     "session_running", "conflict"})
+                     "session_running"})
 #: Seconds a claim's lease lasts in these tests (the app's clock is the test's).
 LEASE = 5
 

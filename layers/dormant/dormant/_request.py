@@ -52,6 +52,9 @@ from dormant.events import (
     InvocationEnd,
     InvocationResume,
     InvocationStart,
+    QueueEdit,
+    QueueMove,
+    QueueRemove,
     QueueSendNow,
     ResumeEvent,
     RetryEvent,
@@ -89,6 +92,10 @@ CLAIM_ATTEMPTS = 16
 #: What ends or reopens a response: a slice holding one is claimed before anything runs.
 _ENDINGS = (InterruptEvent, InvocationEnd, InvocationResume, QueueSendNow, ResumeEvent,
             RetryEvent, StopRequested, ToolResult)
+#: Inbox ops are claimed too (they run nothing, and cost the one write they would anyway):
+#: one that loses to the drain starting its message decides again, and is refused naming
+#: what happened (``not_pending``: it is no longer queued), not told to send it again.
+_CLAIMED = (*_ENDINGS, QueueEdit, QueueMove, QueueRemove)
 
 
 class SessionsPort(Protocol):
@@ -417,7 +424,7 @@ def _claims(opened: Opened) -> bool:
     turn = opened.turn
     if turn is not None and turn.claimed is not None:
         return True
-    return any(isinstance(event, _ENDINGS) for event in opened.session.new_events)
+    return any(isinstance(event, _CLAIMED) for event in opened.session.new_events)
 
 
 def _claim(host: Host, opened: Opened, lease: float) -> None:
