@@ -322,8 +322,18 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
     head = session.head
     if wake_up and not stranded and not (head.queue and head.free):
         decided.finish("recorded")  # a lease's wake-up, its claim long committed: no-op
-    if not decided.run:
-        return opened
+    if decided.run:
+        _what_runs(host, agent, opened, given, first, fresh)
+    return opened
+
+
+def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
+               first: tuple[tuple[str, str], ...], fresh: str | None) -> None:
+    """The turn a request that runs one runs (``opened.turn``), and what its claim opens
+    first: a retry, a settled step reopened, a queued message's start, a message after the
+    ending it asked for; else a fresh turn, which writes nothing until it ends."""
+    session, decided = opened.session, opened.plan
+    head = session.head
     retry = given.retry.retry_id if given.retry is not None else None
     if head.paused or session.pause_pending:
         opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)  # refused
@@ -376,7 +386,6 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     else:
         opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)
-    return opened
 
 
 def _start(session: Session, opened: Opened, agent: Agent, invocation: str,
