@@ -591,84 +591,79 @@ def test_a_message_while_a_resumed_invocation_runs_waits_in_the_inbox(store: Sto
     assert [e.text for e in session.events if isinstance(e, UserEvent)] == ["book", "breakfast?"]
 
 
-def _died_after_its_claim(app: dormant.App, rest: Any) -> str:
-    """Park on a yielded call, then land the answer's claim as a request would and die
-    before the turn commits (its lease already run out): the invocation is stranded."""
-    rest({"session_id": "dead", "input": {"message": "book"}})
-    session = app.sessions.load("session_dead", turns=None)
-    assert session is not None
-    invocation = session.open_invocation
-    assert invocation is not None
-    session.input.tool(call_id="call_q", input={"answer": "Friday"})
-    session.add_event(dormant.events.InvocationResume(invocation_id=invocation))
-    session.head.lease = app.clock() - 1
-    app.sessions.policy.claim(session)
-    return invocation
+class _Stranding:
+    """An app whose ``ask_guest`` call parks session ``dead``; ``ran`` gets each real run of
+    the tool (its call id). :meth:`die_after_the_claim` lands the answer's claim as a request
+    would and dies before the turn commits."""
+
+    def __init__(self, store: Store, *replies: str) -> None:
+        self.app = app = dormant.App(name="control", store=store)
+        self.ran: list[str] = []
+        ask = app.tool(name="ask_guest", description="ask", schema=Question,
+                       yield_schema=Answer, execute=lambda ctx: self.ran.append(ctx.call_id)
+                       or {"booked": ctx.input.answer})
+        self.model = ScriptedModel([
+            {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]},
+            *replies])
+        self.rest = app.handler.rest(agent=app.agent(name="c", model=self.model, tools=[ask]))
+
+    def die_after_the_claim(self, lease_left_ms: int = -1) -> str:
+        """The invocation, claimed with ``lease_left_ms`` of its lease left (the default: run
+        out, so it is stranded)."""
+        app = self.app
+        self.rest({"session_id": "dead", "input": {"message": "book"}})
+        session = app.sessions.load("session_dead", turns=None)
+        assert session is not None
+        invocation = session.open_invocation
+        assert invocation is not None
+        session.input.tool(call_id="call_q", input={"answer": "Friday"})
+        session.add_event(dormant.events.InvocationResume(invocation_id=invocation))
+        session.head.lease = app.clock() + lease_left_ms
+        assert app.sessions.policy.claim(session).status == "committed"
+        return invocation
+
+    def ends(self) -> list[str]:
+        return [e.status for e in _ledger(self.app, "dead") if isinstance(e, InvocationEnd)]
 
 
 def test_a_stranded_invocation_is_taken_over_by_the_next_request(store: Store) -> None:
-    app = dormant.App(name="control", store=store)
-    ran: list[str] = []
-    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
-                   execute=lambda ctx: ran.append(ctx.call_id) or {"booked": ctx.input.answer})
-    model = ScriptedModel([
-        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]},
-        "Booked for Friday.", "Hello again."])
-    agent = app.agent(name="c", model=model, tools=[ask])
-    rest = app.handler.rest(agent=agent)
-    _died_after_its_claim(app, rest)
-    stranded = app.sessions.get("dead")
-    assert stranded is not None and stranded.head.stranded(app.clock())
+    dead = _Stranding(store, "Booked for Friday.", "Hello again.")
+    dead.die_after_the_claim()
+    stranded = dead.app.sessions.get("dead")
+    assert stranded is not None and stranded.head.stranded(dead.app.clock())
 
-    done = rest({"session_id": "dead", "input": {"message": "hello?", "message_id": "m-2"}})
+    done = dead.rest({"session_id": "dead",
+                      "input": {"message": "hello?", "message_id": "m-2"}})
 
     # the message waits behind the stranded invocation, which this request takes over first
     # (the claimed tool runs, under its call id), then the inbox drains
     assert (done.status, done.drained) == ("queued", ["m-2"])
-    assert ran == ["call_q"]
-    model.assert_consumed()
-    ends = [e.status for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)]
-    assert ends == ["completed", "completed"]
-    session = app.sessions.get("dead")
+    assert dead.ran == ["call_q"]
+    dead.model.assert_consumed()
+    assert dead.ends() == ["completed", "completed"]
+    session = dead.app.sessions.get("dead")
     assert session is not None and session.inbox == [] and session.status == "active"
     assert not session.head.running
 
 
 def test_a_stranded_invocation_can_be_interrupted(store: Store) -> None:
-    app = dormant.App(name="control", store=store)
-    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
-                   execute=lambda ctx: {"booked": ctx.input.answer})
-    agent = app.agent(name="c", model=ScriptedModel([
-        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]}]),
-        tools=[ask])
-    rest = app.handler.rest(agent=agent)
-    invocation = _died_after_its_claim(app, rest)
+    dead = _Stranding(store)
+    invocation = dead.die_after_the_claim()
 
-    done = rest({"session_id": "dead", "input": {"interrupt": {"owner": invocation}}})
+    done = dead.rest({"session_id": "dead", "input": {"interrupt": {"owner": invocation}}})
 
     assert done.status == "interrupted"
-    ends = [e.status for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)]
-    assert ends == ["interrupted"]
+    assert dead.ends() == ["interrupted"]
 
 
 def test_a_live_claimed_invocation_is_not_interrupted(store: Store) -> None:
-    app = dormant.App(name="control", store=store)
-    ask = app.tool(name="ask_guest", description="ask", schema=Question, yield_schema=Answer,
-                   execute=lambda ctx: {"booked": ctx.input.answer})
-    agent = app.agent(name="c", model=ScriptedModel([
-        {"tool_calls": [{"name": "ask_guest", "args": {"q": "?"}, "id": "call_q"}]}]),
-        tools=[ask])
-    rest = app.handler.rest(agent=agent)
-    invocation = _died_after_its_claim(app, rest)
-    session = app.sessions.load("session_dead", turns=None)
-    assert session is not None
-    session.head.lease = app.clock() + 60_000  # its claimer is alive and within its lease
-    assert app.sessions.policy.claim(session).status == "committed"
+    live = _Stranding(store)
+    invocation = live.die_after_the_claim(lease_left_ms=60_000)  # its claimer is within it
 
-    done = rest({"session_id": "dead", "input": {"interrupt": {"owner": invocation}}})
+    done = live.rest({"session_id": "dead", "input": {"interrupt": {"owner": invocation}}})
 
     assert (done.status, done.code) == ("error", "session_running")
-    assert [e for e in _ledger(app, "dead") if isinstance(e, InvocationEnd)] == []
+    assert live.ends() == []
 
 
 def test_a_turn_whose_redelivery_was_queued_meanwhile_takes_its_message_out_of_the_inbox(
