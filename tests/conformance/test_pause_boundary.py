@@ -17,10 +17,13 @@ from typing import Any
 from pydantic import BaseModel
 
 import dormant
-from dormant.events import AssistantEvent, Event, InvocationEnd, InvocationStart, UserEvent
+from dormant.events import AssistantEvent, InvocationEnd, InvocationStart, UserEvent
 from dormant.handlers import RestResponse, TurnResult
 from dormant.models import ScriptedModel
 from dormant.stores import Store
+
+from ._ledger import ledger as _ledger
+from ._ledger import types as _types
 
 #: Far longer than the turn takes: the background poller never reads during it.
 POLL_INTERVAL = 5.0
@@ -30,14 +33,6 @@ class Note(BaseModel):
     note: str
 
 
-def _types(events: list[Event]) -> list[str]:
-    return [e.type for e in events if e.type != "state_delta"]
-
-
-def _ledger(app: dormant.App, session_id: str) -> list[Event]:
-    session = app.sessions.get(session_id)
-    assert session is not None
-    return session.events
 
 
 def _agent(store: Store, replies: list[Any],

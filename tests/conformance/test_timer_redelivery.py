@@ -28,6 +28,8 @@ from dormant.schedulers import RecordingScheduler, TimerDelivery
 from dormant.schedulers.local import _problem
 from dormant.stores import Store
 
+from ._ledger import ledger as _ledger
+
 FIRE_AT = datetime(2030, 1, 4, 9, tzinfo=UTC)
 
 
@@ -85,11 +87,6 @@ def _message_timer(app: dormant.App, session: dormant.Session) -> TimerDelivery:
     (timer,) = session.timers
     return timer
 
-
-def _ledger(app: dormant.App, session_id: str) -> list[Any]:
-    session = app.sessions.get(session_id)
-    assert session is not None
-    return list(session.events)
 
 
 def _assert_a_clean_no_op(loser: TurnResult, race: Race, app: dormant.App,

@@ -14,11 +14,13 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant.events import AssistantEvent, Event, InvocationEnd, ToolResult, UserEvent
+from dormant.events import AssistantEvent, InvocationEnd, ToolResult, UserEvent
 from dormant.handlers import HandlerInput, TurnResult, TurnStream
 from dormant.models import ScriptedModel
 from dormant.stores import Store
 
+from ._ledger import ledger as _ledger
+from ._ledger import types as _types
 from .conftest import STORE_FACTORIES
 
 WAIT = 10  # seconds a thread may take before the test fails instead of hanging
@@ -44,14 +46,6 @@ class Slow(BaseModel):
     seconds: float
 
 
-def _types(events: list[Event]) -> list[str]:
-    return [e.type for e in events if e.type != "state_delta"]
-
-
-def _ledger(app: dormant.App, session_id: str) -> list[Event]:
-    session = app.sessions.get(session_id)
-    assert session is not None
-    return session.events
 
 
 class Running:
