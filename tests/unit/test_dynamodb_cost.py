@@ -194,7 +194,9 @@ def test_an_ordinary_turn_writes_one_item_of_at_most_two_write_units(
 CLOSE = {"name": "close_ticket", "args": {"ticket_id": "T-7"}, "id": "call_close"}
 
 
-def test_an_approval_turn_claims_the_decision_before_the_tool_runs(store: DynamoDBStore) -> None:
+def _closing(store: DynamoDBStore) -> tuple[dormant.App, Wire, dormant.Tool]:
+    """An app on ``store``, its wire, and a ``close_ticket`` tool that marks on the wire when
+    it runs."""
     app = dormant.App(name="cost", store=store)
     wire = Wire(store._client)
 
@@ -202,8 +204,12 @@ def test_an_approval_turn_claims_the_decision_before_the_tool_runs(store: Dynamo
         wire.tool_ran()
         return {"ticket_id": ctx.args.ticket_id, "closed": True}
 
-    tool = app.tool(name="close_ticket", description="Close a ticket", schema=Ticket,
-                    execute=close_ticket)
+    return app, wire, app.tool(name="close_ticket", description="Close a ticket",
+                               schema=Ticket, execute=close_ticket)
+
+
+def test_an_approval_turn_claims_the_decision_before_the_tool_runs(store: DynamoDBStore) -> None:
+    app, wire, tool = _closing(store)
     model = ScriptedModel([{"tool_calls": [CLOSE]}, "Closed T-7."])
     rest = app.handler.rest(agent=app.agent(name="support", model=model, tools=[tool],
                                             tool_approval={"close_ticket": "user-approval"}))
@@ -416,15 +422,7 @@ def test_each_step_boundary_reads_the_control_record_once(
     """Two tool steps, then the answer: one ``GetItem`` at each of the two boundaries (the
     turn ends well within the poll interval, so the background poller never reads), and
     nothing else beyond one read and one write; with polling off, not even those."""
-    app = dormant.App(name="cost", store=store)
-    wire = Wire(store._client)
-
-    def close_ticket(ctx: dormant.ToolContext) -> dict[str, Any]:
-        wire.tool_ran()
-        return {"ticket_id": ctx.args.ticket_id, "closed": True}
-
-    tool = app.tool(name="close_ticket", description="Close a ticket", schema=Ticket,
-                    execute=close_ticket)
+    app, wire, tool = _closing(store)
     model = ScriptedModel([{"tool_calls": [CLOSE]},
                            {"tool_calls": [{**CLOSE, "id": "call_close_2"}]}, "Closed T-7."])
     options = {} if poll_interval is None else {"poll_interval": poll_interval}
