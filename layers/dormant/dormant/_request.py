@@ -408,7 +408,7 @@ def _turn(decided: Plan, given: Input, invocation_id: str | None,
     retry = given.retry.retry_id if given.retry is not None else None
     return TurnInput(message=decided.message, message_id=decided.message_id,
                      state=given.state, invocation_id=invocation_id, retry_id=retry,
-                     resume_paused=decided.continue_paused, first=first)
+                     first=first)
 
 
 def _empty(given: Input) -> bool:

@@ -95,13 +95,8 @@ class TurnInput:
     invocation_id: str | None = None
     #: Rerun the failed invocation's failed model call; lands once per id.
     retry_id: str | None = None
-    #: The handler's claim already reopened the parked invocation (``invocation_resume`` is
-    #: committed): settle its step without reopening it again.
-    resumed: bool = False
     #: The message comes from the session's inbox (its id landed when it was queued).
     dequeued: bool = False
-    #: The session was resumed (``resume`` is in the slice): its paused invocation carries on.
-    resume_paused: bool = False
     #: Steers whose invocation ended without taking them: ``(id, text)``, run first as
     #: ordinary messages.
     first: tuple[tuple[str, str], ...] = ()
@@ -146,7 +141,7 @@ def run_turn(
 def _start(run: RunState, turn: TurnInput) -> Stream:
     """Check the input eagerly (so a refusal raises before anything is yielded)."""
     head = run.session.head
-    if turn.resumed or turn.resume_paused or turn.claimed is not None:
+    if turn.claimed is not None:
         return _guarded(run, turn)
     if turn.message is None and turn.retry_id is None and head.queue and head.free:
         first = head.queue[0]  # the inbox's next message
@@ -305,19 +300,13 @@ def _body(run: RunState, turn: TurnInput) -> Stream:
     run.trigger = run.session.new_events[-1] if run.session.new_events else None
     if turn.claimed is not None:
         return (yield from _carry_on(run, turn))
-    if turn.resume_paused:
-        run.invocation_id = head.open_invocation
-        return (yield from _loop(run))
-    if turn.resumed:
-        run.invocation_id = head.open_invocation
-        resuming_tools = True
-    elif turn.retry_id is not None:
+    if turn.retry_id is not None:
         run.invocation_id = head.open_invocation
         retry = RetryEvent(invocation_id=run.invocation_id, retry_id=turn.retry_id)
         run.trigger = retry
         yield run.emit(retry)
         return (yield from _loop(run))
-    elif turn.message is not None:
+    if turn.message is not None:
         if head.parked == "message":
             run.invocation_id = head.open_invocation
             yield from _users(run, turn)
