@@ -580,6 +580,10 @@ def test_join_idle_times_out_while_a_request_runs() -> None:
         worker.close()
 
 
+class _Died(BaseException):
+    """The request's process died (nothing catches it, as nothing catches a kill)."""
+
+
 def test_get_session_says_when_a_claimed_invocation_runs_and_when_it_is_stranded() -> None:
     """``running`` while a claim's turn runs; ``stranded`` once its lease ran out (its request
     died); gone once the next request took it over and ended it."""
@@ -606,6 +610,22 @@ def test_get_session_says_when_a_claimed_invocation_runs_and_when_it_is_stranded
     now[0] += 6_000
     _, listed = _call(resolver, _event("GET", "/sessions", query={"detail": "true"}))
     assert listed["sessions"][0]["running"]["stranded"] is True
+
+    # a takeover whose request dies too (before its model answers): being recovered
+    model = agent.model
+    assert model is not None
+
+    def dies(request: Any, *, signal: Any) -> Any:
+        agent.model.stream = model.stream  # type: ignore[union-attr, method-assign]
+        raise _Died
+
+    agent.model.stream = dies  # type: ignore[method-assign]
+    with pytest.raises(_Died):
+        _call(resolver, _event("POST", "/turns", {"sessionId": "r1"}))
+    _, recovering = _call(resolver, _event("GET", "/sessions/r1"))
+    assert recovering["running"]["takeovers"] == 1
+    assert recovering["running"]["stranded"] is False  # the takeover's own lease
+    now[0] = recovering["running"]["leaseUntil"] + 1
 
     status, taken = _call(resolver, _event("POST", "/turns", {"sessionId": "r1"}))
 
