@@ -143,8 +143,8 @@ class Opened:
     """A request, opened: its ``session`` (inputs applied, claim committed), the ``plan``
     (what it does), the ``turn`` to run (None: none runs; ``plan.status`` says what it
     ended as), the events its claim committed (a stream shows them first), what the claim
-    wrote, the invocation it runs on, stopped or continues (None: a fresh one), and the head
-    at the request's start (when asked for)."""
+    wrote, the invocation it runs on, stopped or continues (None: a fresh one), whether it
+    takes a stranded invocation over, and the queued message it starts."""
 
     session: Session
     plan: Plan
@@ -153,7 +153,6 @@ class Opened:
     commit: CommitStatus | None = None
     version: int | None = None
     invocation_id: str | None = None
-    start_head: Head | None = None
     recovering: bool = False
     #: The queued message the claim started (the inbox's next one), if any.
     dequeued: str | None = None
@@ -299,10 +298,8 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
                                reason=decision.reason)
     for answer in given.tools or ():
         session.input.tool(call_id=answer.call_id, input=answer.input)
-    start = None
     if on_start is not None:
-        start = session.head.model_copy(deep=True)
-        on_start(start)
+        on_start(session.head.model_copy(deep=True))
     # the clock is read only when a claimed invocation runs (an ordinary turn reads it once,
     # for its message's stamp)
     now = host.clock() if session.head.running else None
@@ -311,12 +308,12 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
         # its claimer died: this request takes the invocation over (before anything else,
         # a pause waiting in the record included: the taken-over turn pauses at a boundary)
         head = session.head
-        return Opened(session, Plan(), start_head=start, recovering=True,
+        return Opened(session, Plan(), recovering=True,
                       invocation_id=head.open_invocation,
                       turn=TurnInput(claimed="recover", invocation_id=head.open_invocation))
     decided = plan(session, given, now=now,
                    holds=lambda mid: sessions.holds_message(session, mid))
-    opened = Opened(session, decided, start_head=start, invocation_id=decided.stopped)
+    opened = Opened(session, decided, invocation_id=decided.stopped)
     if decided.invocation_key is not None:
         opened.invocation_id = derive_invocation(session.session_id, decided.invocation_key)
     head = session.head

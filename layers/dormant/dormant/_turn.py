@@ -16,7 +16,6 @@ from pydantic import BaseModel, ValidationError
 
 from dormant._commit import Outcome
 from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, write_asks
-from dormant._decide import Plan
 from dormant._ids import new_id
 from dormant._inputs import HandlerInput, Input, ResponseOptions, RetryRequest
 from dormant._request import (
@@ -141,7 +140,6 @@ class TurnStream(Iterator[StreamEvent]):
         #: reads them for its opening snapshots and run ids).
         self.session: Session | None = None
         self.start_head: Head | None = None
-        self._plan = Plan()
         self._seq = 0
         #: False for the turns a drain runs (the outer request drains; they do not).
         self.drains = True
@@ -209,7 +207,6 @@ class TurnStream(Iterator[StreamEvent]):
         session = opened.session
         self.session_id = session.session_id
         self.session = session
-        self._plan = opened.plan
         self.dequeued, self.recovered = opened.dequeued, opened.recovering
         if opened.invocation_id is not None:
             self.invocation_id = opened.invocation_id
