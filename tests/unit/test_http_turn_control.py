@@ -616,10 +616,10 @@ def test_get_session_says_when_a_claimed_invocation_runs_and_when_it_is_stranded
     assert model is not None
 
     def dies(request: Any, *, signal: Any) -> Any:
-        agent.model.stream = model.stream  # type: ignore[union-attr, method-assign]
+        del model.stream  # once: the class's stream answers from here on
         raise _Died
 
-    agent.model.stream = dies  # type: ignore[method-assign]
+    model.stream = dies  # type: ignore[method-assign]
     with pytest.raises(_Died):
         _call(resolver, _event("POST", "/turns", {"sessionId": "r1"}))
     _, recovering = _call(resolver, _event("GET", "/sessions/r1"))
