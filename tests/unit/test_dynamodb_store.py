@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import string
 from collections.abc import Iterator
 from typing import Any
@@ -144,6 +145,44 @@ def test_from_env_reads_table_bucket_and_ttl(aws: None) -> None:
         DynamoDBStore.from_env({})
 
 
+def test_dormant_offload_above_sends_a_large_tool_result_to_s3(aws: None) -> None:
+    """``DORMANT_OFFLOAD_ABOVE`` (bytes) reaches the store: a 900 KB tool result is an S3
+    object and a small version item, not parts of a transaction; unset, it stays in the
+    table."""
+    env = {"DORMANT_TABLE": TABLE, "DORMANT_BUCKET": BUCKET, "DORMANT_OFFLOAD_ABOVE": "65536"}
+    store = DynamoDBStore.from_env(env)
+    store.ensure_table()
+    app, sid = _big_tool_turn(store, 900_000)
+    assert _result_of(app, sid) == _noise(900_000)
+    objects = boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert [o["Key"].startswith("ledger/session_big/") for o in objects] == [True]
+    assert all(layout.item_size(item) < 5_000 for item in _items(sid))
+
+    unset = DynamoDBStore.from_env({**env, "DORMANT_OFFLOAD_ABOVE": "0"})
+    before = {item["sk"]["S"] for item in _items(sid)}
+    app, sid = _big_tool_turn(unset, 900_000)  # the same session, one more turn
+    assert len(boto3.client("s3").list_objects_v2(Bucket=BUCKET)["Contents"]) == 1
+    assert max(layout.item_size(item) for item in _items(sid)
+               if item["sk"]["S"] not in before) > 300_000
+
+
+@pytest.mark.parametrize("value", ["64KB", "-1", "1.5", "1e6", "²"])
+def test_a_bad_dormant_offload_above_is_a_clear_config_error(value: str) -> None:
+    env = {"DORMANT_TABLE": TABLE, "DORMANT_BUCKET": BUCKET, "DORMANT_OFFLOAD_ABOVE": value}
+    with pytest.raises(ConfigError, match=r"DORMANT_OFFLOAD_ABOVE must be a whole number "
+                                          r"of bytes .*got '" + re.escape(value)):
+        DynamoDBStore.from_env(env)
+
+
+def test_dormant_offload_above_needs_a_bucket_and_offload_above_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="DORMANT_BUCKET is not set"):
+        DynamoDBStore.from_env({"DORMANT_TABLE": TABLE, "DORMANT_OFFLOAD_ABOVE": "1000"})
+    for bad in (0, -5, True, 1.5):
+        with pytest.raises(ConfigError, match="offload_above must be a positive number"):
+            DynamoDBStore(TABLE, client=object(), bucket=BUCKET,  # type: ignore[arg-type]
+                          offload_above=bad)  # type: ignore[arg-type]
+
+
 def test_a_commit_writes_one_version_item_and_a_guard_per_client_message_id(
         aws: None) -> None:
     store = _store()
@@ -156,7 +195,10 @@ def test_a_commit_writes_one_version_item_and_a_guard_per_client_message_id(
     items = {item["sk"]["S"]: item for item in _items("session_layout")}
     assert sorted(items) == ["#o#m:m-1", "#o#m:m-2", "e#v0000000001", "e#v0000000002"]
     second = items["e#v0000000002"]
-    assert second["own"] == {"S": "p:alice"} and "ver" not in second
+    # In list's index: the session's first item only (the second names when that was).
+    assert items["e#v0000000001"]["own"] == {"S": "p:alice"}
+    assert "own" not in second and "ver" not in second
+    assert second["li"] == items["e#v0000000001"]["ua"]
     doc = codec.unpack(second["b"]["B"])
     assert [e["text"] for e in codec.decode_events(doc.get("i"), doc["ev"])] == [
         "one", "two", "three"]
@@ -167,6 +209,130 @@ def test_a_commit_writes_one_version_item_and_a_guard_per_client_message_id(
     assert store.has_once("session_layout", "m:m-1") and store.has_once(
         "session_layout", f"m:{minted}")
     assert not store.has_once("session_layout", f"m:{minted}0")
+
+
+@pytest.mark.parametrize("ids", [97, 98, 99, 100, 101])
+def test_client_message_ids_fill_the_transaction_to_its_hundred_actions(
+        aws: None, ids: int) -> None:
+    """A commit is its version item and a guard per client message id: 99 ids make exactly
+    DynamoDB's 100 actions and land; one more is refused before anything is written (no S3
+    object either), naming the guards and the limit."""
+    store = _store(bucket=BUCKET)
+    app = dormant.App(store=store)
+    app.sessions.create("many")
+    session = app.sessions.get("many")
+    assert session is not None
+    for n in range(ids):
+        session.input.message(f"message {n}", id=f"client-{n}")
+    sent: list[int] = []
+    store._client.meta.events.register(
+        "provide-client-params.dynamodb.TransactWriteItems",
+        lambda params, **_: sent.append(len(params["TransactItems"])))
+    if ids <= 99:
+        assert app.sessions.commit(session).ok
+        assert sent == [ids + 1]
+        guards = {i["sk"]["S"] for i in _items("session_many") if i["sk"]["S"].startswith("#o#")}
+        assert guards == {f"#o#m:client-{n}" for n in range(ids)}
+        loaded = app.sessions.get("many")
+        assert loaded is not None and len(loaded.events) == ids
+        return
+    with pytest.raises(StoreError, match=rf"carries {ids} client message or retry ids.*"
+                                         rf"{ids + 1} actions, over DynamoDB's 100 per "
+                                         r"transaction; commit at most 99 such ids") as raised:
+        app.sessions.commit(session)
+    assert raised.value.retryable is False
+    assert "S3" not in str(raised.value)
+    assert sent == []
+    assert [i["sk"]["S"] for i in _items("session_many")] == ["e#v0000000001"]
+    assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")
+
+
+def test_the_owner_index_gets_an_entry_per_session_and_quarter_hour_not_per_turn(
+        aws: None, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Turns within ``LIST_REFRESH_MS`` of a session's last index entry write no index entry
+    (DynamoDB Local's ReturnConsumedCapacity=INDEXES says so; moto reports no index
+    capacity, so there the items say it); the listing stays newest first with each session's
+    true version, status and time, across an old entry and a deletion."""
+    local = request.node.callspec.params["aws"] == "dynamodb-local"
+    clock = [1_800_000_000_000]
+    monkeypatch.setattr("dormant.stores._base.now_ms", lambda: clock[0])
+    store = _store()
+    index_units: list[float] = []
+
+    def capacity(params: dict[str, Any], **_: Any) -> None:
+        params["ReturnConsumedCapacity"] = "INDEXES"
+
+    def consumed(parsed: dict[str, Any], **_: Any) -> None:
+        entries = parsed.get("ConsumedCapacity") or []
+        index_units.append(sum(
+            i.get("CapacityUnits", 0.0)
+            for entry in (entries if isinstance(entries, list) else [entries])
+            for i in entry.get("GlobalSecondaryIndexes", {}).values()))
+
+    for op in ("PutItem", "TransactWriteItems"):
+        store._client.meta.events.register(f"provide-client-params.dynamodb.{op}", capacity)
+        store._client.meta.events.register(f"after-call.dynamodb.{op}", consumed)
+    app = dormant.App(store=store)
+    old = app.sessions.create("old", owner="alice")  # its only entry: now
+    index_units.clear()
+    for n in range(5):
+        clock[0] += 60_000
+        old.input.message(f"turn {n}")
+        assert app.sessions.commit(old).ok
+    assert index_units == [0.0] * 5  # five turns, no index write
+    assert [("own" in i, "li" in i) for i in _items("session_old")] == [
+        (True, False)] + [(False, True)] * 5
+    clock[0] += layout.LIST_REFRESH_MS  # the next turn renews the entry: one index write
+    old.input.message("later")
+    assert app.sessions.commit(old).ok
+    assert index_units[-1] == (1.0 if local else 0.0)
+    assert "own" in _items("session_old")[-1]
+
+    clock[0] += 60_000
+    new = app.sessions.create("new", owner="alice")
+    for n in range(3):
+        clock[0] += 1_000
+        new.input.message(f"new {n}")
+        assert app.sessions.commit(new).ok
+    clock[0] += 60_000
+    old.input.message("old again")  # its entry is older than "new"'s, its session is not
+    assert app.sessions.commit(old).ok
+    entries = [i for i in _items("session_old") if "own" in i]
+    assert len(entries) == 2 and len(_items("session_old")) == 8
+
+    listed = app.sessions.list(principal="alice")
+    assert [(s.session_id, s.version, s.updated_at) for s in listed] == [
+        ("session_old", old.version, clock[0]), ("session_new", new.version, clock[0] - 60_000)]
+    assert [s.session_id for s in app.sessions.list(principal="alice", limit=1)] == [
+        "session_old"]
+    assert [s.session_id for s in app.sessions.list()] == ["session_old", "session_new"]
+    assert app.sessions.list(principal="bob") == []
+    assert app.sessions.delete("old") is True
+    assert [s.session_id for s in app.sessions.list(principal="alice")] == ["session_new"]
+
+
+@pytest.mark.parametrize("ids", [97, 98, 99])
+def test_item_parts_count_among_the_hundred_actions(aws: None, ids: int) -> None:
+    """A 900 KB message (about 700 KB deflated) is a version item and one part: beside 97 or
+    98 guards that is 99 or 100 actions and stays in the table; beside 99 it would be 101,
+    so it goes to S3 instead."""
+    store = _store(bucket=BUCKET)
+    app = dormant.App(store=store)
+    app.sessions.create("parts")
+    session = app.sessions.get("parts")
+    assert session is not None
+    for n in range(ids):
+        session.input.message(f"message {n}", id=f"client-{n}")
+    session.input.message(_noise(900_000))
+    sent: list[int] = []
+    store._client.meta.events.register(
+        "provide-client-params.dynamodb.TransactWriteItems",
+        lambda params, **_: sent.append(len(params["TransactItems"])))
+    assert app.sessions.commit(session).ok
+    objects = boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents", [])
+    assert (sent, len(objects)) == (([ids + 2], 0) if ids < 99 else ([ids + 1], 1))
+    loaded = app.sessions.get("parts")
+    assert loaded is not None and loaded.events[-1].text == _noise(900_000)
 
 
 # --- any event size ------------------------------------------------------------------------------

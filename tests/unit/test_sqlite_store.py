@@ -192,7 +192,9 @@ def test_a_schema_3_file_gains_version_ends_and_forks_what_it_can(tmp_path: Path
     conn.close()
     with pytest.raises(dormant.InputError, match="version 1 is not in the store"):
         app.sessions.fork("old", at_version=1)
-    fork = app.sessions.fork("old", new_session_id="old-2")
+    app.sessions.fork("old", new_session_id="old-2")
+    fork = app.sessions.get("old-2")
+    assert fork is not None
     assert [e.text for e in fork.events if isinstance(e, UserEvent)] == ["one", "two"]
     assert store.version_end("session_old-2", 1) == 2
     store.close()

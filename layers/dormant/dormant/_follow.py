@@ -7,12 +7,19 @@ began (:attr:`dormant._head.Head.commit_seqs`), so the answer starts exactly at 
 ``after + 1``. A version older than that window cannot be placed: the feed is then the whole
 ledger with ``resync`` set, and the client replaces what it holds.
 
+Feeds page: at most ``limit`` events (:data:`DEFAULT_LIMIT`, at most :data:`MAX_LIMIT`), and
+``next``, a cursor, when more follow (:func:`encode_cursor`: ``"V"`` or ``"V.K"``, the events
+``K`` past version ``V``'s end). A store with ``read_page`` (all of dormant's) reads only the
+page, whatever the session's age; the position of a version comes from the store then, so
+any ``after`` is placed, however old.
+
 Pure library code: no HTTP framework here.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -28,10 +35,17 @@ if TYPE_CHECKING:
     from dormant.app import App
     from dormant.types import StoredSession
 
-__all__ = ["DEFAULT_POLL", "Feed", "events_after", "start_of"]
+__all__ = ["CURSOR_PATTERN", "DEFAULT_LIMIT", "DEFAULT_POLL", "MAX_LIMIT", "Feed", "decode_cursor",
+           "encode_cursor", "events_after", "page_after", "start_of"]
 
 #: How often a waiting :func:`events_after` re-reads the head (seconds).
 DEFAULT_POLL = 0.25
+#: Events in a feed unless asked for fewer, and the most one may ask for.
+DEFAULT_LIMIT = 200
+MAX_LIMIT = 1000
+#: What a cursor looks like on the wire (``encode_cursor``).
+CURSOR_PATTERN = r"^[0-9]{1,12}(\.[0-9]{1,12})?$"
+_CURSOR = re.compile(CURSOR_PATTERN)
 
 
 class Feed(BaseModel):
@@ -49,6 +63,10 @@ class Feed(BaseModel):
     resync: bool = Field(
         default=False, description="True: `events` is the whole ledger (the version asked "
         "about is older than the head remembers); replace what you hold.")
+    next: str | None = Field(
+        default=None, description="More events follow: ask again with `cursor` set to "
+        "this (`version` is then the session's, not yet yours). Null: you have every "
+        "event up to `version`.")
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, mode="json")
@@ -66,20 +84,46 @@ def start_of(head: Head, after: int) -> int | None:
     return head.commit_seqs[index]
 
 
+def encode_cursor(after: int, skip: int) -> str:
+    """The wire form of a page's start: ``skip`` events after version ``after``'s end."""
+    return str(after) if skip == 0 else f"{after}.{skip}"
+
+
+def decode_cursor(cursor: str) -> tuple[int, int]:
+    """``(after, skip)`` of a cursor :func:`encode_cursor` made; :class:`InputError` for
+    anything else."""
+    if not isinstance(cursor, str) or not _CURSOR.match(cursor):
+        raise InputError(f"cursor must be a `next` this API answered (like 12 or 12.3), "
+                          f"not {cursor!r}")
+    after, _, skip = cursor.partition(".")
+    return int(after), int(skip or 0)
+
+
+def _check_page(skip: int, limit: int) -> None:
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise InputError(f"skip must be an integer >= 0, not {skip!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InputError(f"limit must be an integer from 1 to {MAX_LIMIT}, not {limit!r}")
+
+
 def events_after(app: App, session_id: str, after: int, *, wait: float = 0.0,
                  principal: str | None = None, poll: float = DEFAULT_POLL,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> Feed:
-    """The committed events of ``session_id`` after version ``after``.
+                 clock: Callable[[], float] = time.monotonic,
+                 skip: int = 0, limit: int = DEFAULT_LIMIT) -> Feed:
+    """The committed events of ``session_id`` after version ``after`` (from ``skip`` events
+    past its end: a cursor's second part), at most ``limit`` of them; ``next`` says where
+    the next page starts when more follow.
 
     While the session is at ``after`` (or below), waits up to ``wait`` seconds for a commit,
     re-reading the head every ``poll`` seconds; still nothing then: an empty feed at the
     current version. Raises :class:`SessionNotFound` for no such session, or one owned by
     another ``principal`` (None: not scoped), and :class:`InputError` for a negative
-    ``after``, ``wait`` or ``poll``.
+    ``after``, ``wait``, ``poll`` or ``skip``, or a ``limit`` outside 1 … :data:`MAX_LIMIT`.
     """
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise InputError(f"after must be a version (an integer >= 0), not {after!r}")
+    _check_page(skip, limit)
     if not (math.isfinite(wait) and wait >= 0):
         raise InputError(f"wait must be a number of seconds >= 0, not {wait!r}")
     if not (math.isfinite(poll) and poll > 0):
@@ -93,7 +137,30 @@ def events_after(app: App, session_id: str, after: int, *, wait: float = 0.0,
             return _feed(head, [], resync=False)
         sleep(min(poll, left))
         head = _head(app, sid, principal)
-    return _read(app, sid, head, after, principal)
+    return page_after(app, head, after, skip=skip, limit=limit, principal=principal)
+
+
+def page_after(app: App, head: Head, after: int, *, skip: int = 0, limit: int = DEFAULT_LIMIT,
+               principal: str | None = None) -> Feed:
+    """The feed after ``after`` (and ``skip``) up to ``head``, a head the caller read and may
+    see: the store's ``read_page`` when it has one and places ``after``, else a ledger read
+    cut to the page."""
+    _check_page(skip, limit)
+    sid = head.session_id
+    if head.version <= after:
+        return _feed(head, [], resync=False)
+    reader = getattr(app.store, "read_page", None)
+    page = reader(head, after, skip, limit) if reader is not None else None
+    if page is not None:
+        feed = _feed(head, page.events, resync=False)
+        feed.next = encode_cursor(*page.next) if page.next is not None else None
+        return feed
+    feed = _read(app, sid, head, after, principal)
+    events = feed.events[skip:]
+    feed.events = events[:limit]
+    if len(events) > limit:  # a resync's events start at 0: its cursor counts from there
+        feed.next = encode_cursor(0 if feed.resync else after, skip + limit)
+    return feed
 
 
 def _head(app: App, sid: str, principal: str | None) -> Head:

@@ -27,7 +27,7 @@ from dormant.errors import InputError
 from dormant.events import Event
 from dormant.types import StoredSession
 
-__all__ = ["fork_head", "fork_lineage"]
+__all__ = ["fork_head", "fork_lineage", "fork_of_head"]
 
 
 def fork_lineage(source: Head, version: int, end: int) -> list[dict[str, Any]]:
@@ -68,4 +68,23 @@ def fork_head(source: StoredSession, version: int, end: int, session_id: str,
     head.control_rev = 0  # the fork has no control record yet
     head.lineage = fork_lineage(source.head, version, end)
     head.fork_of = {"session": source.head.session_id, "version": version, "seq": end}
+    return head
+
+
+def fork_of_head(source: Head, session_id: str, owner: str | None) -> Head:
+    """The head of a new fork of ``source`` at its current version, from that head alone (no
+    event read): what :func:`fork_head` folds from the events up to there is the head as it
+    stands, less what belongs to the source alone (its id, owner, times, timers, control
+    revision, commit positions, lineage); not yet written (version 0)."""
+    stamp = now_ms()
+    head = source.clone()
+    head.session_id, head.principal = session_id, owner
+    head.created_at = head.updated_at = stamp
+    head.version = 0
+    head.timers = {}  # the source's timers fire for the source
+    head.control_rev = 0  # the fork has no control record yet
+    head.commit_seqs = []
+    head.lineage = fork_lineage(source, source.version, source.seq)
+    head.fork_of = {"session": source.session_id, "version": source.version,
+                    "seq": source.seq}
     return head

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from dormant._commit import CommitPolicy
 from dormant._control import write_asks
-from dormant._fork import fork_head
+from dormant._fork import fork_head, fork_of_head
 from dormant._ids import now_ms
 from dormant._run import TurnInput, drain, run_turn
 from dormant.agent import (
@@ -158,7 +158,8 @@ class Sessions:
         return self._store.has_once(session.session_id, "m:" + message_id)
 
     def fork(self, session_id: str, at_version: int | None = None,
-             new_session_id: str | None = None, *, owner: str | None = None) -> Session:
+             new_session_id: str | None = None, *, owner: str | None = None,
+             history: bool = True) -> Session:
         """A new session whose history is ``session_id``'s up to ``at_version`` (default: its
         current version), copy-on-write: the fork reads the source's events and writes only
         its own, so writes to either never appear in the other. Edit-and-resend is a fork at
@@ -167,12 +168,16 @@ class Sessions:
         ``owner``: the principal asking (the public API passes it): the source must be theirs
         (else :class:`SessionNotFound`) and the fork is owned by them; without it (trusted
         code) the fork has the source's owner. ``new_session_id``: the fork's id (minted when
-        None; ``InputError`` if taken)."""
+        None; ``InputError`` if taken). ``history=False`` returns the fork's head alone (its
+        events are read on its next load): a fork of the current version then reads the
+        source's head and nothing more, whatever the session's age (``POST
+        /sessions/{id}/fork`` does this)."""
         sid = normalize_session_id(session_id)
         new_sid = normalize_session_id(new_session_id) if new_session_id else mint_session_id()
         if owner is not None and (not isinstance(owner, str) or not owner):
             raise ValueError(f"owner must be a non-empty string, got {owner!r}")
-        source = self._store.load(sid, turns=None)
+        # The head alone (no events) says the version; a fork of it folds nothing more.
+        source = self._store.load(sid, turns=0)
         if source is None or not source.head.visible_to(owner):
             raise SessionNotFound(sid)
         head = source.head
@@ -180,16 +185,27 @@ class Sessions:
         if isinstance(at, bool) or not isinstance(at, int) or not 1 <= at <= head.version:
             raise InputError(f"session {sid} has versions 1-{head.version}; cannot fork at "
                              f"{at_version!r}")
-        end = head.seq if at == head.version else self._store.version_end(sid, at)
-        if end is None:
-            raise InputError(f"session {sid}: version {at} is not in the store any more")
-        fork = fork_head(source, at, end, new_sid, owner if owner is not None
-                         else head.principal)
+        owned = owner if owner is not None else head.principal
+        if at == head.version:
+            end = head.seq
+            fork = fork_of_head(head, new_sid, owned)
+        else:  # an earlier head is folded afresh from the events up to it
+            whole = self._store.load(sid, turns=None)
+            ends = self._store.version_end(sid, at)
+            if whole is None or ends is None:
+                raise InputError(f"session {sid}: version {at} is not in the store any more")
+            end = ends
+            fork = fork_head(whole, at, end, new_sid, owned)
         result = self._store.fork(fork)
         if not result.ok:
             raise SessionExists(new_sid)
         written = fork.model_copy(update={"version": result.version})
-        return Session.from_stored(StoredSession(written, list(source.events[:end]), 0))
+        if history:
+            loaded = self._store.load(new_sid)
+            if loaded is not None:
+                return Session.from_stored(loaded)
+        # The fork's head; its history is the source's, read on its next load.
+        return Session.from_stored(StoredSession(written, [], end))
 
     def delete(self, session_id: str) -> bool:
         """Delete the session. Its forks keep working: what they read of it is kept, out of

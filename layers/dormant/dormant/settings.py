@@ -21,6 +21,7 @@ class ENV:
     TABLE = "DORMANT_TABLE"
     BUCKET = "DORMANT_BUCKET"
     SESSION_TTL_DAYS = "DORMANT_SESSION_TTL_DAYS"
+    OFFLOAD_ABOVE = "DORMANT_OFFLOAD_ABOVE"  # bytes: larger events go to the S3 bucket
     OPENAI_MODEL = "DORMANT_OPENAI_MODEL"
     OPENAI_SECRET = "DORMANT_OPENAI_SECRET"  # Secrets Manager name/ARN holding the API key
     OPENAI_PARAMETER = "DORMANT_OPENAI_PARAMETER"  # or an SSM SecureString parameter name
@@ -43,6 +44,10 @@ class Settings:
     table: str | None = None
     bucket: str | None = None
     session_ttl_days: int | None = None
+    #: Events whose JSON is larger than this many bytes go to the offload bucket (``bucket``)
+    #: and the ledger keeps a pointer; None (``0`` or unset): only what one DynamoDB
+    #: transaction cannot hold.
+    offload_above: int | None = None
     openai_model: str = "gpt-5.6-luna"
     openai_secret: str | None = None
     openai_parameter: str | None = None
@@ -68,6 +73,7 @@ class Settings:
             table=env.get(ENV.TABLE) or None,
             bucket=env.get(ENV.BUCKET) or None,
             session_ttl_days=int(ttl) if ttl else None,
+            offload_above=_offload_above(env.get(ENV.OFFLOAD_ABOVE)),
             openai_model=env.get(ENV.OPENAI_MODEL) or cls.openai_model,
             openai_secret=env.get(ENV.OPENAI_SECRET) or None,
             openai_parameter=env.get(ENV.OPENAI_PARAMETER) or None,
@@ -80,3 +86,14 @@ class Settings:
             xray_sdk=(env.get(ENV.XRAY_SDK) or "").strip().lower() in _TRUE,
             app=(env.get(ENV.APP) or "").strip() or cls.app,
         )
+
+
+def _offload_above(raw: str | None) -> int | None:
+    """``DORMANT_OFFLOAD_ABOVE``: a whole number of bytes; ``0`` or unset: None."""
+    text = (raw or "").strip()
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{ENV.OFFLOAD_ABOVE} must be a whole number of bytes (0: offload "
+                         f"only what one DynamoDB transaction cannot hold), got {raw!r}")
+    return int(text) or None

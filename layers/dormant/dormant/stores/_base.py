@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from dormant._head import COMMIT_WINDOW, Head, status_of
 from dormant._ids import now_ms
 from dormant.events import Event, QueuedEvent, RetryEvent, SeedEvent, UserEvent
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
-__all__ = ["Store", "commit_head", "lineage_key", "once_keys", "status_of"]
+__all__ = ["LedgerPage", "Store", "commit_head", "lineage_key", "once_keys", "status_of"]
+
+
+class LedgerPage(NamedTuple):
+    """One page of a ledger, as a store's optional ``read_page(head, after, skip, limit)``
+    answers it: at most ``limit`` events from the position ``skip`` events after the end of
+    version ``after`` (0: the ledger's start), up to ``head.seq``; ``first_seq`` is the
+    position of ``events[0]``, and ``next`` the ``(after, skip)`` where the next page starts
+    (None: this page reaches ``head.seq``). A store answers None for a version it cannot
+    place (a caller then reads the ledger with ``load``). A store without ``read_page``
+    is read with ``load`` too: paged routes stay correct, only not bounded."""
+
+    events: list[Event]
+    first_seq: int
+    next: tuple[int, int] | None
 
 
 @runtime_checkable

@@ -3,9 +3,10 @@
 Cost per ordinary turn is the physical floor: one ``Query`` (descending, with a ``Limit``
 sized to the agent's history window and the head's checkpoint chain: it returns the control
 record, then the newest version items) and one conditional ``PutItem`` of one version item
-holding the turn's events and the head (under 1 KB for a text turn: 1 write unit, and one
-index write). Commits that carry a client's message id or a retry id (a guard item each), an
-oversize payload (parts), or migrate an old-layout session are one ``TransactWriteItems``.
+holding the turn's events and the head (under 1 KB for a text turn: 1 write unit; the
+``by_owner`` index is sparse, so no index write but once a quarter hour of a session's use).
+Commits that carry a client's message id or a retry id (a guard item each), an oversize
+payload (parts), or migrate an old-layout session are one ``TransactWriteItems``.
 History is never rewritten; a ``history(limit=N)`` agent reads the same bytes at turn 10 and
 turn 10,000. The item layout is described in ``dormant.stores._dynamodb.layout``.
 
@@ -49,7 +50,7 @@ from dormant._lru import Lru
 from dormant.errors import ConfigError, StoreError
 from dormant.events import Event, load_events
 from dormant.settings import Settings
-from dormant.stores._base import commit_head, once_keys
+from dormant.stores._base import LedgerPage, commit_head, once_keys
 from dormant.stores._dynamodb import commits, deletes, forks, reads, writes
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader, is_pointer
@@ -79,6 +80,8 @@ __all__ = ["DynamoDBStore"]
 _MEMO_SIZE = 4096
 #: Turns a compacting read without ``turns`` first asks for when no head is remembered.
 COMPACTED_GUESS = 8
+#: Events per version item a ledger page's first ``Query`` assumes (pages double from there).
+PAGE_EVENTS_PER_ITEM = 4
 
 
 class DynamoDBStore:
@@ -121,6 +124,12 @@ class DynamoDBStore:
             raise ConfigError("DynamoDBStore needs a table name (DORMANT_TABLE)")
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ConfigError(f"ttl_seconds must be positive, got {ttl_seconds}")
+        if offload_above is not None and (isinstance(offload_above, bool)
+                                          or not isinstance(offload_above, int)
+                                          or offload_above <= 0):
+            raise ConfigError("offload_above must be a positive number of bytes (None: "
+                              f"offload only what one transaction cannot hold), got "
+                              f"{offload_above!r}")
         self.table_name = table_name
         self.bucket = bucket
         self.ttl_seconds = ttl_seconds
@@ -129,6 +138,9 @@ class DynamoDBStore:
         self._transaction_limit = transaction_limit
         self._clock = clock
         self._window = WindowEstimator()
+        #: Where ``delete`` hands the rest of a retired partition (``purge`` steps): called
+        #: with the session id and the next step's cursor. None: the steps run inline.
+        self.purge_later: deletes.PurgeLater | None = None
         self._memo: Lru[writes.Known] = Lru(_MEMO_SIZE)
         self._offloader = None if bucket is None else Offloader(
             bucket, offload_prefix,
@@ -139,13 +151,21 @@ class DynamoDBStore:
                  client: DynamoDBClient | None = None,
                  s3_client: S3Client | None = None) -> DynamoDBStore:
         """The store the environment describes: ``DORMANT_TABLE``, ``DORMANT_BUCKET``,
-        ``DORMANT_SESSION_TTL_DAYS``."""
-        settings = Settings.from_env(env)
+        ``DORMANT_SESSION_TTL_DAYS``, ``DORMANT_OFFLOAD_ABOVE`` (bytes; events over it go to
+        the bucket)."""
+        try:
+            settings = Settings.from_env(env)
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
         if not settings.table:
             raise ConfigError("DORMANT_TABLE is not set: name the DynamoDB table to use")
         ttl = settings.session_ttl_days * 86_400 if settings.session_ttl_days else None
+        if settings.offload_above is not None and not settings.bucket:
+            raise ConfigError(f"DORMANT_OFFLOAD_ABOVE is {settings.offload_above} but "
+                              "DORMANT_BUCKET is not set: name the S3 bucket events over it "
+                              "go to")
         return cls(settings.table, client, bucket=settings.bucket, s3_client=s3_client,
-                   ttl_seconds=ttl)
+                   ttl_seconds=ttl, offload_above=settings.offload_above)
 
     @classmethod
     def table_definition(cls) -> dict[str, Any]:
@@ -223,6 +243,62 @@ class DynamoDBStore:
         control = _control_of(found.control, now_s) if found.control is not None else None
         return StoredSession(head, events, first, control)
 
+    def read_page(self, head: Head, after: int, skip: int, limit: int) -> LedgerPage | None:
+        """At most ``limit`` events from ``skip`` after version ``after``'s end, up to
+        ``head`` (see :class:`dormant.stores._base.LedgerPage`): one ascending ``Query`` of
+        the version items from ``after + 1`` on, its ``Limit`` sized to the page (another,
+        doubled, when the versions held fewer events than guessed), whatever the session's
+        age. Not bounded: a fork's positions below its fork point (read from its sources as
+        ``load`` reads them), and versions an old-layout session wrote (None: no version
+        items to page)."""
+        sid = head.session_id
+        if after >= head.version:
+            return LedgerPage([], head.seq, None)
+        known = self._memo.get(sid)
+        if known is None or known.version == 0:
+            known = self._known_at(sid)
+        if known.version == 0 or known.legacy:
+            return None
+        now_s = int(self._clock())
+        fetch = self._offloader.get if self._offloader else no_bucket(sid)
+        start: int | None = None
+        if after == 0 and head.fork_point > 0:
+            if skip < head.fork_point:
+                inherited, first, _ = forks.inherited(self._table, self._window, head, skip,
+                                                      now_s, fetch, windowed=False)
+                taken = inherited[:limit]
+                end = first + len(taken)
+                cursor = (0, end) if end < head.fork_point else (1, 0)
+                return LedgerPage(taken, first, None if cursor == (head.version, 0)
+                                  else cursor)
+            after, skip = 1, skip - head.fork_point  # a fork's version 1 holds no events
+            start = head.fork_point
+            if after >= head.version:
+                return LedgerPage([], head.seq, None)
+        elif after == 0:
+            start = 0
+        request: dict[str, Any] = {
+            "TableName": self.table_name, "ConsistentRead": True,
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": sid}, ":lo": {"S": lay.version_key(known.base + after + 1)},
+                ":hi": {"S": lay.version_key(known.base + head.version) + "#~"}},  # its parts
+            "Limit": min(1000, (skip + limit) // PAGE_EVENTS_PER_ITEM + 2),
+        }
+        items: Items = []
+        while True:
+            reply = call("read a ledger page", sid, self._client.query, **request)
+            items.extend(reply.get("Items", []))
+            got = reads.page(items, known.base, after, skip, limit, head.version, now_s,
+                             "LastEvaluatedKey" not in reply, fetch, start=start)
+            if got is not None:
+                break
+            request["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
+            request["Limit"] = min(1000, int(request["Limit"]) * 2)
+        if not got.placed:
+            return None
+        return LedgerPage(load_events(got.raw), got.first, got.next)
+
     def _compacted_limit(self, session_id: str) -> int | None:
         """A compacting read's ``Limit`` when no ``turns`` bound it: sized to the turns since
         the latest compaction's tail, as the remembered head counts them (so a compacted
@@ -250,8 +326,16 @@ class DynamoDBStore:
 
     def list(self, *, principal: str | None = None,
              limit: int = 100) -> builtins.list[SessionSummary]:
-        """Reads the ``by_owner`` index newest first: it holds an entry per version item, so a
-        session's first entry is its newest; later ones are skipped."""
+        """Reads the ``by_owner`` index newest first, then each session's newest item.
+
+        The index is sparse: a session's version item carries the index keys when it is the
+        session's first and again once its last entry is ``LIST_REFRESH_MS`` old (one index
+        write per session and quarter hour of activity, not one per turn); so an entry says
+        which sessions are the principal's and, within ``LIST_REFRESH_MS``, when they last
+        changed. Each listed session's version, status and time come from its newest item
+        (one eventually consistent ``Query`` of its key range, a few dozen bytes), and the
+        reading stops once ``limit`` sessions are known newer than any entry not yet read
+        could make a session. ``list()`` without a principal scans the index."""
         now_s = int(self._clock())
         if principal is not None:
             request: dict[str, Any] = {
@@ -267,22 +351,99 @@ class DynamoDBStore:
         else:
             request = {"TableName": self.table_name, "IndexName": lay.INDEX_NAME}
             read = self._client.scan  # type: ignore[assignment]
-        newest: dict[str, dict[str, Any]] = {}
+        done: set[str] = set()
+        found: builtins.list[SessionSummary] = []
+        pending: Items = []
+        exhausted = False
         while True:
-            page = call("list sessions", principal or "*", read, **request)
-            for item in page.get("Items", []):
-                sid = item[lay.PK]["S"]
-                seen = newest.get(sid)
-                if seen is None or int(item[lay.UPDATED]["N"]) > int(seen[lay.UPDATED]["N"]):
-                    newest[sid] = item
-            live = sum(1 for item in newest.values() if not self._index_expired(item, now_s))
-            if "LastEvaluatedKey" not in page or (principal is not None and live >= limit):
+            if not pending and not exhausted:
+                page = call("list sessions", principal or "*", read, **request)
+                pending = list(page.get("Items", []))
+                if "LastEvaluatedKey" in page:
+                    request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+                else:
+                    exhausted = True
+                if principal is None:  # a scan: every entry, then newest first
+                    while not exhausted:
+                        page = call("list sessions", "*", read, **request)
+                        pending += page.get("Items", [])
+                        if "LastEvaluatedKey" not in page:
+                            exhausted = True
+                        else:
+                            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+                    pending.sort(key=lambda i: int(i[lay.UPDATED]["N"]), reverse=True)
+            if not pending:
+                break
+            entry = pending.pop(0)
+            # No session whose newest entry is this one or older changed after it plus the
+            # refresh period: with ``limit`` sessions newer than that, the listing is whole.
+            bound = int(entry[lay.UPDATED]["N"]) + lay.LIST_REFRESH_MS
+            if len(found) >= limit and sorted(
+                    (s.updated_at for s in found), reverse=True)[limit - 1] >= bound:
+                break
+            sid = entry[lay.PK]["S"]
+            if sid in done:
+                continue
+            listed = self._listed(entry, now_s)
+            if listed is False:
+                continue  # an entry of an incarnation that is gone: a newer one may follow
+            done.add(sid)
+            if isinstance(listed, SessionSummary):
+                found.append(listed)
+        found.sort(key=lambda s: (s.updated_at, s.version), reverse=True)
+        return found[:limit]
+
+    def _listed(self, entry: dict[str, Any], now_s: int) -> SessionSummary | bool | None:
+        """The ``list`` line of the session an index entry names, from its newest item: None
+        when it is deleted or expired; False when the entry is of an older incarnation than
+        the newest item's (its session was deleted and made again)."""
+        sid = entry[lay.PK]["S"]
+        if not lay.is_version_item(entry):  # an old layout's head: rewritten on every commit
+            if self._index_expired(entry, now_s) or _deleted(entry):
+                return None
+            return reads.summary(entry)
+        if _deleted(entry):
+            self._purge_again(entry)
+            return None
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {":pk": {"S": sid}, ":lo": {"S": lay.VERSION_PREFIX},
+                                          ":hi": {"S": lay.VERSION_PREFIX + "~"}},
+            "ProjectionExpression": "pk, sk, #ua, #st, #ver, #lx, #ttl, #del",
+            "ExpressionAttributeNames": {"#ua": lay.UPDATED, "#st": lay.STATUS,
+                                         "#ver": lay.VERSION, "#lx": lay.LOGICAL_EXPIRY,
+                                         "#ttl": lay.TTL_ATTRIBUTE, "#del": lay.DELETED},
+            "ScanIndexForward": False, "Limit": 4,
+        }
+        while True:
+            page = call("list sessions", sid, self._client.query, **request)
+            newest = next((i for i in page.get("Items", [])
+                           if lay.parse_version_key(i[lay.SK]["S"])[1] == 0), None)
+            if newest is not None or "LastEvaluatedKey" not in page:
                 break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        found = [reads.summary(item) for item in newest.values()
-                 if not self._index_expired(item, now_s)]
-        found.sort(key=lambda s: s.updated_at, reverse=True)
-        return found[:limit]
+        if newest is not None and lay.DELETED in newest:
+            self._purge_again(newest)  # the entry is a deleted incarnation's: not purged yet
+            return None
+        if newest is None or lay.expired(newest, now_s):
+            return None
+        if lay.incarnation_of(newest) != lay.incarnation_of(entry):
+            return False
+        return reads.summary({**newest, lay.OWNER: entry[lay.OWNER]})
+
+    def _purge_again(self, marker: dict[str, Any]) -> None:
+        """An index entry of a deleted session (the marker's own, or an item of the deleted
+        incarnation): its purge has not finished (the purge deletes those items, and takes
+        the marker out of the index last). :data:`~layout.LIST_REFRESH_MS` after the delete
+        (the marker's ``ua``; a marker without one is older), a step lost (its send failed,
+        its record dead-lettered) is likely: hand the purge on again. Inline purges (no
+        ``purge_later``) are not run from a listing."""
+        if self.purge_later is None:
+            return
+        deleted_ms = int(marker.get(lay.UPDATED, {}).get("N", "0"))
+        if int(self._clock() * 1000) - deleted_ms >= lay.LIST_REFRESH_MS:
+            self.purge_later(marker[lay.PK]["S"], None)
 
     def _index_expired(self, item: dict[str, Any], now_s: int) -> bool:
         """An index entry's session has expired: the index projects ``expires_at``, not a
@@ -516,7 +677,14 @@ class DynamoDBStore:
         out of ``list``'s index; a fork's delete releases its references, and the last one
         of a deleted incarnation takes that incarnation's kept items with it. A session no
         fork reads deletes exactly as before (its references, its lineage: none)."""
-        return deletes.delete(self._table, self._memo, self._window, session_id)
+        return deletes.delete(self._table, self._memo, self._window, session_id,
+                              self.purge_later)
+
+    def purge(self, session_id: str, after: str | None = None) -> str | None:
+        """One bounded step of clearing what deleted incarnations of ``session_id`` left
+        (``deletes.purge``): the cursor of the next step, None when there is nothing more.
+        Idempotent: safe to run again, after a crash, or for a session that is live."""
+        return deletes.purge(self._table, session_id, after, self.purge_later)
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -529,6 +697,11 @@ class DynamoDBStore:
 
     def __repr__(self) -> str:
         return f"DynamoDBStore({self.table_name!r}, bucket={self.bucket!r})"
+
+
+def _deleted(item: dict[str, Any]) -> bool:
+    """An index entry of a deletion marker (its session's newest until purged)."""
+    return bool(item.get(lay.STATUS, {}).get("S") == "deleted")
 
 
 def _control_of(item: dict[str, Any], now_s: int) -> Control | None:

@@ -10,7 +10,7 @@ from typing import Literal
 from dormant._head import Head
 from dormant.errors import SessionNotFound
 from dormant.events import Event
-from dormant.stores._base import commit_head, lineage_key, once_keys, status_of
+from dormant.stores._base import LedgerPage, commit_head, lineage_key, once_keys, status_of
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
@@ -85,6 +85,38 @@ class MemoryStore:
                 window.extend(self._source(segment).own(max(start, below), end))
             below = end
         window.extend(row.own(start))
+        return window
+
+    def read_page(self, head: Head, after: int, skip: int, limit: int) -> LedgerPage | None:
+        """At most ``limit`` events from ``skip`` after version ``after``'s end, up to
+        ``head.seq`` (see :class:`dormant.stores._base.LedgerPage`)."""
+        with self._lock:
+            row = self._rows.get(head.session_id)
+            if row is None or row.head.created_at != head.created_at:
+                return LedgerPage([], head.seq, None)  # deleted since: nothing more to page
+            if after <= 0:
+                start = 0
+            elif after <= len(row.ends):
+                start = row.ends[after - 1]
+            else:
+                return None
+            low = min(start + skip, head.seq)
+            high = min(low + limit, head.seq)
+            events = self._range(row, low, high)
+        return LedgerPage(events, low, (after, high - start) if high < head.seq else None)
+
+    def _range(self, row: _Row, low: int, high: int) -> list[Event]:
+        """Positions ``low`` … ``high - 1`` of ``row``'s ledger, inherited ones from their
+        sessions."""
+        window: list[Event] = []
+        below = 0
+        for segment in row.head.lineage:
+            end = min(int(segment["end"]), high)
+            if max(low, below) < end:
+                window.extend(self._source(segment).own(max(low, below), end))
+            below = int(segment["end"])
+        if max(low, row.base) < high:
+            window.extend(row.own(max(low, row.base), high))
         return window
 
     def _source(self, segment: dict[str, object]) -> _Row:

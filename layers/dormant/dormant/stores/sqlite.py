@@ -48,7 +48,7 @@ from dormant._head import Head
 from dormant._lru import Lru
 from dormant.errors import SessionNotFound, StoreError
 from dormant.events import Event, load_event
-from dormant.stores._base import commit_head, lineage_key, once_keys, status_of
+from dormant.stores._base import LedgerPage, commit_head, lineage_key, once_keys, status_of
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["SqliteStore"]
@@ -254,6 +254,36 @@ class SqliteStore:
             return StoredSession(head, inherited + events[start - first:], wanted, control)
         return StoredSession(head, events[start - first:], start, control)
 
+    def read_page(self, head: Head, after: int, skip: int, limit: int) -> LedgerPage | None:
+        """At most ``limit`` events from ``skip`` after version ``after``'s end, up to
+        ``head.seq`` (see :class:`dormant.stores._base.LedgerPage`): one read of the commit's
+        end and a range of the events' primary key (and of a fork's sources' below its fork
+        point)."""
+        sid = head.session_id
+        with self._connection() as conn:
+            try:
+                conn.execute("BEGIN")  # one snapshot for the commit's end and the events
+                start: int | None = 0
+                if after > 0:
+                    row = conn.execute("SELECT end_seq FROM commits WHERE session_id = ? AND "
+                                       "version = ?", (sid, after)).fetchone()
+                    start = int(row[0]) if row is not None and row[0] is not None else None
+                if start is None:  # a commit of a file older than schema 4: not placed
+                    conn.rollback()
+                    return None
+                low = min(start + skip, head.seq)
+                high = min(low + limit, head.seq)
+                inherited = _inherited(conn, head, low, high) if low < head.fork_point else []
+                bodies = conn.execute(
+                    "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
+                    "ORDER BY seq", (sid, max(low, head.fork_point), high)).fetchall()
+                conn.rollback()
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot read session {sid} from {self.path}: "
+                                 f"{error}") from error
+        events = inherited + [load_event(body) for (body,) in bodies]
+        return LedgerPage(events, low, (after, high - start) if high < head.seq else None)
+
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         written = commit_head(head, expected_version, events)
         sid = head.session_id
@@ -458,18 +488,19 @@ def _source_id(conn: sqlite3.Connection, segment: dict[str, Any]) -> str:
     return sid
 
 
-def _inherited(conn: sqlite3.Connection, head: Head, start: int) -> list[Event]:
-    """A fork's inherited events from position ``start`` to its fork point."""
+def _inherited(conn: sqlite3.Connection, head: Head, start: int,
+               stop: int | None = None) -> list[Event]:
+    """A fork's inherited events from position ``start`` to its fork point (or ``stop``)."""
     events: list[Event] = []
     below = 0
     for segment in head.lineage:
-        end = int(segment["end"])
-        if start < end:
+        end = int(segment["end"]) if stop is None else min(int(segment["end"]), stop)
+        if max(start, below) < end:
             rows = conn.execute(
                 "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
                 "ORDER BY seq", (_source_id(conn, segment), max(start, below), end)).fetchall()
             events.extend(load_event(body) for (body,) in rows)
-        below = end
+        below = int(segment["end"])
     return events
 
 

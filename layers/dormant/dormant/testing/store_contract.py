@@ -513,7 +513,9 @@ class StoreContract:
         assert source is not None
         assert [e.id for e in loaded.events] == [e.id for e in source.events[:6]]
         latest = app.sessions.fork("source")
-        assert len(latest.events) == 10 and latest.state == {"n": 5}
+        assert latest.state == {"n": 5} and latest.head.seq == 10
+        whole = app.sessions.get(latest.session_id)
+        assert whole is not None and len(whole.events) == 10 and whole.state == {"n": 5}
 
     def test_writes_to_either_side_never_appear_in_the_other(self, store: Store) -> None:
         app = _app(store)

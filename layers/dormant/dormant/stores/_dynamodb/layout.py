@@ -17,16 +17,18 @@ Why one item: a write costs 1 unit per started KB of a ``PutItem``, and 2 per st
 *each* item of a transaction. The old layout (a ``~head`` item of 1-2 KB rewritten on every
 commit, plus one slice item, plus a guard for the minted message id) made an ordinary turn a
 3-item transaction of 6-8 units, and moved the head's index entry (2 index writes). Now an
-ordinary turn is one conditional ``PutItem`` of about 250 bytes: **1 write unit**, plus 1
-index write (``bench/dynamodb_cost.py`` prices both).
+ordinary turn is one conditional ``PutItem`` of about 250 bytes: **1 write unit**, and no
+index write (the index is sparse, see ``list`` below; ``bench/dynamodb_cost.py`` prices
+both).
 
 Concurrency is the key: a commit at expected version ``v`` writes ``e#v<v+1>`` with
 ``attribute_not_exists(pk)``; two writers at the same version write the same key, exactly one
 wins, and the loser gets the winner's item back (``ALL_OLD``), so its version needs no second
 read. ``e#v`` sorts after every old-layout slice (``e#0…``) and before ``~ctl``/``~head``, so
 one descending ``Query`` with a ``Limit`` meets the (old) head and the control record first,
-then the newest version items, then old slices; the ``e#`` prefix also keeps the cleanup
-function's stream filter (removals of ``e#…`` items, ``template.yaml``) seeing both layouts.
+then the newest version items, then old slices. The cleanup function's stream filter
+(``template.yaml``) passes the removals of items whose ``s3`` names offloaded objects, in
+either layout.
 
 The payload (``b``, binary) is ``dormant.stores._dynamodb.codec``'s compact encoding: short
 events (no repeated invocation id or timestamp, no default values), DEFLATE with a preset
@@ -55,15 +57,17 @@ head's message digests; and should a client later echo it back past the digest w
 ``has_once`` finds it in the version items' events (a read of the partition: dear, but only
 for that echo). That is what keeps an ordinary turn one item.
 
-``list``: only version items carry ``own`` (owner key) and ``ua`` (updated at, ms), so the
-``by_owner`` index holds one entry per version (one index write per commit; the old layout
-paid two, deleting and re-adding the head's entry). ``list`` reads the index newest first and
-keeps each session's first (newest) entry; its version comes from the entry's sort key (or
-``ver``, below), its status from ``st`` (written only when not ``active``); the index projects
-``expires_at``, not ``lx``, so ``list`` takes the logical expiry as ``expires_at`` less the
-margin. It reads every entry newer than the
-``limit``-th session's newest: about ``limit`` times the commits per session made meanwhile;
-cheap for a listing page, which is not a turn's path.
+``list``: the ``by_owner`` index (keys ``own``, owner, and ``ua``, updated at in ms) is
+sparse. Every version item carries ``ua`` (and ``st`` when not ``active``), but ``own`` only
+the session's first, and the first whose ``ua`` is :data:`LIST_REFRESH_MS` past the last
+entry's; the others carry ``li``, that entry's ``ua``, so the next writer knows when one is due.
+An ordinary turn writes no index entry (items of earlier releases all carry ``own``: more
+entries, read the same way). ``list`` reads the index newest first and, per session met, its
+newest item (version from the key or ``ver``, status ``st``, time ``ua``, expiry ``lx``, the
+deletion marker ``del``): what it shows is the head's, never an entry's. No session changed
+later than its newest entry's ``ua`` plus ``LIST_REFRESH_MS``, so ``list`` stops once it holds
+``limit`` sessions newer than the entry it is at plus that: newest first, exact. An old
+layout's ``~head`` (rewritten on every commit) is its own entry and lists as it is.
 
 The control item (``~ctl``) is what other requests (stop, steer, pause) ask of the turn running
 in another process. ``rev`` (N) is its revision, ``ctl`` the record's JSON, ``expires_at``
@@ -136,6 +140,7 @@ __all__ = [
     "HEAD_SK",
     "INDEX_NAME",
     "ITEM_LIMIT",
+    "LIST_REFRESH_MS",
     "TRANSACTION_ACTIONS",
     "TRANSACTION_LIMIT",
     "TTL_ATTRIBUTE",
@@ -203,6 +208,13 @@ TTL_ATTRIBUTE = "expires_at"
 INDEX_NAME = "by_owner"
 OWNER = "own"
 UPDATED = "ua"
+#: On a version item without ``own`` (not in ``list``'s index): the updated-at (ms) of its
+#: session's newest index entry, so the next writer knows when the entry is due again.
+LISTED = "li"
+#: A session's ``by_owner`` entry is written again (its version item carries ``own``) once
+#: its last one is this old (ms): so an entry is never older than its session's last commit
+#: by this much, which is what lets ``list`` stop reading the index (see ``list``).
+LIST_REFRESH_MS = 900_000
 VERSION = "ver"
 STATUS = "st"
 HEAD = "head"

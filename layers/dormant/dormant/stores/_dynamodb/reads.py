@@ -20,8 +20,8 @@ from dormant.stores._dynamodb.offload import is_pointer
 from dormant.stores._dynamodb.writes import Known
 from dormant.types import SessionSummary
 
-__all__ = ["Found", "Segment", "Version", "decode", "items_needed", "read", "segment", "summary",
-           "versions_of"]
+__all__ = ["Found", "Paged", "Segment", "Version", "decode", "items_needed", "page", "read",
+           "segment", "summary", "versions_of"]
 
 _Items = list[dict[str, Any]]
 Fetch = Callable[[dict[str, Any]], Any]
@@ -156,7 +156,8 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
     head = Head.model_validate(copy.deepcopy(full))
     stamp = (checkpoint.item or {}).get(lay.LOGICAL_EXPIRY)
     known = Known(version=head.version, base=base, head=full, checkpoint=checkpoint.key - base,
-                  checkpoint_lx=int(stamp["N"]) if stamp else None)
+                  checkpoint_lx=int(stamp["N"]) if stamp else None,
+                  listed_at=listed_at(newest.item or {}))
     # The session's own items start at its fork point (0: not a fork).
     start = max(head.window_start(turns, compacted=compacted), head.fork_point)
     window: list[Version] = []
@@ -245,6 +246,56 @@ def segment(source_id: str, items: _Items, start: int, end: int, now_s: int, exh
     return Segment(raw, first, aged, len(window))
 
 
+@dataclass
+class Paged:
+    """A ledger page from version items read in ascending order (``placed`` False: the items
+    do not hold the versions the page asked for one after the other, e.g. an old layout's
+    history, or history aged out: the caller reads the ledger another way)."""
+
+    raw: list[Any] = field(default_factory=list)
+    first: int = 0
+    next: tuple[int, int] | None = None
+    placed: bool = True
+
+
+def page(items: _Items, base: int, after: int, skip: int, limit: int, last: int, now_s: int,
+         exhausted: bool, fetch: Fetch, *, start: int | None = None) -> Paged | None:
+    """At most ``limit`` events from ``skip`` events after version ``after``'s end, from the
+    version items of versions ``after + 1`` … ``last`` read so far (an ascending query's,
+    over the incarnation at key offset ``base``), or None when more items are needed.
+    ``start``, when known, is where version ``after + 1`` must begin. ``next`` is where the
+    next page starts, as ``(version, skip)`` with ``skip`` inside the version after it."""
+    at, skipping = after, skip  # the cursor: ``skipping`` events after version ``at``'s end
+    position = start
+    got = Paged()
+    for version in reversed(versions_of(items)):
+        if version.item is None or not version.complete:
+            return Paged(placed=False) if exhausted else None  # else: the page cut a version
+        if (version.key - base != at + 1 or version.deleted or version.base != base
+                or lay.expired(version.item, now_s)
+                or (position is not None and version.first_seq != position)):
+            return Paged(placed=False)
+        events = version.events()
+        position = version.first_seq + len(events)
+        if skipping >= len(events):
+            at, skipping = at + 1, skipping - len(events)
+            continue
+        take = min(len(events) - skipping, limit - len(got.raw))
+        if not got.raw:
+            got.first = version.first_seq + skipping
+        got.raw.extend(fetch(e) if is_pointer(e) else e
+                       for e in events[skipping:skipping + take])
+        at, skipping = (at + 1, 0) if skipping + take == len(events) else (at, skipping + take)
+        if len(got.raw) >= limit:
+            break
+    if at < last and len(got.raw) < limit:
+        return Paged(placed=False) if exhausted else None
+    if not got.raw:
+        got.first = position if position is not None else 0
+    got.next = None if at >= last else (at, skipping)
+    return got
+
+
 def _legacy(session_id: str, head_item: dict[str, Any], items: _Items, turns: int | None,
             now_s: int, exhausted: bool, fetch: Fetch, control: dict[str, Any] | None,
             compacted: bool) -> Found | None:
@@ -295,6 +346,14 @@ def decode(session_id: str, items: _Items, start: int, seq: int, now_s: int,
             if first <= piece.first_seq + offset < seq:
                 raw.append(fetch(value) if is_pointer(value) else value)
     return (load_events(raw) if load else raw), first
+
+
+def listed_at(item: dict[str, Any]) -> int | None:
+    """The updated-at (ms) of the newest ``by_owner`` entry as of version item ``item``: its
+    own when it carries the index keys, else what it names (``li``)."""
+    if lay.OWNER in item and lay.UPDATED in item:
+        return int(item[lay.UPDATED]["N"])
+    return int(item[lay.LISTED]["N"]) if lay.LISTED in item else None
 
 
 def summary(item: dict[str, Any]) -> SessionSummary:

@@ -57,6 +57,9 @@ class Known:
     #: a TTL: a chain is cut before its checkpoint nears deletion).
     checkpoint: int = 0
     checkpoint_lx: int | None = None
+    #: The updated-at (ms) of the session's newest ``by_owner`` entry (None: unknown, the
+    #: next version item carries one).
+    listed_at: int | None = None
 
 
 @dataclass
@@ -111,44 +114,72 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
     if delta_ok and prev is not None:
         checkpoint, checkpoint_lx = prev.checkpoint, prev.checkpoint_lx
     expires_at = lx + ttl_seconds // 4 + 1 if lx is not None and ttl_seconds else None
+    migrates = (known is not None and known.version == expected_version
+                and (known.legacy or known.stale_head))
+    # The actions of the transaction ``commits`` sends: the version item, its parts, a
+    # migration's tombstone, a guard per once-only id. Guards cannot move to S3: too many of
+    # them is the commit's own limit, and nothing is uploaded for it.
+    fixed = 1 + int(migrates) + guards
+    if fixed > lay.TRANSACTION_ACTIONS:
+        moving = ", the old layout's head it replaces" if migrates else ""
+        raise StoreError(
+            f"session {sid}: this commit carries {guards} client message or retry ids, each "
+            f"landing once through a guard item in the commit's transaction: with its version "
+            f"item{moving} that is {fixed} actions, over DynamoDB's "
+            f"{lay.TRANSACTION_ACTIONS} per transaction; commit at most "
+            f"{lay.TRANSACTION_ACTIONS - fixed + guards} such ids at a time", retryable=False)
     # What must fit DynamoDB's limits is judged on the events' JSON, uncompressed, as it
     # always was: compression saves write units, it is not room (and a reader never inflates
     # a giant event from the table: those live in S3).
     budget = transaction_limit - 2_000 * (guards + 2)
+
+    def payload() -> bytes:
+        shown = [offloader.pointer_doc(keys[i]) if offloader and i in keys else dumped[i]
+                 for i in range(len(dumped))]
+        doc: dict[str, Any] = {"s": first_seq}
+        if delta_ok and prev is not None and prev.head is not None:
+            predicted = codec.predict(prev.head, shown, first_seq, written.version,
+                                      written.updated_at)
+            delta = codec.head_delta(head_json, predicted)
+            if delta:
+                doc["d"] = delta
+        else:
+            doc["h"] = codec.encode_head(head_json)
+        shared, compact = codec.encode_events(shown)
+        doc["ev"] = compact
+        if shared is not None:
+            doc["i"] = shared
+        return codec.pack(doc)
+
     while True:
         raw = sum(sizes[i] if i not in keys else 200 for i in range(len(sizes)))
-        if raw // lay.CHUNK_BYTES + guards + 3 < lay.TRANSACTION_ACTIONS and raw <= budget:
-            break
+        if raw <= budget:
+            packed = payload()
+            actions = fixed + max(1, -(-len(packed) // lay.CHUNK_BYTES)) - 1
+            if actions <= lay.TRANSACTION_ACTIONS:
+                break
         rest = [i for i in range(len(texts)) if i not in keys]
         if not rest:
-            raise StoreError(f"session {sid}: this commit has too many events for one "
-                             "DynamoDB transaction, even with every event in S3",
+            raise StoreError(f"session {sid}: this commit's {len(events)} events do not fit "
+                             "one DynamoDB transaction (100 actions, 4 MB) even with every "
+                             "event in S3: their pointers alone are too many",
                              retryable=False)
         largest = max(rest, key=lambda i: sizes[i])
         keys[largest] = key(largest)
-    shown = [offloader.pointer_doc(keys[i]) if offloader and i in keys else dumped[i]
-             for i in range(len(dumped))]
-    doc: dict[str, Any] = {"s": first_seq}
-    if delta_ok and prev is not None and prev.head is not None:
-        predicted = codec.predict(prev.head, shown, first_seq, written.version,
-                                  written.updated_at)
-        delta = codec.head_delta(head_json, predicted)
-        if delta:
-            doc["d"] = delta
-    else:
-        doc["h"] = codec.encode_head(head_json)
-    shared, compact = codec.encode_events(shown)
-    doc["ev"] = compact
-    if shared is not None:
-        doc["i"] = shared
-    put, parts = _version_items(table, written, base, codec.pack(doc),
-                                [keys[i] for i in sorted(keys)], expires_at, lx)
+    # The index entry: on the session's first item, and again once the last is due (the
+    # listing reads the head itself for its version, status and time).
+    listed = (prev.listed_at if prev is not None and prev.head is not None
+              and prev.head.get("principal") == written.principal else None)
+    if listed is None or written.updated_at - listed >= lay.LIST_REFRESH_MS:
+        listed = None
+    put, parts = _version_items(table, written, base, packed,
+                                [keys[i] for i in sorted(keys)], expires_at, lx, listed)
     landed = Known(version=written.version, base=base, head=head_json,
-                   checkpoint=checkpoint, checkpoint_lx=checkpoint_lx)
+                   checkpoint=checkpoint, checkpoint_lx=checkpoint_lx,
+                   listed_at=written.updated_at if listed is None else listed)
     commit = Commit(put=put, parts=parts, known=landed,
                     uploads=[(keys[i], texts[i]) for i in sorted(keys)])
-    if known is not None and known.version == expected_version and (known.legacy
-                                                                     or known.stale_head):
+    if migrates and known is not None:
         commit.extra.append(_tombstone(table, sid, expected_version, known.legacy, now_s))
     return commit
 
@@ -240,8 +271,8 @@ def fork_plan(table: str, commit: Commit, fork_id: str, lineage: Sequence[dict[s
 
 
 def _version_items(table: str, written: Head, base: int, payload: bytes,
-                   offloaded: list[str], expires_at: int | None,
-                   lx: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                   offloaded: list[str], expires_at: int | None, lx: int | None,
+                   listed: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     sid = written.session_id
     key = base + written.version
     pieces = [payload[i:i + lay.CHUNK_BYTES]
@@ -250,9 +281,12 @@ def _version_items(table: str, written: Head, base: int, payload: bytes,
         lay.PK: {"S": sid},
         lay.SK: {"S": lay.version_key(key)},
         lay.PAYLOAD: {"B": pieces[0]},
-        lay.OWNER: {"S": lay.owner_key(written.principal, sid)},
         lay.UPDATED: {"N": str(written.updated_at)},
     }
+    if listed is None:  # in ``list``'s index (``own`` and ``ua`` are its keys)
+        item[lay.OWNER] = {"S": lay.owner_key(written.principal, sid)}
+    else:
+        item[lay.LISTED] = {"N": str(listed)}
     status = status_of(written)
     if status != "active":
         item[lay.STATUS] = {"S": status}
