@@ -69,10 +69,21 @@ export function newId(prefix) {
 
 export const listSessions = () => request("GET", "/sessions?detail=true&limit=100");
 
-/** The session with its whole ledger, or null when there is none (yet) for this principal. */
+/**
+ * The session with its whole ledger, or null when there is none (yet) for this principal. The
+ * ledger comes in pages (`next`: where the following page starts); the head fields are the
+ * last page's, which is read after every event before it.
+ */
 export async function getSession(id) {
+  const path = `/sessions/${encodeURIComponent(id)}?events=true&limit=1000`;
   try {
-    return await request("GET", `/sessions/${encodeURIComponent(id)}?events=true`);
+    let page = await request("GET", path);
+    const events = [...page.events];
+    while (page.next) {
+      page = await request("GET", `${path}&cursor=${encodeURIComponent(page.next)}`);
+      events.push(...page.events);
+    }
+    return { ...page, events };
   } catch (error) {
     if (error instanceof ApiError && error.status === 404) return null;
     throw error;

@@ -34,9 +34,11 @@ if str(FUNCTIONS) not in sys.path:
     sys.path.insert(0, str(FUNCTIONS))
 
 #: Modules a cold start imports from ``functions/``; dropped before each fresh import.
-_FUNCTION_MODULES = ("api", "api.app", "webhook", "webhook.app", "wake", "wake.app", "cleanup",
-                     "cleanup.app", "dormant.aws.api", "dormant.aws.webhook", "dormant.aws.wake",
+_FUNCTION_MODULES = ("api", "api.app", "stream", "stream.app", "webhook", "webhook.app", "wake",
+                     "wake.app", "cleanup", "cleanup.app", "dormant.aws.api",
+                     "dormant.aws.stream", "dormant.aws.webhook", "dormant.aws.wake",
                      "dormant.aws.cleanup", "dormant.aws.deployment", "dormant.aws.hand_on",
+                     "dormant.aws.purge",
                      "dormant.aws.tracing", "dormant.samples.bookings", "bookings")
 #: What the template gives every function for timers (EventBridge Scheduler -> wake function).
 WAKE_ARN = "arn:aws:lambda:us-east-1:123456789012:function:dormant-test-wake"

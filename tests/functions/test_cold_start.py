@@ -148,13 +148,14 @@ def test_the_first_model_call_imports_openai_reads_the_secret_and_answers(
     assert call.headers.get("authorization") == "Bearer sk-cold-start"  # from the secret
 
 
-def test_docs_still_serve_and_build_the_openapi_description_on_first_request(
+def test_docs_serve_a_static_page_that_builds_no_openapi_description(
         deployed_env: dict[str, str]) -> None:
     seen = _cold_start(deployed_env, "docs")
 
     assert seen["docs"]["status"] == 200
     assert "swagger" in seen["docs"]["body"].lower()
-    assert seen["docs"]["loaded"][OPENAPI_MODELS]
+    # The page fetches the description (GET /) from the browser; serving it builds nothing.
+    assert not seen["docs"]["loaded"][OPENAPI_MODELS]
     assert not seen["docs"]["loaded"]["openai"]
 
 

@@ -6,10 +6,12 @@ import itertools
 import os
 import time
 
-__all__ = ["new_id", "now_ms"]
+__all__ = ["new_id", "now_ms", "register_snapshot_restore_hook"]
 
 # 64 random bits per process plus a counter: unique across processes, cheap per id (the
-# turn path mints about ten). Re-seeded in a forked child so parent and child never collide.
+# turn path mints about ten). Re-seeded in a forked child so parent and child never collide,
+# and after a Lambda SnapStart restore: every environment restored from one snapshot would
+# otherwise start from the snapshot's seed and counter and mint the same ids.
 _seed = os.urandom(8).hex()
 _counter = itertools.count(1)
 
@@ -20,7 +22,20 @@ def _reseed() -> None:
     _counter = itertools.count(1)
 
 
+def register_snapshot_restore_hook() -> bool:
+    """Re-seed after a SnapStart restore, through the Lambda runtime's ``snapshot_restore_py``
+    (``register_after_restore``); True if registered. Elsewhere the module does not exist and
+    nothing happens. Called once, at import."""
+    try:
+        from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    register_after_restore(_reseed)
+    return True
+
+
 os.register_at_fork(after_in_child=_reseed)
+register_snapshot_restore_hook()
 
 
 def new_id(prefix: str) -> str:

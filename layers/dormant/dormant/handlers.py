@@ -25,6 +25,7 @@ from dormant._request import Host
 from dormant._turn import TurnConfig, TurnStream
 from dormant._turn_wire import RestResponse, TurnResult
 from dormant.errors import StaleTimer
+from dormant.events import StreamEvent
 from dormant.schedulers import TimerDelivery
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ __all__ = [
     "Input",
     "ResponseOptions",
     "RestResponse",
+    "RestStream",
     "RetryRequest",
     "ToolAnswer",
     "TurnResult",
@@ -88,6 +90,18 @@ class Handlers:
             stream = TurnStream(cfg, request, remaining_time=remaining_time)
             result = stream.run()
             return to_rest(result, stream, cfg.response)
+
+        return handle
+
+    def rest_stream(self, **config: Any) -> Callable[..., RestStream]:
+        """``handler(input) -> RestStream``: the turn's stream events as they happen, then its
+        REST response (``POST /turns`` with ``Accept: text/event-stream``)."""
+        cfg = TurnConfig(self._app, **config)
+
+        def handle(request: HandlerInput | dict[str, Any], *,
+                   remaining_time: float | None = None) -> RestStream:
+            return RestStream(TurnStream(cfg, request, remaining_time=remaining_time),
+                              cfg.response)
 
         return handle
 
@@ -164,6 +178,34 @@ def _firing_landed(app: Host, session: Session, fired: TimerDelivery) -> bool:
         return True
     timer = session.head.timers.get(fired.name)
     return timer is None or timer["fire_at"] != fired.fire_at
+
+
+class RestStream(Iterator[StreamEvent]):
+    """A turn streamed to a REST caller: iterate it for the turn's stream events (lazy, as
+    :class:`TurnStream`); once exhausted, ``response`` is what ``rest`` would have answered.
+    ``close()`` abandons the turn (the caller hung up): what its abort keeps is kept."""
+
+    def __init__(self, turn: TurnStream, options: ResponseOptions) -> None:
+        self.turn = turn
+        self._options = options
+
+    def __iter__(self) -> RestStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        return next(self.turn)
+
+    @property
+    def result(self) -> TurnResult | None:
+        return self.turn.result
+
+    @property
+    def response(self) -> RestResponse | None:
+        result = self.turn.result
+        return None if result is None else to_rest(result, self.turn, self._options)
+
+    def close(self) -> None:
+        self.turn.close()
 
 
 def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) -> RestResponse:

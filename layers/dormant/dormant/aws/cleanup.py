@@ -5,8 +5,10 @@ item that holds their place names their keys (its ``s3`` attribute: a version it
 or an old layout's slice ``e#<position>``; see ``dormant.stores._dynamodb.layout``). DynamoDB
 deletes expired items by TTL, and nothing else would delete those objects; so the table
 streams the old image of every removed item here (``StreamViewType: OLD_IMAGE``; the event
-source's filter passes ``REMOVE`` records of ``e#…`` items only), and this function deletes
-exactly the keys the removed item named.
+source's filter passes only ``REMOVE`` records whose old image has ``s3`` keys under
+``ledger/``, so the removals of the many items that name no object never invoke it), and this
+function deletes exactly the keys the removed item named. A record that names none (delivered
+by a wider filter, or by hand) is done at once.
 
 Why that is safe for live sessions: an object's key is ``ledger/<session id>/<position>-<event
 id>.json``, and the event id is new for every event, so a session created again under the same

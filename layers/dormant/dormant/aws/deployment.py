@@ -8,8 +8,9 @@ the environment the template sets: the table and bucket (``DynamoDBStore.from_en
 model (``OpenAIModel.from_settings``: its key is read from Secrets Manager/SSM, and the
 ``openai`` package imported, on the first model call, not here). Nothing else is built before a
 request needs it: the scheduler's and the queue's boto3 clients come with their first use. With
-no secret or parameter configured (``sam local``, tests) the app's own default model applies
-(the sample's: OpenAI when ``OPENAI_API_KEY`` is set, else its demo model).
+no secret or parameter configured (a keyless deploy: the template's ``OpenAISecretName`` left
+empty; ``sam local``; tests) the app's own default model applies (the sample's: OpenAI when
+``OPENAI_API_KEY`` is set, else its demo model), and the cold start logs a warning saying so.
 
 Timers: with ``DORMANT_WAKE_TARGET_ARN`` and ``DORMANT_SCHEDULER_ROLE_ARN`` set (the
 template sets them, with ``DORMANT_SCHEDULE_GROUP`` and ``DORMANT_SCHEDULE_DLQ_ARN``), the app
@@ -21,10 +22,13 @@ Hand-on: with ``WEBHOOK_QUEUE_URL`` set (the template sets it for every function
 request cannot finish in its invocation (the rest of an inbox, a turn cut by the deadline) is
 sent to the webhook queue (``hand_on.QueueHandOn``) and runs in the ``webhook`` function.
 Without it, ``app.hand_on`` stays None: a request drains its session's inbox itself.
+With it, a deleted session's purge steps go there too (``store.purge_later``, see
+``purge.QueuePurge``); without it they run in the request that deletes.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -32,12 +36,15 @@ from dormant._appspec import build_app
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.aws.hand_on import deployed_hand_on
+from dormant.aws.purge import QueuePurge
 from dormant.models import Model
 from dormant.schedulers import Scheduler
 from dormant.settings import Settings
 from dormant.stores import DynamoDBStore
 
 __all__ = ["Deployed", "deployed_app", "deployed_scheduler"]
+
+log = logging.getLogger("dormant.aws")
 
 
 class Deployed(NamedTuple):
@@ -59,8 +66,14 @@ def deployed_app(env: Mapping[str, str] | None = None) -> Deployed:
 
         model = OpenAIModel.from_settings(settings)
     app, agent = build_app(settings.app, store=store, model=model)
+    if model is None:
+        log.warning("no OpenAI key configured (DORMANT_OPENAI_SECRET and "
+                    "DORMANT_OPENAI_PARAMETER are empty): %s serves on its own default model, "
+                    "%s", settings.app, type(agent.model).__name__)
     app.scheduler = deployed_scheduler(settings)
     app.hand_on = deployed_hand_on(env)
+    if app.hand_on is not None:  # a deleted session's purge steps run in the webhook function
+        store.purge_later = QueuePurge(app.hand_on)
     return Deployed(app, agent, settings)
 
 

@@ -44,7 +44,7 @@ from dormant.handlers import HandlerInput, Input
 from dormant.session import normalize_session_id
 
 __all__ = ["KIND", "QUEUE_URL_ENV", "HandOnMessage", "QueueHandOn", "deployed_hand_on",
-           "handing_on_from", "work_of"]
+           "handing_on_from", "origin", "work_of"]
 
 #: The environment variable naming the webhook queue (set by template.yaml).
 QUEUE_URL_ENV = "WEBHOOK_QUEUE_URL"
@@ -67,6 +67,11 @@ def handing_on_from(origin: str | None) -> Iterator[None]:
         yield
     finally:
         _origin.reset(token)
+
+
+def origin() -> str | None:
+    """Where the work being done now comes from (see :func:`handing_on_from`)."""
+    return _origin.get()
 
 
 def work_of(request_input: Input) -> Work:
@@ -149,6 +154,14 @@ class QueueHandOn:
                 retries={"mode": "standard", "max_attempts": 5}))
         return self._client
 
+    def send(self, body: str, *, group_id: str, deduplication_id: str) -> str | None:
+        """Send one record to the queue (``SendMessage``): its SQS message id. Raises what the
+        client raises; callers decide what a failed send means."""
+        sent = self.client.send_message(QueueUrl=self.queue_url, MessageBody=body,
+                                        MessageGroupId=group_id,
+                                        MessageDeduplicationId=deduplication_id)
+        return sent.get("MessageId")  # type: ignore[no-any-return]
+
     def send_message_params(self, request: HandlerInput) -> dict[str, Any]:
         """The ``SendMessage`` parameters for a handed-on request."""
         record = HandOnMessage.of(request)
@@ -168,7 +181,8 @@ class QueueHandOn:
         extra = {k: v for k, v in keys.items() if v is not None}
         try:
             params = self.send_message_params(request)
-            sent = self.client.send_message(**params)
+            sqs_id = self.send(params["MessageBody"], group_id=params["MessageGroupId"],
+                               deduplication_id=params["MessageDeduplicationId"])
         except Exception:  # the turn has committed: report the loss, keep the response
             metrics.add_metric(name="HandOnsFailed", unit=MetricUnit.Count, value=1)
             logger.exception("hand-on not sent: the work stays undone until the session is "
@@ -176,7 +190,7 @@ class QueueHandOn:
             return
         metrics.add_metric(name="HandOnsSent", unit=MetricUnit.Count, value=1)
         logger.info("handed on to the webhook queue",
-                    extra={**extra, "sqs_message_id": sent.get("MessageId")})
+                    extra={**extra, "sqs_message_id": sqs_id})
 
 
 def deployed_hand_on(env: Mapping[str, str] | None = None) -> QueueHandOn | None:

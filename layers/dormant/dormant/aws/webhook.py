@@ -1,6 +1,6 @@
-"""The ``webhook`` function: SQS FIFO records -> one turn request each.
+"""The ``webhook`` function: SQS FIFO records -> one turn request (or purge step) each.
 
-A record's body is one of two kinds. A :class:`WebhookMessage` (``{sessionId, messageId,
+A record's body is one of three kinds. A :class:`WebhookMessage` (``{sessionId, messageId,
 text, principal}``) from trusted server code: a user message appended to its session, and a
 turn. ``principal`` names the user the session belongs to (the Cognito ``sub`` the API knows
 them by): a new session is created owned by them, and a message for a session another
@@ -9,7 +9,10 @@ principal owns does not land (it ends in the dead-letter queue). A
 another invocation handed on (``App.hand_on``: the rest of a session's inbox, a retry of a turn
 cut by the deadline, a message whose turn was cut before anything was written), run as the turn
 request it is. Senders set ``MessageGroupId`` to the session id (hand-ons use its canonical
-form, ``session_…``), so one session's records run one at a time, in order.
+form, ``session_…``), so one session's records run one at a time, in order. A
+:class:`~purge.PurgeMessage` (``{"kind": "purge", sessionId, after}``): one step of clearing
+what a deleted session left (``DynamoDBStore.purge``, see ``purge.py``); a step that returns a
+cursor sends the next step's record before its own is done.
 
 A message record lands when its turn committed, or when the session could not take it now
 (waiting for a tool answer, failed, paused) and it went to the inbox (``queued``). One whose
@@ -23,6 +26,10 @@ meanwhile), a stop for an invocation that ended (``not_running``), and for a dra
 input) an inbox with nothing to run (``not_pending``) or a failed session
 (``session_failed``: the inbox waits for the retry, which must not queue behind this record).
 The turns' own drains and deadline cuts hand on through the same queue (``app.hand_on``).
+
+A purge record is done when its step ran and the next step's record (if any) was sent; a
+step that failed, or whose next record was not sent, fails the record: the step is idempotent,
+and its redelivery sends the next record again under the same deduplication id (it lands once).
 
 A record that cannot land (bad body, a turn or inbox write that did not commit, a session of
 another principal) is reported in ``batchItemFailures``: SQS retries just that record (and
@@ -51,6 +58,8 @@ from pydantic.alias_generators import to_camel
 
 from dormant.aws.deployment import deployed_app
 from dormant.aws.hand_on import KIND, HandOnMessage, handing_on_from
+from dormant.aws.purge import KIND as PURGE
+from dormant.aws.purge import PurgeMessage, QueuePurge, sends_raise
 from dormant.aws.tracing import tracer as make_tracer
 from dormant.errors import (
     DuplicateMessage,
@@ -60,9 +69,10 @@ from dormant.errors import (
     SessionFailed,
 )
 from dormant.handlers import HandlerInput, Input, RestResponse
+from dormant.stores import DynamoDBStore
 
-__all__ = ["HandOnMessage", "RecordNotLanded", "WebhookMessage", "WebhookRecord", "handler",
-           "record_handler"]
+__all__ = ["HandOnMessage", "PurgeMessage", "RecordNotLanded", "WebhookMessage", "WebhookRecord",
+           "handler", "record_handler"]
 
 logger = Logger()
 # The library logs to the standard "dormant" logger: give it this logger's JSON format and
@@ -98,19 +108,24 @@ class WebhookMessage(BaseModel):
         "created owned by them; another principal's session is not touched.")
 
 
-def _kind(body: Any) -> Literal["hand_on", "message"]:
-    """A body with a ``kind`` is a hand-on (any other kind fails as one); else a message."""
+def _kind(body: Any) -> Literal["hand_on", "message", "purge"]:
+    """A body of ``kind`` purge is a purge step; one of any other ``kind`` a hand-on (an
+    unknown kind fails as one); else a message."""
+    if isinstance(body, PurgeMessage) or (isinstance(body, dict) and body.get("kind") == PURGE):
+        return "purge"
     has_kind = "kind" in body if isinstance(body, dict) else isinstance(body, HandOnMessage)
     return "hand_on" if has_kind else "message"
 
 
-#: A record's body: a message, or (``"kind": "hand_on"``) a handed-on request.
-Body = Annotated[Annotated[HandOnMessage, Tag(KIND)] | Annotated[WebhookMessage, Tag("message")],
-                 Discriminator(_kind)]
+#: A record's body: a message, (``"kind": "hand_on"``) a handed-on request, or (``"kind":
+#: "purge"``) a purge step.
+Body = Annotated[Annotated[HandOnMessage, Tag(KIND)] | Annotated[PurgeMessage, Tag(PURGE)]
+                 | Annotated[WebhookMessage, Tag("message")], Discriminator(_kind)]
 
 
 class WebhookRecord(SqsRecordModel):
-    """An SQS record whose body is a JSON :class:`WebhookMessage` or :class:`HandOnMessage`."""
+    """An SQS record whose body is a JSON :class:`WebhookMessage`, :class:`HandOnMessage` or
+    :class:`PurgeMessage`."""
 
     body: Json[Body]
 
@@ -137,6 +152,10 @@ def record_handler(record: SQSRecord | WebhookRecord,
     if isinstance(record, SQSRecord):
         record = WebhookRecord.model_validate(record.raw_event)
     body = record.body
+    if isinstance(body, PurgeMessage):  # a bounded step (100 items): no turn budget to keep
+        with handing_on_from(record.messageId):
+            _purge(body)
+        return
     if lambda_context is not None and lambda_context.get_remaining_time_in_millis() < NEEDED_MS:
         # Cut off mid-turn, the record would be redelivered anyway, after the whole visibility
         # timeout; reported now, it comes back sooner and nothing half-done is left.
@@ -170,6 +189,26 @@ def _hand_on(record: HandOnMessage, remaining: float | None) -> None:
                                     **{k: v for k, v in ids.items() if v is not None}):
         reply = turn(request, remaining_time=remaining)
         _report_hand_on(record, reply)
+
+
+def _purge(record: PurgeMessage) -> None:
+    """One purge step; the next step's record sent before this one is done. Whatever fails
+    raises: the record is delivered again, and the step (idempotent) runs again."""
+    store = app.store
+    if not isinstance(store, DynamoDBStore) or not isinstance(store.purge_later, QueuePurge):
+        raise RecordNotLanded(f"purge record for session {record.session_id}: this deployment's "
+                              "app does not purge over the webhook queue (a DynamoDBStore "
+                              "with the queue as its purge_later)")
+    with logger.append_context_keys(session_id=record.session_id, purge_after=record.after), \
+            sends_raise():
+        after = store.purge(record.session_id, record.after)
+        if after is not None:
+            store.purge_later.send(record.session_id, after)
+    if after is None:
+        metrics.add_metric(name="PurgesDone", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="PurgeSteps", unit=MetricUnit.Count, value=1)
+    logger.info("purge step ran", extra={"session_id": record.session_id,
+                                         "purge_after": record.after, "next": after})
 
 
 def _describe(body: WebhookMessage | HandOnMessage) -> str:

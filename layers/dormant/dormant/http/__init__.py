@@ -5,16 +5,19 @@ Routes::
     POST   /turns            one turn: {sessionId?, message?, messageId?, tools?, approvals?,
                              state?, retry?, stop?, steer?, pause?, resume?, interrupt?, queue?,
                              inputs?, seed?, ifBusy?} -> the REST response (202 when the message
-                             was queued or a control accepted for a run elsewhere, else 200)
+                             was queued or a control accepted for a run elsewhere, else 200);
+                             with Accept: text/event-stream, the turn's events as they happen
+                             (``event: <type>``), then ``event: result`` with that response
     GET    /sessions         the caller's sessions (sessionId, status, version, updatedAt;
                              ?detail=true adds waiting [{kind, id, name}], inbox (a count),
                              openInvocation, forkOf, compactions, createdAt: one head read
                              per session)
-    GET    /sessions/{id}    status, version, pending yields and inputs, inbox, state (+ the
-                             ledger with ?events=true)
-    GET    /sessions/{id}/events?after=V[&wait=N]
-                             the committed events after version V (long-polls up to N <= 20 s);
-                             ``dormant dev`` streams them with &follow=true
+    GET    /sessions/{id}    status, version, pending yields and inputs, inbox, state (+ a
+                             page of the ledger with ?events=true[&limit=L][&cursor=C])
+    GET    /sessions/{id}/events?after=V[&limit=L][&cursor=C][&wait=N]
+                             the committed events after version V, at most L (200, <= 1000)
+                             of them and ``next`` (a cursor) when more follow; long-polls up
+                             to N <= 20 s; ``dormant dev`` streams them with &follow=true
     POST   /sessions/{id}/fork   {atVersion?, sessionId?} -> a fork (copy-on-write) of the
                              caller's session at that version, owned by the caller (201)
     DELETE /sessions/{id}    forget a session (its forks keep what they inherited)
@@ -41,7 +44,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import unquote
 
@@ -53,7 +56,15 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 )
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
-from dormant._follow import Feed, events_after
+from dormant._follow import (
+    CURSOR_PATTERN,
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    Feed,
+    decode_cursor,
+    events_after,
+    page_after,
+)
 from dormant._resume import validate_resume_state
 from dormant.errors import (
     DormantError,
@@ -63,8 +74,8 @@ from dormant.errors import (
     public_message,
 )
 from dormant.events import Event
-from dormant.handlers import RestResponse
-from dormant.http._openapi import SSE, answers, describe
+from dormant.handlers import RestResponse, RestStream
+from dormant.http._openapi import DOCS_CACHE_CONTROL, SSE, DocsPage, answers, describe
 from dormant.http._resolver import JSON, Resolver, error_response, validation_response
 from dormant.http._wire import (
     SESSION_ID_SCHEMA,
@@ -112,6 +123,7 @@ __all__ = [
     "principal_of",
     "public_events",
     "request_id_of",
+    "wants_event_stream",
 ]
 
 log = logging.getLogger("dormant.http")
@@ -187,30 +199,47 @@ def build_resolver(
     @resolver.get("/sessions/<session_id>/events", summary="Follow a session",
                   tags=["sessions"],
                   description="The committed ledger events after version `after` (keep the "
-                  "`version` of the last answer and pass it next time). With `wait`, waits up "
+                  "`version` of the last answer and pass it next time), a page of at most "
+                  f"`limit` (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}): when more follow, "
+                  "`next` is a cursor; ask again with `cursor` set to it (instead of `after`) "
+                  "until `next` is null, and only then hold `version`. With `wait`, waits up "
                   "to that many seconds for a commit when there is none yet (long polling). "
-                  "`resync: true`: `after` is older than the session remembers; `events` is "
-                  "the whole ledger, replace what you hold. `dormant dev` also streams it as "
-                  "server-sent events with `follow=true`.",
+                  "`resync: true`: `after` could not be placed; `events` start the whole "
+                  "ledger, replace what you hold. `dormant dev` also streams it as "
+                  "server-sent events with `follow=true` (every page, then each commit).",
                   responses=answers("the events after `after`", Feed, 400, 401, 404, 422))
     def session_events(
         session_id: Annotated[str, Path(description="The session id",
                                         json_schema_extra=SESSION_ID_SCHEMA)],
-        after: Annotated[int, Query(ge=0, description="The version you hold (0: all)")] = 0,
+        after: Annotated[int | None, Query(ge=0, description="The version you hold (0: "
+                                           "all)")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="At most this many "
+                                    f"events (<= {MAX_LIMIT})")] = DEFAULT_LIMIT,
+        cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description="The `next` "
+                                            "of the previous page")] = None,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False,
                                      description="Seconds to wait for a commit (<= 20)")] = 0,
         follow: Annotated[bool, Query(description="Stream (dormant dev only)")] = False,
     ) -> Response[Any]:
-        return routes.events(session_id, after, wait, follow)
+        return routes.events(session_id, after, wait, follow, limit=limit, cursor=cursor)
 
     @resolver.get("/sessions/<session_id>", summary="Read a session", tags=["sessions"],
-                  responses=answers("the session", SessionView, 400, 401, 404))
+                  description="Status, version, what the session waits on, inbox, state. "
+                  "With `events=true`, also a page of the ledger from its start (or from "
+                  f"`cursor`): at most `limit` events (default {DEFAULT_LIMIT}, at most "
+                  f"{MAX_LIMIT}) and, when more follow, `next`: pass it as `cursor` for the "
+                  "next page.",
+                  responses=answers("the session", SessionView, 400, 401, 404, 422))
     def get_session(
         session_id: Annotated[str, Path(description="The session id",
                                         json_schema_extra=SESSION_ID_SCHEMA)],
-        events: Annotated[bool, Query(description="Include the ledger")] = False,
+        events: Annotated[bool, Query(description="Include a page of the ledger")] = False,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="With events: at most "
+                                    f"this many (<= {MAX_LIMIT})")] = DEFAULT_LIMIT,
+        cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description="With "
+                                            "events: the `next` of the previous page")] = None,
     ) -> Response[Any]:
-        return routes.show(session_id, events)
+        return routes.show(session_id, events, limit=limit, cursor=cursor)
 
     @resolver.post("/sessions/<session_id>/fork", summary="Fork a session", tags=["sessions"],
                    description="A new session whose history is this one's up to `atVersion` "
@@ -254,8 +283,16 @@ def build_resolver(
                         body=resolver.get_openapi_json_schema(
                             title=title or f"dormant: {app.name}", version=_version()))
 
-    resolver.enable_swagger(path="/docs", title=title or f"dormant: {app.name}",
-                            version=_version())
+    docs = DocsPage(title or f"dormant: {app.name}")
+
+    @resolver.get("/docs", summary="This API's documentation page", include_in_schema=False)
+    def docs_page() -> Response[Any]:
+        headers = {"Cache-Control": DOCS_CACHE_CONTROL, "ETag": docs.etag}
+        asked = resolver.current_event.headers.get("If-None-Match")  # any case
+        if docs.fresh(asked):
+            return Response(status_code=304, body="", headers=headers)
+        return Response(status_code=200, content_type="text/html; charset=utf-8",
+                        body=docs.body, headers=headers)
 
     @resolver.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
     def invalid(error: RequestValidationError) -> Response[Any]:
@@ -334,6 +371,7 @@ class _Routes:
         self.require_principal = require_principal
         self.handler_config = handler_config
         self._agui: Callable[..., Any] | None = None
+        self._turns: Callable[..., RestStream] | None = None
 
     def principal(self) -> str | None:
         principal = principal_of(self.resolver.current_event.raw_event)
@@ -353,11 +391,61 @@ class _Routes:
         principal = self.principal()
         if request.session_id is not None:
             checked_session_id(request.session_id)
+        if wants_event_stream(self.resolver.current_event.headers):
+            return self._turn_events(request, principal)
         reply = self.rest(request.to_handler_input(principal),
                           remaining_time=self._remaining_time())
         if reply.status == "error" and reply.commit_status in (None, "failed"):
             return self._refused(reply.code or "run_error", reply.error or "the turn failed",
                                  reply.session_id, principal)
+        status, body = self._answer(reply)
+        return Response(status_code=status, content_type=JSON, body=body)
+
+    def _turn_events(self, request: TurnRequest, principal: str | None) -> Response[Any]:
+        """``POST /turns`` as server-sent events: each turn event as it happens (``id:`` its
+        stream position, ``event:`` its type), then ``event: result`` with the body the JSON
+        answer would have had, and its ``httpStatus``. A request refused before anything ran
+        answers that JSON error instead, as without the ``Accept``."""
+        if self._turns is None:
+            self._turns = self.app.handler.rest_stream(agent=self.agent, **self.handler_config)
+        run = self._turns(request.to_handler_input(principal),
+                          remaining_time=self._remaining_time())
+        first = next(run, None)
+        ended = run.result
+        if ended is not None and ended.status == "error" \
+                and ended.commit_status in (None, "failed"):
+            return self._refused(ended.code or "run_error", ended.error or "the turn failed",
+                                 ended.session_id, principal)
+
+        def frames() -> Iterator[str]:
+            for event in itertools.chain(() if first is None else [first], run):
+                [shown] = public_events([event.model_dump(mode="json")])
+                yield (f"id: {event.seq}\nevent: {event.type}\n"
+                       f"data: {json.dumps(shown, separators=(',', ':'))}\n\n")
+            reply = run.response
+            assert reply is not None
+            status, body = self._answer(reply)
+            yield f"event: result\ndata: {json.dumps({**body, 'httpStatus': status})}\n\n"
+
+        return self._stream(frames(), run)
+
+    def _stream(self, chunks: Iterator[str], run: Any) -> Response[Any]:
+        """Send ``chunks`` as a ``text/event-stream`` body: one by one through the server's
+        writer when there is one (``dormant dev``, the streaming function), else whole. A
+        client that hung up stops the turn (``run.close()``)."""
+        writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
+        headers = {"Cache-Control": "no-cache"}
+        if writer is not None:
+            try:
+                for chunk in chunks:
+                    writer(chunk)
+            except OSError:  # the client hung up: stop the turn
+                run.close()
+            return Response(status_code=200, content_type=SSE, body="", headers=headers)
+        return Response(status_code=200, content_type=SSE, body="".join(chunks), headers=headers)
+
+    def _answer(self, reply: RestResponse) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and JSON body of a turn that ran (or a control that applied)."""
         status = 202 if reply.status in ACCEPTED_STATUSES else 200
         body = reply.wire()
         if body.get("events"):
@@ -370,7 +458,7 @@ class _Routes:
                       extra={"request_id": request_id, "session_id": reply.session_id})
             body["error"] = public_message(reply.code or "run_error", reply.error, request_id)
             body["requestId"] = request_id
-        return Response(status_code=status, content_type=JSON, body=body)
+        return status, body
 
     def _refused(self, code: str, message: str, session_id: str | None,
                  principal: str | None) -> Response[Any]:
@@ -394,14 +482,18 @@ class _Routes:
 
     # --- /sessions/{id} ------------------------------------------------------------------------
 
-    def show(self, session_id: str, events: bool) -> Response[Any]:
+    def show(self, session_id: str, events: bool, *, limit: int = DEFAULT_LIMIT,
+             cursor: str | None = None) -> Response[Any]:
         # Path parameters arrive as the URL spelled them: ``a%3Ab`` is session ``a:b``. A
         # session id has no ``%``, so decoding an already decoded one changes nothing.
         session_id = unquote(session_id)
         principal = self.principal()
-        session = self._load(session_id, principal, turns=None if events else 0)
+        session = self._load(session_id, principal, turns=0)
         head = session.head
-        schemas = self._input_schemas(session, whole=events)
+        schemas = self._input_schemas(session, whole=False)
+        after, skip = decode_cursor(cursor or "0")
+        page = page_after(self.app, head, after, skip=skip, limit=limit,
+                          principal=principal) if events else None
         view = SessionView(
             session_id=session.session_id, status=session.status, version=session.version,
             yielded_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args,
@@ -416,8 +508,8 @@ class _Routes:
             fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
             compactions=head.compactions or None,
             created_at=head.created_at, updated_at=head.updated_at,
-            events=public_events([e.model_dump(mode="json") for e in session.events])
-            if events else None,
+            events=public_events(page.events) if page is not None else None,
+            next=page.next if page is not None else None,
         )
         return Response(status_code=200, content_type=JSON,
                         body=view.model_dump(by_alias=True, mode="json", exclude_none=True))
@@ -457,12 +549,18 @@ class _Routes:
 
     # --- /sessions/{id}/events -----------------------------------------------------------------
 
-    def events(self, session_id: str, after: int, wait: float, follow: bool) -> Response[Any]:
+    def events(self, session_id: str, after: int | None, wait: float, follow: bool, *,
+               limit: int = DEFAULT_LIMIT, cursor: str | None = None) -> Response[Any]:
         session_id = unquote(session_id)
         principal = self.principal()
         checked_session_id(session_id)
+        if cursor is not None and after is not None:
+            return error_response("invalid_input", "pass after or cursor, not both: a "
+                                  "cursor (a page's `next`) says where to go on")
+        after, skip = decode_cursor(cursor) if cursor is not None else (after or 0, 0)
         if not follow:
-            feed = events_after(self.app, session_id, after, wait=wait, principal=principal)
+            feed = events_after(self.app, session_id, after, wait=wait, principal=principal,
+                                skip=skip, limit=limit)
             body = feed.wire()
             body["events"] = public_events(body["events"])
             return Response(status_code=200, content_type=JSON, body=body)
@@ -472,26 +570,31 @@ class _Routes:
                 "invalid_input", "follow=true streams only from a local server (dormant dev); "
                 "through this API, long-poll: GET /sessions/{id}/events?after=VERSION&wait=20, "
                 "then again with after = the version it answered")
-        feed = events_after(self.app, session_id, after, principal=principal)  # 404 first
-        self._follow(writer, feed, after, principal)
+        feed = events_after(self.app, session_id, after, principal=principal,  # 404 first
+                            skip=skip, limit=limit)
+        self._follow(writer, feed, after, principal, limit)
         return Response(status_code=200, content_type=SSE, body="",
                         headers={"Cache-Control": "no-cache"})
 
     def _follow(self, writer: Callable[[str], None], feed: Feed, after: int,
-                principal: str | None) -> None:
+                principal: str | None, limit: int = DEFAULT_LIMIT) -> None:
         """Stream the session's feeds until the client hangs up: a ``data:`` message each
-        time the version moves, a comment every :data:`FOLLOW_KEEPALIVE` seconds otherwise."""
+        time the version moves (one per page: a page with ``next`` is followed at once by
+        the next), a comment every :data:`FOLLOW_KEEPALIVE` seconds otherwise."""
         try:
             writer(f": following {feed.session_id} after version {after}\n\n")
             while True:
+                skip = 0
                 if feed.version > after:
                     shown = feed.wire()
                     shown["events"] = public_events(shown["events"])
                     writer(f"data: {json.dumps(shown, separators=(',', ':'))}\n\n")
-                    after = feed.version
+                    after, skip = decode_cursor(feed.next) if feed.next is not None \
+                        else (feed.version, 0)
                 try:
-                    feed = events_after(self.app, feed.session_id, after,
-                                        wait=FOLLOW_KEEPALIVE, principal=principal)
+                    feed = events_after(self.app, feed.session_id, after, skip=skip,
+                                        limit=limit, principal=principal,
+                                        wait=0 if skip or feed.next else FOLLOW_KEEPALIVE)
                 except SessionNotFound as error:  # deleted while followed
                     body = ErrorBody(code=error.code, message=str(error))
                     data = body.model_dump_json(by_alias=True, exclude_none=True)
@@ -507,7 +610,7 @@ class _Routes:
         new_id = checked_session_id(request.session_id) if request.session_id else None
         principal = self.principal()
         fork = self.app.sessions.fork(source, at_version=request.at_version,
-                                      new_session_id=new_id, owner=principal)
+                                      new_session_id=new_id, owner=principal, history=False)
         fork_of = fork.head.fork_of or {}
         body = ForkCreated(session_id=fork.session_id, version=fork.version,
                            fork_of=ForkOf(**fork_of))
@@ -571,17 +674,28 @@ class _Routes:
         if ended is not None and ended.status == "error" and ended.commit_status is None:
             return self._refused(ended.code or "run_error", ended.error or "the turn failed",
                                  ended.session_id, principal)
-        chunks = encode_sse(itertools.chain([first], run))
-        writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
-        headers = {"Cache-Control": "no-cache"}
-        if writer is not None:  # a local server streams each event as it is produced
-            try:
-                for chunk in chunks:
-                    writer(chunk)
-            except OSError:  # the client hung up: stop the turn; it writes nothing
-                run.close()
-            return Response(status_code=200, content_type=SSE, body="", headers=headers)
-        return Response(status_code=200, content_type=SSE, body="".join(chunks), headers=headers)
+        return self._stream(encode_sse(itertools.chain([first], run)), run)
+
+
+def wants_event_stream(headers: Mapping[str, str] | None) -> bool:
+    """Whether a request's ``Accept`` asks for ``text/event-stream`` over JSON (a client that
+    names both gets the one it ranks higher; equal ranks: the first named)."""
+    accept = next((v for k, v in (headers or {}).items() if k.lower() == "accept"), "")
+    ranks: dict[str, tuple[float, int]] = {}
+    for index, part in enumerate(accept.split(",")):
+        kind, *params = (p.strip() for p in part.split(";"))
+        weight = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        ranks.setdefault(kind.lower(), (weight, -index))
+    sse = ranks.get(SSE, (0.0, 0))
+    json_rank = max(ranks.get(JSON, (0.0, 0)), ranks.get("application/*", (0.0, 0)))
+    return sse[0] > 0 and sse > json_rank
 
 
 def wants_positions(body: dict[str, Any]) -> bool:

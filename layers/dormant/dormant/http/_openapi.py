@@ -3,15 +3,54 @@ cannot say (the constraints the server enforces on bodies it validates itself)."
 
 from __future__ import annotations
 
+import hashlib
+import html
+import json
 from typing import Any
 
 from dormant.handlers import RestResponse
 from dormant.http._resolver import JSON
 from dormant.http._wire import SESSION_ID_SCHEMA, ErrorBody
 
-__all__ = ["SSE", "answers", "describe"]
+__all__ = ["DOCS_CACHE_CONTROL", "SSE", "SWAGGER_UI", "DocsPage", "answers", "describe"]
 
 SSE = "text/event-stream"
+
+#: Where ``/docs`` loads Swagger UI from (a pinned release, so the page never changes under a
+#: cached copy), and how long a browser or CDN may keep the page.
+SWAGGER_UI = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5.17.14"
+DOCS_CACHE_CONTROL = "public, max-age=3600"
+
+
+class DocsPage:
+    """``/docs``: a small static page (no description inlined: Swagger UI, from
+    :data:`SWAGGER_UI`, fetches it from ``GET /`` beside it), built once per resolver, with
+    an ``ETag`` so a browser's revalidation is a body-less 304. It holds no data."""
+
+    def __init__(self, title: str) -> None:
+        name = html.escape(title)
+        self.body = rf"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{name}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="{SWAGGER_UI}/swagger-ui.css"></head>
+<body><div id="swagger-ui"><noscript>{name}: the OpenAPI description is at
+<a href="./">GET /</a> (this page shows it with Swagger UI, which needs JavaScript).</noscript>
+</div>
+<script src="{SWAGGER_UI}/swagger-ui-bundle.js" crossorigin="anonymous"></script>
+<script>
+const spec = location.pathname.replace(/docs\/?$/, "");
+window.ui = SwaggerUIBundle({{url: spec, dom_id: "#swagger-ui", deepLinking: true}});
+</script></body></html>
+"""
+        digest = hashlib.sha256(self.body.encode()).hexdigest()[:32]
+        self.etag = json.dumps(digest)  # a strong validator: quoted
+
+    def fresh(self, if_none_match: str | None) -> bool:
+        """Whether the client's ``If-None-Match`` names this page (a 304 will do)."""
+        if not if_none_match:
+            return False
+        tags = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+        return self.etag in tags or "*" in tags
 
 #: Error statuses every route can answer: a body that is not UTF-8 (400), another method on
 #: its path (405), a body too large (413) or not JSON (415), a server-side failure (5xx).
@@ -96,6 +135,15 @@ def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
         "properties": {"data": {"type": "string", "contentMediaType": JSON,
                                 "contentSchema": {"$ref": "#/components/schemas/AgUiEvent"}},
                        "event": {"type": "string"}}}}}
+    # POST /turns with Accept: text/event-stream: the turn's events, then the result.
+    turns = openapi["paths"]["/turns"]["post"]["responses"]["200"].setdefault("content", {})
+    turns[SSE] = {"schema": {
+        "type": "object", "required": ["event", "data"],
+        "description": "One server-sent event per turn event (`id`: its stream position, "
+                       "`event`: its type, `data`: the event as JSON), then `event: result` "
+                       "whose data is the JSON answer plus its `httpStatus`",
+        "properties": {"id": {"type": "string"}, "event": {"type": "string"},
+                       "data": {"type": "string", "contentMediaType": JSON}}}}
 
 
 def _require_tags(components: dict[str, Any]) -> None:

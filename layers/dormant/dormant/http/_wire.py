@@ -264,7 +264,12 @@ class SessionView(_Wire):
         "(absent: never).")
     created_at: int = 0
     updated_at: int = 0
-    events: list[dict[str, Any]] | None = None
+    events: list[dict[str, Any]] | None = Field(
+        default=None, description="With `events=true`: a page of the ledger, oldest first "
+        "(at most `limit` events, from the start or from `cursor`).")
+    next: str | None = Field(
+        default=None, description="With `events=true`, when more events follow: pass it as "
+        "`cursor` for the next page (absent: the page reaches the end).")
 
 
 class ForkOf(_Wire):

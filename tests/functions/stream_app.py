@@ -1,0 +1,34 @@
+"""The app the streaming function's tests serve (``DORMANT_APP`` names this file): one agent
+whose model streams ``STREAM_TEST_WORDS`` words, each after ``STREAM_TEST_DELAY`` seconds (the
+first one too, as a model's first token comes after a wait), so a test can tell events that
+leave as they happen from a body sent at the end."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import dormant
+from dormant.models import ModelChunk, ModelRequest, TextDelta
+from dormant.tools import Signal
+
+
+class SlowModel:
+    def __init__(self, words: int, delay: float) -> None:
+        self.words = words
+        self.delay = delay
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
+        for index in range(self.words):
+            if signal.wait(self.delay):
+                return  # stopped or aborted: the run loop sees the signal
+            yield TextDelta(f"w{index} ")
+
+
+def build(store: Any = None, model: Any = None, **_: Any) -> tuple[dormant.App, Any]:
+    app = dormant.App(name="stream-test", store=store)
+    agent = app.agent(name="streamer", model=SlowModel(
+        int(os.environ.get("STREAM_TEST_WORDS", "5")),
+        float(os.environ.get("STREAM_TEST_DELAY", "0.2"))))
+    return app, agent
