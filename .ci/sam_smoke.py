@@ -48,8 +48,8 @@ def event(name: str) -> dict:
 
 def fresh_path(function: str, layers: tuple[str, ...] = ("DormantLayer",)) -> None:
     sys.path[:0] = [str(build / function), *(str(build / layer / "python") for layer in layers)]
-    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "webhook", "wake", "cleanup",
-                                                                "bookings", "app"}
+    for name in [m for m in sys.modules if m.split(".")[0] in {"api", "stream", "webhook", "wake",
+                                                                "cleanup", "bookings", "app"}
                  or m.startswith(("dormant.aws.", "dormant.samples."))]:
         del sys.modules[name]
 
@@ -68,6 +68,23 @@ served = sys.modules["dormant.aws.api"].app
 docs = api.app.handler(event("api_get_docs.json"), Context())
 assert docs["statusCode"] == 200, docs
 assert api.app.__file__.startswith(str(build / "ApiFunction")), api.app.__file__
+
+fresh_path("StreamFunction")
+import stream.app  # noqa: E402
+
+# The streaming loop's wrapper ships in the layer, executable (the runtime execs it).
+wrapper = build / "DormantLayer" / "python" / "dormant" / "aws" / "bootstrap-stream"
+assert wrapper.is_file() and os.access(wrapper, os.X_OK), wrapper
+assert re.search(r"AWS_LAMBDA_EXEC_WRAPPER:\s*/opt/python/dormant/aws/bootstrap-stream",
+                 (build / "template.yaml").read_text()), "StreamFunction names no wrapper"
+import dormant.aws.runtime  # noqa: E402, F401  (what the wrapper runs)
+
+# A request the authorizer named nobody for is refused before any AWS call.
+anonymous = event("api_post_agui.json")
+anonymous["requestContext"].pop("authorizer", None)
+refused = stream.app.handler(anonymous, Context())
+assert refused["statusCode"] == 401, refused
+assert stream.app.__file__.startswith(str(build / "StreamFunction")), stream.app.__file__
 
 fresh_path("WebhookFunction")
 import webhook.app  # noqa: E402
@@ -117,5 +134,5 @@ for package in ("boto3", "botocore", "aws_xray_sdk"):
 for extra in ("_web", "_console.py", "scaffold"):
     assert not (build / "DormantLayer" / "python" / "dormant" / extra).exists(), extra
 assert "dormant._console" not in sys.modules, "the api function imported the console"
-print(f"sam build smoke: api, webhook, wake and cleanup import and answer under Python "
+print(f"sam build smoke: api, stream, webhook, wake and cleanup import and answer under Python "
       f"{sys.version.split()[0]} from {build}, serving {served.name} ({app_spec})")

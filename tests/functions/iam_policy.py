@@ -56,8 +56,9 @@ __all__ = [
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 #: The functions (``functions/<name>/app.py``) and their logical ids in template.yaml.
-FUNCTIONS: dict[str, str] = {"api": "ApiFunction", "webhook": "WebhookFunction",
-                             "wake": "WakeFunction", "cleanup": "CleanupFunction"}
+FUNCTIONS: dict[str, str] = {"api": "ApiFunction", "stream": "StreamFunction",
+                             "webhook": "WebhookFunction", "wake": "WakeFunction",
+                             "cleanup": "CleanupFunction"}
 
 _TRANSACTION_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem",
                         "ConditionCheck": "ConditionCheckItem"}
@@ -330,11 +331,42 @@ class Names:
         return arns[(name, attribute)]
 
 
+#: What ``!Ref AWS::NoValue`` resolves to: dropped from the list holding it.
+_NO_VALUE = object()
+
+
+def _holds(condition: Any, names: Names, template: Mapping[str, Any]) -> bool:
+    """A template condition (by name, or a condition function) for this deployment's
+    parameters."""
+    if isinstance(condition, str):
+        return _holds(template["Conditions"][condition], names, template)
+    [(function, arguments)] = condition.items()
+    if function == "Fn::Equals":
+        left, right = (_resolve(a, names, template) for a in arguments)
+        return str(left) == str(right)
+    if function == "Fn::Not":
+        return not _holds(arguments[0], names, template)
+    if function == "Fn::And":
+        return all(_holds(a, names, template) for a in arguments)
+    if function == "Fn::Or":
+        return any(_holds(a, names, template) for a in arguments)
+    if function == "Fn::Condition":
+        return _holds(arguments, names, template)
+    raise KeyError(f"the IAM check does not evaluate {function} in a condition")
+
+
 def _resolve(value: Any, names: Names, template: Mapping[str, Any]) -> Any:
     if isinstance(value, list):
-        return [_resolve(v, names, template) for v in value]
+        resolved = [_resolve(v, names, template) for v in value]
+        return [v for v in resolved if v is not _NO_VALUE]
     if not isinstance(value, dict):
         return value
+    if value == {"Ref": "AWS::NoValue"}:
+        return _NO_VALUE
+    if set(value) == {"Fn::If"}:
+        condition, then, otherwise = value["Fn::If"]
+        return _resolve(then if _holds(condition, names, template) else otherwise, names,
+                        template)
     if set(value) == {"Ref"}:
         return names.ref(value["Ref"], template)
     if set(value) == {"Fn::GetAtt"}:
@@ -360,7 +392,7 @@ def function_policy(template: Mapping[str, Any], logical_id: str,
                     names: Names) -> list[dict[str, Any]]:
     """The function's inline policy statements, with every intrinsic resolved."""
     policies = template["Resources"][logical_id]["Properties"].get("Policies", [])
-    return [_resolve(s, names, template) for p in policies for s in p["Statement"]]
+    return [s for p in _resolve(policies, names, template) for s in p["Statement"]]
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -41,8 +41,26 @@ def test_the_api_function_calls_only_what_its_role_allows(
     assert api.handler(load_event("api_post_agui.json"), context)["statusCode"] == 200
     assert api.handler(load_event("api_delete_session.json"), context)["statusCode"] == 200
 
-    assert {"dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem",
-            "dynamodb:BatchWriteItem"} <= iam_recorded.recorder.actions("api")
+    assert {"dynamodb:Query", "dynamodb:PutItem",
+            "dynamodb:DeleteItem"} <= iam_recorded.recorder.actions("api")
+
+
+def test_the_stream_function_calls_only_what_its_role_allows(
+        deployed: Deployment, context: FakeLambdaContext,
+        iam_recorded: Recording) -> None:
+    stream = deployed.cold_start("stream")
+
+    paused = api_body(stream.handler(load_event("api_post_turn.json"), context))
+    resume = load_event("api_post_turn_resume.json")
+    body = api_body(resume)
+    body["tools"][0]["callId"] = paused["yieldedTools"][0]["callId"]
+    events = with_body(resume, body)
+    events["headers"]["Accept"] = "text/event-stream"
+    streamed = stream.handler(events, context)
+    assert streamed["statusCode"] == 200 and "event: result" in streamed["body"]
+    assert stream.handler(load_event("api_post_agui.json"), context)["statusCode"] == 200
+
+    assert {"dynamodb:Query", "dynamodb:PutItem"} <= iam_recorded.recorder.actions("stream")
 
 
 def test_the_webhook_function_calls_only_what_its_role_allows(
@@ -87,7 +105,7 @@ def _snoozing_agent(app: dormant.App) -> dormant.Agent:
         {"tool_calls": [{"name": "snooze", "args": {"minutes": 10}}]}, "Snoozed."]))
 
 
-@pytest.mark.parametrize("function", ["api", "webhook", "wake"])
+@pytest.mark.parametrize("function", ["api", "stream", "webhook", "wake"])
 def test_setting_and_cancelling_timers_needs_only_what_each_role_allows(
         deployed: Deployment, function: str, iam_recorded: Recording) -> None:
     """Any function's committed turn may set and cancel timers (the deployment's scheduler)."""
@@ -115,10 +133,57 @@ def test_the_wake_function_calls_only_what_its_role_allows(
     assert {"dynamodb:Query", "dynamodb:PutItem"} <= iam_recorded.recorder.actions("wake")
 
 
+# --- delete: the api retires the session, the webhook purges what is left --------------------
+
+
+def test_deleting_and_purging_calls_only_what_each_role_allows(
+        deployed: Deployment, context: FakeLambdaContext, iam_recorded: Recording) -> None:
+    from dormant.events import AssistantEvent
+    from dormant.stores import DynamoDBStore
+    from tests.functions.test_purge import SUB, _as_event, _drain, _failures, _keys
+
+    # a long session with an offloaded event, and a fork that keeps what it reads of it
+    seeding = dormant.App(store=DynamoDBStore(deployed.table, bucket=deployed.bucket,
+                                              offload_above=2_000))
+    session = seeding.sessions.create("thread-42", owner=SUB)
+    for n in range(120):
+        session.input.message(f"turn {n}", id=f"m-{n}")
+        session._append(AssistantEvent(text="x" * (3_000 if n == 7 else 10)))
+        assert seeding.sessions.commit(session).ok
+    seeding.sessions.fork("thread-42", new_session_id="thread-43", owner=SUB)
+    api = deployed.cold_start("api")
+    webhook = deployed.cold_start("webhook")
+
+    for sid in ("thread-42", "thread-43"):
+        event = load_event("api_delete_session.json")
+        event["path"], event["pathParameters"] = f"/sessions/{sid}", {"id": sid}
+        assert api.handler(event, context)["statusCode"] == 200
+        assert _failures(webhook.handler(_as_event(deployed.queued()), FakeLambdaContext())) == []
+        _drain(deployed, webhook)
+
+    assert _keys(deployed, "session_thread-42") == ["e#v0000000122"]  # the markers alone
+    assert _keys(deployed, "session_thread-43") == ["e#v0000000002"]
+    assert list(deployed_objects(deployed)) == []
+    # DELETE: a fixed few calls and a send; everything else is the webhook's purge
+    assert iam_recorded.recorder.actions("api") == {
+        "dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem",
+        "dynamodb:ConditionCheckItem", "sqs:SendMessage"}
+    assert {"dynamodb:Query", "dynamodb:BatchWriteItem", "dynamodb:PutItem",
+            "dynamodb:DeleteItem", "s3:DeleteObject",
+            "sqs:SendMessage"} <= iam_recorded.recorder.actions("webhook")
+
+
+def deployed_objects(deployed: Deployment) -> list[str]:
+    import boto3
+
+    listed = boto3.client("s3").list_objects_v2(Bucket=deployed.bucket)
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
 # --- hand-on: work a request cannot finish goes to the webhook queue ----------------------------
 
 
-@pytest.mark.parametrize("function", ["api", "webhook", "wake"])
+@pytest.mark.parametrize("function", ["api", "stream", "webhook", "wake"])
 def test_handing_on_needs_only_what_each_role_allows(
         deployed: Deployment, function: str, iam_recorded: Recording) -> None:
     module = deployed.cold_start(function)

@@ -21,7 +21,8 @@ from dormant.settings import ENV
 from dormant.stores import DynamoDBStore
 from tests.functions.conftest import EVENTS, ROOT
 
-FUNCTIONS = ("ApiFunction", "WebhookFunction", "WakeFunction", "CleanupFunction")
+FUNCTIONS = ("ApiFunction", "StreamFunction", "WebhookFunction", "WakeFunction",
+             "CleanupFunction")
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -59,7 +60,13 @@ def props(name: str) -> dict[str, Any]:
 
 
 def statements(function: str) -> list[dict[str, Any]]:
-    return [s for policy in props(function)["Policies"] for s in policy["Statement"]]
+    """The function's statements, a conditional policy's or statement's as they are when its
+    condition holds."""
+    def holding(value: dict[str, Any]) -> dict[str, Any]:
+        return value["Fn::If"][1] if "Fn::If" in value else value
+
+    return [holding(s) for policy in props(function)["Policies"]
+            for s in holding(policy)["Statement"]]
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -139,9 +146,11 @@ def test_api_routes_are_the_resolvers_and_all_but_docs_need_a_cognito_user() -> 
     import dormant
     from dormant.http import build_resolver
 
-    events = props("ApiFunction")["Events"]
+    events = [*props("ApiFunction")["Events"].values(),
+              *props("StreamFunction")["Events"].values()]
     routes = {(e["Properties"]["Method"].upper(), e["Properties"]["Path"]): e["Properties"]
-              for e in events.values() if e["Type"] == "Api"}
+              for e in events if e["Type"] == "Api"}
+    assert len(routes) == len(events)  # no route served by both
     app = dormant.App()
     served = build_resolver(app, app.agent("a")).get_openapi_schema().paths or {}
     resolver_routes = {(method.upper(), re.sub(r"\{[^}]+\}", "{id}", path))
@@ -157,6 +166,27 @@ def test_api_routes_are_the_resolvers_and_all_but_docs_need_a_cognito_user() -> 
     assert auth["DefaultAuthorizer"] == "CognitoAuthorizer"
     assert auth["Authorizers"]["CognitoAuthorizer"]["UserPoolArn"] == {
         "Fn::GetAtt": ["UserPool", "Arn"]}
+
+
+def test_turns_and_agui_stream_from_the_stream_function_past_29_seconds() -> None:
+    stream = props("StreamFunction")
+    streamed = {(e["Properties"]["Method"].upper(), e["Properties"]["Path"]): e["Properties"]
+                for e in stream["Events"].values()}
+    # The two routes that answer text/event-stream, and only those, are streamed.
+    assert set(streamed) == {("POST", "/turns"), ("POST", "/agui")}
+    for route in streamed.values():
+        assert route["ResponseTransferMode"] == "RESPONSE_STREAM"
+        assert route["TimeoutInMillis"] == 900_000  # API Gateway's streaming maximum
+        assert "Auth" not in route  # the API's default: the Cognito authorizer
+    api_routes = {(e["Properties"]["Method"].upper(), e["Properties"]["Path"])
+                  for e in props("ApiFunction")["Events"].values()}
+    assert not api_routes & set(streamed)
+    # The streaming loop replaces the managed one; the turn has the function's whole timeout.
+    wrapper = stream["Environment"]["Variables"]["AWS_LAMBDA_EXEC_WRAPPER"]
+    assert wrapper == "/opt/python/dormant/aws/bootstrap-stream"
+    assert (ROOT / "layers" / "dormant" / wrapper.removeprefix("/opt/python/")).is_file()
+    assert "DORMANT_TURN_TIMEOUT" not in stream["Environment"]["Variables"]
+    assert stream["Timeout"] == 900  # API Gateway's streaming maximum, in seconds
 
 
 def test_webhook_reads_the_fifo_queue_reporting_partial_failures() -> None:
@@ -191,8 +221,9 @@ _OBJECTS = {"GetObject", "PutObject", "DeleteObject"}
 
 
 @pytest.mark.parametrize(("function", "dynamodb", "s3"), [
-    ("ApiFunction", _TURN_TABLE_ACTIONS | {"BatchWriteItem"}, _OBJECTS),
-    ("WebhookFunction", _TURN_TABLE_ACTIONS, _OBJECTS),
+    ("ApiFunction", _TURN_TABLE_ACTIONS, _OBJECTS),
+    ("StreamFunction", _TURN_TABLE_ACTIONS, _OBJECTS),
+    ("WebhookFunction", _TURN_TABLE_ACTIONS | {"BatchWriteItem"}, _OBJECTS),  # purge steps
     ("WakeFunction", _TURN_TABLE_ACTIONS, _OBJECTS),
 ])
 def test_each_function_may_do_only_what_it_does_on_its_own_resources(
@@ -231,7 +262,7 @@ def test_each_function_may_do_only_what_it_does_on_its_own_resources(
                        "iam": {"PassRole"}, "sqs": {"SendMessage"}}
 
 
-def test_the_cleanup_function_deletes_offloaded_objects_of_removed_slice_items_only() -> None:
+def test_the_cleanup_function_deletes_offloaded_objects_of_removed_items_only() -> None:
     from dormant.stores._dynamodb import layout
 
     cleanup = props("CleanupFunction")
@@ -246,9 +277,11 @@ def test_the_cleanup_function_deletes_offloaded_objects_of_removed_slice_items_o
     assert source["Stream"] == {"Fn::GetAtt": ["SessionsTable", "StreamArn"]}
     assert source["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     [criteria] = source["FilterCriteria"]["Filters"]
+    # Only removals of items naming offloaded keys (what the store writes under ledger/ and
+    # the function's role may delete); which records pass: tests/reliability/test_s3_cleanup.py
     assert json.loads(criteria["Pattern"]) == {
         "eventName": ["REMOVE"],
-        "dynamodb": {"Keys": {"sk": {"S": [{"prefix": layout.EVENT_PREFIX}]}}}}
+        "dynamodb": {"OldImage": {layout.OFFLOADED: {"SS": [{"prefix": "ledger/"}]}}}}
     assert layout.OFFLOADED == "s3"  # the attribute functions/cleanup/app.py reads
     assert source["DestinationConfig"]["OnFailure"] == {
         "Type": "SQS", "Destination": {"Fn::GetAtt": ["CleanupDeadLetterQueue", "Arn"]}}
@@ -260,8 +293,10 @@ def test_the_scheduler_role_may_invoke_the_wake_function_and_dead_letter_only() 
         "Service": "scheduler.amazonaws.com"}
     granted = [(s["Action"], s["Resource"]) for policy in role["Policies"]
                for s in policy["PolicyDocument"]["Statement"]]
+    # The `live` alias schedules target, and the bare function schedules made before it.
     assert sorted(granted, key=str) == sorted([
-        ("lambda:InvokeFunction", {"Fn::GetAtt": ["WakeFunction", "Arn"]}),
+        ("lambda:InvokeFunction", [{"Fn::Sub": "${WakeFunction.Arn}:live"},
+                                   {"Fn::GetAtt": ["WakeFunction", "Arn"]}]),
         ("sqs:SendMessage", {"Fn::GetAtt": ["WakeDeadLetterQueue", "Arn"]}),
     ], key=str)
     assert "ManagedPolicyArns" not in role
@@ -272,7 +307,10 @@ def test_the_wake_function_is_what_every_schedule_targets() -> None:
     wake = props("WakeFunction")
     # The target ARN is built from the function's fixed name (no self-reference).
     assert wake["FunctionName"] == {"Fn::Sub": "${AWS::StackName}-wake"}
-    assert env[ENV.WAKE_TARGET_ARN]["Fn::Sub"].endswith(":function:${AWS::StackName}-wake")
+    # Schedules invoke its `live` alias (the version CodeDeploy last shifted to), as
+    # everything else does.
+    assert env[ENV.WAKE_TARGET_ARN]["Fn::Sub"].endswith(
+        ":function:${AWS::StackName}-wake:" + template()["Globals"]["Function"]["AutoPublishAlias"])
     assert env[ENV.SCHEDULER_ROLE_ARN] == {"Fn::GetAtt": ["SchedulerRole", "Arn"]}
     assert env[ENV.SCHEDULE_GROUP] == {"Ref": "ScheduleGroup"}
     assert env[ENV.SCHEDULE_DLQ_ARN] == {"Fn::GetAtt": ["WakeDeadLetterQueue", "Arn"]}
@@ -312,9 +350,28 @@ def test_environment_names_are_dormants_and_powertools() -> None:
     assert {ENV.SCHEDULE_GROUP, ENV.WAKE_TARGET_ARN, ENV.SCHEDULER_ROLE_ARN,
             ENV.SCHEDULE_DLQ_ARN} <= names
     assert {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "LOG_LEVEL"} <= names
-    # The deployment's own (functions/, not the library's): where hand-ons go.
+    # The deployment's own (functions/, not the library's): where hand-ons go, and Lambda's
+    # own: the stream function's runtime loop.
     assert names - known - {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE",
-                            "LOG_LEVEL"} == {QUEUE_URL_ENV}
+                            "LOG_LEVEL"} == {QUEUE_URL_ENV, "AWS_LAMBDA_EXEC_WRAPPER"}
+
+
+def test_the_offload_threshold_is_a_parameter_the_store_reads() -> None:
+    from dormant.settings import Settings
+    from dormant.stores import DynamoDBStore
+
+    env = template()["Globals"]["Function"]["Environment"]["Variables"]
+    assert env[ENV.OFFLOAD_ABOVE] == {"Ref": "OffloadAboveBytes"}
+    parameter = template()["Parameters"]["OffloadAboveBytes"]
+    assert (parameter["Type"], parameter["MinValue"]) == ("Number", 0)
+    groups = template()["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    assert "OffloadAboveBytes" in next(g["Parameters"] for g in groups
+                                       if g["Label"]["default"] == "Sessions")
+    deployed = {ENV.TABLE: "t", ENV.BUCKET: "b", ENV.OFFLOAD_ABOVE: str(parameter["Default"])}
+    assert Settings.from_env(deployed).offload_above == parameter["Default"] > 0
+    store = DynamoDBStore.from_env(deployed, client=object())  # type: ignore[arg-type]
+    assert store._offload_above == parameter["Default"]
+    assert Settings.from_env({**deployed, ENV.OFFLOAD_ABOVE: "0"}).offload_above is None
 
 
 def test_outputs_name_the_api_url_queue_and_table() -> None:
@@ -350,6 +407,31 @@ def test_layer_requirements_are_the_runtime_dependencies_lambda_lacks() -> None:
     runtime = {_name(r) for extra in ("", "openai", "agui", "aws") for r in extras[extra]}
     layer = {_name(line) for line in _requirements("layers/dormant/requirements.txt")}
     assert layer == runtime - LAMBDA_RUNTIME_HAS
+
+
+def test_layer_requirements_have_pyproject_s_ranges_and_are_pinned_inside_them() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    declared = {canonicalize_name(r.name): r.specifier for extra in ("", "openai", "agui", "aws")
+                for r in map(Requirement, _extras()[extra])}
+    layer = [Requirement(line) for line in _requirements("layers/dormant/requirements.txt")]
+    for requirement in layer:
+        assert requirement.specifier == declared[canonicalize_name(requirement.name)], requirement
+    pins = {}
+    for line in _requirements("layers/dormant/constraints.txt"):
+        pin = Requirement(line)
+        [spec] = pin.specifier
+        assert spec.operator == "==", line  # exact versions only
+        pins[canonicalize_name(pin.name)] = spec.version
+    for requirement in layer:
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in layers/dormant/constraints.txt"
+        assert requirement.specifier.contains(pins[name]), (requirement, pins[name])
+    assert not set(pins) & (LAMBDA_RUNTIME_HAS | {"aws-xray-sdk", "s3transfer"})
+    for recipe in ("layers/dormant/Makefile",
+                   "layers/dormant/dormant/scaffold/files/layers/dormant/Makefile"):
+        assert "-r requirements.txt -c constraints.txt" in (ROOT / recipe).read_text()
 
 
 def test_the_dormant_layer_pulls_in_neither_botocore_nor_the_xray_sdk() -> None:
@@ -476,26 +558,139 @@ def _alarms() -> dict[str, dict[str, Any]]:
             if r["Type"] == "AWS::CloudWatch::Alarm"}
 
 
-def test_alarms_watch_dead_letters_function_errors_and_throttles_and_api_5xx() -> None:
-    watched = set()
+def test_alarms_watch_dead_letters_function_errors_throttles_and_durations_the_api_the_table(
+        ) -> None:
+    watched: dict[tuple[str, str, str], float] = {}
+    notify = {"Fn::If": ["NotifyAlarms", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
     for alarm in _alarms().values():
         dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
-        watched.add((alarm["Namespace"], alarm["MetricName"], json.dumps(dimensions)))
-        assert alarm["Threshold"] == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
-        notify = {"Fn::If": ["NotifyAlarms", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+        watched[(alarm["Namespace"], alarm["MetricName"], json.dumps(dimensions))] = \
+            alarm["Threshold"]
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
         assert alarm["AlarmActions"] == alarm["OKActions"] == notify
-    expected = set()
+    expected: dict[tuple[str, str, str], float] = {}
     for queue in ("WebhookDeadLetterQueue", "WakeDeadLetterQueue", "CleanupDeadLetterQueue"):
-        dims = {"QueueName": {"Fn::GetAtt": [queue, "QueueName"]}}
-        expected.add(("AWS/SQS", "ApproximateNumberOfMessagesVisible", json.dumps(dims)))
+        queue_name = json.dumps({"QueueName": {"Fn::GetAtt": [queue, "QueueName"]}})
+        expected[("AWS/SQS", "ApproximateNumberOfMessagesVisible", queue_name)] = 0
     for function in FUNCTIONS:
-        for metric in ("Errors", "Throttles"):
-            dims = {"FunctionName": {"Ref": function}}
-            expected.add(("AWS/Lambda", metric, json.dumps(dims)))
-    api = {"ApiName": props("RestApi")["Name"], "Stage": {"Ref": "StageName"}}
-    expected.add(("AWS/ApiGateway", "5XXError", json.dumps(api)))
+        name = json.dumps({"FunctionName": {"Ref": function}})
+        expected[("AWS/Lambda", "Errors", name)] = 0
+        expected[("AWS/Lambda", "Throttles", name)] = 0
+        # near the timeout: 90% of it, in milliseconds
+        expected[("AWS/Lambda", "Duration", name)] = props(function)["Timeout"] * 900
+    # the stream's records live 24 hours: an hour behind is time to look
+    expected[("AWS/Lambda", "IteratorAge",
+              json.dumps({"FunctionName": {"Ref": "CleanupFunction"}}))] = 3_600_000
+    table: dict[str, Any] = {"TableName": {"Ref": "SessionsTable"}}
+    index = {**table, "GlobalSecondaryIndexName": DynamoDBStore.INDEX_NAME}
+    for dims in (table, index):
+        for metric in ("ReadThrottleEvents", "WriteThrottleEvents"):
+            expected[("AWS/DynamoDB", metric, json.dumps(dims))] = 0
+    api = json.dumps({"ApiName": props("RestApi")["Name"], "Stage": {"Ref": "StageName"}})
+    expected[("AWS/ApiGateway", "5XXError", api)] = 0
+    expected[("AWS/ApiGateway", "4XXError", api)] = 0.1  # a rate: the Average of 4XXError
+    expected[("AWS/ApiGateway", "Latency", api)] = 25_000  # p90, under the 29 s cut
     assert watched == expected
     assert _parameter("AlarmTopicArn")["Default"] == ""
+    [latency] = [a for a in _alarms().values() if a["MetricName"] == "Latency"]
+    assert latency["ExtendedStatistic"] == "p90"
+    [rate] = [a for a in _alarms().values() if a["MetricName"] == "4XXError"]
+    assert rate["Statistic"] == "Average"
+
+
+# --- deploys: versions, the live alias, gradual shifts, rollback ------------------------------
+
+
+def test_every_function_is_invoked_through_its_live_alias_shifted_by_codedeploy() -> None:
+    function = template()["Globals"]["Function"]
+    assert function["AutoPublishAlias"] == "live"
+    assert function["DeploymentPreference"] == {"Type": {"Ref": "DeploymentType"}}
+    deployment = _parameter("DeploymentType")
+    assert deployment["Default"] == "AllAtOnce"
+    assert {"AllAtOnce", "Canary10Percent5Minutes"} <= set(deployment["AllowedValues"])
+    for name in FUNCTIONS:
+        # overridden nowhere: every function publishes versions and is shifted
+        assert "AutoPublishAlias" not in props(name)
+        assert "Type" not in props(name).get("DeploymentPreference", {})
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_a_function_s_own_alarms_roll_its_deploy_back(function: str) -> None:
+    name = function.removesuffix("Function")
+    rollback = {ref["Ref"] for ref in props(function)["DeploymentPreference"]["Alarms"]}
+    own = {alarm for alarm, p in _alarms().items()
+           if {"Name": "FunctionName", "Value": {"Ref": function}} in p["Dimensions"]
+           and p["MetricName"] in ("Errors", "Throttles", "Duration")}
+    assert len(own) == 3 and own <= rollback
+    assert rollback - own <= ({"Api5xxAlarm"} if name == "Api" else set())
+
+
+def test_snapstart_and_provisioned_concurrency_are_opt_in_on_the_api_function_only() -> None:
+    api = props("ApiFunction")
+    assert api["SnapStart"] == {"Fn::If": [
+        "ApiSnapStartOn", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]}
+    assert api["ProvisionedConcurrencyConfig"] == {"Fn::If": [
+        "ProvisionApi", {"ProvisionedConcurrentExecutions": {"Ref": "ApiProvisionedConcurrency"}},
+        {"Ref": "AWS::NoValue"}]}
+    assert _parameter("ApiSnapStart")["Default"] == "false"
+    assert _parameter("ApiProvisionedConcurrency")["Default"] == 0
+    conditions = template()["Conditions"]
+    assert conditions["ApiSnapStartOn"] == {"Fn::Equals": [{"Ref": "ApiSnapStart"}, "true"]}
+    assert conditions["ProvisionApi"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "ApiProvisionedConcurrency"}, 0]}]}
+    # Lambda allows one or the other, not both: the stack refuses the pair up front.
+    rule = template()["Rules"]["SnapStartOrProvisionedConcurrency"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "ApiSnapStart"}, "true"]}
+    assert rule["Assertions"][0]["Assert"] == {
+        "Fn::Equals": [{"Ref": "ApiProvisionedConcurrency"}, "0"]}
+    for name in FUNCTIONS[1:]:
+        assert "SnapStart" not in props(name) and "ProvisionedConcurrencyConfig" not in props(name)
+
+
+# --- the web ACL's logs, the bucket's safety net, the user pool ------------------------------
+
+
+def test_waf_logs_to_an_aws_waf_logs_group_with_the_bearer_token_redacted() -> None:
+    group, logging = resource("ApiWafLogGroup"), resource("ApiWafLogging")
+    assert group["Condition"] == logging["Condition"] == "UseWaf"
+    assert group["Properties"]["LogGroupName"]["Fn::Sub"].startswith("aws-waf-logs-")
+    assert logging["Properties"]["ResourceArn"] == {"Fn::GetAtt": ["ApiWebAcl", "Arn"]}
+    [destination] = logging["Properties"]["LogDestinationConfigs"]
+    assert destination["Fn::Sub"].endswith(":log-group:${ApiWafLogGroup}")
+    assert logging["Properties"]["RedactedFields"] == [{"SingleHeader": {"Name": "authorization"}}]
+
+
+def test_offloaded_objects_expire_after_their_session_items_as_a_safety_net() -> None:
+    rules = props("OffloadBucket")["LifecycleConfiguration"]["Rules"]
+    [tidy] = [r for r in rules if r.get("Id") == "tidy"]
+    assert tidy["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+    [conditional] = [r["Fn::If"] for r in rules if "Fn::If" in r]
+    condition, net, otherwise = conditional
+    assert condition == "ExpireOffloads" and otherwise == {"Ref": "AWS::NoValue"}
+    assert net["Prefix"] == inspect.signature(DynamoDBStore).parameters["offload_prefix"].default
+    assert net["ExpirationInDays"] == {"Ref": "OffloadExpiryDays"}
+    assert net["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
+    # After the items naming them: version items outlive their write by at most 1.25 x TTL.
+    assert _parameter("OffloadExpiryDays")["Default"] > 1.25 * _parameter(
+        "SessionTtlDays")["Default"]
+    rule = template()["Rules"]["OffloadExpiryNeedsSessionTtl"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "SessionTtlDays"}, "0"]}
+    assert rule["Assertions"][0]["Assert"] == {
+        "Fn::Equals": [{"Ref": "OffloadExpiryDays"}, "0"]}
+
+
+def test_the_user_pool_is_protected_and_signs_in_with_srp_and_refresh_tokens_only() -> None:
+    pool, client = props("UserPool"), props("UserPoolClient")
+    assert pool["DeletionProtection"] == {"Ref": "UserPoolDeletionProtection"}
+    assert _parameter("UserPoolDeletionProtection")["Default"] == "ACTIVE"
+    assert client["ExplicitAuthFlows"] == ["ALLOW_USER_SRP_AUTH", "ALLOW_REFRESH_TOKEN_AUTH"]
+    assert client["GenerateSecret"] is False
+    # Threat protection needs the Plus plan; off by default (it is billed per active user).
+    assert pool["UserPoolAddOns"] == {"AdvancedSecurityMode": {"Ref": "UserPoolThreatProtection"}}
+    assert pool["UserPoolTier"] == {"Fn::If": ["ThreatProtection", "PLUS", {"Ref": "AWS::NoValue"}]}
+    assert _parameter("UserPoolThreatProtection")["Default"] == "OFF"
+    assert set(_parameter("UserPoolThreatProtection")["AllowedValues"]) == {
+        "OFF", "AUDIT", "ENFORCED"}
 
 
 def test_every_checkov_skip_is_justified_inline_in_one_line() -> None:

@@ -89,19 +89,49 @@ def _expire(deployed: Deployment, session_id: str) -> list[dict[str, Any]]:
 
 
 def _matches(pattern: Any, value: Any) -> bool:
-    """Lambda event filtering, for what the template's pattern uses (values, prefixes)."""
+    """Lambda event filtering (the EventBridge pattern language), for the subset the template's
+    pattern uses: nested objects, lists of literal values, ``prefix`` and ``exists``. A list
+    matches a leaf when one of its options matches it, or, the leaf being an array (a string
+    set's ``SS``), one of its elements; an object (not a leaf) matches no list."""
     if isinstance(pattern, dict):
-        return isinstance(value, dict) and all(
-            key in value and _matches(sub, value[key]) for key, sub in pattern.items())
+        if not isinstance(value, dict):
+            return False
+        for key, sub in pattern.items():
+            if isinstance(sub, list) and any(
+                    isinstance(o, dict) and "exists" in o for o in sub):
+                [option] = sub
+                if (key in value and not isinstance(value[key], dict)) != option["exists"]:
+                    return False
+            elif key not in value or not _matches(sub, value[key]):
+                return False
+        return True
     assert isinstance(pattern, list), pattern
+    if isinstance(value, dict):
+        return False
+    leaves = value if isinstance(value, list) else [value]
     for option in pattern:
         if isinstance(option, dict):
             assert set(option) == {"prefix"}, f"this test does not evaluate {option}"
-            if isinstance(value, str) and value.startswith(option["prefix"]):
+            if any(isinstance(leaf, str) and leaf.startswith(option["prefix"])
+                   for leaf in leaves):
                 return True
-        elif option == value:
+        elif option in leaves:
             return True
     return False
+
+
+def test_the_filter_evaluator_follows_lambdas_rules_for_what_the_pattern_uses() -> None:
+    """The evaluator itself, on the rules it claims (so a pass below means the pattern does
+    what Lambda would make of it)."""
+    prefix = {"SS": [{"prefix": "ledger/"}]}
+    assert _matches(prefix, {"SS": ["other/a", "ledger/x/1.json"]})  # one element suffices
+    assert not _matches(prefix, {"SS": ["other/a"]})
+    assert not _matches(prefix, {"S": "ledger/x"})  # another type's key is not there
+    assert not _matches({"s3": ["REMOVE"]}, {"s3": {"S": "REMOVE"}})  # an object is no leaf
+    assert _matches({"a": ["x", "y"]}, {"a": "y", "b": 1})
+    assert not _matches({"a": ["x"], "b": ["2"]}, {"a": "x", "b": 2})  # every key must match
+    assert _matches({"a": [{"exists": False}]}, {"b": "x"})
+    assert not _matches({"a": [{"exists": True}]}, {"b": "x"})
 
 
 def _delivered(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -151,22 +181,30 @@ def test_a_session_created_again_under_the_same_id_keeps_its_new_objects(
     assert deployed.session("session_again").events[-1].text == "new " * 500
 
 
-def test_only_removed_event_items_reach_the_function(deployed: Deployment) -> None:
-    """Version items (``e#v…``, the layout since one item per commit) and the old layout's
-    slices (``e#<position>``) pass the template's filter; guards and the control record do
-    not, and neither do inserts and updates."""
-    _write(deployed, "session_filtered", "x" * 2_000)
-    items = {item["sk"]["S"][:3]: item for item in _items(deployed, "session_filtered")}
-    guard, version = items["#o#"], items["e#v"]
-    assert "s3" in version  # the version item names the object its event went to
+def test_only_removals_of_items_naming_objects_reach_the_function(
+        deployed: Deployment) -> None:
+    """Version items (``e#v…``) and the old layout's slices (``e#<position>``) whose old image
+    names offloaded keys pass the template's filter; items that name none (an ordinary turn's
+    version item, a guard, the control record, an old slice of small events) do not, and
+    neither do inserts and updates."""
+    _write(deployed, "session_filtered", "x" * 2_000, "short")
+    items = _items(deployed, "session_filtered")
+    [guard, *_] = [i for i in items if i["sk"]["S"].startswith("#o#")]
+    named = [i for i in items if i["sk"]["S"].startswith("e#v") and "s3" in i]
+    plain = [i for i in items if i["sk"]["S"].startswith("e#v") and "s3" not in i]
+    assert len(named) == len(plain) == 1  # the 2 KB message names its object, "short" none
+    [version] = named
     control = {"pk": guard["pk"], "sk": {"S": "~ctl"}, "rev": {"N": "1"}}
     old_slice = {"pk": guard["pk"], "sk": {"S": "e#000000000000"}, "ev": {"S": "[]"}}
+    old_offloaded = {**old_slice, "sk": {"S": "e#000000000007"},
+                     "s3": {"SS": ["ledger/session_filtered/000000000007-evt_1.json"]}}
 
     delivered = _delivered([_record(guard, 1), _record(control, 2),
                             _record(version, 3, "INSERT"), _record(version, 4, "MODIFY"),
-                            _record(version, 5), _record(old_slice, 6)])
+                            _record(version, 5), _record(old_slice, 6), _record(plain[0], 7),
+                            _record(old_offloaded, 9)])
 
-    assert [r["eventID"] for r in delivered["Records"]] == ["event-5", "event-6"]
+    assert [r["eventID"] for r in delivered["Records"]] == ["event-5", "event-9"]
 
 
 def test_a_poison_record_fails_alone_and_deletes_nothing(
@@ -184,7 +222,11 @@ def test_a_poison_record_fails_alone_and_deletes_nothing(
     imageless = json.loads(json.dumps(stolen))
     del imageless["dynamodb"]["OldImage"]
     imageless["dynamodb"]["SequenceNumber"] = "000000000000000009999"
-    batch = _delivered([*first, foreign, imageless, *second])
+    # The filter never passes a record without the old image (it matches on it); a wider
+    # filter, or one sent by hand, is still refused.
+    assert _delivered([imageless]) == {"Records": []}
+    batch = {"Records": [*_delivered([*first, foreign])["Records"], imageless,
+                         *_delivered(second)["Records"]]}
 
     reply = deployed.cold_start("cleanup").handler(batch, context)
 

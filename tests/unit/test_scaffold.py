@@ -32,6 +32,7 @@ PROJECT_FILES = {
     ".gitignore", "README.md", "pyproject.toml", "template.yaml",
     "functions/app.py", "tests/test_app.py",
     "layers/dormant/Makefile", "layers/dormant/requirements.txt",
+    "layers/dormant/constraints.txt",
     "layers/xray/Makefile", "layers/xray/requirements.txt",
     *(f"functions/{f}/{name}" for f in FUNCTIONS for name in ("__init__.py", "app.py")),
     *(f"events/{event}" for event in EVENTS),
@@ -71,8 +72,10 @@ def test_the_project_has_every_file_with_its_name_filled_in(project: Path) -> No
     for name in PROJECT_FILES:
         assert "{{" not in (project / name).read_text(), name
     assert (project / "README.md").read_text().startswith("# shop\n")
-    assert (project / "layers/dormant/requirements.txt").read_text() == (
-        ROOT / "layers/dormant/requirements.txt").read_text()
+    for part in ("requirements.txt", "constraints.txt"):  # the same pinned versions
+        assert (project / "layers/dormant" / part).read_text() == (
+            ROOT / "layers/dormant" / part).read_text()
+    assert "-c constraints.txt" in (project / "layers/dormant/Makefile").read_text()
     for part in ("Makefile", "requirements.txt"):
         assert (project / "layers/xray" / part).read_text() == (
             ROOT / "layers/xray" / part).read_text()

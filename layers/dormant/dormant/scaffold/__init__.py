@@ -6,8 +6,9 @@ from a wheel or is a checkout:
 - ``files/``: the user's app (``functions/app.py``), its tests, ``pyproject.toml`` (pytest
   settings), README, ``.gitignore``, and the layer's Makefile, which installs dormant itself
   from PyPI (or a ``DORMANT=`` path) instead of copying a source tree;
-- ``template.yaml``, ``events/``, ``layer-requirements.txt`` and ``xray/``: the very files the
-  dormant repository deploys its sample with (in a checkout, links to them), with the one
+- ``template.yaml``, ``events/``, ``layer-requirements.txt`` (and ``layer-constraints.txt``, the
+  versions it is pinned to) and ``xray/``: the very files the dormant repository deploys its
+  sample with (in a checkout, links to them), with the one
   setting that names the app, ``DORMANT_APP``, pointing at the user's ``app:build``;
 - the Lambda entry points, ``functions/<name>/app.py`` (:func:`entry_point`: one import each,
   the same text as the repository's own).
@@ -27,7 +28,7 @@ __all__ = ["FUNCTIONS", "SAMPLE_APP_SETTING", "ScaffoldError", "create_project",
            "project_template"]
 
 #: The Lambda functions a project has: ``functions/<name>/app.py``, ``Handler: <name>/app.handler``.
-FUNCTIONS = ("api", "webhook", "wake", "cleanup")
+FUNCTIONS = ("api", "stream", "webhook", "wake", "cleanup")
 #: How the repository's template names its app; a project's names ``app:build``.
 SAMPLE_APP_SETTING = "DORMANT_APP: bookings:build"
 PROJECT_APP_SETTING = "DORMANT_APP: app:build"
@@ -61,6 +62,7 @@ def create_project(name: str, parent: Path) -> Path:
     files[".gitignore"] = files.pop("gitignore")
     files["template.yaml"] = project_template((data / "template.yaml").read_text())
     files["layers/dormant/requirements.txt"] = (data / "layer-requirements.txt").read_text()
+    files["layers/dormant/constraints.txt"] = (data / "layer-constraints.txt").read_text()
     for part in ("Makefile", "requirements.txt"):
         files[f"layers/xray/{part}"] = (data / "xray" / part).read_text()
     for function in FUNCTIONS:
