@@ -1,6 +1,6 @@
 """Long sessions on DynamoDB, for ``bench/dynamodb_cost.py``: what a compacted session reads
 per turn as it grows (flat), beside a full-history agent on the same session (growing), and
-what a fork writes (independent of the history it inherits).
+what a fork writes and reads (independent of the history it inherits).
 
 One session grows to each checkpoint through a compacting agent (``history(compact=
 Compaction(max_turns=8, keep_last=4))``, summarised by a function: the bench prices the store,
@@ -9,9 +9,9 @@ largest turn): what a turn reads varies within a compaction cycle (5 turns here:
 grows from 4 turns after a summary to 8, and the 9th makes the next summary) and with how far
 the head's last checkpoint is (DynamoDBStore writes the whole head every 24 versions, a delta
 in between, and a read goes back to the checkpoint), not with the session's age — and the
-session is forked once (the fork's write requests, write units and request bytes; and
-what the fork read of its source to build its head, which does grow with history: a fork
-folds the source's ledger once).
+session is forked once, as ``POST /sessions/{id}/fork`` forks it (``history=False``: the
+fork's head is the source's, copied; its history is read on its next load): the fork's write
+requests, write units and request bytes, and what it read of its source (its head).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def measure_long(checkpoints: list[int], wire_type: Any, message: str,
                     read_units=cycle.read_units["Query"] / CYCLE))
             wire.reset()
             read_before = dict(wire.read_items)
-            app.sessions.fork("bench", new_session_id=f"fork-{checkpoint}")
+            app.sessions.fork("bench", new_session_id=f"fork-{checkpoint}", history=False)
             forks.append(ForkRow(
                 turn=checkpoint,
                 writes=sum(wire.requests[op] for op in _writes()),
@@ -149,8 +149,7 @@ def long_table(rows: list[LongRow]) -> str:
 
 def fork_table(rows: list[ForkRow]) -> str:
     lines = ["| fork of the session at turn | write requests | items written | write units "
-             "| write bytes (request) | read requests | read bytes (items, the source folded "
-             "once) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+             "| write bytes (request) | read requests | read bytes (items: the source's head) |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row.turn:,} | {row.writes} | {row.items_written} | "
                      f"{row.write_units} | {row.write_bytes:,} | {row.read_requests} | "
