@@ -149,7 +149,8 @@ def long_table(rows: list[LongRow]) -> str:
 
 def fork_table(rows: list[ForkRow]) -> str:
     lines = ["| fork of the session at turn | write requests | items written | write units "
-             "| write bytes (request) | read requests | read bytes (items: the source's head) |", "|---:|---:|---:|---:|---:|---:|---:|"]
+             "| write bytes (request) | read requests | read bytes (items: the source's head) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row.turn:,} | {row.writes} | {row.items_written} | "
                      f"{row.write_units} | {row.write_bytes:,} | {row.read_requests} | "

@@ -168,7 +168,7 @@ def markdown(figures: dict[str, dict[str, float]], runs: int, words: int, delay:
     for mode, row in figures.items():
         lines.append(f"| {mode} | " + " | ".join(f"{row[k]:.3f}" for k in (
             "first_byte", "first_event", "first_token", "token_gap", "last_byte")) + " |")
-    lines += ["", f"Time to first byte, buffered / streamed: {ratio:.0f}×.", ""]
+    lines += ["", f"Time to first byte, buffered / streamed: {ratio:.0f} times.", ""]
     return "\n".join(lines)
 
 
