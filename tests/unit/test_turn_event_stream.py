@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -91,3 +92,93 @@ def test_a_refused_turn_answers_the_json_error_not_a_stream() -> None:
 def test_the_accept_header_decides_json_or_events(accept: str | None, streams: bool) -> None:
     headers = {} if accept is None else {"accept": accept}
     assert wants_event_stream(headers) is streams
+
+
+class _Recorded:
+    """A streaming server's writer (the Lambda context attribute the SSE routes look for):
+    what was written, when; ``fail_comments``: a client that hangs up while the turn is
+    quiet (the first keep-alive comment finds it gone)."""
+
+    def __init__(self, *, fail_comments: bool = False) -> None:
+        import time
+
+        self.sent: list[tuple[float, str]] = []
+        self.fail_comments = fail_comments
+        self.clock = time.monotonic
+        self.failed = False
+
+    def __call__(self, text: str) -> None:
+        if self.failed or (self.fail_comments and text.startswith(":")):
+            self.failed = True
+            raise BrokenPipeError("the client hung up")
+        self.sent.append((self.clock(), text))
+
+
+def _slow_resolver(keepalive: float, ran: list[str]) -> Any:
+    from pydantic import BaseModel
+
+    class Nothing(BaseModel):
+        pass
+
+    def slow(ctx: dormant.ToolContext) -> dict[str, str]:
+        ended = ctx.signal.wait(3.0)  # a tool that runs a while, stopping early on an abort
+        ran.append("aborted" if ended else "finished")
+        return {"done": "yes"}
+
+    app = dormant.App(name="sse-keepalive")
+    tool = app.tool(name="slow", description="Slow", schema=Nothing, execute=slow)
+    agent = app.agent(name="a", tools=[tool], model=ScriptedModel(
+        [{"tool_calls": [{"name": "slow", "args": {}}]}, "done"] * 5))
+    return build_resolver(app, agent, require_principal=True, keepalive=keepalive)
+
+
+def _streamed(resolver: Any, writer: _Recorded, body: dict[str, Any]) -> dict[str, Any]:
+    from dormant.http import SSE_WRITER_ATTRIBUTE
+
+    class Context:
+        aws_request_id = "r-keepalive"
+
+    context = Context()
+    setattr(context, SSE_WRITER_ATTRIBUTE, writer)
+    event = _event("POST", "/turns", body, authorizer=COGNITO)
+    event["headers"]["Accept"] = SSE
+    out: dict[str, Any] = resolver.resolve(event, context)
+    return out
+
+
+def test_a_quiet_stream_sends_keepalive_comments_while_a_tool_runs() -> None:
+    ran: list[str] = []
+    writer = _Recorded()
+    out = _streamed(_slow_resolver(0.2, ran), writer,
+                    {"sessionId": "session_sse_keep", "message": "go"})
+    assert out["statusCode"] == 200 and ran == ["finished"]
+    texts = [text for _, text in writer.sent]
+    kinds = [t.split("\n")[1].removeprefix("event: ") if t.startswith("id:") else
+             t.split("\n")[0] for t in texts]
+    call, result = kinds.index("tool_call"), kinds.index("tool_result")
+    # the 3 s tool is covered by comments every 0.2 s, and only while nothing else is sent
+    comments = [k for k in kinds[call:result] if k == ": keepalive"]
+    assert len(comments) >= 5, kinds
+    assert ": keepalive" not in kinds[:call]
+    assert kinds[-1].startswith("event: result")
+    times = [at for at, _ in writer.sent]
+    assert max(b - a for a, b in itertools.pairwise(times)) < 1.5
+
+
+def test_a_client_gone_while_a_tool_runs_aborts_the_turn_at_once() -> None:
+    import time
+
+    ran: list[str] = []
+    started = time.monotonic()
+    _streamed(_slow_resolver(0.2, ran), _Recorded(fail_comments=True),
+              {"sessionId": "session_sse_gone", "message": "go"})
+    assert ran == ["aborted"]
+    assert time.monotonic() - started < 2.5  # not the tool's 3 s
+
+
+def test_no_keepalive_when_turned_off() -> None:
+    ran: list[str] = []
+    writer = _Recorded()
+    _streamed(_slow_resolver(0, ran), writer, {"sessionId": "session_sse_off", "message": "go"})
+    assert ran == ["finished"]
+    assert not [t for _, t in writer.sent if t.startswith(":")]

@@ -204,6 +204,11 @@ class RestStream(Iterator[StreamEvent]):
         result = self.turn.result
         return None if result is None else to_rest(result, self.turn, self._options)
 
+    def abort(self) -> None:
+        """Stop the turn (:meth:`TurnStream.abort`), from any thread: it ends at its next
+        check of the abort."""
+        self.turn.abort()
+
     def close(self) -> None:
         self.turn.close()
 

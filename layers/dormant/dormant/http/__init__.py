@@ -44,6 +44,8 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import unquote
@@ -150,6 +152,7 @@ def build_resolver(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     require_principal: bool = False,
     title: str | None = None,
+    keepalive: float = FOLLOW_KEEPALIVE,
     **handler_config: Any,
 ) -> APIGatewayRestResolver:
     """The HTTP API for ``agent`` on ``app``: a Powertools ``APIGatewayRestResolver``.
@@ -157,6 +160,9 @@ def build_resolver(
     Call ``resolver.resolve(event, context)`` with an API Gateway REST proxy event.
     ``handler_config`` goes to ``app.handler.rest`` / ``agui`` (``hooks``, ``timeout``,
     ``response``...). ``require_principal=True`` answers 401 when the authorizer named nobody.
+    ``keepalive``: seconds of silence after which a streamed answer (``POST /agui``, ``POST
+    /turns`` as events) sends an SSE comment, so a proxy's idle timeout (API Gateway ends a
+    stream silent for 5 minutes) does not cut a turn whose tool runs long; 0: none.
     """
     resolver = Resolver(
         max_body_bytes=max_body_bytes,
@@ -165,6 +171,7 @@ def build_resolver(
     )
     rest = app.handler.rest(agent=agent, **handler_config)
     routes = _Routes(app, agent, resolver, rest, require_principal, handler_config)
+    routes.keepalive = keepalive
     client_state = sorted(handler_config.get("client_state") or ())
     resolver.describe = lambda openapi: describe(openapi, client_state)
     # What a local server needs to run handed-on work (App.hand_on) the way this API does.
@@ -372,6 +379,7 @@ class _Routes:
         self.handler_config = handler_config
         self._agui: Callable[..., Any] | None = None
         self._turns: Callable[..., RestStream] | None = None
+        self.keepalive = FOLLOW_KEEPALIVE
 
     def principal(self) -> str | None:
         principal = principal_of(self.resolver.current_event.raw_event)
@@ -436,11 +444,12 @@ class _Routes:
         writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
         headers = {"Cache-Control": "no-cache"}
         if writer is not None:
-            try:
-                for chunk in chunks:
-                    writer(chunk)
-            except OSError:  # the client hung up: stop the turn
-                run.close()
+            with _KeepAlive(writer, self.keepalive, run) as send:
+                try:
+                    for chunk in chunks:
+                        send(chunk)
+                except OSError:  # the client hung up: stop the turn
+                    run.close()
             return Response(status_code=200, content_type=SSE, body="", headers=headers)
         return Response(status_code=200, content_type=SSE, body="".join(chunks), headers=headers)
 
@@ -675,6 +684,58 @@ class _Routes:
             return self._refused(ended.code or "run_error", ended.error or "the turn failed",
                                  ended.session_id, principal)
         return self._stream(encode_sse(itertools.chain([first], run)), run)
+
+
+class _KeepAlive:
+    """Sends a streamed answer's chunks through ``writer`` and, from a thread of its own, an
+    SSE comment (``: keepalive``) whenever ``interval`` seconds pass with nothing sent (a tool
+    that runs long). One lock orders the two. A comment that finds the client gone aborts the
+    turn (``run.abort()``) at once; the next chunk's write then fails where it is sent."""
+
+    COMMENT = ": keepalive\n\n"
+
+    def __init__(self, writer: Callable[[str], None], interval: float, run: Any) -> None:
+        self._writer = writer
+        self._interval = interval
+        self._run = run
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _KeepAlive:
+        if self._interval > 0:
+            self._thread = threading.Thread(target=self._beat, name="dormant-sse-keepalive",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __call__(self, chunk: str) -> None:
+        with self._lock:
+            self._writer(chunk)
+            self._last = time.monotonic()
+
+    def _beat(self) -> None:
+        wait = self._interval
+        while not self._done.wait(wait):
+            with self._lock:
+                if self._done.is_set():
+                    return
+                quiet = time.monotonic() - self._last
+                if quiet >= self._interval:
+                    try:
+                        self._writer(self.COMMENT)
+                    except OSError:  # the client hung up while the turn was quiet
+                        self._run.abort()
+                        return
+                    self._last = time.monotonic()
+                    quiet = 0.0
+            wait = self._interval - quiet
 
 
 def wants_event_stream(headers: Mapping[str, str] | None) -> bool:
