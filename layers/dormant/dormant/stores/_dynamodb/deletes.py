@@ -38,6 +38,7 @@ from dormant.stores._dynamodb.table import (
     Table,
     call,
     code,
+    query_all,
     store_error,
 )
 from dormant.stores._dynamodb.window import WindowEstimator
@@ -137,13 +138,7 @@ def _references(table: Table, session_id: str, base: int | None = None) -> Items
         "KeyConditionExpression": "pk = :pk AND begins_with(sk, :ref)",
         "ExpressionAttributeValues": {":pk": {"S": session_id}, ":ref": {"S": prefix}},
     }
-    items: Items = []
-    while True:
-        page = call("read fork references", session_id, table.client.query, **request)
-        items.extend(page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            return items
-        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return query_all(table, "read fork references", session_id, request)
 
 
 def purge_all(table: Table, session_id: str) -> None:
@@ -380,13 +375,7 @@ def _keys_of(table: Table, session_id: str) -> Items:
         "ScanIndexForward": False,
         "ConsistentRead": True,
     }
-    items: Items = []
-    while True:
-        page = call("read session", session_id, table.client.query, **request)
-        items.extend(page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            return items
-        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return query_all(table, "read session", session_id, request)
 
 
 def _delete_items(table: Table, session_id: str, items: Items) -> None:

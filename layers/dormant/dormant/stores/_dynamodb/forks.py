@@ -33,6 +33,7 @@ from dormant.stores._dynamodb.table import (
     Table,
     call,
     code,
+    query_all,
     store_error,
 )
 from dormant.stores._dynamodb.window import WindowEstimator
@@ -177,13 +178,7 @@ def version_end(table: Table, memo: Lru[Known], known_at: KnownAt, session_id: s
         "ExpressionAttributeValues": {
             ":pk": {"S": session_id}, ":v": {"S": lay.version_key(known.base + version)}},
     }
-    items: Items = []
-    while True:
-        page = call("read a version", session_id, table.client.query, **request)
-        items.extend(page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            break
-        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    items = query_all(table, "read a version", session_id, request)
     found = next((v for v in reads.versions_of(items) if v.item is not None), None)
     if (found is None or found.deleted or not found.complete
             or lay.expired(found.item or {}, int(table.clock()))

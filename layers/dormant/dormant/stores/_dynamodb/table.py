@@ -37,6 +37,7 @@ __all__ = [
     "call",
     "code",
     "no_bucket",
+    "query_all",
     "store_error",
 ]
 
@@ -95,6 +96,18 @@ def call(what: str, session_id: str, fn: Callable[..., Any], *args: Any, **kwarg
         return fn(*args, **kwargs)
     except (ClientError, BotoCoreError) as error:
         raise store_error(what, session_id, error) from error
+
+
+def query_all(table: Table, what: str, session_id: str, request: dict[str, Any]) -> Items:
+    """Every item a ``Query`` (``request``) finds, page after page, in order."""
+    request = dict(request)
+    items: Items = []
+    while True:
+        page = call(what, session_id, table.client.query, **request)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 def code(error: ClientError) -> str:
