@@ -27,16 +27,21 @@ from tests.functions.conftest import (
 )
 
 
+def _resume_of_a_paused_turn(function: Any, context: FakeLambdaContext) -> dict[str, Any]:
+    """The sample turn sent through ``function`` (it yields), and the event answering it."""
+    paused = api_body(function.handler(load_event("api_post_turn.json"), context))
+    resume = load_event("api_post_turn_resume.json")
+    body = api_body(resume)
+    body["tools"][0]["callId"] = paused["yieldedTools"][0]["callId"]
+    return with_body(resume, body)
+
+
 def test_the_api_function_calls_only_what_its_role_allows(
         deployed: Deployment, context: FakeLambdaContext,
         iam_recorded: Recording) -> None:
     api = deployed.cold_start("api")
 
-    paused = api_body(api.handler(load_event("api_post_turn.json"), context))
-    resume = load_event("api_post_turn_resume.json")
-    body = api_body(resume)
-    body["tools"][0]["callId"] = paused["yieldedTools"][0]["callId"]
-    assert api.handler(with_body(resume, body), context)["statusCode"] == 200
+    assert api.handler(_resume_of_a_paused_turn(api, context), context)["statusCode"] == 200
     assert api.handler(load_event("api_get_session.json"), context)["statusCode"] == 200
     assert api.handler(load_event("api_post_agui.json"), context)["statusCode"] == 200
     assert api.handler(load_event("api_delete_session.json"), context)["statusCode"] == 200
@@ -50,11 +55,7 @@ def test_the_stream_function_calls_only_what_its_role_allows(
         iam_recorded: Recording) -> None:
     stream = deployed.cold_start("stream")
 
-    paused = api_body(stream.handler(load_event("api_post_turn.json"), context))
-    resume = load_event("api_post_turn_resume.json")
-    body = api_body(resume)
-    body["tools"][0]["callId"] = paused["yieldedTools"][0]["callId"]
-    events = with_body(resume, body)
+    events = _resume_of_a_paused_turn(stream, context)
     events["headers"]["Accept"] = "text/event-stream"
     streamed = stream.handler(events, context)
     assert streamed["statusCode"] == 200 and "event: result" in streamed["body"]

@@ -5,7 +5,6 @@ so a 5,000-turn session costs what a 10-turn one does. ``/docs`` is a small cach
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -19,28 +18,16 @@ from dormant._ids import new_id
 from dormant.events import Event
 from dormant.http import SSE_WRITER_ATTRIBUTE, build_resolver
 from dormant.models import ScriptedModel
-from dormant.stores import DynamoDBStore, MemoryStore, SqliteStore, Store
+from dormant.stores import DynamoDBStore, MemoryStore, Store
 from dormant.stores._base import commit_head
 from dormant.stores._dynamodb import layout
 from tests.conformance._dynamodb import dynamodb_in_process
+from tests.conformance.conftest import STORE_FACTORIES
 
 SID = "session_paged"
 
 
-def _memory() -> Iterator[Store]:
-    yield MemoryStore()
-
-
-def _sqlite() -> Iterator[Store]:
-    with tempfile.TemporaryDirectory(prefix="dormant-pages-") as tmp:
-        store = SqliteStore(f"{tmp}/pages.db")
-        try:
-            yield store
-        finally:
-            store.close()
-
-
-FACTORIES = {"memory": _memory, "sqlite": _sqlite, "dynamodb-moto": dynamodb_in_process}
+FACTORIES = {name: STORE_FACTORIES[name][1] for name in ("memory", "sqlite", "dynamodb-moto")}
 
 
 @pytest.fixture(params=sorted(FACTORIES))
