@@ -159,3 +159,33 @@ def test_records_that_would_not_finish_in_the_time_left_are_handed_back(
     assert _failures(response) == [r["messageId"] for r in event["Records"]]
     assert deployed.session("thread-7") is None
     assert deployed.session("thread-9") is None
+
+
+def test_a_deferred_result_from_a_trusted_producer_resumes_the_parked_turn_once(
+        deployed: Deployment, context: FakeLambdaContext, monkeypatch: Any) -> None:
+    from pathlib import Path
+
+    monkeypatch.setenv("DORMANT_APP", str(Path(__file__).with_name("deferred_app.py")))
+    webhook = deployed.cold_start("webhook")
+    started = _message("thread-41", "m-41", "Build me the occupancy report",
+                       principal="guest-41")
+    assert _failures(webhook.handler({"Records": [started]}, context)) == []
+    parked = deployed.session("thread-41")
+    assert [t.call_id for t in parked.deferred_tools] == ["call_0000000000000041"]
+
+    event = load_event("webhook_sqs_fifo_tool_result.json")
+    assert _failures(webhook.handler(event, FakeLambdaContext())) == []
+
+    done = deployed.session("thread-41")
+    assert done.deferred_tools == [] and done.status == "active"
+    types = [e.type for e in done.events]
+    assert types[-4:] == ["tool_result", "invocation_resume", "assistant", "invocation_end"]
+    (result,) = [e for e in done.events if e.type == "tool_result"]
+    assert result.deferred and result.result == {"status": "done",
+                                                 "report": "s3://reports/41.pdf"}
+    assert done.events[-2].text == "Your report is ready: s3://reports/41.pdf"
+
+    redelivered = load_event("webhook_sqs_fifo_tool_result.json")
+    redelivered["Records"][0]["attributes"]["ApproximateReceiveCount"] = "2"
+    assert _failures(webhook.handler(redelivered, FakeLambdaContext())) == []  # done already
+    assert deployed.session("thread-41").version == done.version  # it landed once

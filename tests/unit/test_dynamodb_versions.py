@@ -317,9 +317,13 @@ def test_events_decode_to_exactly_what_was_encoded() -> None:
 def test_the_omitted_defaults_are_format_1_s() -> None:
     """Events stored compactly omit fields at these defaults and restore them from here: a
     model whose default changes must not change what an old item means (a new format)."""
-    assert codec.EVENT_DEFAULTS["user"] == {"steer": False, "queued": False}
+    # ``audio`` came later: an item written before it has no ``audio`` and means False,
+    # which is what decoding restores (a new field's default is the old items' meaning).
+    assert codec.EVENT_DEFAULTS["user"] == {"steer": False, "queued": False, "audio": False}
+    # likewise ``deferred`` (a result supplied from outside): an older item means False.
     assert codec.EVENT_DEFAULTS["tool_result"] == {"result": None, "error": None,
-                                                   "denied": False, "preliminary": False}
+                                                   "denied": False, "preliminary": False,
+                                                   "deferred": False}
     assert codec.EVENT_DEFAULTS["invocation_start"] == {"agent": ""}
     assert codec.EVENT_DEFAULTS["approval_decided"] == {"call_id": "", "reason": None}
     head = Head("s")

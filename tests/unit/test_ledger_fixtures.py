@@ -40,6 +40,13 @@ EXPECTED = {
                      "queued"],
     "interrupted": ["invocation_start", "user", "tool_call", "approval_requested",
                     "invocation_yield", "interrupt", "tool_result", "invocation_end"],
+    "deferred-parked": ["invocation_start", "user", "tool_call", "tool_deferred",
+                        "invocation_yield"],
+    "deferred-resulted": ["invocation_start", "user", "tool_call", "tool_deferred",
+                          "invocation_yield", "tool_result", "invocation_resume", "assistant",
+                          "invocation_end"],
+    "stopped-draft": ["invocation_start", "user", "assistant", "tool_call_draft",
+                      "stop_requested", "invocation_end"],
 }
 
 

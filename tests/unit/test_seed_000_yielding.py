@@ -194,6 +194,27 @@ def test_step5_yielding_for_a_message(app: dormant.App) -> None:
     assert answered.session.status == "awaiting_input"
 
 
+def test_step5_realtime_models_default_to_yielding(app: dormant.App) -> None:
+    """A model whose ``realtime`` attribute is true makes its agent yield with no ``yields=``
+    given; an explicit value wins."""
+
+    class Realtime(dormant.models.ScriptedModel):
+        realtime = True
+
+    def agent(name: str, **options: Any) -> dormant.Agent:
+        return app.agent(name=name, model=Realtime(["Which date?"]), tools=[], **options)
+
+    talking = run_test(agent("voice"), [user("I want to book a room"), model("Which date?")])
+    ending = run_test(agent("text", yields=False),
+                      [user("I want to book a room"), model("Which date?")])
+
+    assert talking.status == "yielded_message"
+    assert [e.type for e in talking.events] == [
+        "invocation_start", "user", "assistant", "invocation_yield"]
+    assert ending.status == "completed"
+    assert app.agent(name="plain", model=dormant.models.ScriptedModel(["x"])).yields is False
+
+
 def test_step6_the_same_protocol_across_requests(operator: dormant.Agent,
                                                  app: dormant.App) -> None:
     """The process that asks and the one that answers need not be the same: only rows."""

@@ -15,6 +15,7 @@ from dormant.errors import (
     AlreadyDecided,
     DormantError,
     DuplicateMessage,
+    EventRefused,
     InputError,
     NotPending,
     NotRunning,
@@ -26,6 +27,7 @@ from dormant.errors import (
     SessionNotFound,
     SessionPaused,
     StoreError,
+    TimerRefused,
 )
 from dormant.handlers import (
     HandlerInput,
@@ -34,6 +36,7 @@ from dormant.handlers import (
     RestResponse,
     TurnResult,
     TurnStream,
+    VoiceResponse,
 )
 from dormant.results import (
     CompletedResult,
@@ -77,6 +80,7 @@ __all__ = [
     "DormantError",
     "DuplicateMessage",
     "ErrorResult",
+    "EventRefused",
     "HandlerInput",
     "Hook",
     "HookContext",
@@ -103,11 +107,13 @@ __all__ = [
     "Signal",
     "StoppedResult",
     "StoreError",
+    "TimerRefused",
     "Tool",
     "ToolContext",
     "TurnResult",
     "TurnStream",
     "UnresolvedYield",
+    "VoiceResponse",
     "YieldedMessageResult",
     "YieldedTool",
     "YieldedToolResult",

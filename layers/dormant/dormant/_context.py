@@ -13,17 +13,19 @@ delete, a shorter ledger, another window) translates afresh.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dormant._lru import Lru
 from dormant.events import (
+    AppEvent,
     AssistantEvent,
     CompactionEvent,
     Event,
     ReasoningEvent,
     SeedEvent,
     ToolCall,
+    ToolCallDraft,
     ToolResult,
     UserEvent,
 )
@@ -36,7 +38,18 @@ from dormant.models._base import (
 )
 from dormant.session import Session
 
-__all__ = ["history_messages", "latest_summary", "summary_message", "to_messages"]
+__all__ = ["app_event_note", "history_messages", "latest_summary", "summary_message",
+           "to_messages"]
+
+#: How a history shows application events: False (not at all), True (:func:`app_event_note`)
+#: or a function of the event returning the note's text (None: skipped).
+AppEventView = bool | Callable[[AppEvent], str | None]
+
+
+def app_event_note(event: AppEvent) -> str:
+    """The system note an application event becomes for a history that asks for them."""
+    data = json.dumps(event.data, ensure_ascii=False, sort_keys=True)
+    return f"Application event {event.name}: {data}"
 
 #: Sessions whose committed translation is kept (least recently used dropped first).
 FOLD_SESSIONS = 256
@@ -46,10 +59,11 @@ class _Fold:
     """Ledger events ``start`` … ``end - 1`` translated: the finished messages, and the
     assistant text and tool calls not yet flushed into a message."""
 
-    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "start", "text")
+    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "start", "text", "view")
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: int, view: AppEventView = False) -> None:
         self.start = start
+        self.view = view
         self.end = start
         self.last_id: str | None = None
         self.messages: list[Message] = []
@@ -58,7 +72,7 @@ class _Fold:
         self.reasoning: list[dict[str, Any]] = []
 
     def copy(self) -> _Fold:
-        fold = _Fold(self.start)
+        fold = _Fold(self.start, self.view)
         fold.end, fold.last_id, fold.text = self.end, self.last_id, self.text
         fold.messages, fold.calls = self.messages.copy(), self.calls.copy()
         fold.reasoning = self.reasoning.copy()
@@ -99,8 +113,15 @@ class _Fold:
                 case SeedEvent():
                     self.flush()
                     messages.append(UserMessage(event.text, role=event.role))
+                case AppEvent() if self.view:
+                    note = app_event_note(event) if self.view is True else self.view(event)
+                    if note:
+                        self.flush()
+                        messages.append(UserMessage(note, role="system"))
                 case ToolResult(preliminary=True):
                     pass  # a generator tool's progress: not the call's result
+                case ToolCallDraft():
+                    pass  # a stopped call's streamed arguments: never part of the conversation
                 case ToolResult():
                     self.flush()
                     if event.error is not None:
@@ -125,14 +146,16 @@ _FOLDS: Lru[_Fold] = Lru(FOLD_SESSIONS)
 
 
 def history_messages(session: Session, turns: int | None, until: int,
-                     compacted: bool = False) -> list[Message]:
+                     compacted: bool = False, app_events: AppEventView = False
+                     ) -> list[Message]:
     """The model's messages for the last ``turns`` turns (all for None) up to ledger position
     ``until``: the session's committed part translated once per process and extended, the
     turn's own uncommitted events translated on top. ``compacted``: the latest compaction's
-    summary first (a system message), then what follows the part it summarised."""
+    summary first (a system message), then what follows the part it summarised.
+    ``app_events``: how application events are shown (default: not at all)."""
     first = session.first_seq
     start = max(session.head.window_start(turns, compacted=compacted), first)
-    messages = _fold(session, start, until).finished()
+    messages = _fold(session, start, until, app_events).finished()
     if compacted and session.head.compacted_to:
         summary = latest_summary(session, until)
         if summary is not None:
@@ -163,14 +186,14 @@ def latest_summary(session: Session, until: int) -> CompactionEvent | None:
     return None
 
 
-def _fold(session: Session, start: int, until: int) -> _Fold:
+def _fold(session: Session, start: int, until: int, view: AppEventView = False) -> _Fold:
     first = session.first_seq
     committed = min(session.base_seq, until)
     loaded = session.loaded_events
     fold = _FOLDS.get(session.session_id)
     if fold is None or fold.start != start or not start < fold.end <= committed \
-            or loaded[fold.end - 1 - first].id != fold.last_id:
-        fold = _Fold(start)
+            or loaded[fold.end - 1 - first].id != fold.last_id or fold.view is not view:
+        fold = _Fold(start, view)
     if fold.end < committed:
         fold = fold.copy().add(loaded[fold.end - first:committed - first])
         _FOLDS.put(session.session_id, fold)

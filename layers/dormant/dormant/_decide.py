@@ -15,11 +15,12 @@ stop is an :class:`Ask`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from dormant._head import Head
 from dormant._ids import new_id
@@ -28,6 +29,7 @@ from dormant._patch import to_json_value
 from dormant._schema import schema_errors
 from dormant.errors import (
     DuplicateMessage,
+    EventRefused,
     InputError,
     NotPending,
     NotRunning,
@@ -37,6 +39,7 @@ from dormant.errors import (
     SessionRunning,
 )
 from dormant.events import (
+    AppEvent,
     Event,
     InputRequested,
     InputResponse,
@@ -57,8 +60,10 @@ from dormant.types import Control, ControlSteer
 
 __all__ = [
     "Ask",
+    "EventType",
     "Plan",
     "Slice",
+    "app_event",
     "interrupt",
     "message",
     "pause",
@@ -72,6 +77,7 @@ __all__ = [
     "steer",
     "stop",
     "take_pending",
+    "tool_result",
 ]
 
 STOPPED: Literal["stopped"] = "stopped"
@@ -90,6 +96,8 @@ class Slice(Protocol):
 
     control: Control | None
     control_asks: list[Ask]
+    #: The app's declared event types (``app.event``), by name; None: not bound to an app.
+    event_types: dict[str, EventType] | None
 
     def add_event(self, event: Event) -> None: ...
 
@@ -177,8 +185,8 @@ def steer(session: Slice, text: str, invocation_id: str, id: str | None = None,
 
 
 def message(session: Slice, text: str, message_id: str,
-            if_busy: Literal["queue", "reject", "interrupt"] | None = None
-            ) -> tuple[str, QueuedEvent | None]:
+            if_busy: Literal["queue", "reject", "interrupt"] | None = None,
+            *, audio: bool = False) -> tuple[str, QueuedEvent | None]:
     """What a user message does now: ``run`` (the session can take it), or ``queued`` (it
     went to the inbox, event returned). ``if_busy="reject"`` refuses instead; ``"interrupt"``
     ends the waiting response and runs it."""
@@ -194,7 +202,7 @@ def message(session: Slice, text: str, message_id: str,
         if session.head.busy() is None:
             return "run", None
     event = QueuedEvent(message_id=message_id, text=text, position=len(head.queue),
-                        invocation_id=None)
+                        invocation_id=None, audio=audio)
     session.add_event(event)
     return "queued", event
 
@@ -314,6 +322,94 @@ def respond(session: Slice, input_id: str, value: Any) -> None:
     session.add_event(InputResponse(input_id=input_id, value=to_json_value(value)))
 
 
+def tool_result(session: Slice, call_id: str, result: Any, is_error: bool = False
+                ) -> ToolResult:
+    """The result of a deferred call, from trusted code: checked against the admitted call
+    (it exists, is deferred and still waits: else 409 ``not_pending``; already resulted:
+    409 ``already_answered``, by the fold) and landed once. With ``is_error`` the result is
+    the error text the model reads."""
+    if not isinstance(call_id, str) or not call_id:
+        raise InputError("a tool result needs a call_id")
+    head = session.head
+    call = head.call(call_id)
+    value = to_json_value(result)
+    error: str | None = None
+    if is_error:
+        error = value if isinstance(value, str) else json.dumps(value)
+        value = None
+    event = ToolResult(invocation_id=head.open_invocation, call_id=call_id,
+                       name=call.name if call is not None else "", result=value, error=error,
+                       deferred=True)
+    session.add_event(event)
+    return event
+
+
+@dataclass(frozen=True)
+class EventType:
+    """An application event type, declared with ``app.event(name, schema)``: its data is
+    checked against ``schema`` (a JSON Schema dict), or validated by ``model`` (a pydantic
+    model class, whose JSON Schema ``schema`` then is)."""
+
+    name: str
+    schema: dict[str, Any]
+    model: type[BaseModel] | None = None
+    description: str = ""
+
+    @classmethod
+    def declare(cls, name: str, schema: Any, description: str = "") -> EventType:
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise InputError("an event type needs a name of 1-200 characters")
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            return cls(name, schema.model_json_schema(), schema, description)
+        if not isinstance(schema, dict):
+            raise InputError(f"event {name!r}: schema must be a JSON Schema dict or a "
+                             "pydantic model class")
+        return cls(name, schema, None, description)
+
+    def validate(self, data: Any) -> Any:
+        """``data`` as JSON once it fits (raises :class:`EventRefused` naming what is wrong)."""
+        if self.model is not None:
+            try:
+                return self.model.model_validate(data).model_dump(mode="json")
+            except ValidationError as error:
+                reasons = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc']) or 'data'}: {e['msg']}"
+                    for e in error.errors(include_url=False))
+                raise EventRefused(f"event {self.name!r} does not fit its schema: "
+                                   f"{reasons}") from None
+        value = to_json_value(data)
+        problems = schema_errors(value, self.schema, "data")
+        if problems:
+            raise EventRefused(f"event {self.name!r} does not fit its schema: "
+                               + "; ".join(problems))
+        return value
+
+
+def app_event(session: Slice, name: str, data: Any = None, id: str | None = None
+              ) -> AppEvent | None:
+    """An application event from trusted code: checked against its declared type (an
+    undeclared name or data that does not fit: :class:`EventRefused`, nothing written) and
+    recorded once per id (an id the head already holds: None, nothing written)."""
+    types = session.event_types
+    if types is None:
+        raise EventRefused(f"event {name!r}: this session is not bound to an app, so no "
+                           "event type is declared for it (load it through app.sessions)")
+    declared = types.get(name)
+    if declared is None:
+        known = ", ".join(sorted(types)) or "none"
+        raise EventRefused(f"event {name!r} is not declared (app.event(name, schema)); "
+                           f"declared: {known}")
+    if id is not None and (not isinstance(id, str) or not id or len(id) > 128):
+        raise InputError(f"event {name!r}: an id must be 1-128 characters")
+    head = session.head
+    if id is not None and head.has_event(id):
+        return None  # a redelivery: it landed once already
+    event = AppEvent(name=name, data=declared.validate(data), event_id=id,
+                     invocation_id=head.open_invocation)
+    session.record(event)
+    return event
+
+
 def seed(session: Slice, text: str, role: Literal["user", "system"] = "user",
          id: str | None = None) -> SeedEvent:
     """A passive message: part of the conversation, no turn started."""
@@ -384,6 +480,9 @@ def plan(session: Slice, given: Input, *, holds: Callable[[str], bool],
     if given.seed is not None:
         seed(session, given.seed.text, given.seed.role, given.seed.id)
         controls = True
+    for given_event in given.events or ():
+        app_event(session, given_event.name, given_event.data, given_event.id)
+        controls = True
     for answer in given.inputs or ():
         respond(session, answer.input_id, answer.value)
         controls = True
@@ -416,7 +515,8 @@ def plan(session: Slice, given: Input, *, holds: Callable[[str], bool],
         text, message_id = given.steer.text, given.steer.id
     head = session.head
     if text is not None:
-        _, queued = message(session, text, message_id or new_id("msg"), given.if_busy)
+        _, queued = message(session, text, message_id or new_id("msg"), given.if_busy,
+                            audio=bool(given.spoken) and given.steer is None)
         if queued is not None:
             return result.finish("queued", queued)
         result.message, result.message_id = text, message_id
@@ -424,13 +524,14 @@ def plan(session: Slice, given: Input, *, holds: Callable[[str], bool],
             result.invocation_key = message_id
         return result
     if (head.paused or session.pause_pending) and (given.tools or given.approvals
-                                                   or not controls):
+                                                   or given.tool_results or not controls):
         if given.retry is not None:  # a retry is a run: it waits for no one
             raise SessionPaused(head.session_id)
         return result.finish("paused")  # answers and decisions are recorded; nothing runs
     free = head.queue and head.free and not session.pause_pending
     if not controls:  # an ordinary request (answers, decisions, a retry, an empty drain)
-        if free and given.retry is None and not given.tools and not given.approvals:
+        if free and given.retry is None and not given.tools and not given.approvals \
+                and not given.tool_results:
             # an empty request runs the inbox's next message, under the invocation id a
             # request sending that message would have had (so call ids match)
             result.invocation_key = head.queue[0]["id"]

@@ -31,6 +31,7 @@ from dormant.errors import (
 )
 from dormant.events import (
     LEDGER_FORMAT,
+    AppEvent,
     ApprovalDecided,
     ApprovalRequested,
     CompactionEvent,
@@ -59,6 +60,7 @@ from dormant.events import (
     TimerFired,
     TimerSet,
     ToolCall,
+    ToolDeferred,
     ToolInput,
     ToolResult,
     ToolYield,
@@ -95,6 +97,8 @@ class PendingCall:
     decided: bool = False
     approved: bool = False
     reason: str | None = None
+    #: A deferred tool's call: it waits for a result trusted code supplies from outside.
+    deferred: bool = False
 
 
 @dataclass(slots=True)
@@ -208,7 +212,8 @@ class Head:
             json_copy(self.state) if self.state else {},
             [PendingCall(c.call_id, c.name, json_copy(c.args), c.yielded,
                          json_copy(c.prepared), c.answered, json_copy(c.input),
-                         c.settled, c.approval_id, c.decided, c.approved, c.reason)
+                         c.settled, c.approval_id, c.decided, c.approved, c.reason,
+                         c.deferred)
              for c in self.step],
             list(self.turn_starts),
             list(self.message_ids),
@@ -265,6 +270,10 @@ class Head:
         """Whether a recent message carried ``message_id`` (the redelivery window)."""
         return message_digest(message_id) in self.message_ids
 
+    def has_event(self, event_id: str) -> bool:
+        """Whether a recent application event carried ``event_id`` (the redelivery window)."""
+        return message_digest(_EVENT + event_id) in self.message_ids
+
     def has_retry(self, retry_id: str) -> bool:
         """Whether a recent retry carried ``retry_id``."""
         return message_digest(_RETRY + retry_id) in self.message_ids
@@ -279,15 +288,21 @@ class Head:
         """Yielded calls that have no input yet, in call order."""
         return [c for c in self.step if c.yielded and not c.answered and not c.settled]
 
+    def pending_deferred(self) -> list[PendingCall]:
+        """Deferred calls whose result has not arrived yet, in call order."""
+        return [c for c in self.step if c.deferred and not c.settled]
+
     def pending_approvals(self) -> list[PendingCall]:
         """Calls whose approval request has no decision yet, in call order."""
         return [c for c in self.step
                 if c.approval_id is not None and not c.decided and not c.settled]
 
     def unresolved(self) -> list[PendingCall]:
-        """Everything the parked step waits for: unanswered yields and undecided approvals."""
+        """Everything the parked step waits for: unanswered yields, undecided approvals and
+        deferred calls with no result yet."""
         return [c for c in self.step if not c.settled and (
-            (c.yielded and not c.answered) or (c.approval_id is not None and not c.decided))]
+            (c.yielded and not c.answered) or (c.approval_id is not None and not c.decided)
+            or c.deferred)]
 
     def busy(self) -> str | None:
         """Why a user message cannot run now (it goes to the inbox), or None: ``paused``,
@@ -378,6 +393,7 @@ _RETRY = "\x00retry:"
 _DECIDED = "\x00decided:"
 _ANSWERED = "\x00answered:"
 _INPUT = "\x00input:"
+_EVENT = "\x00event:"
 
 
 def message_digest(message_id: str) -> str:
@@ -415,6 +431,8 @@ def apply(head: Head, event: Event) -> None:
             call = _known_call(head, event.call_id)
             call.yielded = True
             call.prepared = event.args
+        case ToolDeferred():
+            _known_call(head, event.call_id).deferred = True
         case InvocationYield():
             head.parked = event.reason
             head.lease = 0
@@ -435,10 +453,12 @@ def apply(head: Head, event: Event) -> None:
             _resume(head, event)
         case ToolResult():
             settled = head.call(event.call_id)
+            if event.deferred:
+                _deferred_result(head, event, settled)
             if settled is not None and settled.settled and not event.preliminary:
                 raise AlreadyAnswered(head.session_id, event.call_id)  # one final result
             if settled is not None and not event.preliminary:
-                if settled.yielded and not settled.answered:
+                if (settled.yielded and not settled.answered) or settled.deferred:
                     # Ended with no answer (a stop, an interrupt): a late answer is told
                     # "already answered" once the step is gone, not "not awaiting input".
                     _settle(head, message_digest(_ANSWERED + event.call_id))
@@ -466,6 +486,8 @@ def apply(head: Head, event: Event) -> None:
         case QueuedEvent():
             _remember_once(head, event.message_id)
             item = {"id": event.message_id, "text": event.text, "queued_at": event.ts}
+            if event.audio:
+                item["audio"] = True
             head.queue.insert(max(0, min(event.position, len(head.queue))), item)
         case QueueEdit():
             head.queue[_queued(head, event.message_id)]["text"] = event.text
@@ -478,6 +500,12 @@ def apply(head: Head, event: Event) -> None:
             head.queue.insert(0, head.queue.pop(_queued(head, event.message_id)))
         case SeedEvent():
             _remember_once(head, event.message_id)
+        case AppEvent():
+            if event.event_id is not None:  # an id lands once, like a message id
+                digest = message_digest(_EVENT + event.event_id)
+                if digest in head.message_ids:
+                    raise DuplicateMessage(head.session_id, event.event_id)
+                _remember(head, digest)
         case CompactionEvent():
             if not 0 <= event.tail_start <= head.seq:
                 raise InputError(f"a compaction's tail starts at {event.tail_start}, outside "
@@ -683,6 +711,9 @@ def _tool_input(head: Head, event: ToolInput) -> None:
     if (call is not None and call.yielded and (call.answered or call.settled)) or (
             call is None and answered in head.settled_ids):
         raise AlreadyAnswered(head.session_id, event.call_id)
+    if call is not None and call.deferred:
+        raise NotPending(f"call {event.call_id} ({call.name}) is deferred: its result comes "
+                         "from trusted server code (input.tool_result), not a tool input")
     if call is None or not call.yielded or call.settled:
         raise NotPending(
             f"call {event.call_id} is not awaiting input in session {head.session_id}"
@@ -691,6 +722,20 @@ def _tool_input(head: Head, event: ToolInput) -> None:
     call.answered = True
     call.input = event.input
     _settle(head, answered)
+
+
+def _deferred_result(head: Head, event: ToolResult, call: PendingCall | None) -> None:
+    """A result supplied from outside lands only on a deferred call that still waits for it:
+    once (a redelivery is told "already answered", also after the step moved on)."""
+    if (call is not None and call.deferred and call.settled) or (
+            call is None and message_digest(_ANSWERED + event.call_id) in head.settled_ids):
+        raise AlreadyAnswered(head.session_id, event.call_id)
+    if call is None or not call.deferred or head.parked != "tool" or event.preliminary:
+        waiting = ", ".join(f"{c.name} {c.call_id}" for c in head.pending_deferred())
+        raise NotPending(
+            f"call {event.call_id} is not a deferred call waiting for its result in session "
+            f"{head.session_id}" + (f" (waiting: {waiting})" if waiting
+                                    else " (no deferred call is waiting)"))
 
 
 def _decide(head: Head, event: ApprovalDecided) -> None:

@@ -3,13 +3,19 @@ the rooms that decide what an input does need nothing above them)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "AUDIO_FORMATS",
+    "AppEventInput",
     "ApprovalDecision",
+    "AudioFormat",
+    "AudioInput",
     "CommitStatus",
     "HandlerInput",
     "Input",
@@ -24,6 +30,7 @@ __all__ = [
     "StopRequest",
     "TimerRef",
     "ToolAnswer",
+    "ToolResultInput",
     "TurnStatus",
     "landed",
 ]
@@ -121,6 +128,51 @@ class SeedRequest(_In):
     id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
+#: The audio formats a voice request may carry (what the transcription APIs read).
+AudioFormat = Literal["wav", "mp3", "ogg", "webm", "flac", "m4a"]
+AUDIO_FORMATS: tuple[str, ...] = ("wav", "mp3", "ogg", "webm", "flac", "m4a")
+
+
+class AudioInput(_In):
+    """Spoken input for ``app.handler.voice``: ``{"data": bytes or base64 text, "format"}``.
+
+    Only the voice handler takes it (it transcribes it into the turn's message); the audio
+    itself is never stored."""
+
+    data: bytes = Field(min_length=1, description="The audio: bytes, or base64 text.")
+    format: AudioFormat = Field(description="The container/codec of ``data``.")
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _decoded(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError) as error:
+                raise ValueError("audio data given as text must be base64") from error
+        return value
+
+
+class AppEventInput(_In):
+    """An application event from trusted server code: ``{name, data, id?}``, validated
+    against the schema ``app.event(name, schema)`` declared. ``id`` lands once per session.
+    Public clients cannot send it (422 ``server_only``)."""
+
+    name: str = Field(min_length=1, max_length=200)
+    data: Any = None
+    id: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class ToolResultInput(_In):
+    """The result of a deferred call, from trusted server code: ``{call_id, result,
+    is_error}``. ``is_error``: ``result`` is the error the model reads (text, or JSON that is
+    turned into text). Public clients cannot send it (422 ``server_only``)."""
+
+    call_id: str = Field(min_length=1, max_length=128)
+    result: Any = None
+    is_error: bool = False
+
+
 class TimerRef(_In):
     """Which timer firing a wake request delivers (server-only: never from a public body)."""
 
@@ -131,7 +183,8 @@ class TimerRef(_In):
 class Input(_In):
     """What a request brings: a message, answers to yields, decisions, state.
 
-    ``initial_state`` and ``timer`` are for trusted server code; the HTTP API refuses them."""
+    ``initial_state``, ``timer`` and ``tool_results`` are for trusted server code; the HTTP
+    and AG-UI APIs refuse them."""
 
     message: str | None = Field(default=None, min_length=1)
     message_id: str | None = Field(default=None, min_length=1, max_length=128)
@@ -149,6 +202,16 @@ class Input(_In):
     queue: list[QueueOp] | None = None
     inputs: list[InputAnswer] | None = None
     seed: SeedRequest | None = None
+    #: Results of deferred calls (trusted server code only; public requests are refused).
+    tool_results: list[ToolResultInput] | None = None
+    #: Application events (trusted server code only; public requests are refused).
+    events: list[AppEventInput] | None = None
+    #: Audio to transcribe into ``message`` (``app.handler.voice`` only; other handlers
+    #: refuse it).
+    audio: AudioInput | None = None
+    #: The message is the transcript of audio (set by the voice handler): its ``user`` event
+    #: records ``audio=True``.
+    spoken: bool | None = None
     #: What a message does when the session cannot take it now (it waits, failed, or is
     #: paused): ``queue`` (default: the inbox), ``reject`` (409), ``interrupt`` (end the
     #: waiting response and run this message).

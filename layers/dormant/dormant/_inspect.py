@@ -55,6 +55,15 @@ def _line(event: Event, waits: dict[str, str]) -> str:
             waits[event.call_id] = event.name
             return f"⏸ {event.name} yielded: waits for input on {_short(event.args, 40)}  " \
                    f"[{event.call_id}]"
+        case "tool_deferred":
+            waits[event.call_id] = event.name
+            return f"⏸ {event.name} deferred: waits for its result from outside  " \
+                   f"[{event.call_id}]"
+        case "tool_call_draft":
+            name = event.name or "a tool"
+            return f"✎ draft of {name} (its arguments were still streaming when stopped): " \
+                   f"{_short(event.args_text, 40)}" + (f"  [{event.call_id}]"
+                                                       if event.call_id else "")
         case "invocation_yield":
             what = "tool input" if event.reason == "tool" else "the next user message"
             return f"⏸ run waiting for {what}"
@@ -76,9 +85,10 @@ def _line(event: Event, waits: dict[str, str]) -> str:
                 return f"… {event.name} progress: {_short(event.result, 52)}"
             if event.denied:
                 return f"✗ {event.name} denied: {_short(event.error, 56)}"
+            outside = " (from outside)" if event.deferred else ""
             if event.error is not None:
-                return f"✗ {event.name} failed: {_short(event.error, 56)}"
-            return f"✓ {event.name} returned {_short(event.result, 52)}"
+                return f"✗ {event.name} failed{outside}: {_short(event.error, 56)}"
+            return f"✓ {event.name} returned{outside} {_short(event.result, 52)}"
         case "timer_set":
             return f"⏱ timer {event.name} set for {_when(event.fire_at, date=True)}: " \
                    f"{_delivers(event.message, event.tool_input)}"
@@ -130,6 +140,9 @@ def _line(event: Event, waits: dict[str, str]) -> str:
                    f"{event.tail_start - 1}) into a summary: {_short(event.summary, 48)}"
         case "reasoning":
             return f"(reasoning: {len(event.items)} item(s), kept for the model)"
+        case "app_event":
+            where = f"  [{event.event_id}]" if event.event_id else ""
+            return f"◆ event {event.name} {_short(event.data, 56)}{where}"
     return event.type  # a type added later without a line here
 
 
@@ -203,9 +216,13 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
     pending = session.yielded_tools
     schemas = _input_schemas(session) if pending else {}
     approvals = session.pending_approvals
+    deferred = session.deferred_tools
     out.append("")
-    if pending or approvals:
+    if pending or approvals or deferred:
         out.append("  pending:")
+    for call in deferred:
+        out.append(f"    {call.name} [{call.call_id}] is deferred: waits for its result from "
+                   "server code (input.tool_result)")
     for call in pending:
         out.append(f"    {call.name} [{call.call_id}] waits for input; it was asked "
                    f"{_short(call.args, 48)}")
@@ -233,7 +250,7 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
         out += ["", "  inbox:"]
         out += [f"    #{index} {_short(item.text, 56)}  [{item.id}]"
                 for index, item in enumerate(inbox)]
-    if not pending and not approvals and not session.pending_inputs:
+    if not pending and not approvals and not deferred and not session.pending_inputs:
         out.append("  pending: nothing")
     return "\n".join(out)
 
@@ -252,6 +269,8 @@ def session_json(session: Session) -> dict[str, Any]:
                          for c in session.yielded_tools],
         "pendingApprovals": [a.model_dump(by_alias=True, mode="json")
                              for a in session.pending_approvals],
+        "deferredTools": [c.model_dump(by_alias=True, mode="json")
+                          for c in session.deferred_tools],
         "timers": [t.model_dump(by_alias=True, mode="json", exclude_none=True)
                    for t in session.timers],
         "pendingInputs": [i.model_dump(by_alias=True, mode="json")

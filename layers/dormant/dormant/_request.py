@@ -110,6 +110,8 @@ class SessionsPort(Protocol):
 
     def arm(self, session_id: str, name: str, fire_at: int) -> None: ...
 
+    def bind(self, session: Session) -> Session: ...
+
 
 class Host(Protocol):
     """What the request room and :class:`~dormant._turn.TurnStream` see of the app: its
@@ -173,6 +175,9 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
            else mint_session_id())
     if request.public:
         _refuse_server_only(request.input)
+    if request.input.audio is not None:
+        raise InputError("input.audio is for app.handler.voice (POST /voice), which "
+                         "transcribes it; this handler takes a text message")
     for _ in range(CLAIM_ATTEMPTS):
         session = _load(host, agent, sid, request, rules)
         opened = _decide(host, agent, session, request, on_start, invocation_id)
@@ -224,12 +229,17 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
     session = host.sessions.load(sid, turns=agent.history_turns,
                                  compacted=agent.compaction is not None)
     if session is None:
-        session = Session.new(sid, state=_initial_state(rules, request.input.initial_state),
-                              principal=request.principal)
+        session = host.sessions.bind(Session.new(
+            sid, state=_initial_state(rules, request.input.initial_state),
+            principal=request.principal))
     elif not session.head.visible_to(request.principal):
         raise SessionNotFound(sid)
+    if agent.app_events is not None:  # the agent's app's contract (``app.event``)
+        session.event_types = agent.app_events
     if request.public and request.input.state:
         _check_client_state(rules, session, request.input.state)
+    if request.public:
+        _refuse_deferred_answers(session, request.input)
     retry = request.input.retry
     if retry is not None and session.head.failed and not session.head.knows_every_message \
             and host.store.has_once(sid, "r:" + retry.retry_id):
@@ -268,12 +278,27 @@ def _refuse_server_only(given: Input) -> None:
     """What only trusted server code may send, refused from a public request (nothing read or
     written yet). The public wire types cannot carry these; this holds for any other path."""
     named = [name for name, value in (("initial_state", given.initial_state),
-                                      ("timer", given.timer)) if value is not None]
+                                      ("timer", given.timer),
+                                      ("tool_results (deferred tool results)",
+                                       given.tool_results),
+                                      ("events (application events)", given.events))
+             if value is not None]
     if given.seed is not None and given.seed.role != "user":
         named.append(f"seed role {given.seed.role!r} (a client seeds role 'user' only)")
     if named:
         raise ServerOnly(f"{', '.join(named)}: for trusted server code (app.sessions or the "
                          "handlers in Python), not a public client")
+
+
+def _refuse_deferred_answers(session: Session, given: Input) -> None:
+    """A public answer (``tools``, an AG-UI resume) naming a deferred call would supply its
+    result: only trusted server code may (nothing written)."""
+    deferred = [a.call_id for a in given.tools or ()
+                if (call := session.head.call(a.call_id)) is not None and call.deferred]
+    if deferred:
+        raise ServerOnly(f"call(s) {', '.join(deferred)} are deferred: their result comes "
+                         "from trusted server code (input.tool_result / tool_results), not "
+                         "a public client")
 
 
 # --- deciding --------------------------------------------------------------------------------
@@ -298,6 +323,8 @@ def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
                                reason=decision.reason)
     for answer in given.tools or ():
         session.input.tool(call_id=answer.call_id, input=answer.input)
+    for supplied in given.tool_results or ():
+        session.input.tool_result(supplied.call_id, supplied.result, supplied.is_error)
     if on_start is not None:
         on_start(session.head.model_copy(deep=True))
     # the clock is read only when a claimed invocation runs (an ordinary turn reads it once,
@@ -365,7 +392,8 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
                                                                queued["id"])
         _start(session, opened, agent, invocation, first, host.clock,
                UserEvent(text=queued["text"], message_id=queued["id"], queued=True,
-                         invocation_id=invocation, ts=host.clock()))
+                         invocation_id=invocation, ts=host.clock(),
+                         audio=bool(queued.get("audio"))))
         opened.dequeued = queued["id"]
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     elif decided.message is not None and head.parked != "message" and any(
@@ -379,7 +407,7 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
             else derive_invocation(session.session_id, message_id))
         _start(session, opened, agent, invocation, first, host.clock,
                UserEvent(text=decided.message, message_id=message_id, invocation_id=invocation,
-                         ts=host.clock()))
+                         ts=host.clock(), audio=bool(given.spoken)))
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     else:
         opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)
@@ -405,12 +433,13 @@ def _turn(decided: Plan, given: Input, invocation_id: str | None,
     retry = given.retry.retry_id if given.retry is not None else None
     return TurnInput(message=decided.message, message_id=decided.message_id,
                      state=given.state, invocation_id=invocation_id, retry_id=retry,
-                     first=first)
+                     first=first, spoken=bool(given.spoken) and decided.message is not None)
 
 
 def _empty(given: Input) -> bool:
     """A request that brings nothing: a drain, a hand-on, a lease's wake-up."""
     return (given.message is None and given.retry is None and not given.tools
+            and not given.tool_results and not given.events
             and not given.approvals and given.steer is None and not given.queue
             and given.interrupt is None and given.stop is None and not given.pause
             and not given.resume and not given.inputs and given.seed is None)

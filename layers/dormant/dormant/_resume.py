@@ -15,6 +15,7 @@ from dormant.events import (
     InputRequested,
     InputResponse,
     InterruptEvent,
+    ToolDeferred,
     ToolInput,
     ToolResult,
     ToolYield,
@@ -38,11 +39,15 @@ class UnresolvedYield(BaseModel):
     #: What a yielded call's answer must look like (JSON Schema), as its ``tool_yield``
     #: recorded it; None for approvals, input requests and yields recorded without one.
     input_schema: dict[str, Any] | None = None
+    #: True for a deferred call (``tool_deferred``): it waits for its result, which trusted
+    #: code supplies (``input.tool_result``), not for an input.
+    deferred: bool = False
 
 
 def validate_resume_state(events: Iterable[Event]) -> list[UnresolvedYield]:
     """One entry per ``tool_yield`` with neither a ``tool_input`` nor a final ``tool_result``,
     per ``approval_requested`` with neither an ``approval_decided`` nor a ``tool_result``, and
+    per ``tool_deferred`` with no final ``tool_result``, and
     per ``input_requested`` with neither an ``input_response`` nor an ``interrupt`` naming it.
     A stop or interrupt settles what it ended (its ``tool_result`` events say so)."""
     waiting: dict[str, UnresolvedYield] = {}
@@ -52,6 +57,10 @@ def validate_resume_state(events: Iterable[Event]) -> list[UnresolvedYield]:
                 waiting[event.call_id] = UnresolvedYield(
                     call_id=event.call_id, name=event.name, args=event.args,
                     invocation_id=event.invocation_id, input_schema=event.input_schema)
+            case ToolDeferred():
+                waiting[event.call_id] = UnresolvedYield(
+                    call_id=event.call_id, name=event.name, args=event.args,
+                    invocation_id=event.invocation_id, deferred=True)
             case ApprovalRequested():
                 waiting[event.call_id] = UnresolvedYield(
                     call_id=event.call_id, name=event.name, args=event.args,

@@ -37,7 +37,7 @@ from dormant.errors import (
     RetryRefused,
     describe_validation,
 )
-from dormant.events import StreamEvent
+from dormant.events import AppEvent, StreamEvent
 from dormant.models._base import ModelError
 from dormant.results import (
     ErrorResult,
@@ -216,6 +216,9 @@ class TurnStream(Iterator[StreamEvent]):
         turn = opened.turn
         for event in opened.claimed:  # committed by the claim: the stream shows them first
             yield self._number(event)
+        for event in session.new_events:  # application events the request brought
+            if isinstance(event, AppEvent):
+                yield self._number(event)
         watch = ControlWatch(config.host.store, session.session_id, _invocation_of(self),
                              self._signal, interval=config.poll_interval,
                              control_rev=session.head.control_rev).start()
@@ -415,11 +418,13 @@ class TurnStream(Iterator[StreamEvent]):
         retryable: bool | None = None
         yielded_tools: list[YieldedTool] | None = None
         approvals: list[PendingApproval] | None = None
+        deferred: list[YieldedTool] | None = None
         if isinstance(result, ErrorResult):
             error, code = result.error, result.code
             retryable = session.head.failed or None
         elif isinstance(result, YieldedToolResult):
             yielded_tools, approvals = result.yielded_tools, result.pending_approvals
+            deferred = result.deferred_tools
         elif isinstance(result, YieldedMessageResult):
             yielded_invocation_id = result.yielded_invocation_id
         if commit == "failed":
@@ -433,7 +438,7 @@ class TurnStream(Iterator[StreamEvent]):
             session_id=session.session_id, status=status, output=result.output,
             commit_status=commit, invocation_id=result.invocation_id, usage=result.usage,
             yielded_tools=yielded_tools, pending_approvals=approvals,
-            yielded_invocation_id=yielded_invocation_id,
+            deferred_tools=deferred, yielded_invocation_id=yielded_invocation_id,
             error=error, code=code, version=version, state=dict(session.state),
             retryable=retryable)
 

@@ -13,7 +13,7 @@ from dormant.events import Usage
 from dormant.results import Output
 from dormant.types import PendingApproval, YieldedTool
 
-__all__ = ["RestResponse", "TurnResult"]
+__all__ = ["RestResponse", "TurnResult", "VoiceAudio", "VoiceResponse"]
 
 
 
@@ -29,6 +29,8 @@ class TurnResult(BaseModel):
     invocation_id: str | None = None
     yielded_tools: list[YieldedTool] | None = None
     pending_approvals: list[PendingApproval] | None = None
+    #: Deferred calls waiting for their result from trusted code.
+    deferred_tools: list[YieldedTool] | None = None
     yielded_invocation_id: str | None = None
     error: str | None = None
     code: str | None = None
@@ -91,6 +93,7 @@ class RestResponse(BaseModel):
     invocation_id: str | None = Field(default=None, exclude=True)
     yielded_tools: list[YieldedTool] | None = None
     pending_approvals: list[PendingApproval] | None = None
+    deferred_tools: list[YieldedTool] | None = None
     error: str | None = None
     code: str | None = None
     retryable: bool | None = None
@@ -114,3 +117,24 @@ class RestResponse(BaseModel):
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class VoiceAudio(BaseModel):
+    """The spoken reply: ``data`` (base64) in ``format`` (``wav``, ``mp3``...)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    data: str = Field(description="The audio, base64.")
+    format: str = Field(description="Its format: wav, mp3, opus, aac, flac or pcm.")
+
+
+class VoiceResponse(RestResponse):
+    """What ``app.handler.voice`` answers: the :class:`RestResponse` fields, plus what was
+    heard (``transcript``) and the reply read aloud (``audio``; absent when the turn said
+    nothing). When only the speech failed the turn is kept as committed, ``audio`` is absent
+    and ``audio_error`` says why (``audio_code`` its code)."""
+
+    transcript: str | None = None
+    audio: VoiceAudio | None = None
+    audio_error: str | None = None
+    audio_code: str | None = None

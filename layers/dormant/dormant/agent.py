@@ -12,6 +12,8 @@ from dormant.models._base import ToolSpec
 from dormant.tools import Tool
 
 if TYPE_CHECKING:
+    from dormant._decide import EventType
+    from dormant.events import AppEvent
     from dormant.models._base import Model, ModelRequest
     from dormant.session import Session
     from dormant.tools import ToolContext
@@ -97,10 +99,14 @@ class Compaction:
 @dataclass(frozen=True)
 class History:
     """The conversation: all of it (``limit=None``) or the ``limit`` most recent turns; with
-    ``compact``, the latest summary and what follows it (see :class:`Compaction`)."""
+    ``compact``, the latest summary and what follows it (see :class:`Compaction`).
+    ``app_events``: application events are part of it, each a system note where it sits in
+    the ledger (``True``), or the text a function of the event returns (None: skipped);
+    ``False`` (the default): the model never sees them."""
 
     limit: int | None = None
     compact: Compaction | None = None
+    app_events: bool | Callable[[AppEvent], str | None] = False
 
 
 ContextItem = System | History
@@ -114,13 +120,17 @@ class ContextBuilders:
         return System(text)
 
     @staticmethod
-    def history(limit: int | None = None, *, compact: Compaction | None = None) -> History:
+    def history(limit: int | None = None, *, compact: Compaction | None = None,
+                app_events: bool | Callable[[AppEvent], str | None] = False) -> History:
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"history(limit=...) must be a positive int or None, got {limit!r}")
         if compact is not None and not isinstance(compact, Compaction):
             raise ConfigError(f"history(compact=...) takes a dormant.Compaction, got "
                               f"{compact!r}")
-        return History(limit, compact)
+        if not isinstance(app_events, bool) and not callable(app_events):
+            raise ConfigError("history(app_events=...) takes True, False or a function of the "
+                              f"event returning text; got {app_events!r}")
+        return History(limit, compact, app_events)
 
 
 @dataclass
@@ -130,6 +140,9 @@ class HookContext:
     ``before_agent`` may return a ``str``: it becomes the run's reply and no model is called.
     ``before_tool`` may return a value: it becomes the tool's result and the tool is skipped.
     ``after_tool`` may return a value: it replaces the tool's result.
+    ``event``: the ledger event that triggered the turn (the user message, a timer firing,
+    an application event the request brought…), as tools see it (``ToolContext.event``);
+    ``session.app_events`` lists the application events the session holds.
     """
 
     agent: Agent
@@ -141,6 +154,7 @@ class HookContext:
     tool: ToolContext | None = None
     result: Any = None
     error: str | None = None
+    event: Any = None
 
 
 HookFn = Callable[[HookContext], Any]
@@ -180,7 +194,10 @@ class Agent:
     model: Model | None
     context: Sequence[ContextItem]
     tools: dict[str, Tool]
-    yields: bool = False
+    #: Park after each reply that ends the turn, waiting for the next message (status
+    #: ``yielded_message``) instead of ending the invocation. None: True for a realtime model
+    #: (one whose ``realtime`` attribute is true), else False; resolved when the agent is made.
+    yields: bool | None = None
     #: Tool name -> ``"user-approval"`` | ``"approved"`` | a function of the validated args
     #: returning one of those (it must be deterministic over its input).
     tool_approval: dict[str, Any] | None = None
@@ -191,14 +208,21 @@ class Agent:
     #: agent's tools run one at a time, in call order (each sees the state the previous
     #: ones wrote).
     tool_lane: str | None = None
+    #: The declared event types of the app the agent belongs to (``app.event``); None: an
+    #: agent made outside an app.
+    app_events: dict[str, EventType] | None = field(default=None, repr=False)
     has_history: bool = field(init=False, repr=False)
     history_turns: int | None = field(init=False, repr=False)
     #: The context's compaction (None: the history is never compacted).
     compaction: Compaction | None = field(init=False, repr=False)
     tool_specs: list[ToolSpec] = field(init=False, repr=False)
+    #: How the history shows application events (see :class:`History`).
+    app_event_view: bool | Callable[[AppEvent], str | None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_tool_lane(self.name, self.tool_lane)
+        if self.yields is None:  # a conversation with a realtime model waits for its reply
+            self.yields = is_realtime(self.model)
         # Derived once: the turn path reads these on every model call.
         self.has_history = any(isinstance(item, History) for item in self.context)
         self.history_turns = _history_turns(self.context)
@@ -207,6 +231,14 @@ class Agent:
                                None)
         self.tool_specs = [ToolSpec(t.name, t.description, t.parameters())
                            for t in self.tools.values()]
+        self.app_event_view = next((item.app_events for item in self.context
+                                    if isinstance(item, History) and item.app_events), False)
+
+
+def is_realtime(model: object) -> bool:
+    """Whether ``model`` is a realtime model (its ``realtime`` attribute is true): agents of
+    one yield for the next message by default."""
+    return bool(getattr(model, "realtime", False))
 
 
 def _check_tool_lane(agent: str, lane: object) -> None:
@@ -232,16 +264,20 @@ def build_agent(
     model: Model | None,
     context: Sequence[ContextItem] | None,
     tools: Sequence[Tool] | None,
-    yields: bool,
+    yields: bool | None,
     tool_approval: dict[str, Any] | None,
     hooks: Sequence[Hook | dict[str, HookFn]] | None,
     max_steps: int,
     app_hooks: tuple[Hook, ...],
     tool_lane: str | None = None,
+    app_events: dict[str, EventType] | None = None,
 ) -> Agent:
     if not name:
         raise ConfigError("an agent needs a name")
     _check_tool_lane(name, tool_lane)
+    if yields is not None and not isinstance(yields, bool):
+        raise ConfigError(f"agent {name!r}: yields must be True, False or None (None: True for "
+                          f"a realtime model), got {yields!r}")
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ConfigError(f"agent {name!r}: max_steps must be a positive int")
     by_name: dict[str, Tool] = {}
@@ -267,4 +303,5 @@ def build_agent(
                               "'user-approval', 'approved' or a function of the arguments")
     return Agent(name=name, model=model, context=items, tools=by_name, yields=yields,
                  tool_approval=tool_approval, hooks=tuple(Hook.coerce(h) for h in hooks or ()),
-                 max_steps=max_steps, app_hooks=app_hooks, tool_lane=tool_lane)
+                 max_steps=max_steps, app_hooks=app_hooks, tool_lane=tool_lane,
+                 app_events=app_events)

@@ -10,8 +10,10 @@ from pydantic import BaseModel
 
 from dormant._commit import CommitPolicy
 from dormant._control import write_asks
+from dormant._decide import EventType
 from dormant._fork import fork_head, fork_of_head
 from dormant._ids import now_ms
+from dormant._inputs import AppEventInput, HandlerInput, Input, ToolResultInput
 from dormant._run import TurnInput, drain, run_turn
 from dormant.agent import (
     DEFAULT_MAX_STEPS,
@@ -22,10 +24,10 @@ from dormant.agent import (
     HookFn,
     build_agent,
 )
-from dormant.errors import InputError, SessionExists, SessionNotFound
+from dormant.errors import ConfigError, InputError, SessionExists, SessionNotFound
 from dormant.events import TimerCancelled, TimerSet
 from dormant.results import RunResult
-from dormant.schedulers import Scheduler, hand_over
+from dormant.schedulers import Scheduler, TimerDelivery, check_timer, hand_over
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
@@ -33,7 +35,7 @@ from dormant.tools import Step, Tool, make_tool, tool_from_function
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
 if TYPE_CHECKING:
-    from dormant.handlers import HandlerInput, Handlers
+    from dormant.handlers import Handlers
     from dormant.models._base import Model
 
 __all__ = ["App", "Sessions"]
@@ -45,16 +47,31 @@ MERGE_ATTEMPTS = 5
 class Sessions:
     """``app.sessions``: create, read, commit and merge sessions in the app's store."""
 
-    def __init__(self, store: Store, scheduler: Callable[[], Scheduler | None] | None = None
-                 ) -> None:
+    def __init__(self, store: Store, scheduler: Callable[[], Scheduler | None] | None = None,
+                 events: dict[str, EventType] | None = None) -> None:
         self._store = store
         self._scheduler = scheduler or (lambda: None)
+        #: The app's declared event types (``app.event``): shared, so later declarations count.
+        self._events: dict[str, EventType] = events if events is not None else {}
+        #: Where work that does not fit one request goes (the app's ``hand_on``), read when
+        #: it is needed: an append that settles a parked step hands its resume on.
+        self._hand_on: Callable[[], Callable[[HandlerInput], None] | None] = lambda: None
         #: The app's one commit policy: every committing path goes through it.
         self.policy = CommitPolicy(store, self._hand_over)
 
     def _hand_over(self, session_id: str,
                    timers: builtins.list[TimerSet | TimerCancelled]) -> None:
         hand_over(self._scheduler(), session_id, timers)
+
+    def bind(self, session: Session) -> Session:
+        """Bind ``session`` to this app: its declared event types (``append_event``) and its
+        scheduler's check of the timers it asks for (``schedule``)."""
+        session.event_types = self._events
+        session.timer_check = self._check_timer
+        return session
+
+    def _check_timer(self, delivery: TimerDelivery, in_turn: bool) -> None:
+        check_timer(self._scheduler(), delivery, in_turn=in_turn)
 
     def arm(self, session_id: str, name: str, fire_at: int) -> None:
         """Set a wake-up of the session at ``fire_at`` (epoch ms) outside its ledger (a
@@ -73,7 +90,7 @@ class Sessions:
         without one is reachable by no public principal, only by trusted server code.
         """
         sid = normalize_session_id(session_id) if session_id else mint_session_id()
-        session = Session.new(sid, state=state, principal=_owner(owner, principal))
+        session = self.bind(Session.new(sid, state=state, principal=_owner(owner, principal)))
         result = self.commit(session)
         if not result.ok:
             raise SessionExists(sid)
@@ -82,7 +99,7 @@ class Sessions:
     def get(self, session_id: str) -> Session | None:
         """The session with its whole ledger, or None."""
         stored = self._store.load(normalize_session_id(session_id), turns=None)
-        return Session.from_stored(stored) if stored is not None else None
+        return self.bind(Session.from_stored(stored)) if stored is not None else None
 
     def load(self, session_id: str, *, turns: int | None,
              compacted: bool = False) -> Session | None:
@@ -90,7 +107,7 @@ class Sessions:
         ``compacted``: none of what the latest compaction summarised."""
         stored = self._store.load(normalize_session_id(session_id), turns=turns,
                                   compacted=compacted)
-        return Session.from_stored(stored) if stored is not None else None
+        return self.bind(Session.from_stored(stored)) if stored is not None else None
 
     def commit(self, session: Session) -> CommitResult:
         """Write the session's uncommitted slice iff nobody committed since it was loaded.
@@ -119,8 +136,11 @@ class Sessions:
         """
         return self.policy.merge(session, turns=turns, compacted=compacted)
 
-    def append(self, session_id: str, text: str, *, id: str | None = None,
-               owner: str | None = None, principal: str | None = None) -> CommitResult:
+    def append(self, session_id: str, text: str | None = None, *, id: str | None = None,
+               owner: str | None = None, principal: str | None = None,
+               tool_results: Sequence[dict[str, Any] | ToolResultInput] | None = None,
+               events: Sequence[dict[str, Any] | AppEventInput] | None = None
+               ) -> CommitResult:
         """Append a user message from trusted server code and commit it, without running a
         turn (a later turn takes it up). The session is created when new. A message whose
         ``id`` the session already holds is a redelivery: nothing is written and the result
@@ -131,21 +151,65 @@ class Sessions:
         ``owner`` (or its older name ``principal``) scopes the append: a new session is created
         owned by it, and an existing session must be its (else :class:`SessionNotFound`,
         nothing written). Without it the append is unscoped and a new session has no owner.
+
+        ``tool_results``: results of deferred calls (``[{call_id, result, is_error}]``),
+        checked like ``session.input.tool_result`` (a call that is not a waiting deferred
+        call raises :class:`~dormant.errors.NotPending`, one already resulted
+        :class:`~dormant.errors.AlreadyAnswered`; nothing written). Once they settle the
+        parked step, the next request on the session resumes it (the app's ``hand_on``, when
+        set, is handed that request at once).
+
+        ``events``: application events (``[{name, data, id}]``), each checked against the
+        type ``app.event`` declared (undeclared or not fitting: :class:`~dormant.errors.
+        EventRefused`, nothing written); an ``id`` the session already holds is skipped (it
+        landed once). No turn runs for them.
         """
         sid = normalize_session_id(session_id)
         owner = _owner(owner, principal)
+        results = [r if isinstance(r, ToolResultInput) else ToolResultInput.model_validate(r)
+                   for r in tool_results or ()]
+        appended = [e if isinstance(e, AppEventInput) else AppEventInput.model_validate(e)
+                    for e in events or ()]
+        if text is None and not results and not appended:
+            raise InputError("append needs a text, tool_results or events")
         result = CommitResult(ok=False, conflict=True)
         for _ in range(MERGE_ATTEMPTS):
-            session = self.load(sid, turns=0) or Session.new(sid, principal=owner)
+            session = self.load(sid, turns=0) or self.bind(Session.new(sid, principal=owner))
             if not session.head.visible_to(owner):
                 raise SessionNotFound(sid)
-            if id is not None and self.holds_message(session, id):
+            for given in appended:
+                if given.id is None or not self.holds_event(session, given.id):
+                    session.append_event(given.name, given.data, id=given.id)
+            if text is None and not results and not session.dirty:
+                return CommitResult(ok=True, version=session.version)  # all landed already
+            if text is not None and id is not None and self.holds_message(session, id):
                 return CommitResult(ok=True, version=session.version)
-            session.append(text, id=id)
+            for supplied in results:
+                session.input.tool_result(supplied.call_id, supplied.result, supplied.is_error)
+            if text is not None:
+                session.append(text, id=id)
             result = self.commit(session)
+            if result.ok and results:
+                self._resume_later(session)
             if result.ok or result.duplicate is not None:  # a duplicate: it landed already
                 return CommitResult(ok=True, version=result.version or result.current_version)
         return result
+
+    def _resume_later(self, session: Session) -> None:
+        """Hand on the resume of a step the append settled (when the app hands work on)."""
+        head = session.head
+        hand_on = self._hand_on()
+        if hand_on is not None and head.parked == "tool" and not head.unresolved():
+            hand_on(HandlerInput(session_id=session.session_id, input=Input()))
+
+    def holds_event(self, session: Session, event_id: str) -> bool:
+        """Whether an application event with ``event_id`` ever landed in ``session``."""
+        head = session.head
+        if head.has_event(event_id):
+            return True
+        if head.knows_every_message or head.version == 0:
+            return False
+        return self._store.has_once(session.session_id, "e:" + event_id)
 
     def holds_message(self, session: Session, message_id: str) -> bool:
         """Whether ``message_id`` ever landed in ``session``: the head's recent ids answer
@@ -241,7 +305,10 @@ class App:
     ) -> None:
         self.name = name
         self.store: Store = store if store is not None else MemoryStore()
-        self.sessions = Sessions(self.store, lambda: self.scheduler)
+        #: The app's event types (``app.event``), by name.
+        self.events: dict[str, EventType] = {}
+        self.sessions = Sessions(self.store, lambda: self.scheduler, self.events)
+        self.sessions._hand_on = lambda: self.hand_on
         self.context = ContextBuilders()
         self.hooks = tuple(Hook.coerce(h) for h in hooks or ())
         self.clock: Callable[[], int] = clock or now_ms
@@ -274,6 +341,7 @@ class App:
         prepare: Step | None = None,
         execute: Step | None = None,
         finalize: Step | None = None,
+        deferred: bool = False,
     ) -> Any: ...
 
     def tool(
@@ -288,23 +356,27 @@ class App:
         prepare: Step | None = None,
         execute: Step | None = None,
         finalize: Step | None = None,
+        deferred: bool = False,
     ) -> Any:
         """Declare a tool.
 
         Explicit form: ``app.tool(name=..., description=..., schema=Model, execute=fn)``
         (``yield_schema`` makes it yield; it needs ``execute`` or ``yield_schema``).
         Decorator form: ``@app.tool`` or ``@app.tool(description=...)`` on a typed function,
-        whose signature becomes the schema.
+        whose signature becomes the schema. ``deferred=True`` (explicit form, with
+        ``schema``): the result comes from outside the turn; a call parks the turn until
+        trusted code supplies it (``session.input.tool_result``, ``Input(tool_results=...)``,
+        ``app.sessions.append(..., tool_results=...)``).
         """
         if fn is not None:
             return tool_from_function(fn, name=name, description=description,
                                       yield_schema=yield_schema, prepare=prepare,
                                       finalize=finalize)
         if schema is not None or execute is not None or prepare is not None \
-                or finalize is not None:
+                or finalize is not None or deferred:
             return make_tool(name=name or "", description=description or "", schema=schema,
                              yield_schema=yield_schema, prepare=prepare, execute=execute,
-                             finalize=finalize)
+                             finalize=finalize, deferred=deferred)
 
         def decorate(function: Callable[..., Any]) -> Tool:
             return tool_from_function(function, name=name, description=description,
@@ -313,6 +385,23 @@ class App:
 
         return decorate
 
+    def event(self, name: str, schema: Any = None, *, description: str = "") -> EventType:
+        """Declare an application event type of this app's contract (``ai.session.created``,
+        ``crm.ticket_updated``…): ``schema`` is a JSON Schema dict or a pydantic model class
+        (None: any JSON object). Trusted code appends one with ``session.append_event(name,
+        data, id=...)``, ``Input(events=[{name, data, id}])`` or ``app.sessions.append(
+        session_id, events=[...])``; its data is checked against ``schema`` and an id lands
+        once. The public APIs refuse them (422)."""
+        if name in self.events:
+            raise ConfigError(f"event {name!r} is already declared")
+        try:
+            declared = EventType.declare(name, {"type": "object"} if schema is None else schema,
+                                         description)
+        except InputError as error:
+            raise ConfigError(str(error)) from None
+        self.events[name] = declared
+        return declared
+
     def agent(
         self,
         name: str,
@@ -320,7 +409,7 @@ class App:
         context: Sequence[ContextItem] | None = None,
         tools: Sequence[Tool] | None = None,
         *,
-        yields: bool = False,
+        yields: bool | None = None,
         tool_approval: dict[str, Any] | None = None,
         hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
@@ -328,11 +417,15 @@ class App:
     ) -> Agent:
         """Declare an agent (context defaults to ``[app.context.history()]``).
 
+        ``yields=True`` parks the session after each reply that ends a turn, waiting for the
+        next message (``yielded_message``); the default, None, is True for a realtime model
+        (``OpenAIRealtimeModel``: a conversation) and False otherwise.
+
         ``tool_lane="tools"`` runs the agent's local tools one at a time, in call order (for
         tools that share a sandbox); by default independent tools run concurrently."""
         return build_agent(name=name, model=model, context=context, tools=tools, yields=yields,
                            tool_approval=tool_approval, hooks=hooks, max_steps=max_steps,
-                           app_hooks=self.hooks, tool_lane=tool_lane)
+                           app_hooks=self.hooks, tool_lane=tool_lane, app_events=self.events)
 
     # --- running -------------------------------------------------------------------------------
 
@@ -351,7 +444,7 @@ class App:
         """
         if session is None:
             sid = normalize_session_id(session_id) if session_id else mint_session_id()
-            session = self.sessions.get(sid) or Session.new(sid)
+            session = self.sessions.get(sid) or self.sessions.bind(Session.new(sid))
         return drain(run_turn(agent, session, TurnInput(message=message), hooks=hooks,
                               clock=self.clock))
 

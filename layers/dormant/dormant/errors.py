@@ -19,6 +19,7 @@ __all__ = [
     "ConfigError",
     "DormantError",
     "DuplicateMessage",
+    "EventRefused",
     "InputError",
     "NotPending",
     "NotRunning",
@@ -35,6 +36,7 @@ __all__ = [
     "SessionRunning",
     "StaleTimer",
     "StoreError",
+    "TimerRefused",
     "describe_validation",
     "is_client_error",
     "public_message",
@@ -259,9 +261,34 @@ class StoreError(DormantError):
 
 
 class SchedulerError(DormantError):
-    """The timer backend (e.g. EventBridge Scheduler) refused or failed a set or cancel."""
+    """The timer backend (e.g. EventBridge Scheduler) refused or failed a set or cancel.
+
+    ``retryable`` False marks a deterministic refusal (a validation error, a time beyond the
+    backend's limit): setting the same timer again cannot succeed, so it is not retried."""
 
     code = "scheduler_error"
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class TimerRefused(SchedulerError, ValueError):
+    """A timer that would never fire, refused when it is asked for (``session.schedule``):
+    the app has no scheduler, or its scheduler rejects the timer for good (validation, a
+    time beyond its limit). Nothing is recorded; a tool that asked gets this as its error."""
+
+    code = "timer_refused"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+class EventRefused(InputError):
+    """An application event that is not declared (``app.event``) or whose data does not fit
+    its declared schema. Nothing was written."""
+
+    code = "invalid_event"
 
 
 def describe_validation(error: ValidationError, root: str = "body") -> str:
@@ -295,6 +322,8 @@ HTTP_STATUS: dict[str, int] = {
     SessionNotFound.code: 404,
     StoreError.code: 503,
     SchedulerError.code: 503,
+    TimerRefused.code: 422,
+    EventRefused.code: 422,
     DormantError.code: 500,
     # Codes the HTTP layer (dormant.http) and the run itself report; one table for all of them.
     "invalid_json": 400,
@@ -310,6 +339,7 @@ HTTP_STATUS: dict[str, int] = {
     "run_error": 500,
     "max_steps": 500,
     "model_error": 502,
+    "no_speech": 422,  # a voice request whose audio held no words
     "aborted": 504,
     "deadline": 504,
 }

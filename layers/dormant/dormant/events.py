@@ -18,10 +18,12 @@ from dormant._ids import new_id, now_ms
 __all__ = [
     "LEDGER_FORMAT",
     "STREAM_ONLY_TYPES",
+    "AppEvent",
     "ApprovalDecided",
     "ApprovalRequested",
     "AssistantDelta",
     "AssistantEvent",
+    "AudioDelta",
     "CompactionEvent",
     "ErrorEvent",
     "Event",
@@ -54,6 +56,8 @@ __all__ = [
     "TimerFired",
     "TimerSet",
     "ToolCall",
+    "ToolCallDraft",
+    "ToolDeferred",
     "ToolInput",
     "ToolResult",
     "ToolYield",
@@ -105,6 +109,9 @@ class UserEvent(_Base):
     queued: bool = Field(
         default=False, description="True when it ran from the inbox (its id landed when it "
                                    "was queued).")
+    audio: bool = Field(
+        default=False, description="True when it was spoken: the voice handler's transcript "
+                                   "of audio it heard (the audio itself is not kept).")
 
 
 class AssistantEvent(_Base):
@@ -135,6 +142,29 @@ class ToolYield(_Base):
         description="JSON Schema of the answer the call waits for (its tool's "
                     "``yield_schema``), so a reader of the ledger knows what to send without "
                     "the app's code. None in ledgers written before it was recorded.")
+
+
+class ToolDeferred(_Base):
+    """A deferred tool's call parked the run: its result comes from outside the turn (a
+    provider-executed tool, a long job, a callback), supplied by trusted code as a
+    ``tool_result`` with ``deferred=True``."""
+
+    type: Literal["tool_deferred"] = "tool_deferred"
+    call_id: str = Field(description="The call that waits; supply its result by this id.")
+    name: str = Field(description="Tool name.")
+    args: Any = Field(default=None, description="The validated arguments (JSON).")
+
+
+class ToolCallDraft(_Base):
+    """A tool call whose arguments were still streaming when the invocation was stopped: it
+    never became a call (no ``tool_call``), but the text the model had streamed is kept here.
+    Not part of the conversation: no model prompt includes it."""
+
+    type: Literal["tool_call_draft"] = "tool_call_draft"
+    call_id: str | None = Field(default=None, description="The call id the model had given "
+                                                          "it, if any.")
+    name: str = Field(default="", description="Tool name, as far as it had streamed.")
+    args_text: str = Field(default="", description="The argument text streamed so far.")
 
 
 class InvocationYield(_Base):
@@ -170,6 +200,9 @@ class ToolResult(_Base):
     preliminary: bool = Field(
         default=False, description="A generator tool's progress output; the call is still "
                                    "running and its final result follows.")
+    deferred: bool = Field(
+        default=False, description="Supplied from outside the turn by trusted code, for a "
+                                   "deferred call (``tool_deferred``) that waits for it.")
 
 
 class ApprovalRequested(_Base):
@@ -318,6 +351,8 @@ class QueuedEvent(_Base):
     message_id: str = Field(description="The message id (lands once for the session's life).")
     text: str = Field(description="What the user said.")
     position: int = Field(description="0-based position in the inbox.")
+    audio: bool = Field(default=False, description="True when it was spoken (the voice "
+                        "handler's transcript): its user event says so when it runs.")
 
 
 class QueueEdit(_Base):
@@ -376,6 +411,20 @@ class SeedEvent(_Base):
     text: str
     role: Literal["user", "system"] = "user"
     message_id: str = Field(default_factory=lambda: new_id("msg"))
+
+
+class AppEvent(_Base):
+    """An application event: one of the app's own declared event types (``app.event(name,
+    schema)``), appended by trusted code and validated against its schema. Not part of the
+    conversation: the model sees it only through a context that asks for it
+    (``app.context.history(app_events=True)``)."""
+
+    type: Literal["app_event"] = "app_event"
+    name: str = Field(description="The declared event type (e.g. ``crm.ticket_updated``).")
+    data: Any = Field(default=None, description="The event's data (JSON), as validated.")
+    event_id: str | None = Field(
+        default=None, description="The id trusted code gave it: an id lands once per session "
+                                  "(None: none given, not deduplicated).")
 
 
 class ReasoningEvent(_Base):
@@ -442,6 +491,9 @@ LedgerEvent = (
     | SeedEvent
     | ReasoningEvent
     | CompactionEvent
+    | ToolDeferred
+    | ToolCallDraft
+    | AppEvent
 )
 
 Event = Annotated[LedgerEvent, Discriminator("type")]
@@ -495,6 +547,18 @@ class ThoughtDelta(_Base):
     delta: str = Field(description="The new text.")
 
 
+class AudioDelta(_Base):
+    """A piece of the reply as audio, as a realtime model speaks it (stream-only: the audio is
+    never stored; its transcript streams as ``assistant_delta`` and lands as ``assistant``)."""
+
+    type: Literal["audio_delta"] = "audio_delta"
+    message_id: str = Field(description="Id of the assistant event whose words this speaks.")
+    data: str = Field(description="The audio, base64.")
+    format: str = Field(default="pcm16", description="``pcm16``: 16-bit little-endian mono "
+                                                     "PCM.")
+    rate: int = Field(default=24000, description="Samples a second.")
+
+
 class ModelEnd(_Base):
     """A model call ended."""
 
@@ -504,11 +568,13 @@ class ModelEnd(_Base):
 
 
 StreamEvent = Annotated[
-    LedgerEvent | ModelStart | AssistantDelta | ThoughtDelta | ModelEnd, Discriminator("type")
+    LedgerEvent | ModelStart | AssistantDelta | ThoughtDelta | AudioDelta | ModelEnd,
+    Discriminator("type"),
 ]
 """Anything a turn stream yields: ledger events and the stream-only ones."""
 
-STREAM_ONLY_TYPES = frozenset({"model_start", "assistant_delta", "thought_delta", "model_end"})
+STREAM_ONLY_TYPES = frozenset({"model_start", "assistant_delta", "thought_delta", "audio_delta",
+                               "model_end"})
 
 @functools.cache
 def _events() -> TypeAdapter[list[Event]]:

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import ValidationError
+
 from dormant._inputs import (
     ApprovalDecision,
     CommitStatus,
@@ -23,9 +25,11 @@ from dormant._inputs import (
 )
 from dormant._request import Host
 from dormant._turn import TurnConfig, TurnStream
-from dormant._turn_wire import RestResponse, TurnResult
-from dormant.errors import StaleTimer
+from dormant._turn_wire import RestResponse, TurnResult, VoiceResponse
+from dormant._voice import Voice, refused
+from dormant.errors import InputError, StaleTimer, describe_validation
 from dormant.events import StreamEvent
+from dormant.models import ModelError
 from dormant.schedulers import TimerDelivery
 
 if TYPE_CHECKING:
@@ -44,6 +48,8 @@ __all__ = [
     "ToolAnswer",
     "TurnResult",
     "TurnStream",
+    "VoiceHandler",
+    "VoiceResponse",
 ]
 
 log = logging.getLogger("dormant")
@@ -63,6 +69,14 @@ class RestHandler(Protocol):
 
     def __call__(self, request: HandlerInput | dict[str, Any], *,
                  remaining_time: float | None = None) -> RestResponse: ...
+
+
+class VoiceHandler(Protocol):
+    """``app.handler.voice(...)``: a request whose input may carry ``audio`` (and optionally
+    the Lambda time left) -> a :class:`VoiceResponse`."""
+
+    def __call__(self, request: HandlerInput | dict[str, Any], *,
+                 remaining_time: float | None = None) -> VoiceResponse: ...
 
 
 class Handlers:
@@ -90,6 +104,37 @@ class Handlers:
             stream = TurnStream(cfg, request, remaining_time=remaining_time)
             result = stream.run()
             return to_rest(result, stream, cfg.response)
+
+        return handle
+
+    def voice(self, *, transcriber: Any = None, speaker: Any = None,
+              **config: Any) -> VoiceHandler:
+        """``handler(input) -> VoiceResponse``: ``rest`` between a transcriber and a speaker.
+
+        ``input.audio`` (``{"data": bytes or base64, "format": "wav" | "mp3" | "ogg" | "webm"
+        | "flac" | "m4a"}``) is transcribed, and the transcript runs as the turn's message
+        (its ``user`` event marked ``audio=True``; the audio is not stored); a request with no
+        audio runs as in ``rest``. The reply is spoken. ``transcriber`` / ``speaker``: a
+        :class:`~dormant.models.Transcriber` / :class:`~dormant.models.Speaker`; left out, a
+        realtime agent model hears (``transcribe``) and speaks (its ``audio_delta`` events)
+        itself, else OpenAI's audio APIs serve (the deployment's key). A failed transcription
+        writes nothing (``model_error``); a failed speech keeps the committed turn and says
+        so (``audio_error``)."""
+        cfg = TurnConfig(self._app, **config)
+        voice = Voice(cfg.agent.model, transcriber, speaker)
+
+        def handle(request: HandlerInput | dict[str, Any], *,
+                   remaining_time: float | None = None) -> VoiceResponse:
+            try:
+                heard, transcript = voice.hear(request)
+            except (ModelError, InputError, ValidationError) as error:
+                if isinstance(error, ValidationError):
+                    error = InputError("invalid request: " + describe_validation(error))
+                return refused(request, error)
+            stream = TurnStream(cfg, heard, remaining_time=remaining_time)
+            result = stream.run()
+            return voice.answer(to_rest(result, stream, cfg.response), transcript,
+                                stream.events)
 
         return handle
 
@@ -220,6 +265,7 @@ def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) ->
         output=result.output,
         yielded_tools=result.yielded_tools if result.status == "yielded_tool" else None,
         pending_approvals=result.pending_approvals or None,
+        deferred_tools=result.deferred_tools or None,
         error=result.error,
         code=result.code if result.status == "error" else None,
         retryable=result.retryable if result.status == "error" else None,
@@ -230,7 +276,10 @@ def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) ->
         drained=result.drained,
         commit_status=result.commit_status,
         version=result.version,
-        events=[{**e.model_dump(mode="json"), "seq": e.seq} for e in stream.events]
+        # a realtime model's audio is left out: the body keeps its words (the deltas and the
+        # assistant event), not base64 sound; the event stream and the voice handler have it
+        events=[{**e.model_dump(mode="json"), "seq": e.seq} for e in stream.events
+                if e.type != "audio_delta"]
         if options.events else None,
         usage=result.usage if options.usage else None,
         state=result.state if options.state else None,

@@ -59,6 +59,8 @@ class YieldedToolResult(_Result):
     status: Literal["yielded_tool"] = "yielded_tool"
     yielded_tools: list[YieldedTool]
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    #: Deferred calls waiting for their result from outside the turn.
+    deferred_tools: list[YieldedTool] = Field(default_factory=list)
 
 
 class YieldedMessageResult(_Result):

@@ -5,17 +5,18 @@ from __future__ import annotations
 import copy
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from dormant import _decide
-from dormant._decide import Ask
+from dormant._decide import Ask, EventType
 from dormant._head import COMMIT_WINDOW, Head, apply, apply_detached, status_of
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant.errors import InputError, RetryRefused
 from dormant.events import (
+    AppEvent,
     ApprovalDecided,
     CompactionEvent,
     Event,
@@ -26,6 +27,7 @@ from dormant.events import (
     TimerCancelled,
     TimerSet,
     ToolInput,
+    ToolResult,
     UserEvent,
 )
 from dormant.schedulers import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
@@ -92,6 +94,16 @@ class SessionInput:
         )
         self._session.add_event(event)
         return event
+
+    def tool_result(self, call_id: str, result: Any = None, is_error: bool = False
+                    ) -> ToolResult:
+        """Supply the result of a deferred call (trusted server code only). Checked against
+        the call: it must be a deferred call that still waits (else
+        :class:`~dormant.errors.NotPending`); a second result for it raises
+        :class:`~dormant.errors.AlreadyAnswered`, and nothing is written either way. Once
+        committed, the next turn on the session resumes the parked step: the model reads
+        the result. ``is_error``: ``result`` is an error the model reads."""
+        return _decide.tool_result(self._session, call_id, result, is_error)
 
     def approval(self, approval_id: str, *, approved: bool,
                  reason: str | None = None) -> ApprovalDecided:
@@ -227,6 +239,14 @@ class Session:
         #: session's requests ask of a running turn (written when it is committed).
         self.control: Control | None = None
         self.control_asks: list[Ask] = []
+        #: The app's declared event types (``app.event``), set when the app loads the
+        #: session (None: not bound to an app; ``append_event`` refuses).
+        self.event_types: dict[str, EventType] | None = None
+        #: Checks a timer before ``schedule`` records it (set by the app that loaded the
+        #: session: no scheduler in a turn, or one that rejects the timer for good, raises
+        #: :class:`~dormant.errors.TimerRefused`); called with the delivery and whether a turn
+        #: is running. None: not bound to an app, no check.
+        self.timer_check: Callable[[TimerDelivery, bool], None] | None = None
         self._lock = threading.Lock()
         #: Not None while a run is active: events recorded by tools wait here.
         self._deferred: list[Event] | None = None
@@ -272,6 +292,21 @@ class Session:
         or a pydantic model class). The value stays in the ledger; the model sees it only
         through a context builder that reads ``input_values``."""
         _decide.request_input(self, input_id, schema, prompt)
+
+    def append_event(self, name: str, data: Any = None, *, id: str | None = None
+                     ) -> AppEvent | None:
+        """Append an application event (trusted server code): ``name`` must be declared with
+        ``app.event(name, schema)`` and ``data`` fit its schema, else
+        :class:`~dormant.errors.EventRefused` and nothing is recorded. ``id`` lands once per
+        session: an id the session already holds returns None and records nothing. Called
+        from a tool or hook it joins the running turn (after the tool phase); otherwise it
+        is in the slice the next commit writes. No turn runs for it."""
+        return _decide.app_event(self, name, data, id)
+
+    @property
+    def app_events(self) -> list[AppEvent]:
+        """The application events in the loaded ledger (and the slice), oldest first."""
+        return [e for e in self.events if isinstance(e, AppEvent)]
 
     @property
     def input_values(self) -> dict[str, Any]:
@@ -364,6 +399,12 @@ class Session:
                 for c in self._head.pending_yields()]
 
     @property
+    def deferred_tools(self) -> list[YieldedTool]:
+        """Deferred calls waiting for their result (``input.tool_result``), in call order."""
+        return [YieldedTool(call_id=c.call_id, name=c.name, args=c.args)
+                for c in self._head.pending_deferred()]
+
+    @property
     def pending_approvals(self) -> list[PendingApproval]:
         """Approval requests awaiting a decision, in call order."""
         return [PendingApproval(approval_id=c.approval_id, call_id=c.call_id, tool=c.name,
@@ -404,7 +445,11 @@ class Session:
         (``{"call_id": ..., "input": ...}``: an answer to a yielded call) at ``at`` or after
         ``delay`` (``"90s"``, ``"5m"``, a ``timedelta``…).
 
-        It takes effect only if this session's turn commits. Naming a timer again replaces it,
+        It takes effect only if this session's turn commits: the app's scheduler checks it
+        here (a scheduler that rejects it for good, or, during a turn, an app with no
+        scheduler, raises :class:`~dormant.errors.TimerRefused` and nothing is recorded: a
+        tool that asked gets an error result) and sets it once the turn has committed,
+        retrying a transient failure with the same name and time. Naming a timer again replaces it,
         so a retried turn converges on one timer; the message carries a stable id
         (``message_id``, default derived from the session, the name and the time) so a
         redelivered timer lands it once.
@@ -423,6 +468,13 @@ class Session:
         event = TimerSet(name=name, fire_at=fire_at, message=message, message_id=message_id,
                          tool_input=to_json_value(tool_input) if tool_input else None,
                          invocation_id=self._head.open_invocation)
+        if self.timer_check is not None:  # refused for good: raise, record nothing
+            with self._lock:
+                in_turn = self._deferred is not None
+            self.timer_check(TimerDelivery(session_id=self.session_id, name=name,
+                                           fire_at=fire_at, message=message,
+                                           message_id=message_id,
+                                           tool_input=event.tool_input), in_turn)
         self.record(event)
         return event
 

@@ -158,6 +158,9 @@ class Tool:
     prepare: Step | None = None
     execute: Step | None = None
     finalize: Step | None = None
+    #: The call's result comes from outside the turn (a provider-executed tool, a long job,
+    #: a callback): calling it parks the turn until trusted code supplies the result.
+    deferred: bool = False
 
     @property
     def yields(self) -> bool:
@@ -193,8 +196,14 @@ def make_tool(
     prepare: Step | None = None,
     execute: Step | None = None,
     finalize: Step | None = None,
+    deferred: bool = False,
 ) -> Tool:
     """Validate a tool declaration (the explicit form of ``app.tool``).
+
+    ``deferred=True``: the call's result comes from outside the turn; calling it parks the
+    turn (``yielded_tool``) until trusted code supplies the result
+    (``session.input.tool_result``). It takes no ``execute``, ``yield_schema``, ``prepare``
+    or ``finalize``.
 
     ``execute`` may be a generator function: each value it yields is a preliminary output
     (a ``tool_result`` event with ``preliminary=True``, not what the model reads as the
@@ -202,7 +211,14 @@ def make_tool(
     """
     if not name or not isinstance(name, str):
         raise ConfigError("a tool needs a name")
-    if execute is None and yield_schema is None:
+    if deferred:
+        given = [what for what, value in (("execute", execute), ("yield_schema", yield_schema),
+                                          ("prepare", prepare), ("finalize", finalize))
+                 if value is not None]
+        if given:
+            raise ConfigError(f"tool {name!r} is deferred: its result comes from outside the "
+                              f"turn, so it takes no {', '.join(given)}")
+    elif execute is None and yield_schema is None:
         raise ConfigError(f"tool {name!r} needs an execute or a yield_schema")
     for what, step in (("prepare", prepare), ("finalize", finalize)):
         if inspect.isgeneratorfunction(step):
@@ -214,7 +230,7 @@ def make_tool(
     if yield_schema is not None:
         _require_model(name, "yield_schema", yield_schema)
     return Tool(name=name, description=description, schema=schema, yield_schema=yield_schema,
-                prepare=prepare, execute=execute, finalize=finalize)
+                prepare=prepare, execute=execute, finalize=finalize, deferred=deferred)
 
 
 def _require_model(tool: str, what: str, value: Any) -> None:

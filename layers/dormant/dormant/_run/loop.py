@@ -10,6 +10,7 @@ phase of a step lives in :mod:`dormant._run.tools`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Generator, Sequence
@@ -34,8 +35,10 @@ from dormant.errors import (
 )
 from dormant.events import (
     NO_USAGE,
+    AppEvent,
     AssistantDelta,
     AssistantEvent,
+    AudioDelta,
     ErrorEvent,
     InvocationEnd,
     InvocationFailed,
@@ -51,12 +54,14 @@ from dormant.events import (
     StopRequested,
     StreamEvent,
     ToolCall,
+    ToolCallDraft,
     ToolResult,
     Usage,
     UserEvent,
 )
 from dormant.events import ThoughtDelta as ThoughtDeltaEvent
 from dormant.models._base import (
+    AudioChunk,
     Message,
     ModelError,
     ModelRequest,
@@ -64,6 +69,7 @@ from dormant.models._base import (
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
+    ToolCallDelta,
     UsageChunk,
 )
 from dormant.results import (
@@ -100,6 +106,8 @@ class TurnInput:
     #: Steers whose invocation ended without taking them: ``(id, text)``, run first as
     #: ordinary messages.
     first: tuple[tuple[str, str], ...] = ()
+    #: ``message`` is a transcript of audio (the voice handler's): its event says so.
+    spoken: bool = False
     #: A claim committed the invocation's opening; the run carries on from there: ``start``
     #: (a queued message's start), ``resume`` (a settled step reopened: run its tools),
     #: ``retry`` (the retry is committed: rerun the failed model call), ``continue`` (a
@@ -128,6 +136,8 @@ def run_turn(
     if turn.retry_id is None and session.pending_retry is not None:
         turn = replace(turn, retry_id=session.pending_retry)
     session.pending_retry = None
+    if agent.app_events is not None:  # the agent's app's contract (``app.event``)
+        session.event_types = agent.app_events
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     run.watch = watch
@@ -145,7 +155,8 @@ def _start(run: RunState, turn: TurnInput) -> Stream:
         return _guarded(run, turn)
     if turn.message is None and turn.retry_id is None and head.queue and head.free:
         first = head.queue[0]  # the inbox's next message
-        turn = replace(turn, message=first["text"], message_id=first["id"], dequeued=True)
+        turn = replace(turn, message=first["text"], message_id=first["id"], dequeued=True,
+                       spoken=bool(first.get("audio")))
     if turn.message is None and turn.first:
         (message_id, text), *rest = turn.first
         turn = replace(turn, message=text, message_id=message_id, first=tuple(rest))
@@ -229,7 +240,8 @@ def _failed(run: RunState, code: str, message: str, *, retryable: bool) -> Strea
 def _stopped(run: RunState) -> Stream:
     """A stop took effect: keep what the client saw of the step in flight (its text up to
     the frontier ``seen``), give calls that did not finish an error result ``stopped``, drop
-    calls the model had not finished (they were never emitted), end ``stopped``."""
+    calls the model had not finished from the conversation (their streamed argument text is
+    kept as ``tool_call_draft`` events), end ``stopped``."""
     signal = run.signal
     seen = signal.stop_seen
     yield from run.flush()
@@ -240,6 +252,11 @@ def _stopped(run: RunState) -> Stream:
         run.said.append(text)
         yield run.emit(AssistantEvent(id=run.deltas_id or new_id("evt"),
                                       invocation_id=run.invocation_id, text=text))
+    for draft in run.drafts.values():  # not calls: kept in the ledger, out of the conversation
+        yield run.emit(ToolCallDraft(invocation_id=run.invocation_id,
+                                     call_id=draft["call_id"] or None, name=draft["name"],
+                                     args_text="".join(draft["args"])))
+    run.drafts = {}
     for call in list(run.session.head.step):
         if not call.settled:
             yield run.emit(ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
@@ -298,6 +315,9 @@ def _body(run: RunState, turn: TurnInput) -> Stream:
     head = run.session.head
     resuming_tools = False
     run.trigger = run.session.new_events[-1] if run.session.new_events else None
+    brought = [e for e in run.session.new_events if isinstance(e, AppEvent)]
+    if brought:  # the request brought application events: the turn started after them
+        run.trigger = brought[-1]
     if turn.claimed is not None:
         return (yield from _carry_on(run, turn))
     if turn.retry_id is not None:
@@ -365,8 +385,10 @@ def _users(run: RunState, turn: TurnInput) -> Generator[StreamEvent, None, None]
                                  invocation_id=run.invocation_id, ts=run.clock()))
     assert turn.message is not None
     event = UserEvent(text=turn.message, message_id=turn.message_id or new_id("msg"),
-                      invocation_id=run.invocation_id, ts=run.clock(), queued=turn.dequeued)
-    run.trigger = event
+                      invocation_id=run.invocation_id, ts=run.clock(), queued=turn.dequeued,
+                      audio=turn.spoken)
+    if not isinstance(run.trigger, AppEvent):  # a turn an app event started: that's it
+        run.trigger = event
     yield run.emit(event)
 
 
@@ -416,6 +438,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     thought_id = new_id("thought")
     run.deltas = []
     run.deltas_id = reply_id
+    run.drafts = {}
     parts: list[str] = []
     calls: list[Call] = []
     reasoning: list[dict[str, Any]] = []
@@ -434,7 +457,15 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         elif isinstance(chunk, ThoughtDelta):
             yield ThoughtDeltaEvent(invocation_id=invocation_id, message_id=thought_id,
                                     delta=chunk.text)
+        elif isinstance(chunk, AudioChunk):
+            if chunk.data:  # stream-only: the ledger keeps the transcript, not the audio
+                yield AudioDelta(invocation_id=invocation_id, message_id=reply_id,
+                                 data=base64.b64encode(chunk.data).decode("ascii"),
+                                 format=chunk.format, rate=chunk.rate)
+        elif isinstance(chunk, ToolCallDelta):
+            _draft(run, chunk)
         elif isinstance(chunk, ToolCallChunk):
+            _drafted(run, chunk)
             calls.append(_parse_call(chunk))
         elif isinstance(chunk, ReasoningChunk):
             reasoning.append(chunk.item)
@@ -447,6 +478,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         run.usage = run.usage + usage
     yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage)
     run.deltas = []
+    run.drafts = {}
     text = "".join(parts)
     _call_hooks(run, "after_model", request=request, text=text)
     if reasoning:
@@ -491,7 +523,8 @@ def _reply_and_end(run: RunState, text: str) -> Stream:
 
 def _finish_yield_tool(run: RunState) -> RunResult:
     return _result(run, YieldedToolResult(yielded_tools=run.session.yielded_tools,
-                                          pending_approvals=run.session.pending_approvals))
+                                          pending_approvals=run.session.pending_approvals,
+                                          deferred_tools=run.session.deferred_tools))
 
 
 def _result(run: RunState, result: RunResult) -> RunResult:
@@ -522,12 +555,13 @@ def _request(run: RunState, step: int) -> ModelRequest:
     has_history = agent.has_history
     limit = agent.history_turns
     compacted = agent.compaction is not None
+    view = agent.app_event_view
     seen = session.head.seq  # the lazy read below must not see later events
 
     def messages() -> list[Message]:
         if not has_history:
             return []
-        return history_messages(session, limit, seen, compacted)
+        return history_messages(session, limit, seen, compacted, view)
 
     return ModelRequest(system=system, tools=tools, messages=messages, step=step)
 
@@ -556,6 +590,25 @@ def _failure(error: Exception) -> tuple[str, bool]:
     if isinstance(error, ModelError):
         return error.code, error.retryable
     return str(getattr(error, "code", "run_error")), True
+
+
+def _draft(run: RunState, chunk: ToolCallDelta) -> None:
+    """A fragment of a call still streaming: kept until its whole call arrives."""
+    draft = run.drafts.setdefault(chunk.index, {"call_id": "", "name": "", "args": []})
+    draft["call_id"] = draft["call_id"] or chunk.call_id
+    draft["name"] = draft["name"] or chunk.name
+    if chunk.args:
+        draft["args"].append(chunk.args)
+
+
+def _drafted(run: RunState, chunk: ToolCallChunk) -> None:
+    """A whole call arrived: its draft (same call id, else the oldest) is no draft now."""
+    drafts = run.drafts
+    if not drafts:
+        return
+    index = next((i for i, d in drafts.items() if chunk.call_id and d["call_id"] == chunk.call_id),
+                 next(iter(drafts)))
+    del drafts[index]
 
 
 def _parse_call(chunk: ToolCallChunk) -> Call:

@@ -48,6 +48,10 @@ class RunState:
     #: and the id its assistant event takes.
     deltas: list[Any] = field(default_factory=list)
     deltas_id: str | None = None
+    #: The current model step's tool calls still streaming (``ToolCallDelta`` fragments, by
+    #: index: ``{"call_id", "name", "args"}``), until their whole call arrives: a stop keeps
+    #: them as ``tool_call_draft`` events.
+    drafts: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: The ledger event that triggered the turn (what a tool sees as ``ToolContext.event``).
     trigger: Event | None = None
 
@@ -57,6 +61,7 @@ class RunState:
         return event
 
     def hook_context(self, **fields: Any) -> HookContext:
+        fields.setdefault("event", self.trigger)
         return HookContext(agent=self.agent, session=self.session,
                            invocation_id=self.invocation_id, state=self.session.state, **fields)
 

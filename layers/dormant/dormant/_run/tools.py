@@ -30,6 +30,7 @@ from dormant.events import (
     ApprovalRequested,
     StateDelta,
     StreamEvent,
+    ToolDeferred,
     ToolResult,
     ToolYield,
 )
@@ -70,8 +71,9 @@ class Call:
 
 
 def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, bool]:
-    """Validate, hold calls for approval, prepare yielding calls, execute the others;
-    events in call order. True if the step parks (a yield or an approval request)."""
+    """Validate, hold calls for approval, prepare yielding calls, park deferred ones, execute
+    the others; events in call order. True if the step parks (a yield, an approval request
+    or a deferred call)."""
     work: dict[str, Any] = json_copy(run.session.state)
     runnable: list[Call] = []
     for call in calls:
@@ -79,6 +81,8 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
         if call.error is not None:
             continue
         assert call.tool is not None
+        if call.tool.deferred:
+            continue  # its result comes from outside the turn: the step parks on it
         if call.tool.yields:
             _prepare(run, call, work)
         elif _needs_approval(run, call):
@@ -95,6 +99,10 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
             yield run.emit(ApprovalRequested(
                 invocation_id=run.invocation_id, approval_id=call.approval_id,
                 call_id=call.call_id, name=call.name, args=call.args))
+        elif call.error is None and call.tool is not None and call.tool.deferred:
+            parks = True
+            yield run.emit(ToolDeferred(invocation_id=run.invocation_id, call_id=call.call_id,
+                                        name=call.name, args=to_json_value(call.parsed)))
         elif call.error is None and call.tool is not None and call.tool.yields:
             parks = True
             yield run.emit(ToolYield(invocation_id=run.invocation_id, call_id=call.call_id,

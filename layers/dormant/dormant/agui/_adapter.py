@@ -40,6 +40,7 @@ from dormant._turn_wire import TurnResult
 from dormant.agui._messages import CallLike, args_json, result_text, to_agui_messages
 from dormant.errors import is_client_error, public_message
 from dormant.events import (
+    AppEvent,
     AssistantDelta,
     Event,
     ModelStart,
@@ -91,6 +92,7 @@ LEDGER_EVENT_PREFIX = "dormant."
 _AS_CUSTOM = frozenset({
     "stop_requested", "pause", "resume", "interrupt", "queue_edit", "queue_move",
     "queue_remove", "queue_send_now", "input_requested", "input_response", "compaction",
+    "tool_deferred", "tool_call_draft",
 })
 
 log = logging.getLogger("dormant.agui")
@@ -126,9 +128,10 @@ class AgUIAdapter:
     Turn control: a steer's ``user`` event (``steer=True``) and a ``seed`` become a
     ``TEXT_MESSAGE_*`` of their role; a generator tool's preliminary result a ``CUSTOM``
     :data:`TOOL_PROGRESS` (the call's one ``TOOL_CALL_RESULT`` is its final result); a
-    ``queued`` event a ``CUSTOM`` :data:`QUEUED`; the other control events (stop, pause,
-    resume, interrupt, inbox edits, input requests and responses) a ``CUSTOM`` named
-    ``dormant.<type>`` whose value is the event's JSON. How each turn status ends the run:
+    ``queued`` event a ``CUSTOM`` :data:`QUEUED`; an application event (``app.event``) a
+    ``CUSTOM`` named after its type (value: ``data``, ``id``); the other control events
+    (stop, pause, resume, interrupt, inbox edits, input requests and responses) a ``CUSTOM``
+    named ``dormant.<type>`` whose value is the event's JSON. How each turn status ends the run:
     see :meth:`finish`.
 
     The loop ``app.handler.agui`` runs, written by hand::
@@ -203,6 +206,8 @@ class AgUIAdapter:
         have no AG-UI counterpart)."""
         out: list[BaseEvent] = []
         kind = event.type
+        if kind == "audio_delta":  # a realtime model's voice: AG-UI has no audio; its words
+            return out             # stream as text (the transcript), which stays open
         if kind != "thought_delta":
             self._close_thought(out, event)
         if kind not in ("assistant_delta", "thought_delta"):
@@ -253,6 +258,9 @@ class AgUIAdapter:
                 self._said(out, event, event.message_id, "user", event.text)
             case SeedEvent():
                 self._said(out, event, event.message_id, event.role, event.text)
+            case AppEvent():  # the app's own event type: a CUSTOM named after it
+                out.append(CustomEvent(name=event.name, value={
+                    "data": event.data, "id": event.event_id}, **self._meta(event)))
             case QueuedEvent():
                 self._queued.add(event.message_id)
                 out.append(CustomEvent(name=QUEUED, value={
@@ -313,6 +321,10 @@ class AgUIAdapter:
         elif status == "accepted":
             out.append(CustomEvent(name=CONTROL_ACCEPTED, timestamp=now_ms(), value={
                 "invocationId": result.invocation_id}))
+        elif status == "yielded_tool" and result.deferred_tools:
+            # deferred calls wait on trusted server code, not the client: no interrupt
+            extra["deferredTools"] = [t.model_dump(by_alias=True, mode="json")
+                                      for t in result.deferred_tools]
         out.extend(self.run_finished(result.commit_status, usage=result.usage, status=status,
                                      **extra))
         return out

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ag_ui.core import RunAgentInput, TextPart, UserMessage
+from ag_ui.core import RunAgentInput, TextPart, ToolMessage, UserMessage
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dormant._inputs import ApprovalDecision, HandlerInput, Input, ToolAnswer
-from dormant.errors import InputError, describe_validation
+from dormant.errors import InputError, ServerOnly, describe_validation
 
 __all__ = ["from_run_agent_input"]
 
@@ -35,6 +35,11 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
       of the turn and recorded as a ``state_delta``; an empty or absent one is ignored. An
       AG-UI body is a public client's (``public``): it may change only the handler's
       ``client_state`` keys (keys sent back unchanged are not writes; any other is refused).
+    - A tool result is not a client's to give: a public body whose last message is a
+      ``tool`` message (a client returning a call's result) is refused (``server_only``,
+      422, nothing written), and so is a ``resume`` entry naming a deferred call (by the
+      handler). Deferred results come from trusted server code. Application events too: a
+      public body carrying ``forwardedProps.dormant.events`` is refused (``server_only``).
     - ``runId``, ``parentRunId``, ``tools``, ``context`` and ``forwardedProps`` are ignored
       (run ids are the server's; client-side tools are not supported). The HTTP API reads one
       option there, ``forwardedProps.dormant.positions``, which shapes the stream, not the
@@ -51,6 +56,16 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
         except ValidationError as error:
             reason = describe_validation(error)
             raise InputError(f"invalid AG-UI RunAgentInput: {reason}") from error
+    if public and run.messages and isinstance(run.messages[-1], ToolMessage):
+        raise ServerOnly(f"tool result for call {run.messages[-1].tool_call_id}: tool "
+                         "results are for trusted server code (deferred tools take theirs "
+                         "from session.input.tool_result), not a public client")
+    forwarded = run.forwarded_props if isinstance(run.forwarded_props, dict) else {}
+    ours = forwarded.get("dormant")
+    if public and isinstance(ours, dict) and "events" in ours:
+        raise ServerOnly("forwardedProps.dormant.events: application events are for trusted "
+                         "server code (session.append_event, app.sessions.append), not a "
+                         "public client")
     answers: list[ToolAnswer] = []
     decisions: list[ApprovalDecision] = []
     for index, entry in enumerate(run.resume or ()):

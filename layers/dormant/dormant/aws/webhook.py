@@ -2,7 +2,10 @@
 
 A record's body is one of three kinds. A :class:`WebhookMessage` (``{sessionId, messageId,
 text, principal}``) from trusted server code: a user message appended to its session, and a
-turn. ``principal`` names the user the session belongs to (the Cognito ``sub`` the API knows
+turn. It may carry (or, without ``text`` and ``messageId``, be) ``toolResults: [{callId,
+result, isError}]``: the results of deferred calls the session waits on (a job that finished,
+a provider's callback), landed once each, after which the parked turn resumes.
+``principal`` names the user the session belongs to (the Cognito ``sub`` the API knows
 them by): a new session is created owned by them, and a message for a session another
 principal owns does not land (it ends in the dead-letter queue). A
 :class:`~hand_on.HandOnMessage` (``{"kind": "hand_on", sessionId, input, principal}``): work
@@ -53,15 +56,17 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.parser.models import SqsRecordModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Json, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Json, Tag, model_validator
 from pydantic.alias_generators import to_camel
 
+from dormant._inputs import ToolResultInput
 from dormant.aws.deployment import deployed_app
 from dormant.aws.hand_on import KIND, HandOnMessage, handing_on_from
 from dormant.aws.purge import KIND as PURGE
 from dormant.aws.purge import PurgeMessage, QueuePurge, sends_raise
 from dormant.aws.tracing import tracer as make_tracer
 from dormant.errors import (
+    AlreadyAnswered,
     DuplicateMessage,
     NotPending,
     NotRunning,
@@ -99,13 +104,27 @@ class WebhookMessage(BaseModel):
                               frozen=True)
 
     session_id: str = Field(min_length=1, description="The session (created when new).")
-    message_id: str = Field(min_length=1, max_length=128,
-                            description="Stable id of the message: a redelivery lands once.")
-    text: str = Field(min_length=1, description="The user message to append.")
+    message_id: str | None = Field(
+        default=None, min_length=1, max_length=128,
+        description="Stable id of the message: a redelivery lands once (required with text).")
+    text: str | None = Field(default=None, min_length=1,
+                             description="The user message to append.")
     principal: str = Field(
         min_length=1, max_length=256,
         description="Whom the session belongs to (the user's Cognito sub): a new session is "
         "created owned by them; another principal's session is not touched.")
+    tool_results: list[ToolResultInput] | None = Field(
+        default=None, min_length=1,
+        description="Results of deferred calls the session waits on: [{callId, result, "
+        "isError}]; each lands once (a redelivery is done), then the parked turn resumes.")
+
+    @model_validator(mode="after")
+    def _something(self) -> WebhookMessage:
+        if self.text is None and not self.tool_results:
+            raise ValueError("a webhook message needs text (with messageId) or toolResults")
+        if self.text is not None and self.message_id is None:
+            raise ValueError("a webhook message with text needs a messageId")
+        return self
 
 
 def _kind(body: Any) -> Literal["hand_on", "message", "purge"]:
@@ -175,7 +194,8 @@ def _message(message: WebhookMessage, remaining: float | None) -> None:
     with logger.append_context_keys(session_id=message.session_id,
                                     message_id=message.message_id):
         reply = turn(HandlerInput(session_id=message.session_id,
-                                  input=Input(message=message.text, message_id=message.message_id),
+                                  input=Input(message=message.text, message_id=message.message_id,
+                                              tool_results=message.tool_results),
                                   principal=message.principal),
                      remaining_time=remaining)
         _report(message, reply)
@@ -214,6 +234,9 @@ def _purge(record: PurgeMessage) -> None:
 def _describe(body: WebhookMessage | HandOnMessage) -> str:
     if isinstance(body, HandOnMessage):
         return f"hand-on ({body.work}) for session {body.session_id}"
+    if body.message_id is None:
+        calls = ", ".join(r.call_id for r in body.tool_results or ())
+        return f"tool results for {calls}"
     return f"message {body.message_id}"
 
 
@@ -227,13 +250,16 @@ def _report(message: WebhookMessage, reply: RestResponse) -> None:
         metrics.add_metric(name="WebhookRedeliveries", unit=MetricUnit.Count, value=1)
         logger.info("webhook message already in session: redelivery, nothing to do")
         return
-    raise RecordNotLanded(f"message {message.message_id} did not land in session "
+    raise RecordNotLanded(f"{_describe(message)} did not land in session "
                           f"{reply.session_id}: {reply.code or reply.commit_status}: "
                           f"{reply.error or reply.warning}")
 
 
 def _redelivered(reply: RestResponse) -> bool:
-    return reply.status == "error" and reply.code == DuplicateMessage.code
+    """The record's work is in the session already: its message id, or (a tool result
+    delivered again) its call's result."""
+    return reply.status == "error" and reply.code in (DuplicateMessage.code,
+                                                      AlreadyAnswered.code)
 
 
 #: Refusals that mean a hand-on's work is already done (or moot): nothing to try again.

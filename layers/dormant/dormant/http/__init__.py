@@ -21,6 +21,10 @@ Routes::
     POST   /sessions/{id}/fork   {atVersion?, sessionId?} -> a fork (copy-on-write) of the
                              caller's session at that version, owned by the caller (201)
     DELETE /sessions/{id}    forget a session (its forks keep what they inherited)
+    POST   /voice            one spoken turn: a raw audio body (Content-Type: audio/*,
+                             ?sessionId=) or {audio: {data, format}, ...as /turns} -> the
+                             REST response plus transcript and audio {data, format}; with
+                             Accept: audio/*, the spoken reply itself (X-Dormant-* headers)
     POST   /agui             one turn as AG-UI server-sent events (a standard RunAgentInput;
                              forwardedProps.dormant.positions: true adds rawEvent.seq)
     GET    /                 the OpenAPI description of these routes (Swagger UI at /docs)
@@ -76,9 +80,17 @@ from dormant.errors import (
     public_message,
 )
 from dormant.events import Event
-from dormant.handlers import RestResponse, RestStream
+from dormant.handlers import RestResponse, RestStream, VoiceResponse
 from dormant.http._openapi import DOCS_CACHE_CONTROL, SSE, DocsPage, answers, describe
 from dormant.http._resolver import JSON, Resolver, error_response, validation_response
+from dormant.http._voice import (
+    AUDIO,
+    HEADERS,
+    VoiceRequest,
+    audio_answer,
+    raw_voice_request,
+    wants_audio,
+)
 from dormant.http._wire import (
     SESSION_ID_SCHEMA,
     ApprovalAnswer,
@@ -119,6 +131,7 @@ __all__ = [
     "SessionList",
     "SessionView",
     "TurnRequest",
+    "VoiceRequest",
     "Waiting",
     "build_resolver",
     "error_response",
@@ -153,6 +166,8 @@ def build_resolver(
     require_principal: bool = False,
     title: str | None = None,
     keepalive: float = FOLLOW_KEEPALIVE,
+    transcriber: Any = None,
+    speaker: Any = None,
     **handler_config: Any,
 ) -> APIGatewayRestResolver:
     """The HTTP API for ``agent`` on ``app``: a Powertools ``APIGatewayRestResolver``.
@@ -163,15 +178,21 @@ def build_resolver(
     ``keepalive``: seconds of silence after which a streamed answer (``POST /agui``, ``POST
     /turns`` as events) sends an SSE comment, so a proxy's idle timeout (API Gateway ends a
     stream silent for 5 minutes) does not cut a turn whose tool runs long; 0: none.
+    ``transcriber`` / ``speaker``: what ``POST /voice`` hears and speaks with (see
+    ``app.handler.voice``; left out: a realtime model itself, else OpenAI's audio APIs).
     """
     resolver = Resolver(
         max_body_bytes=max_body_bytes,
-        cors=cors or CORSConfig(allow_origin="*", allow_headers=["X-Principal"]),
+        cors=cors or CORSConfig(allow_origin="*", allow_headers=["X-Principal"],
+                                expose_headers=list(HEADERS)),
         enable_validation=True,
     )
     rest = app.handler.rest(agent=agent, **handler_config)
     routes = _Routes(app, agent, resolver, rest, require_principal, handler_config)
     routes.keepalive = keepalive
+    routes.voice_handler = app.handler.voice(agent=agent, transcriber=transcriber,
+                                             speaker=speaker, **handler_config)
+    resolver.binary_bodies["/voice"] = (AUDIO,)
     client_state = sorted(handler_config.get("client_state") or ())
     resolver.describe = lambda openapi: describe(openapi, client_state)
     # What a local server needs to run handed-on work (App.hand_on) the way this API does.
@@ -270,6 +291,23 @@ def build_resolver(
                                         json_schema_extra=SESSION_ID_SCHEMA)],
     ) -> Response[Any]:
         return routes.delete(session_id)
+
+    @resolver.post("/voice", summary="Run one spoken turn", tags=["turns"],
+                   description="Send what the user said: a raw audio body (`Content-Type: "
+                   "audio/wav`, `audio/mpeg`, `audio/ogg`, `audio/webm`, `audio/flac` or "
+                   "`audio/mp4`; the session in `?sessionId=`), or a JSON body with `audio: "
+                   "{data, format}` (base64) and anything `POST /turns` takes. The transcript "
+                   "runs as the turn's message (the audio is not stored). Answers the REST "
+                   "response plus `transcript` and the spoken reply, `audio: {data, format}`; "
+                   "with `Accept: audio/*`, the reply's audio itself, with the session id, "
+                   "status, transcript and reply text (URL-encoded) in `X-Dormant-Session-Id`, "
+                   "`X-Dormant-Status`, `X-Dormant-Transcript` and `X-Dormant-Reply`. A failed "
+                   "transcription writes nothing (502 `model_error`); a failed speech keeps the "
+                   "committed turn and says why in `audioError`.",
+                   responses=answers("the spoken turn's outcome", VoiceResponse,
+                                      400, 401, 404, 409, 413, 415, 422, 502, 504))
+    def post_voice() -> Response[Any]:
+        return routes.voice()
 
     @resolver.post("/agui", summary="Run one turn as AG-UI events", tags=["agui"],
                    description="Body: an AG-UI RunAgentInput (threadId is the session, the last "
@@ -380,6 +418,7 @@ class _Routes:
         self._agui: Callable[..., Any] | None = None
         self._turns: Callable[..., RestStream] | None = None
         self.keepalive = FOLLOW_KEEPALIVE
+        self.voice_handler: Callable[..., VoiceResponse] | None = None
 
     def principal(self) -> str | None:
         principal = principal_of(self.resolver.current_event.raw_event)
@@ -489,6 +528,51 @@ class _Routes:
         return [PendingCall(call_id=c.call_id, name=c.name, args=c.args)
                 for c in session.yielded_tools]
 
+    # --- POST /voice ---------------------------------------------------------------------------
+
+    def voice(self) -> Response[Any]:
+        """One spoken turn (see the route's description)."""
+        from pydantic import ValidationError
+
+        event = self.resolver.current_event
+        principal = self.principal()
+        kind = next((v for k, v in (event.headers or {}).items()
+                     if k.lower() == "content-type"), "") or ""
+        try:
+            if kind.split(";", 1)[0].strip().lower().startswith(AUDIO):
+                request = raw_voice_request(event.raw_event, kind, principal)
+            else:
+                body = event.json_body if event.body else {}
+                request = VoiceRequest.model_validate(body).to_handler_input(principal)
+        except json.JSONDecodeError as error:
+            return error_response("invalid_json", f"the request body is not valid JSON: "
+                                  f"{error.msg}")
+        except ValidationError as error:
+            return validation_response(RequestValidationError(error.errors()))
+        if request.session_id is not None:
+            checked_session_id(request.session_id)
+        assert self.voice_handler is not None
+        reply = self.voice_handler(request, remaining_time=self._remaining_time())
+        if reply.status == "error" and reply.commit_status in (None, "failed"):
+            return self._refused(reply.code or "run_error", reply.error or "the turn failed",
+                                 reply.session_id, principal)
+        status, body = self._answer(reply)
+        if reply.audio_error is not None:  # the provider's text stays in the log
+            request_id = self.request_id()
+            log.error("request %s: speech for %s failed: %s", request_id, reply.session_id,
+                      reply.audio_error,
+                      extra={"request_id": request_id, "session_id": reply.session_id})
+            body["audioError"] = public_message("model_error", reply.audio_error, request_id)
+            body["requestId"] = request_id
+        if reply.audio is not None and wants_audio(event.headers):
+            data, media, headers = audio_answer(reply)
+            answer = Response(status_code=status, content_type=media, body=data,
+                              headers=headers)
+            # Already base64: as a str, it passes Powertools' response serialization as is.
+            answer.base64_encoded = True
+            return answer
+        return Response(status_code=status, content_type=JSON, body=body)
+
     # --- /sessions/{id} ------------------------------------------------------------------------
 
     def show(self, session_id: str, events: bool, *, limit: int = DEFAULT_LIMIT,
@@ -509,6 +593,8 @@ class _Routes:
                                        input_schema=schemas.get(c.call_id))
                            for c in session.yielded_tools],
             pending_approvals=session.pending_approvals,
+            deferred_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args)
+                            for c in session.deferred_tools],
             pending_inputs=session.pending_inputs, waiting=waiting_on(session),
             inbox=session.inbox, open_invocation=session.open_invocation,
             running=Running.of(session, self.app.clock()), state=session.state,

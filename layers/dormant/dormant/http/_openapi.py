@@ -65,7 +65,7 @@ def answers(ok: str, model: Any, *errors: int) -> dict[int, Any]:
     (each with the :class:`ErrorBody` schema), besides those any route can give."""
     answers: dict[int, Any] = {200: {"description": ok,
                                      "content": {JSON: {"model": model}} if model else {}}}
-    if model is RestResponse:
+    if isinstance(model, type) and issubclass(model, RestResponse):
         answers[202] = {"description": "taken, not done yet: the message was queued (status "
                         "`queued`, `queued` says where), or a control was accepted for the "
                         "invocation running elsewhere (status `accepted`)",
@@ -114,6 +114,7 @@ def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
         components[f"AgUi{name}"] = definition
     components["AgUiEvent"] = event
     _require_tags(components)
+    _describe_voice(openapi, components, state, writes)
     agui["properties"]["threadId"] = {"type": "string", **SESSION_ID_SCHEMA,
                                       "description": "The session."}
     components["AgUiResumeEntry"]["properties"]["interruptId"]["minLength"] = 1
@@ -144,6 +145,36 @@ def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
                        "whose data is the JSON answer plus its `httpStatus`",
         "properties": {"id": {"type": "string"}, "event": {"type": "string"},
                        "data": {"type": "string", "contentMediaType": JSON}}}}
+
+
+def _describe_voice(openapi: dict[str, Any], components: dict[str, Any],
+                    state: dict[str, Any], writes: str) -> None:
+    """``POST /voice`` reads its body itself (raw audio or JSON): say what both are, and that
+    ``Accept: audio/*`` answers audio."""
+    from dormant.http._voice import VoiceRequest
+
+    voice = VoiceRequest.model_json_schema(by_alias=True,
+                                           ref_template="#/components/schemas/{model}")
+    for name, definition in voice.pop("$defs", {}).items():
+        components.setdefault(name, definition)
+    voice["properties"]["state"] = {"anyOf": [state, {"type": "null"}], "description": writes}
+    components["VoiceRequest"] = voice
+    post = openapi["paths"]["/voice"]["post"]
+    post["parameters"] = [
+        {"name": "sessionId", "in": "query", "required": False,
+         "schema": {"type": "string", **SESSION_ID_SCHEMA},
+         "description": "With a raw audio body: the session (minted when absent)."},
+        {"name": "messageId", "in": "query", "required": False,
+         "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+         "description": "With a raw audio body: a stable id for the message."}]
+    post["requestBody"] = {"required": True, "content": {
+        JSON: {"schema": {"$ref": "#/components/schemas/VoiceRequest"}},
+        "audio/*": {"schema": {"type": "string", "format": "binary"}}}}
+    post["responses"]["200"].setdefault("content", {})["audio/*"] = {
+        "schema": {"type": "string", "format": "binary",
+                   "description": "With Accept: audio/*, the spoken reply (the X-Dormant-* "
+                                  "headers carry the session id, status, transcript and "
+                                  "reply text)"}}
 
 
 def _require_tags(components: dict[str, Any]) -> None:

@@ -142,6 +142,9 @@ class Resolver(APIGatewayRestResolver):
     def __init__(self, *, max_body_bytes: int, **kwargs: Any) -> None:
         self._local = threading.local()
         self.max_body_bytes = max_body_bytes
+        #: Paths whose routes also read binary bodies of these media type prefixes (``POST
+        #: /voice``: ``audio/``); such a body reaches its route base64-encoded.
+        self.binary_bodies: dict[str, tuple[str, ...]] = {}
         #: The app and REST handler the routes serve (``build_resolver`` sets them): what a
         #: local server runs handed-on work (``App.hand_on``) with.
         self.dormant_app: Any = None
@@ -225,7 +228,9 @@ class Resolver(APIGatewayRestResolver):
         self.lambda_context = context
         try:
             route = self._route_of(event)
-            refusal = None if route is None else _refusal(event, self.max_body_bytes)
+            binary = self.binary_bodies.get(self._remove_prefix(str(event.get("path") or "/")),
+                                            ())
+            refusal = None if route is None else _refusal(event, self.max_body_bytes, binary)
             if isinstance(refusal, Response):
                 self.current_event = self._to_proxy_event(dict(event, body=None))
                 assert route is not None
@@ -248,9 +253,11 @@ class Resolver(APIGatewayRestResolver):
                      if route.method == method and route.rule.match(path)), None)
 
 
-def _refusal(event: Mapping[str, Any], limit: int) -> Response[Any] | dict[str, Any] | None:
+def _refusal(event: Mapping[str, Any], limit: int, binary: tuple[str, ...] = ()
+             ) -> Response[Any] | dict[str, Any] | None:
     """Why a routed request's body is refused (a response), or the event with its body as
-    checked text (a dict), or None when it has no body."""
+    checked text (a dict), or None when it has no body. A body whose media type starts with
+    one of ``binary`` is checked for size only and passed on base64-encoded."""
     body = event.get("body")
     if not body:
         return None
@@ -271,7 +278,10 @@ def _refusal(event: Mapping[str, Any], limit: int) -> Response[Any] | dict[str, 
         return error_response("payload_too_large",
                               f"the request body is {len(data)} bytes; the limit is {limit}")
     media = _content_type(event)
-    if media and media.split(";", 1)[0].strip().lower() != JSON:
+    kind = media.split(";", 1)[0].strip().lower()
+    if binary and kind.startswith(binary):
+        return dict(event, body=base64.b64encode(data).decode(), isBase64Encoded=True)
+    if media and kind != JSON:
         return error_response("unsupported_media_type",
                               f"this API reads only {JSON} request bodies, not {media[:80]}")
     try:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from dormant._head import SessionStatus
@@ -159,6 +159,28 @@ class TurnRequest(_Wire):
         "`queued`, it runs when the session is free), `reject` (409), `interrupt` (end the "
         "waiting response and run this message).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_tool_results(cls, data: Any) -> Any:
+        """Deferred tool results are for trusted server code: refused by name (422, nothing
+        read or written), not only as an unknown field."""
+        if isinstance(data, dict) and ("toolResults" in data or "tool_results" in data):
+            raise ValueError("toolResults: deferred tool results are for trusted server "
+                             "code (session.input.tool_result, app.sessions.append, the "
+                             "webhook queue), not a public client")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_app_events(cls, data: Any) -> Any:
+        """Application events are for trusted server code: refused by name (422, nothing
+        read or written), not only as an unknown field."""
+        if isinstance(data, dict) and "events" in data:
+            raise ValueError("events: application events are for trusted server code "
+                             "(session.append_event, app.sessions.append, a trusted "
+                             "handler's Input(events=...)), not a public client")
+        return data
+
     def to_handler_input(self, principal: str | None) -> HandlerInput:
         """The handler's input, marked public: the handler refuses what only trusted server
         code may send (``server_only``, nothing written) and state keys outside its
@@ -195,11 +217,12 @@ class PendingCall(_Wire):
 class Waiting(_Wire):
     """One thing a session waits on, as ``GET /sessions?detail=true`` lists it."""
 
-    kind: Literal["yield", "approval", "input", "message"] = Field(
+    kind: Literal["yield", "approval", "input", "message", "deferred"] = Field(
         description="`yield`: a yielded call waits for its answer (`tools`); `approval`: a "
         "call waits for a decision (`approvals`); `input`: an input request waits for a "
         "response (`inputs`); `message`: the agent yielded its turn and waits for the next "
-        "message.")
+        "message; `deferred`: a deferred call waits for its result, which trusted server "
+        "code supplies (not a client).")
     id: str = Field(description="The id its answer names: the call id, approval id or "
                     "input id; for `message`, the parked invocation.")
     name: str = Field(description="The tool (`yield`, `approval`), the request's prompt or "
@@ -239,6 +262,9 @@ class SessionView(_Wire):
     version: int = Field(description="Commits so far (`events?after=` takes it).")
     yielded_tools: list[PendingCall] = Field(default_factory=list)
     pending_approvals: list[Any] = Field(default_factory=list)
+    deferred_tools: list[PendingCall] = Field(
+        default_factory=list, description="Deferred calls waiting for their result, which "
+        "trusted server code supplies (a client cannot: `toolResults` is refused).")
     pending_inputs: list[PendingInput] = Field(
         default_factory=list, description="Input requests awaiting a response (answer with "
         "`inputs`): [{inputId, schema, prompt}].")
@@ -356,6 +382,8 @@ def waiting_on(session: Session) -> list[Waiting]:
                 for a in session.pending_approvals]
     waiting += [Waiting(kind="input", id=i.input_id, name=i.prompt or i.input_id)
                 for i in session.pending_inputs]
+    waiting += [Waiting(kind="deferred", id=c.call_id, name=c.name)
+                for c in session.deferred_tools]
     invocation = session.open_invocation
     if not waiting and session.head.parked == "message" and invocation is not None:
         waiting.append(Waiting(kind="message", id=invocation, name="message"))

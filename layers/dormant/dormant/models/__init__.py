@@ -1,9 +1,10 @@
 """Models: the contract (:class:`Model`), the scripted and rule-based models, and (with the
 ``openai`` extra) OpenAI.
 
-``OpenAIModel``, ``ScriptedModel`` and ``RuleModel`` are imported on first use: the Lambda
-path loads none of their modules until it is asked for, and the ``openai`` package (~300 ms)
-only when a model call needs it.
+``OpenAIModel``, ``OpenAIRealtimeModel``, ``ScriptedModel`` and ``RuleModel`` are imported on
+first use: the Lambda path loads none of their modules until it is asked for, and the
+``openai`` package (~300 ms; ``websockets`` for the realtime model) only when a model call
+needs it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from dormant.models._base import (
     AssistantMessage,
+    AudioChunk,
     Message,
     Model,
     ModelChunk,
@@ -21,36 +23,47 @@ from dormant.models._base import (
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
+    ToolCallDelta,
     ToolCallPart,
     ToolMessage,
     ToolSpec,
     UsageChunk,
     UserMessage,
 )
+from dormant.models.audio import Speaker, Transcriber
 
 if TYPE_CHECKING:
     from dormant.models.openai import OpenAIModel
+    from dormant.models.openai_audio import OpenAISpeaker, OpenAITranscriber
+    from dormant.models.openai_realtime import OpenAIRealtimeModel
     from dormant.models.rules import RuleModel
     from dormant.models.scripted import ScriptedModel, ScriptError
 
 __all__ = [
     "AssistantMessage",
+    "AudioChunk",
     "Message",
     "Model",
     "ModelChunk",
     "ModelError",
     "ModelRequest",
     "OpenAIModel",
+    "OpenAIRealtimeModel",
+    "OpenAISpeaker",
+    "OpenAITranscriber",
     "ReasoningChunk",
     "RuleModel",
     "ScriptError",
     "ScriptedModel",
+    "Speaker",
     "TextDelta",
     "ThoughtDelta",
     "ToolCallChunk",
+    "ToolCallDelta",
     "ToolCallPart",
     "ToolMessage",
     "ToolSpec",
+    "Transcriber",
     "UsageChunk",
     "UserMessage",
 ]
@@ -61,6 +74,14 @@ def __getattr__(name: str) -> Any:
         from dormant.models.openai import OpenAIModel
 
         return OpenAIModel
+    if name == "OpenAIRealtimeModel":
+        from dormant.models.openai_realtime import OpenAIRealtimeModel
+
+        return OpenAIRealtimeModel
+    if name in ("OpenAITranscriber", "OpenAISpeaker"):
+        from dormant.models import openai_audio
+
+        return getattr(openai_audio, name)
     if name in ("ScriptedModel", "ScriptError"):  # tests' model: not on the Lambda path
         from dormant.models import scripted
 

@@ -17,6 +17,7 @@ from dormant.tools import Signal
 __all__ = [
     "DENIED",
     "AssistantMessage",
+    "AudioChunk",
     "Message",
     "Model",
     "ModelChunk",
@@ -26,6 +27,7 @@ __all__ = [
     "TextDelta",
     "ThoughtDelta",
     "ToolCallChunk",
+    "ToolCallDelta",
     "ToolCallPart",
     "ToolMessage",
     "ToolSpec",
@@ -142,6 +144,20 @@ class ToolCallChunk:
 
 
 @dataclass(frozen=True)
+class ToolCallDelta:
+    """A fragment of a tool call as it streams, before its :class:`ToolCallChunk` (optional:
+    adapters that see the call streaming yield these). ``index`` tells parallel calls apart;
+    ``call_id`` and ``name`` may come with any fragment, ``args`` is the next piece of the
+    argument text. The runtime keeps them only when the turn is stopped before the whole
+    call arrived: a ``tool_call_draft`` ledger event, never part of the conversation."""
+
+    index: int
+    args: str = ""
+    call_id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class ReasoningChunk:
     """One opaque reasoning item as the provider returned it (for the OpenAI Responses API a
     ``{"type": "reasoning", "id", "summary", "encrypted_content"?}`` object). It is kept in the
@@ -156,7 +172,20 @@ class UsageChunk:
     usage: Usage = field(default_factory=Usage)
 
 
-ModelChunk = TextDelta | ThoughtDelta | ToolCallChunk | UsageChunk | ReasoningChunk
+@dataclass(frozen=True)
+class AudioChunk:
+    """A piece of the reply as audio (a realtime model's voice): raw bytes in ``format``
+    (``pcm16``: 16-bit little-endian mono PCM) at ``rate`` samples a second. Streamed to
+    clients as ``audio_delta`` events and never kept: what the audio says comes as
+    :class:`TextDelta` (its transcript), which the ledger records."""
+
+    data: bytes
+    format: str = "pcm16"
+    rate: int = 24000
+
+
+ModelChunk = (TextDelta | ThoughtDelta | ToolCallChunk | ToolCallDelta | UsageChunk
+              | ReasoningChunk | AudioChunk)
 
 
 class ModelError(Exception):
@@ -181,13 +210,17 @@ class Model(Protocol):
     ``step``: 1 for the turn's first call, ``settings``) and returns an iterator of chunks:
     :class:`TextDelta` (streamed text, shown to clients as it arrives), :class:`ThoughtDelta`
     (reasoning, streamed but not kept), :class:`ToolCallChunk` (one whole tool call; an empty
-    ``call_id`` lets the runtime derive a stable one) and optionally one :class:`UsageChunk`.
+    ``call_id`` lets the runtime derive a stable one), optionally one :class:`UsageChunk`,
+    and for a model that speaks, :class:`AudioChunk` (streamed, not kept; its transcript comes
+    as text). A model with a true ``realtime`` attribute makes its agents yield for the next
+    message by default (``yields=None``).
     A step that yields tool calls is followed by another step with their results; a step with
     text only ends the turn. ``signal`` is set when the turn is stopped or cut short: a slow
     model waits on it (``signal.wait(seconds)``) and returns early. Raise :class:`ModelError`
     for a failed call (``retryable`` says whether the same call can succeed later).
 
-    The models that ship: ``OpenAIModel`` (and compatible servers), ``ScriptedModel`` (plays
+    The models that ship: ``OpenAIModel`` (and compatible servers), ``OpenAIRealtimeModel``
+    (the Realtime API, text and audio), ``ScriptedModel`` (plays
     back replies, for tests and demos) and ``RuleModel`` (rules instead of a network, to run
     your own agent locally with no key).
     """

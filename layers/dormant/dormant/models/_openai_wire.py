@@ -23,6 +23,7 @@ from dormant.models._base import (
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
+    ToolCallDelta,
     ToolSpec,
     UsageChunk,
     UserMessage,
@@ -226,7 +227,10 @@ def responses_chunks(events: Iterable[Any]) -> Iterator[ModelChunk]:
                 if kind == "response.output_item.done":
                     call.final = item.arguments
         elif kind == "response.function_call_arguments.delta":
-            calls.setdefault(event.output_index, _Call()).parts.append(event.delta)
+            call = calls.setdefault(event.output_index, _Call())
+            call.parts.append(event.delta)
+            yield ToolCallDelta(index=event.output_index, args=event.delta,
+                                call_id=call.call_id, name=call.name)
         elif kind == "response.function_call_arguments.done":
             calls.setdefault(event.output_index, _Call()).final = event.arguments
         elif kind in ("response.completed", "response.incomplete"):
@@ -316,6 +320,8 @@ def chat_chunks(chunks: Iterable[Any]) -> Iterator[ModelChunk]:
                         call.name = function.name
                     if function.arguments:
                         call.parts.append(function.arguments)
+                        yield ToolCallDelta(index=index, args=function.arguments,
+                                            call_id=call.call_id, name=call.name)
     if not finished:
         raise _incomplete("before any choice finished", seen)
     for index in sorted(calls):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -14,13 +15,23 @@ from dormant.models._base import (
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
+    ToolCallDelta,
     UsageChunk,
 )
 from dormant.tools import Signal
 
-__all__ = ["ScriptError", "ScriptedModel"]
+__all__ = ["ARG_PIECE", "ScriptError", "ScriptedModel", "arg_pieces"]
 
 _WORDS = re.compile(r"\S+\s*|\s+")
+#: Characters of argument text per streamed piece (a tool call with ``"stream_args": True``).
+ARG_PIECE = 8
+
+
+def arg_pieces(call: dict[str, Any]) -> int:
+    """How many pieces a scripted tool call's arguments stream in (0 unless ``stream_args``)."""
+    if not call.get("stream_args"):
+        return 0
+    return -(-len(json.dumps(call.get("args", {}))) // ARG_PIECE)
 
 
 class ScriptError(AssertionError):
@@ -32,7 +43,9 @@ class ScriptedModel:
 
     ``delay``: seconds between streamed pieces (0: instant), for demos and tests of stop
     and steer. A reply is a ``str`` (text) or a dict ``{"text": ..., "tool_calls": [{"name": ...,
-    "args": {...}, "id": optional}], "thought": optional}``. The requests the model was sent
+    "args": {...}, "id": optional, "stream_args": optional}], "thought": optional}``
+    (``stream_args``: the call's arguments stream as JSON text, a piece per ``delay``, the way
+    a real model's do, so a stop can land while they stream). The requests the model was sent
     are kept in ``requests``. A call with no reply left raises :class:`ScriptError` (a test's
     script is wrong); with ``strict=False`` it is a failed model call instead
     (:class:`~dormant.models.ModelError` ``script_exhausted``, not retryable), for serving a
@@ -96,7 +109,14 @@ def _play(reply: str | dict[str, Any], delay: float = 0.0,
         if delay and index and signal is not None and signal.wait(delay):
             return  # stopped or aborted: the run loop sees the signal
         yield TextDelta(piece)
-    for call in reply.get("tool_calls") or ():
+    for index, call in enumerate(reply.get("tool_calls") or ()):
+        if call.get("stream_args"):  # the arguments stream as JSON text, a piece per delay
+            text = json.dumps(call.get("args", {}))
+            for start in range(0, len(text), ARG_PIECE):
+                if delay and signal is not None and signal.wait(delay):
+                    return  # stopped mid-arguments: the run keeps what streamed as a draft
+                yield ToolCallDelta(index=index, call_id=call.get("id") or "",
+                                    name=call["name"], args=text[start:start + ARG_PIECE])
         yield ToolCallChunk(call_id=call.get("id") or "", name=call["name"],
                             args=call.get("args", {}))
     yield UsageChunk()

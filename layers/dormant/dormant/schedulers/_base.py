@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dormant.errors import InputError
+from dormant.errors import InputError, SchedulerError, TimerRefused
 from dormant.events import TimerCancelled, TimerSet
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "RecordingScheduler",
     "Scheduler",
     "TimerDelivery",
+    "check_timer",
     "fire_at_ms",
     "hand_over",
     "parse_delay",
@@ -74,7 +75,15 @@ class TimerDelivery(BaseModel):
 @runtime_checkable
 class Scheduler(Protocol):
     """Where committed timers go. Both calls must be idempotent: setting a name again
-    replaces that timer; cancelling one that is gone is not an error."""
+    replaces that timer; cancelling one that is gone is not an error.
+
+    A backend may also have ``check(delivery)``: called when a turn asks for the timer
+    (before anything is committed), it raises :class:`~dormant.errors.TimerRefused` for a
+    timer it would reject for good (validation, a time beyond its limit), so the tool that
+    asked gets an error instead of a success while nothing will fire. ``set`` raises
+    :class:`~dormant.errors.SchedulerError` with ``retryable=False`` for such a refusal and
+    ``retryable=True`` (the default) for a transient or ambiguous failure, which the hand-over
+    retries with the same timer (same name, same time)."""
 
     def set(self, delivery: TimerDelivery) -> None: ...
 
@@ -107,12 +116,40 @@ class RecordingScheduler:
                           key=lambda t: t.fire_at)
 
 
+def check_timer(scheduler: Scheduler | None, delivery: TimerDelivery, *,
+                in_turn: bool = True) -> None:
+    """Whether ``scheduler`` will set ``delivery``: raises :class:`TimerRefused` when its
+    ``check`` rejects the timer for good, or when there is no scheduler and the timer is asked
+    for in a turn (a tool would be told "set" while nothing fires). Trusted code outside a turn
+    may record a timer on an app with no scheduler (it delivers the timer itself, say, from
+    ``session.timers``); the hand-over logs that nothing was set."""
+    if scheduler is None:
+        if not in_turn:
+            return
+        raise TimerRefused(
+            f"timer {delivery.name!r} was not set: this app has no scheduler "
+            "(dormant.App(scheduler=...); dormant dev and the AWS functions set one), so "
+            "nothing would fire")
+    check = getattr(scheduler, "check", None)
+    if check is None:
+        return
+    try:
+        check(delivery)
+    except TimerRefused:
+        raise
+    except (SchedulerError, InputError, ValueError) as error:
+        raise TimerRefused(f"timer {delivery.name!r} was not set: the scheduler refused it "
+                           f"({error})") from error
+
+
 def hand_over(scheduler: Scheduler | None, session_id: str,
               events: list[TimerSet | TimerCancelled]) -> None:
     """The outbox step: timers of a committed slice go to the scheduler, in ledger order.
 
-    Bounded retries with backoff; a timer that still cannot be handed over stays listed in
-    the session (``session.timers``) and is logged."""
+    Bounded retries with backoff, each with the same timer (same name and time: setting it is
+    idempotent, so a retry after an ambiguous failure converges on one timer); a refusal for
+    good (``SchedulerError.retryable`` False) is not retried. A timer that still cannot be
+    handed over stays listed in the session (``session.timers``) and is logged."""
     if scheduler is None:
         log.warning("session %s asked for timers but the app has no scheduler: they are "
                     "recorded in the session, not set", session_id)
@@ -128,7 +165,11 @@ def hand_over(scheduler: Scheduler | None, session_id: str,
                 else:
                     scheduler.cancel(session_id, event.name)
                 break
-            except Exception:
+            except Exception as error:
+                if isinstance(error, SchedulerError) and not error.retryable:
+                    log.error("the scheduler refused timer %r of session %s for good (%s); it "
+                              "stays listed in the session", event.name, session_id, error)
+                    break
                 if attempt == HAND_OVER_ATTEMPTS:
                     log.exception("could not hand timer %r of session %s to the scheduler; it "
                                   "stays listed in the session", event.name, session_id)

@@ -16,18 +16,29 @@ identifies the firing to the wake path.
 
 Delivery is at least once; the wake path refuses a firing it has already delivered (code
 ``stale_timer``), so a duplicate changes nothing.
+
+Honest scheduling. :meth:`EventBridgeScheduler.check` runs when a turn asks for a timer,
+before anything is committed: it validates the ``CreateSchedule`` request offline (botocore's
+own parameter rules for the API, the role ARN's pattern, ``max_delay``), so a timer
+EventBridge would reject for good is refused to the tool that asked (an error result), never
+reported as set. After the commit, :meth:`~EventBridgeScheduler.set` creates the schedule; a
+refusal for good (``ValidationException``, access denied, a missing group, a quota) raises
+``SchedulerError(retryable=False)`` and is not retried, while throttling, server errors and
+timeouts are retried with the same schedule name and time (``ConflictException`` on a
+retried create means the first attempt landed: the schedule is updated to the same values).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from dormant.errors import ConfigError, SchedulerError
+from dormant.errors import ConfigError, SchedulerError, TimerRefused
 from dormant.schedulers._base import TimerDelivery
 
 if TYPE_CHECKING:
@@ -41,6 +52,10 @@ DEFAULT_RETRY: Mapping[str, int] = {"MaximumRetryAttempts": 185,
                                     "MaximumEventAgeInSeconds": 86_400}
 #: The earliest a schedule is set for, from now (a timer already due fires about this late).
 MIN_LEAD_SECONDS = 60
+#: Error codes EventBridge Scheduler returns for a request that can never succeed as sent.
+DETERMINISTIC = frozenset({"ValidationException", "AccessDeniedException",
+                           "ResourceNotFoundException", "ServiceQuotaExceededException"})
+_ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+")
 #: EventBridge Scheduler's schedule names: 1-64 characters of ``[0-9a-zA-Z-_.]``.
 MAX_NAME = 64
 _HASH_CHARS = 24  # 96 bits of sha256: distinct (session, timer) pairs never share a name
@@ -81,7 +96,8 @@ class EventBridgeScheduler:
                  client: Any = None, dead_letter_arn: str | None = None,
                  retry: Mapping[str, int] | None = DEFAULT_RETRY,
                  min_lead_seconds: int = MIN_LEAD_SECONDS,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None,
+                 max_delay: timedelta | None = None) -> None:
         if not target_arn or not role_arn:
             raise ConfigError("EventBridgeScheduler needs the wake target's ARN and the role "
                               "EventBridge Scheduler assumes to invoke it")
@@ -91,6 +107,9 @@ class EventBridgeScheduler:
         self.dead_letter_arn = dead_letter_arn
         self.retry = dict(retry) if retry is not None else None
         self.min_lead_seconds = min_lead_seconds
+        #: The furthest ahead a timer may be set (None: no limit of dormant's own): a timer
+        #: beyond it is refused when asked for (:meth:`check`).
+        self.max_delay = max_delay
         self._client = client
         self._clock = clock or (lambda: int(time.time() * 1000))
 
@@ -143,8 +162,37 @@ class EventBridgeScheduler:
             "Target": target,
         }
 
+    def check(self, delivery: TimerDelivery) -> None:
+        """Refuse (:class:`~dormant.errors.TimerRefused`) a timer EventBridge Scheduler would
+        reject for good, before it is recorded: a time beyond :attr:`max_delay`, a request
+        that breaks the API's parameter rules (botocore's model, offline: no AWS call), a role
+        ARN that is not one."""
+        now = self._clock()
+        if self.max_delay is not None and \
+                delivery.fire_at - now > self.max_delay.total_seconds() * 1000:
+            raise TimerRefused(
+                f"timer {delivery.name!r} was not set: it is due "
+                f"{(delivery.fire_at - now) / 1000:.0f}s from now, beyond this scheduler's "
+                f"limit of {self.max_delay.total_seconds():.0f}s")
+        try:
+            params = self.request(delivery)
+        except (OverflowError, OSError, ValueError) as error:  # a time datetime cannot hold
+            raise TimerRefused(f"timer {delivery.name!r} was not set: its time cannot be "
+                               f"scheduled ({error})") from error
+        if not _ROLE_ARN.fullmatch(self.role_arn):
+            raise TimerRefused(f"timer {delivery.name!r} was not set: the scheduler's role "
+                               f"{self.role_arn!r} is not an IAM role ARN")
+        problems = _param_problems(params)
+        if problems:
+            raise TimerRefused(f"timer {delivery.name!r} was not set: EventBridge Scheduler "
+                               f"would reject it ({problems})")
+
     def set(self, delivery: TimerDelivery) -> None:
-        """Create the timer's schedule, or update it if the name exists (converges)."""
+        """Create the timer's schedule, or update it if the name exists (converges).
+
+        Raises :class:`~dormant.errors.SchedulerError`: ``retryable=False`` for a refusal for
+        good (:data:`DETERMINISTIC` codes, bad parameters), True for anything else
+        (throttling, server errors, timeouts), which the hand-over retries as it is."""
         params = self.request(delivery)
         errors = self.client.exceptions
         try:
@@ -158,7 +206,8 @@ class EventBridgeScheduler:
         except Exception as error:
             raise SchedulerError(
                 f"could not set timer {delivery.name!r} of session {delivery.session_id} "
-                f"(schedule {params['Name']} in group {self.group_name}): {error}") from error
+                f"(schedule {params['Name']} in group {self.group_name}): {error}",
+                retryable=not _deterministic(error)) from error
 
     def cancel(self, session_id: str, name: str) -> None:
         """Delete the timer's schedule; one that is gone (fired, cancelled) is not an error."""
@@ -171,3 +220,51 @@ class EventBridgeScheduler:
             raise SchedulerError(
                 f"could not cancel timer {name!r} of session {session_id} (schedule "
                 f"{schedule} in group {self.group_name}): {error}") from error
+
+
+def _deterministic(error: Exception) -> bool:
+    """Whether a failed call can never succeed as sent (not worth the same call again)."""
+    if type(error).__name__ == "ParamValidationError":
+        return True
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return code in DETERMINISTIC
+
+
+@functools.cache
+def _create_shape() -> Any:
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("scheduler")
+    return model.operation_model("CreateSchedule").input_shape
+
+
+def _param_problems(params: dict[str, Any]) -> str:
+    """What the API model of ``CreateSchedule`` finds wrong ('' if nothing): botocore's own
+    client-side checks (types, required members, minimum lengths) and the maximum lengths and
+    patterns the service enforces, read from the same model."""
+    from botocore.validate import ParamValidator
+
+    shape = _create_shape()
+    report = ParamValidator().validate(params, shape)
+    problems = [report.generate_report()] if report.has_errors() else []
+    problems += _limits(params, shape, "")
+    return "; ".join(problems)
+
+
+def _limits(value: Any, shape: Any, where: str) -> list[str]:
+    """Maximum lengths and patterns of the string members of ``value`` (botocore checks
+    neither: the service does, with a ``ValidationException``)."""
+    problems: list[str] = []
+    if shape.type_name == "structure" and isinstance(value, dict):
+        for name, member in shape.members.items():
+            if name in value:
+                problems += _limits(value[name], member, f"{where}.{name}" if where else name)
+    elif shape.type_name == "string" and isinstance(value, str):
+        limit = shape.metadata.get("max")
+        if limit is not None and len(value) > limit:
+            problems.append(f"{where}: longer than {limit} characters")
+        pattern = shape.metadata.get("pattern")
+        if pattern is not None and re.fullmatch(pattern, value, re.DOTALL) is None:
+            problems.append(f"{where}: does not match {pattern}")
+    return problems

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from dormant._head import COMMIT_WINDOW, Head, status_of
 from dormant._ids import now_ms
-from dormant.events import Event, QueuedEvent, RetryEvent, SeedEvent, UserEvent
+from dormant.events import AppEvent, Event, QueuedEvent, RetryEvent, SeedEvent, UserEvent
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["LedgerPage", "Store", "commit_head", "lineage_key", "once_keys", "status_of"]
@@ -115,8 +115,8 @@ def commit_head(head: Head, expected_version: int, events: Sequence[Event] = ())
 
 def once_keys(events: Sequence[Event]) -> list[str]:
     """The ids in ``events`` that may land only once per session, for the session's life:
-    every user message id (``m:<id>``: messages, queued messages, seeds and steers) and every
-    retry id (``r:<id>``)."""
+    every user message id (``m:<id>``: messages, queued messages, seeds and steers), every
+    retry id (``r:<id>``) and every application event id given (``e:<id>``)."""
     keys: list[str] = []
     for event in events:
         if isinstance(event, UserEvent):
@@ -126,6 +126,8 @@ def once_keys(events: Sequence[Event]) -> list[str]:
             keys.append("m:" + event.message_id)
         elif isinstance(event, RetryEvent):
             keys.append("r:" + event.retry_id)
+        elif isinstance(event, AppEvent) and event.event_id is not None:
+            keys.append("e:" + event.event_id)
     return keys
 
 

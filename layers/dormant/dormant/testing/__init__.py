@@ -8,6 +8,7 @@ Steps:
 
 - inputs: :func:`user` / :func:`message` (a user message; to a session that waits it lands in
   the inbox, ``if_busy="reject"`` refuses it instead), :func:`tool_input`, :func:`approval`,
+  :func:`tool_result` (a deferred call's result, as trusted code supplies it),
   :func:`respond` (an input request), :func:`timer` (a pending timer fires now);
 - the model: :func:`model` (one reply), :func:`model_error` (the call fails);
 - turn control: :func:`stop`, :func:`steer` and ``pause(after=N)`` act on the *next* model
@@ -57,7 +58,8 @@ from dormant._ids import new_id
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.events import Event, ToolResult
-from dormant.models.scripted import ScriptedModel, ScriptError
+from dormant.models.scripted import ScriptedModel, ScriptError, arg_pieces
+from dormant.schedulers import RecordingScheduler
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
@@ -97,6 +99,7 @@ __all__ = [
     "stop",
     "timer",
     "tool_input",
+    "tool_result",
     "user",
 ]
 
@@ -116,6 +119,13 @@ class _Model:
 @dataclass(frozen=True)
 class _ToolInput:
     answers: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _ToolResult:
+    call: str
+    result: Any
+    is_error: bool
 
 
 @dataclass(frozen=True)
@@ -179,8 +189,8 @@ class _Timer:
 #: what ``after=`` counts.
 _PIECES = re.compile(r"\S+\s*|\s+")
 
-Step = (_User | _Model | _ToolInput | _Approval | _ModelError | _Retry | _Conflict | _Redeliver
-        | _Crash | Control | _Pause | _Resume | _Interrupt | _Respond | _Timer)
+Step = (_User | _Model | _ToolInput | _ToolResult | _Approval | _ModelError | _Retry | _Conflict
+        | _Redeliver | _Crash | Control | _Pause | _Resume | _Interrupt | _Respond | _Timer)
 
 
 def user(text: str, *, id: str | None = None) -> _User:
@@ -225,6 +235,15 @@ def model(text: str | dict[str, Any] | None = None, *,
 def tool_input(answers: dict[str, Any]) -> _ToolInput:
     """Answers for the calls that yielded, keyed by tool name or by call id."""
     return _ToolInput(dict(answers))
+
+
+def tool_result(call: str, result: Any = None, *, is_error: bool = False) -> _ToolResult:
+    """The result of a deferred call (``app.tool(..., deferred=True)``), as trusted server
+    code supplies it: ``call`` is the tool's name or the call id (by id when the tool was
+    called twice in a step). ``is_error``: ``result`` is an error the model reads. The
+    parked turn resumes once every call of its step is settled: script the ``model`` reply
+    that follows."""
+    return _ToolResult(call, result, is_error)
 
 
 #: The seeds call this step ``input(...)``; importing it by that name shadows the builtin only
@@ -283,7 +302,9 @@ def stop(*, after: int = 0, seen: int | None = None) -> Control:
     running invocation is sent as its own request (``{"stop": {"invocation_id": ...,
     "seen": ...}}``) while the reply streams, and the reply waits (up to 5 s) until the turn
     took it from the session's control record. The turn ends ``stopped``; the reply keeps its
-    first ``seen`` pieces (None: all it streamed).
+    first ``seen`` pieces (None: all it streamed). The pieces of a tool call scripted with
+    ``"stream_args": True`` count after the words: a stop among them leaves the call a
+    ``tool_call_draft`` in the ledger, out of the conversation.
 
     Through the handlers, ``seen`` needs the stopped turn to be the step's own (not one the
     inbox or a timer ran)."""
@@ -397,10 +418,10 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     ``session_id`` names it (it may exist already in ``store``).
 
     Steps: :func:`user` / :func:`message`, :func:`model`, :func:`tool_input`,
-    :func:`approval`, :func:`respond`, :func:`timer`; turn control — :func:`stop`,
-    :func:`steer` and ``pause(after=N)`` act on the next :func:`model` reply while it streams
-    (sent as their own requests through the session's control record, which the turns the
-    kit runs poll every 0.02 s), :func:`pause`, :func:`resume`, :func:`interrupt` are
+    :func:`tool_result`, :func:`approval`, :func:`respond`, :func:`timer`; turn control —
+    :func:`stop`, :func:`steer` and ``pause(after=N)`` act on the next :func:`model` reply
+    while it streams (sent as their own requests through the session's control record, which
+    the turns the kit runs poll every 0.02 s), :func:`pause`, :func:`resume`, :func:`interrupt` are
     requests between steps; fault steps — :func:`model_error`, :func:`conflict`,
     :func:`redeliver`, :func:`crash` — and :func:`retry` drive what goes wrong and its
     recovery. The app runs on a clock the kit controls (real time until a :func:`crash`
@@ -421,7 +442,8 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
                         _controls_by_reply(steps))
     served = replace(agent, model=scripted)
     kit_store = KitStore(store if store is not None else MemoryStore())
-    app = App(name="test", store=kit_store, clock=KitClock())
+    # the kit delivers timers itself (the ``timer`` step): it is the app's scheduler
+    app = App(name="test", store=kit_store, clock=KitClock(), scheduler=RecordingScheduler())
     sid = normalize_session_id(session_id) if session_id else mint_session_id()
     driver: Driver = (HandlerDriver if through == "handlers" else InProcessDriver)(
         app, served, sid)
@@ -449,6 +471,10 @@ def _play(driver: Driver, steps: list[Step]) -> None:
             driver.deliver(given)
         elif isinstance(step, _ToolInput):
             driver.deliver({"tools": _answer(driver.session(), step.answers)})
+        elif isinstance(step, _ToolResult):
+            driver.deliver({"tool_results": [{"call_id": _deferred(driver.session(), step.call),
+                                              "result": step.result,
+                                              "is_error": step.is_error}]})
         elif isinstance(step, _Approval):
             driver.deliver({"approvals": _decide(driver.session(), step.decisions)})
         elif isinstance(step, _Retry):
@@ -487,8 +513,11 @@ def _controls_by_reply(steps: list[Step]) -> dict[int, list[Control]]:
                                   "but the next model call is a model_error(...)")
             position += 1
         elif isinstance(step, _Model):
-            reply = step.reply if isinstance(step.reply, dict) else {"text": step.reply}
-            pieces = len(_PIECES.findall(reply.get("text") or ""))
+            reply: dict[str, Any] = (step.reply if isinstance(step.reply, dict)
+                                     else {"text": step.reply})
+            calls: list[dict[str, Any]] = reply.get("tool_calls") or []
+            pieces = len(_PIECES.findall(reply.get("text") or "")) + sum(
+                arg_pieces(call) for call in calls)
             for control in waiting:
                 if control.after > pieces:
                     raise ScriptError(f"{control.describe()}: the next reply streams only "
@@ -534,6 +563,20 @@ def _answer(session: Session, answers: dict[str, Any]) -> list[dict[str, Any]]:
             raise ScriptError(f"tool_input for {key!r}, but the run waits on {waiting}")
         given.append({"call_id": target.call_id, "input": value})
     return given
+
+
+def _deferred(session: Session, key: str) -> str:
+    """The call id of the waiting deferred call ``key`` names (by id or by tool name); a key
+    that names none is passed on as it is (the request refuses it, as production would)."""
+    pending = session.deferred_tools
+    by_name = [p for p in pending if p.name == key]
+    if any(p.call_id == key for p in pending) or not by_name:
+        return key
+    if len(by_name) > 1:
+        ids = ", ".join(p.call_id for p in by_name)
+        raise ScriptError(f"{key!r} was called {len(by_name)} times; give the result by "
+                          f"call id: {ids}")
+    return by_name[0].call_id
 
 
 def _decide(session: Session, decisions: dict[str, Any]) -> list[dict[str, Any]]:

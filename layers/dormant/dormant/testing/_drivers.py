@@ -37,7 +37,14 @@ from dormant.agent import Agent, Hook, HookContext
 from dormant.app import App
 from dormant.errors import DormantError
 from dormant.events import StreamEvent
-from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta, ThoughtDelta
+from dormant.models._base import (
+    ModelChunk,
+    ModelError,
+    ModelRequest,
+    TextDelta,
+    ThoughtDelta,
+    ToolCallDelta,
+)
 from dormant.models.scripted import ScriptedModel, ScriptError
 from dormant.results import ErrorResult, RunResult
 from dormant.schedulers import LEASE_GRACE_MS, TimerDelivery
@@ -152,7 +159,7 @@ class KitModel(ScriptedModel):
                     if not self._send(controls.pop(0), signal):
                         return  # stopped: the run loop sees the signal
             yield chunk
-            if isinstance(chunk, TextDelta):
+            if isinstance(chunk, TextDelta | ToolCallDelta):  # words, then streamed arguments
                 pieces += 1
         for control in controls:  # the reply was shorter than scripted (checked up front)
             self._send(control, signal)
