@@ -7,6 +7,7 @@ import { follow, getSession, getSessionHead, newId, postTurn, runAgui } from "./
 import { Inbox } from "./Inbox.jsx";
 import { SchemaForm } from "./SchemaForm.jsx";
 import { Timeline } from "./Timeline.jsx";
+import { VoiceButton } from "./Voice.jsx";
 import { StatusBadge, waitingSummary } from "./status.jsx";
 
 /** `incoming` appended to `events` once each (the feed and a reload may both bring one). */
@@ -147,6 +148,8 @@ export function SessionPage({ sessionId }) {
             onSend={(text) => (running
               ? signalRun({ steer: { text, invocationId: live.runId, id: newId("steer") } }, "Steer sent: the run takes it at its next step.")
               : stream({ message: text, messageId: newId("msg") }, text))} />
+          <VoiceButton sessionId={sessionId} disabled={busy || Boolean(running)} onNotice={setNotice}
+            onDone={() => reload().catch(() => {})} />
         </div>
         <aside class="side-column" aria-label="What the session waits for">
           <h2>Turn</h2>

@@ -16,7 +16,7 @@ export function describe(event, outcomes = {}) {
     case "invocation_start":
       return { kind: "run", label: "run", text: `started${e.agent ? ` (agent ${e.agent})` : ""}` };
     case "user":
-      return { kind: "user", label: e.steer ? "user (steer)" : e.queued ? "user (from the inbox)" : "user", text: e.text };
+      return { kind: "user", label: e.steer ? "user (steer)" : e.queued ? "user (from the inbox)" : e.audio ? "user (spoken)" : "user", text: e.text };
     case "seed":
       return { kind: e.role === "system" ? "system" : "user", label: `${e.role} (seeded)`, text: e.text };
     case "assistant":
@@ -80,6 +80,12 @@ export function describe(event, outcomes = {}) {
       return { kind: "answer", label: "input", text: `${e.input_id}: ${json(e.value)}` };
     case "compaction":
       return { kind: "compaction", label: "compaction", text: `${e.turns} turns folded into a summary: ${json(e.summary)}` };
+    case "tool_deferred":
+      return { kind: "yield", label: "deferred", text: `${e.name}(${json(e.args)}) waits for its result (call ${e.call_id})` };
+    case "tool_call_draft":
+      return { kind: "stop", label: "draft", text: `${e.name || "a tool call"} was still streaming when stopped: ${json(e.args_text)}` };
+    case "app_event":
+      return { kind: "event", label: `event ${e.name}`, text: `${json(e.data)}${e.event_id ? `  [${e.event_id}]` : ""}` };
     default:
       return null; // state_delta, reasoning: in the ledger, not in a person's timeline
   }

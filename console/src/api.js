@@ -97,6 +97,28 @@ export const getSessionHead = (id) => request("GET", `/sessions/${encodeURICompo
 export const postTurn = (sessionId, body) => request("POST", "/turns", { sessionId, ...body });
 
 /**
+ * One spoken turn: the recorded audio as the raw body of POST /voice (its media type says the
+ * format), answered as JSON: {transcript, output, audio: {data, format}, audioError, ...}.
+ */
+export async function postVoice(sessionId, audio) {
+  const type = audio.type || "audio/webm";
+  const response = await fetch(`/voice?sessionId=${encodeURIComponent(sessionId)}`, {
+    method: "POST",
+    headers: headers({ "Content-Type": type, Accept: "application/json" }),
+    body: audio,
+  });
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = { message: text };
+  }
+  if (!response.ok) throw new ApiError(response.status, data);
+  return data;
+}
+
+/**
  * Follow a session's committed events (GET /sessions/{id}/events?follow=true, server-sent
  * events). EventSource cannot send the X-Principal header, so this reads the stream with fetch.
  * Calls onFeed({version, status, events, resync}) per commit; reconnects until `signal` aborts.

@@ -464,3 +464,54 @@ def test_stop_waiting_ends_a_parked_response(page: Page, server: DevServer) -> N
         "ended (stopped)")
     expect(timeline.locator("li[data-type=tool_result]").last).to_contain_text("ask_guest")
     assert api(server, "GET", "/sessions/parked-1").json()["waiting"] == []
+
+
+def test_the_timeline_shows_app_events_deferred_calls_and_stopped_drafts(
+        page: Page, server: DevServer) -> None:
+    # Trusted server code (another process on the same SQLite file) writes what only it may:
+    # an application event, a call parked for its deferred result, a draft a stop cut short.
+    from pydantic import BaseModel
+
+    import dormant
+    from dormant.models import ScriptedModel
+    from dormant.stores import SqliteStore
+    from dormant.testing import model, run_test, stop, user
+
+    class Booking(BaseModel):
+        room: str
+        night: str
+
+    store = SqliteStore(server.db)
+    app = dormant.App(name="trusted", store=store)
+    app.event("crm.ticket_updated", {"type": "object", "properties": {
+        "ticket": {"type": "string"}}, "required": ["ticket"]})
+    book = app.tool(name="book", description="Book a room", schema=Booking,
+                    execute=lambda ctx: {"booked": ctx.args.room})
+    check = app.tool(name="provider_check", description="Checked by the provider",
+                     schema=Booking, deferred=True)
+    agent = app.agent(name="concierge", model=ScriptedModel([]), tools=[book, check])
+    session = app.sessions.create("trusted-1", owner="local")
+    session.append_event("crm.ticket_updated", {"ticket": "T-42"}, id="evt-1")
+    assert app.sessions.commit(session).ok
+    run_test(agent, [
+        user("book room 12 for friday"), stop(after=4),
+        model("Let me book", tool_calls=[{"name": "book", "args": {"room": "12",
+                                                                   "night": "friday"},
+                                          "stream_args": True}]),
+        user("check it with the provider"),
+        model("Checking.", tool_calls=[{"name": "provider_check",
+                                        "args": {"room": "12", "night": "friday"}}]),
+    ], store=store, session_id="trusted-1")
+
+    page.goto("/#/sessions/trusted-1")
+    timeline = page.get_by_role("list", name="Timeline")
+    expect(timeline.locator("li[data-type=app_event]")).to_contain_text(
+        'event crm.ticket_updated{"ticket":"T-42"}', timeout=WAIT)
+    expect(timeline.locator("li[data-type=app_event]")).to_contain_text("[evt-1]")
+    expect(timeline.locator("li[data-type=tool_call_draft]")).to_contain_text(
+        'book was still streaming when stopped: {"room":')
+    expect(timeline.locator("li[data-type=tool_deferred]")).to_contain_text(
+        "provider_check")
+    expect(timeline.locator("li[data-type=tool_deferred]")).to_contain_text(
+        "waits for its result")
+    shot(page, "13-trusted-events")
