@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
+from dormant.models._openai_errors import classify, redact
 from dormant.models._openai_key import openai_api_key_from_settings
 from dormant.settings import ENV, Settings
 from dormant.tools import Aborted, Signal
@@ -31,33 +32,6 @@ __all__ = ["RETRY_AFTER_CAP", "OpenAIModel", "openai_api_key_from_settings"]
 Api = Literal["responses", "chat_completions"]
 _APIS: tuple[Api, ...] = ("responses", "chat_completions")
 
-#: HTTP status → (dormant error code, worth retrying). One table, not an isinstance chain.
-_STATUS: dict[int, tuple[str, bool]] = {
-    400: ("invalid_request", False),
-    401: ("auth_failed", False),
-    403: ("permission_denied", False),
-    404: ("not_found", False),
-    408: ("timeout", True),
-    409: ("conflict", True),
-    413: ("request_too_large", False),
-    422: ("invalid_request", False),
-    429: ("rate_limited", True),
-}
-#: OpenAI error codes that say more than their status (same shape as ``_STATUS``).
-_API_CODES: dict[str, tuple[str, bool]] = {
-    "context_length_exceeded": ("context_overflow", False),
-    "string_above_max_length": ("context_overflow", False),
-    "insufficient_quota": ("insufficient_quota", False),
-    "invalid_api_key": ("auth_failed", False),
-    "model_not_found": ("model_not_found", False),
-    "rate_limit_exceeded": ("rate_limited", True),
-    "server_error": ("server_error", True),
-    # dormant's own codes, for failures with no HTTP status of their own
-    "connection_error": ("connection_error", True),
-    "timeout": ("timeout", True),
-    "stream_incomplete": ("stream_incomplete", True),
-    "stream_expected": ("stream_expected", False),
-}
 #: What compatible servers (vLLM, LiteLLM, llama.cpp...) say in a 400 when the conversation is
 #: too long, whatever ``code`` they send with it.
 _CONTEXT_TEXT = re.compile(r"context[ _-]?(window|length)|too many tokens", re.IGNORECASE)
@@ -73,7 +47,6 @@ _HINTS = {
     "stream_expected": "the server does not stream (a gateway or a mock such as Prism); if it "
                        "serves whole responses, use OpenAIModel(..., stream=False)",
 }
-_SECRET_TEXT = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{3,}")
 
 #: Backoff between retries: first delay, cap (seconds). ``Retry-After`` wins when present.
 _BACKOFF = 0.5
@@ -402,21 +375,14 @@ class OpenAIModel:
         hint = _HINTS.get(code)
         if hint:
             text += f" — {hint}"
-        return ModelError(_SECRET_TEXT.sub(r"\1***", text), code=code, status=status,
-                          retryable=retryable)
+        return ModelError(redact(text), code=code, status=status, retryable=retryable)
 
 
 def _classify(status: int | None, api_code: str | None, message: str = ""
               ) -> tuple[str, bool]:
     if status == 400 and _CONTEXT_TEXT.search(message):
         return "context_overflow", False
-    if api_code in _API_CODES:
-        return _API_CODES[api_code]
-    if status is not None and status >= 500:
-        return "server_error", True
-    if status is not None:
-        return _STATUS.get(status, ("model_error", False))
-    return (api_code or "model_error"), False
+    return classify(status, api_code)
 
 
 def _retryable(error: openai.APIError) -> bool:

@@ -9,13 +9,13 @@ the first call needs its client, so a Lambda function builds them at cold start 
 from __future__ import annotations
 
 import importlib.util
-import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from dormant.errors import ConfigError
 from dormant.models._base import ModelError
+from dormant.models._openai_errors import classify, redact
 from dormant.models._openai_key import openai_api_key_from_settings
 from dormant.settings import Settings
 
@@ -30,14 +30,6 @@ MIME_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "ogg": "audio/ogg", "webm
               "pcm": "audio/pcm"}
 #: The formats the speech API can answer in.
 _SPEECH_FORMATS = ("wav", "mp3", "opus", "aac", "flac", "pcm")
-#: HTTP status -> (dormant error code, worth retrying).
-_STATUS: dict[int, tuple[str, bool]] = {
-    400: ("invalid_request", False), 401: ("auth_failed", False),
-    403: ("permission_denied", False), 404: ("model_not_found", False),
-    408: ("timeout", True), 413: ("request_too_large", False),
-    422: ("invalid_request", False), 429: ("rate_limited", True),
-}
-_SECRET_TEXT = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{3,}")
 _MISSING = "dormant.models.{} needs the openai package: pip install 'dormant[openai]'"
 
 
@@ -120,14 +112,11 @@ class _OpenAIAudio:
             code, retryable, status = "timeout", True, None
         elif isinstance(error, openai.APIConnectionError):
             code, retryable = "connection_error", True
-        elif status is not None and status >= 500:
-            code, retryable = "server_error", True
         else:
-            code, retryable = _STATUS.get(status or 0, ("model_error", False))
+            code, retryable = classify(status, getattr(error, "code", None))
         text = (f"OpenAI {self._what} call for model {self.model!r} failed "
                 f"({status or code}): {error.message}")
-        return ModelError(_SECRET_TEXT.sub(r"\1***", text), code=code, status=status,
-                          retryable=retryable)
+        return ModelError(redact(text), code=code, status=status, retryable=retryable)
 
 
 class OpenAITranscriber(_OpenAIAudio):

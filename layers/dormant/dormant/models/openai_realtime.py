@@ -36,6 +36,7 @@ from dormant.models._base import (
     UsageChunk,
     UserMessage,
 )
+from dormant.models._openai_errors import API_CODES, classify
 from dormant.models._openai_key import openai_api_key_from_settings
 from dormant.settings import Settings
 from dormant.tools import Aborted, Signal
@@ -58,26 +59,6 @@ _APPEND = 256 * 1024
 _BACKOFF = 0.5
 _BACKOFF_CAP = 4.0
 
-#: HTTP status of a refused WebSocket upgrade -> (dormant error code, worth retrying).
-_STATUS: dict[int, tuple[str, bool]] = {
-    400: ("invalid_request", False),
-    401: ("auth_failed", False),
-    403: ("permission_denied", False),
-    404: ("model_not_found", False),
-    408: ("timeout", True),
-    429: ("rate_limited", True),
-}
-#: Realtime error codes and types that say more than "the call failed".
-_CODES: dict[str, tuple[str, bool]] = {
-    "invalid_api_key": ("auth_failed", False),
-    "insufficient_quota": ("insufficient_quota", False),
-    "rate_limit_exceeded": ("rate_limited", True),
-    "context_length_exceeded": ("context_overflow", False),
-    "model_not_found": ("model_not_found", False),
-    "server_error": ("server_error", True),
-    "invalid_request_error": ("invalid_request", False),
-    "session_expired": ("session_expired", True),
-}
 #: Input audio the Realtime API takes as it is: format -> its ``audio.input.format``.
 _RAW_INPUT: dict[str, dict[str, Any]] = {
     "pcm16": {"type": "audio/pcm", "rate": RATE},
@@ -366,8 +347,7 @@ class OpenAIRealtimeModel:
             ).enter()
         except InvalidStatus as refused:
             status = refused.response.status_code
-            code, retryable = _STATUS.get(status, ("server_error", True) if status >= 500
-                                          else ("model_error", False))
+            code, retryable = classify(status)
             body = bytes(refused.response.body or b"").decode(errors="replace")[:300]
             raise ModelError(self._text(f"the WebSocket upgrade was refused ({status}"
                                         f"{': ' + body if body else ''})"),
@@ -402,8 +382,8 @@ class OpenAIRealtimeModel:
         message = getattr(error, "message", None) or fallback
         api_code = getattr(error, "code", None)
         kind = getattr(error, "type", None)
-        code, retryable = (_CODES.get(api_code or "") or _CODES.get(kind or "")
-                           or ((api_code or "model_error"), False))
+        known = api_code if api_code in API_CODES else kind if kind in API_CODES else None
+        code, retryable = classify(None, known or api_code)
         detail = api_code or kind or code
         return ModelError(f"OpenAI Realtime API call for model {self.model!r} failed ({detail}): "
                           f"{message}", code=code, retryable=retryable)
