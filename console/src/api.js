@@ -37,10 +37,8 @@ export class ApiError extends Error {
   }
 }
 
-async function request(method, path, body) {
-  const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
-  if (body !== undefined) init.body = JSON.stringify(body);
-  const response = await fetch(path, init);
+/** A response's JSON body (or its text as `message`); an ApiError for a status that is not ok. */
+async function answer(response) {
   const text = await response.text();
   let data = null;
   try {
@@ -50,6 +48,13 @@ async function request(method, path, body) {
   }
   if (!response.ok) throw new ApiError(response.status, data);
   return data;
+}
+
+async function request(method, path, body) {
+  const init = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }) };
+  if (body !== undefined) init.body = JSON.stringify(body);
+  const response = await fetch(path, init);
+  return answer(response);
 }
 
 /** Session ids are normalised by the server: `s1` is `session_s1`. */
@@ -107,15 +112,7 @@ export async function postVoice(sessionId, audio) {
     headers: headers({ "Content-Type": type, Accept: "application/json" }),
     body: audio,
   });
-  const text = await response.text();
-  let data = null;
-  try {
-    data = text ? JSON.parse(text) : null;
-  } catch {
-    data = { message: text };
-  }
-  if (!response.ok) throw new ApiError(response.status, data);
-  return data;
+  return answer(response);
 }
 
 /**
