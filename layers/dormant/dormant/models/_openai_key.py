@@ -12,7 +12,7 @@ from typing import Any, cast
 from dormant.models._base import ModelError
 from dormant.settings import Settings
 
-__all__ = ["openai_api_key_from_settings"]
+__all__ = ["deployment_key", "openai_api_key_from_settings"]
 
 _KEY_FIELDS = ("OPENAI_API_KEY", "openai_api_key", "api_key", "apiKey", "key")
 
@@ -46,6 +46,25 @@ def openai_api_key_from_settings(settings: Settings | None = None, *,
         raise ModelError(f"cannot read the OpenAI key from {where}: {error}",
                          code="auth_failed") from error
     return _key_from(raw if isinstance(raw, str) else bytes(raw).decode(), where)
+
+
+def deployment_key(settings: Settings | None, options: dict[str, Any]) -> Settings:
+    """Give an OpenAI adapter's ``options`` the deployment's key when the deployment names a
+    secret or parameter and the caller gave neither ``client`` nor ``api_key``: a callable,
+    so the key is read on the first call (not at import) and Powertools' cache serves the
+    warm ones. Returns the settings it read."""
+    settings = settings or Settings.from_env()
+    if (options.get("client") is None and options.get("api_key") is None
+            and (settings.openai_secret or settings.openai_parameter)):
+        read = settings
+
+        def key() -> str:
+            value = openai_api_key_from_settings(read)
+            assert value is not None
+            return value
+
+        options["api_key"] = key
+    return settings
 
 
 def _share_the_default_boto3_session(kind: str) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
 from dormant.models._openai_errors import classify, redact
-from dormant.models._openai_key import openai_api_key_from_settings
+from dormant.models._openai_key import deployment_key, openai_api_key_from_settings
 from dormant.settings import ENV, Settings
 from dormant.tools import Aborted, Signal
 
@@ -161,16 +161,7 @@ class OpenAIModel:
         invocations by Powertools parameters (``POWERTOOLS_PARAMETERS_MAX_AGE``, default 5
         minutes), so a rotated key is picked up without a redeploy.
         """
-        settings = settings or Settings.from_env()
-        if (options.get("client") is None and options.get("api_key") is None
-                and (settings.openai_secret or settings.openai_parameter)):
-
-            def key() -> str:
-                value = openai_api_key_from_settings(settings)
-                assert value is not None
-                return value
-
-            options["api_key"] = key
+        settings = deployment_key(settings, options)
         return cls(settings.openai_model, **options)
 
     # --- the model call -------------------------------------------------------------------------

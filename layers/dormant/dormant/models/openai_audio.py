@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from dormant.errors import ConfigError
 from dormant.models._base import ModelError
 from dormant.models._openai_errors import classify, redact
-from dormant.models._openai_key import openai_api_key_from_settings
+from dormant.models._openai_key import deployment_key
 from dormant.settings import Settings
 
 if TYPE_CHECKING:
@@ -61,22 +61,6 @@ class _OpenAIAudio:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r})"
-
-    @classmethod
-    def _key_options(cls, settings: Settings | None, options: dict[str, Any]) -> Settings:
-        """Read the key from Secrets Manager / SSM (on first call) when the deployment names
-        one, as :meth:`OpenAIModel.from_settings` does."""
-        settings = settings or Settings.from_env()
-        if (options.get("client") is None and options.get("api_key") is None
-                and (settings.openai_secret or settings.openai_parameter)):
-
-            def key() -> str:
-                value = openai_api_key_from_settings(settings)
-                assert value is not None
-                return value
-
-            options["api_key"] = key
-        return settings
 
     def _openai(self) -> openai.OpenAI:
         try:
@@ -140,7 +124,7 @@ class OpenAITranscriber(_OpenAIAudio):
                       ) -> OpenAITranscriber:
         """The deployment's transcriber: its key as :meth:`OpenAIModel.from_settings` reads
         it (Secrets Manager / SSM when configured, else ``OPENAI_API_KEY``)."""
-        cls._key_options(settings, options)
+        deployment_key(settings, options)
         return cls(**options)
 
     def transcribe(self, audio: bytes, format: str) -> str:
@@ -183,7 +167,7 @@ class OpenAISpeaker(_OpenAIAudio):
     def from_settings(cls, settings: Settings | None = None, **options: Any) -> OpenAISpeaker:
         """The deployment's speaker (its key read as :meth:`OpenAITranscriber.from_settings`
         reads it)."""
-        cls._key_options(settings, options)
+        deployment_key(settings, options)
         return cls(**options)
 
     def speak(self, text: str) -> tuple[bytes, str]:

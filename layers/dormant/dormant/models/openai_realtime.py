@@ -37,7 +37,7 @@ from dormant.models._base import (
     UserMessage,
 )
 from dormant.models._openai_errors import API_CODES, classify
-from dormant.models._openai_key import openai_api_key_from_settings
+from dormant.models._openai_key import deployment_key
 from dormant.settings import Settings
 from dormant.tools import Aborted, Signal
 
@@ -177,16 +177,7 @@ class OpenAIRealtimeModel:
         (``DORMANT_OPENAI_SECRET``) or SSM parameter (``DORMANT_OPENAI_PARAMETER``) when one is
         configured (read on the first connection, cached by Powertools), else
         ``OPENAI_API_KEY``."""
-        settings = settings or Settings.from_env()
-        if (options.get("client") is None and options.get("api_key") is None
-                and (settings.openai_secret or settings.openai_parameter)):
-
-            def key() -> str:
-                value = openai_api_key_from_settings(settings)
-                assert value is not None
-                return value
-
-            options["api_key"] = key
+        settings = deployment_key(settings, options)
         return cls(model, **options)
 
     # --- the model call -------------------------------------------------------------------------
