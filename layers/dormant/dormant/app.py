@@ -204,22 +204,22 @@ class Sessions:
 
     def holds_event(self, session: Session, event_id: str) -> bool:
         """Whether an application event with ``event_id`` ever landed in ``session``."""
-        head = session.head
-        if head.has_event(event_id):
-            return True
-        if head.knows_every_message or head.version == 0:
-            return False
-        return self._store.has_once(session.session_id, "e:" + event_id)
+        return self._holds(session, session.head.has_event(event_id), "e:" + event_id)
 
     def holds_message(self, session: Session, message_id: str) -> bool:
         """Whether ``message_id`` ever landed in ``session``: the head's recent ids answer
         alone while they are all the session ever had; past that, the store's key does."""
+        return self._holds(session, session.head.has_message(message_id), "m:" + message_id)
+
+    def _holds(self, session: Session, in_head: bool, once_key: str) -> bool:
+        """An id the head remembers landed; one it does not may have landed before the
+        head's recent ids begin, which the store's once-key answers."""
         head = session.head
-        if head.has_message(message_id):
+        if in_head:
             return True
         if head.knows_every_message or head.version == 0:
             return False
-        return self._store.has_once(session.session_id, "m:" + message_id)
+        return self._store.has_once(session.session_id, once_key)
 
     def fork(self, session_id: str, at_version: int | None = None,
              new_session_id: str | None = None, *, owner: str | None = None,
