@@ -140,8 +140,15 @@ class FakeAudioAPI:
 
 
 @contextmanager
-def fake_audio_api(reply: str = "Booked for Friday.") -> Iterator[FakeAudioAPI]:
+def fake_audio_api(reply: str = "Booked for Friday.", *, hears: tuple[bytes, str] | None = None,
+                   hears_any: str | None = None) -> Iterator[FakeAudioAPI]:
+    """A running :class:`FakeAudioAPI` that answers ``hears`` (audio, its text) or, for any
+    real audio, ``hears_any``; closed on exit."""
     fake = FakeAudioAPI(reply)
+    if hears is not None:
+        fake.hears(*hears)
+    if hears_any is not None:
+        fake.hears_any(hears_any)
     try:
         yield fake
     finally:

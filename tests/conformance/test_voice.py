@@ -14,7 +14,7 @@ import dormant
 from dormant.events import UserEvent
 from dormant.models import OpenAISpeaker, OpenAITranscriber, ScriptedModel
 from dormant.stores import Store
-from tests.audio_fake import FakeAudioAPI, audio_seconds, spoken_wav
+from tests.audio_fake import FakeAudioAPI, audio_seconds, fake_audio_api, spoken_wav
 
 SAID = "Book me a room for Friday."
 REPLY = "Booked for Friday."
@@ -27,12 +27,8 @@ def wav() -> bytes:
 
 @pytest.fixture
 def fake(wav: bytes) -> Iterator[FakeAudioAPI]:
-    api = FakeAudioAPI()
-    api.hears(wav, SAID)
-    try:
+    with fake_audio_api(hears=(wav, SAID)) as api:
         yield api
-    finally:
-        api.close()
 
 
 def _voice(store: Store, fake: FakeAudioAPI) -> Any:

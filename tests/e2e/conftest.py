@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -72,6 +73,18 @@ class DevServer:
     def restart(self) -> DevServer:
         self.kill()
         return self.start()
+
+
+@contextmanager
+def voice_dev_server(db: Path, openai_url: str) -> Iterator[DevServer]:
+    """``dormant dev`` whose OpenAI (model, transcription, speech) is the fake at
+    ``openai_url``, with a key that is not one."""
+    server = DevServer(db, env={"OPENAI_API_KEY": "sk-test-not-a-key",
+                                "OPENAI_BASE_URL": openai_url}).start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 def _first_line(stream: IO[str], timeout: float) -> str:

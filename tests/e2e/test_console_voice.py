@@ -11,9 +11,9 @@ import httpx
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from tests.audio_fake import FakeAudioAPI, spoken_wav
+from tests.audio_fake import FakeAudioAPI, fake_audio_api, spoken_wav
 
-from .conftest import DevServer
+from .conftest import DevServer, voice_dev_server
 from .test_console import CHROMIUM, CHROMIUM_ARGS, WAIT
 
 SAID = "Book me a room for Friday."
@@ -22,23 +22,15 @@ REPLY = "Your room is booked for Friday."
 
 @pytest.fixture
 def fake() -> Iterator[FakeAudioAPI]:
-    api = FakeAudioAPI(reply=REPLY)
-    api.hears_any(SAID)  # the browser's recording: its bytes are the browser's own
-    try:
+    # the browser's recording: its bytes are the browser's own
+    with fake_audio_api(REPLY, hears_any=SAID) as api:
         yield api
-    finally:
-        api.close()
 
 
 @pytest.fixture
 def voice_server(tmp_path: Path, fake: FakeAudioAPI) -> Iterator[DevServer]:
-    server = DevServer(tmp_path / "voice.db", env={"OPENAI_API_KEY": "sk-test-not-a-key",
-                                                   "OPENAI_BASE_URL": fake.base_url})
-    server.start()
-    try:
+    with voice_dev_server(tmp_path / "voice.db", fake.base_url) as server:
         yield server
-    finally:
-        server.kill()
 
 
 def test_the_console_records_sends_and_plays_a_voice_turn(

@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from dormant.stores.sqlite import SqliteStore
-from tests.audio_fake import FakeAudioAPI, audio_seconds, audio_type, spoken_wav
+from tests.audio_fake import FakeAudioAPI, audio_seconds, audio_type, fake_audio_api, spoken_wav
 
-from .conftest import DevServer
+from .conftest import DevServer, voice_dev_server
 
 SAID = "Book me a room for Friday."
 REPLY = "Your room is booked for Friday."
@@ -28,23 +28,14 @@ def wav() -> bytes:
 
 @pytest.fixture
 def fake(wav: bytes) -> Iterator[FakeAudioAPI]:
-    api = FakeAudioAPI(reply=REPLY)
-    api.hears(wav, SAID)
-    try:
+    with fake_audio_api(REPLY, hears=(wav, SAID)) as api:
         yield api
-    finally:
-        api.close()
 
 
 @pytest.fixture
 def voice_server(tmp_path: Path, fake: FakeAudioAPI) -> Iterator[DevServer]:
-    server = DevServer(tmp_path / "voice.db", env={"OPENAI_API_KEY": "sk-test-not-a-key",
-                                                   "OPENAI_BASE_URL": fake.base_url})
-    server.start()
-    try:
+    with voice_dev_server(tmp_path / "voice.db", fake.base_url) as server:
         yield server
-    finally:
-        server.kill()
 
 
 def _stored_users(server: DevServer, session_id: str) -> list[tuple[str, bool]]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.audio_fake import FakeAudioAPI, audio_seconds, audio_type
+from tests.audio_fake import FakeAudioAPI, audio_seconds, audio_type, fake_audio_api
 from tests.functions.conftest import (
     Deployment,
     FakeLambdaContext,
@@ -26,15 +26,12 @@ REPLY = "Booked for Friday."
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAudioAPI]:
-    api = FakeAudioAPI(reply=REPLY)
-    api.hears(base64.b64decode(load_event("api_post_voice.json")["body"]), SAID)
-    # the sample serves OpenAIModel once a key is set; the fake is the API it reaches
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
-    monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
-    try:
+    sample = base64.b64decode(load_event("api_post_voice.json")["body"])
+    with fake_audio_api(REPLY, hears=(sample, SAID)) as api:
+        # the sample serves OpenAIModel once a key is set; the fake is the API it reaches
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", api.base_url)
         yield api
-    finally:
-        api.close()
 
 
 def test_a_base64_audio_body_runs_a_spoken_turn(

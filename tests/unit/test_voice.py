@@ -26,7 +26,7 @@ from dormant.models import (
     Transcriber,
 )
 from dormant.tools import Signal
-from tests.audio_fake import FakeAudioAPI, audio_seconds, audio_type, spoken_wav
+from tests.audio_fake import FakeAudioAPI, audio_seconds, audio_type, fake_audio_api, spoken_wav
 
 SAID = "Book me a room for Friday."
 REPLY = "Booked for Friday."
@@ -39,12 +39,8 @@ def wav() -> bytes:
 
 @pytest.fixture
 def fake(wav: bytes) -> Iterator[FakeAudioAPI]:
-    api = FakeAudioAPI()
-    api.hears(wav, SAID)
-    try:
+    with fake_audio_api(hears=(wav, SAID)) as api:
         yield api
-    finally:
-        api.close()
 
 
 def _voice(fake: FakeAudioAPI, replies: list[Any] | None = None, **config: Any
