@@ -74,7 +74,8 @@ class Reply:
 
     status: int = 200
     body: Any = None
-    events: list[tuple[str | None, dict[str, Any]]] | None = None
+    #: (event name, data): data as JSON, or a ``str`` sent as it is (a malformed frame).
+    events: list[tuple[str | None, dict[str, Any] | str]] | None = None
     done_marker: bool = False
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
@@ -188,7 +189,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.end_headers()
         assert reply.events is not None
-        frames = [(f"event: {name}\n" if name else "") + f"data: {json.dumps(data)}\n\n"
+        frames = [(f"event: {name}\n" if name else "")
+                  + f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
                   for name, data in reply.events]
         if reply.done_marker:
             frames.append("data: [DONE]\n\n")

@@ -62,6 +62,9 @@ DEADLINE_MARGIN = 5.0
 DRAIN_BUDGET = 10.0
 #: Queued messages one request runs at most before handing the rest on.
 MAX_DRAIN = 16
+#: Failures that wrote nothing and that the same request can get past when the error does not
+#: say itself (a model's or a store's error carries its own ``retryable``).
+_RETRYABLE = frozenset({"model_error", "aborted", "deadline", "store_error", "run_error"})
 
 
 class TurnConfig:
@@ -243,7 +246,7 @@ class TurnStream(Iterator[StreamEvent]):
             return
         except ModelError as error:  # the model provider failed for good (after retries)
             log.warning("model call failed: %s", error, extra={"session_id": session.session_id})
-            self._fail(session.session_id, error, code="model_error")
+            self._fail(session.session_id, error)  # its own code and retryable
             return
         except Exception as error:  # a tool/model/hook bug: report it, write nothing
             log.exception("turn failed", extra={"session_id": session.session_id})
@@ -402,12 +405,15 @@ class TurnStream(Iterator[StreamEvent]):
                                  f"{describe_validation(error)}") from error
 
     def _fail(self, session_id: str, error: BaseException, code: str | None = None) -> None:
+        """The turn ended in ``error`` having written nothing. ``retryable``: the error's own
+        (a :class:`ModelError`'s, a :class:`StoreError`'s…) when it says, else whether ``code``
+        is a failure the same request can get past."""
         code = code or getattr(error, "code", "run_error")
+        own = getattr(error, "retryable", None)
+        retryable = own if isinstance(own, bool) else code in _RETRYABLE
         self.result = TurnResult(
             session_id=session_id, status="error", error=str(error), code=code,
-            invocation_id=self.invocation_id,
-            retryable=code in ("model_error", "aborted", "deadline", "store_error",
-                               "run_error") or None,
+            invocation_id=self.invocation_id, retryable=retryable,
         )
 
     def _turn_result(self, session: Session, result: RunResult, outcome: Outcome
@@ -421,7 +427,7 @@ class TurnStream(Iterator[StreamEvent]):
         deferred: list[YieldedTool] | None = None
         if isinstance(result, ErrorResult):
             error, code = result.error, result.code
-            retryable = session.head.failed or None
+            retryable = session.head.failed and result.retryable
         elif isinstance(result, YieldedToolResult):
             yielded_tools, approvals = result.yielded_tools, result.pending_approvals
             deferred = result.deferred_tools

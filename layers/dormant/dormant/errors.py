@@ -300,6 +300,20 @@ def describe_validation(error: ValidationError, root: str = "body") -> str:
     return "; ".join(parts)
 
 
+#: What a model adapter's :class:`~dormant.models.ModelError` may be coded as (beside the
+#: generic ``model_error``), whatever the provider: the turn result, the REST ``error.code``
+#: and the AG-UI ``RUN_ERROR.code`` carry the code itself, so a client can tell a failure it
+#: may retry (``rate_limited``) from one it may not (``context_overflow``). Each is a 502:
+#: the model provider, not the caller, failed.
+MODEL_ERROR_CODES: tuple[str, ...] = (
+    "auth_failed", "conflict_upstream", "connection_error", "context_overflow",
+    "insufficient_quota", "invalid_request", "model_not_found", "model_not_ready",
+    "permission_denied", "rate_limited", "request_too_large", "response_failed",
+    "server_error", "service_unavailable", "session_expired", "stream_error",
+    "stream_expected", "stream_incomplete", "summary_empty", "timeout",
+)
+
+
 #: HTTP status per error code, for every HTTP surface (API function, local server).
 HTTP_STATUS: dict[str, int] = {
     InputError.code: 400,
@@ -339,6 +353,7 @@ HTTP_STATUS: dict[str, int] = {
     "run_error": 500,
     "max_steps": 500,
     "model_error": 502,
+    **dict.fromkeys(MODEL_ERROR_CODES, 502),
     "no_speech": 422,  # a voice request whose audio held no words
     "aborted": 504,
     "deadline": 504,
@@ -348,6 +363,7 @@ HTTP_STATUS: dict[str, int] = {
 #: What a public answer says of a server-side failure, by code (the detail goes to the log).
 _FAILURES: dict[str, str] = {
     "model_error": "the model provider failed",
+    **dict.fromkeys(MODEL_ERROR_CODES, "the model provider failed"),
     "deadline": "the turn ran out of time",
     "aborted": "the turn was aborted",
     "max_steps": "the turn took more model steps than the agent allows",

@@ -72,6 +72,8 @@ class ErrorResult(_Result):
     status: Literal["error"] = "error"
     error: str
     code: str = "run_error"
+    #: Whether a retry of the invocation can succeed (False: a ``context_overflow``, say).
+    retryable: bool = True
 
 
 class StoppedResult(_Result):

@@ -234,7 +234,7 @@ def _failed(run: RunState, code: str, message: str, *, retryable: bool) -> Strea
     run.session.take_deferred()
     yield run.emit(InvocationFailed(invocation_id=run.invocation_id, code=code,
                                     message=message, retryable=retryable))
-    return _result(run, ErrorResult(error=message, code=code))
+    return _result(run, ErrorResult(error=message, code=code, retryable=retryable))
 
 
 def _stopped(run: RunState) -> Stream:

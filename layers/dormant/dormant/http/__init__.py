@@ -114,6 +114,7 @@ from dormant.http._wire import (
 from dormant.session import Session
 
 if TYPE_CHECKING:
+    from dormant._turn_wire import TurnResult
     from dormant.agent import Agent
     from dormant.app import App
 
@@ -443,8 +444,7 @@ class _Routes:
         reply = self.rest(request.to_handler_input(principal),
                           remaining_time=self._remaining_time())
         if reply.status == "error" and reply.commit_status in (None, "failed"):
-            return self._refused(reply.code or "run_error", reply.error or "the turn failed",
-                                 reply.session_id, principal)
+            return self._refused(reply, principal)
         status, body = self._answer(reply)
         return Response(status_code=status, content_type=JSON, body=body)
 
@@ -461,8 +461,7 @@ class _Routes:
         ended = run.result
         if ended is not None and ended.status == "error" \
                 and ended.commit_status in (None, "failed"):
-            return self._refused(ended.code or "run_error", ended.error or "the turn failed",
-                                 ended.session_id, principal)
+            return self._refused(ended, principal)
 
         def frames() -> Iterator[str]:
             for event in itertools.chain(() if first is None else [first], run):
@@ -508,13 +507,16 @@ class _Routes:
             body["requestId"] = request_id
         return status, body
 
-    def _refused(self, code: str, message: str, session_id: str | None,
-                 principal: str | None) -> Response[Any]:
-        """The JSON error of a turn that ended in an error having written nothing."""
+    def _refused(self, ended: RestResponse | TurnResult, principal: str | None
+                 ) -> Response[Any]:
+        """The JSON error of a turn that ended in an error having written nothing, with its
+        own code and whether the same request can succeed later (``retryable``)."""
+        code, session_id = ended.code or "run_error", ended.session_id
         pending = self._pending(session_id, principal) \
             if code == "awaiting_input" and session_id else None
-        return error_response(code, message, request_id=self.request_id(),
-                              session_id=session_id or None, pending=pending)
+        return error_response(code, ended.error or "the turn failed",
+                              request_id=self.request_id(), session_id=session_id or None,
+                              pending=pending, retryable=ended.retryable)
 
     def _remaining_time(self) -> float | None:
         """Seconds this Lambda invocation has left (None off Lambda): the turn ends as a
@@ -554,8 +556,7 @@ class _Routes:
         assert self.voice_handler is not None
         reply = self.voice_handler(request, remaining_time=self._remaining_time())
         if reply.status == "error" and reply.commit_status in (None, "failed"):
-            return self._refused(reply.code or "run_error", reply.error or "the turn failed",
-                                 reply.session_id, principal)
+            return self._refused(reply, principal)
         status, body = self._answer(reply)
         if reply.audio_error is not None:  # the provider's text stays in the log
             request_id = self.request_id()
@@ -767,8 +768,7 @@ class _Routes:
         first = next(run)
         ended = run.result
         if ended is not None and ended.status == "error" and ended.commit_status is None:
-            return self._refused(ended.code or "run_error", ended.error or "the turn failed",
-                                 ended.session_id, principal)
+            return self._refused(ended, principal)
         return self._stream(encode_sse(itertools.chain([first], run)), run)
 
 

@@ -42,7 +42,8 @@ def error_response(code: str, message: str, *, request_id: str | None = None,
         log.error("request %s failed: %s: %s", request_id, code, message,
                   extra={"request_id": request_id, "error_code": code})
         message = public_message(code, message, request_id)
-        extra = {"session_id": extra.get("session_id"), "request_id": request_id}
+        extra = {"session_id": extra.get("session_id"), "request_id": request_id,
+                 "retryable": extra.get("retryable")}
     body = ErrorBody(code=code, message=message, **extra)
     return Response(status_code=status, content_type=JSON, headers=dict(headers or {}),
                     body=body.model_dump(by_alias=True, mode="json", exclude_none=True))

@@ -413,6 +413,9 @@ class ErrorBody(_Wire):
         default=None, description="Each invalid field and what is wrong with it.")
     request_id: str | None = Field(
         default=None, description="A server-side failure: the request id its log names.")
+    retryable: bool | None = Field(
+        default=None, description="A failed turn: whether the same request can succeed "
+                                  "later (`rate_limited`: yes; `context_overflow`: no).")
 
 
 def principal_of(event: Mapping[str, Any]) -> str | None:

@@ -17,9 +17,9 @@ STATUS: dict[int, tuple[str, bool]] = {
     400: ("invalid_request", False),
     401: ("auth_failed", False),
     403: ("permission_denied", False),
-    404: ("not_found", False),
+    404: ("model_not_found", False),  # a wrong model name, or a base URL that serves none
     408: ("timeout", True),
-    409: ("conflict", True),
+    409: ("conflict_upstream", True),
     413: ("request_too_large", False),
     422: ("invalid_request", False),
     429: ("rate_limited", True),
@@ -40,20 +40,23 @@ API_CODES: dict[str, tuple[str, bool]] = {
     "timeout": ("timeout", True),
     "stream_incomplete": ("stream_incomplete", True),
     "stream_expected": ("stream_expected", False),
+    "response_failed": ("response_failed", False),
+    "stream_error": ("stream_error", False),
 }
 
 _SECRET_TEXT = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{3,}")
 
 
 def classify(status: int | None, api_code: str | None = None) -> tuple[str, bool]:
-    """(dormant error code, worth retrying) for a failure with this status and OpenAI code."""
+    """(dormant error code, worth retrying) for a failure with this status and OpenAI code:
+    always one of :data:`dormant.errors.MODEL_ERROR_CODES` or ``model_error``."""
     if api_code in API_CODES:
         return API_CODES[api_code]
     if status is not None and status >= 500:
         return "server_error", True
     if status is not None:
         return STATUS.get(status, ("model_error", False))
-    return (api_code or "model_error"), False
+    return "model_error", False  # a code of the server's own: named in the message
 
 
 def redact(text: str) -> str:

@@ -70,8 +70,10 @@ def responses_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
             items.append({"role": message.role, "content": message.text})
         elif isinstance(message, AssistantMessage):
             if message.text or message.tool_calls:
-                # The API rejects a reasoning item that no output item follows.
-                items.extend(item for item in message.reasoning
+                # The API rejects a reasoning item that no output item follows, and one with
+                # a null field (``"status": null`` as some servers echo it).
+                items.extend({key: value for key, value in item.items() if value is not None}
+                             for item in message.reasoning
                              if isinstance(item, dict) and item.get("type") == "reasoning")
             if message.text:
                 items.append({"role": "assistant", "content": message.text})

@@ -441,6 +441,8 @@ class _Abortable:
         self.count = 0
 
     def __iter__(self) -> Iterator[Any]:
+        from dormant.models._openai_wire import StreamFailed
+
         events = iter(self._reply)
         while True:
             self._check()  # before blocking on the next read, and again after it
@@ -448,6 +450,10 @@ class _Abortable:
                 event = next(events)
             except StopIteration:
                 return
+            except json.JSONDecodeError as error:  # the client parses each event's data
+                raise StreamFailed(f"event {self.count + 1} of the stream was not JSON "
+                                   f"({error.msg} at {error.pos})",
+                                   code="stream_incomplete") from error
             self._check()
             self.count += 1
             yield event
