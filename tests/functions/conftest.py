@@ -16,7 +16,7 @@ import json
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -118,6 +118,8 @@ class Deployment:
     queue: str = "dormant-webhook.fifo"
     queue_url: str = ""
     server: MotoServer | None = None
+    #: The template parameters the stack was deployed with (what its policies resolve with).
+    parameters: dict[str, str] = field(default_factory=dict)
 
     def cold_start(self, function: str) -> ModuleType:
         """Import ``functions/<function>/app.py`` afresh, as a new execution environment does.
@@ -147,7 +149,7 @@ class Deployment:
         """What the template's resources are called in this deployment (for its policies)."""
         return Names(table=self.table, bucket=self.bucket, schedule_group=self.schedule_group,
                      queue=self.queue, scheduler_role_arn=SCHEDULER_ROLE_ARN,
-                     wake_dlq_arn=WAKE_DLQ_ARN)
+                     wake_dlq_arn=WAKE_DLQ_ARN, parameters=self.parameters)
 
     def session(self, session_id: str) -> Any:
         """The stored session (whole ledger), read with a store of its own."""

@@ -212,12 +212,36 @@ def authorisations(service: str, operation: str, params: Mapping[str, Any], *,
             # AWS appends six random characters to a secret's name in its ARN.
             secret = f"arn:aws:secretsmanager:{region}:{account}:secret:{secret}-AbCdEf"
         return [("secretsmanager:GetSecretValue", secret, ())]
+    if service == "bedrock-runtime" and operation in _BEDROCK_ACTIONS:
+        return _bedrock(_BEDROCK_ACTIONS[operation], str(params.get("modelId", "")), region,
+                        account)
     if service == "ssm" and operation in {"GetParameter", "GetParameters"}:
         names = params.get("Names") or [params.get("Name", "")]
         return [(f"ssm:{operation}",
                  f"arn:aws:ssm:{region}:{account}:parameter/{str(n).lstrip('/')}", ())
                 for n in names]
     return [(f"{service}:{operation}", UNKNOWN, ())]
+
+
+#: What IAM authorises a Bedrock Runtime call as.
+_BEDROCK_ACTIONS = {"ConverseStream": "bedrock:InvokeModelWithResponseStream",
+                    "Converse": "bedrock:InvokeModel"}
+#: The prefixes of cross-region inference profile ids (``us.amazon.nova-pro-v1:0``).
+_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "us-gov.", "jp.", "au.", "ca.", "global.")
+
+
+def _bedrock(action: str, model: str, region: str, account: str) -> list[_Authorisation]:
+    """A model id is authorised on its foundation model; an inference profile's on the
+    profile, and on the foundation model it routes to with the profile as condition key."""
+    if model.startswith(_PROFILE_PREFIXES):
+        profile = f"arn:aws:bedrock:{region}:{account}:inference-profile/{model}"
+        routed = model.split(".", 1)[1]
+        return [(action, profile, ()),
+                (action, f"arn:aws:bedrock:{region}::foundation-model/{routed}",
+                 (("bedrock:InferenceProfileArn", profile),))]
+    if model.startswith("arn:"):
+        return [(action, model, ())]
+    return [(action, f"arn:aws:bedrock:{region}::foundation-model/{model}", ())]
 
 
 def _table(name: str, region: str, account: str) -> str:

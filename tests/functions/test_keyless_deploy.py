@@ -54,7 +54,7 @@ def test_the_deployed_app_serves_the_demo_model_and_logs_it(
     # by name: cold starts in other tests import the sample afresh, class and all
     assert type(agent.model).__name__ == "DemoModel"
     assert type(agent.model).__module__ == "dormant.samples.bookings"
-    [warning] = [r for r in startup_log if "no OpenAI key" in r.getMessage()]
+    [warning] = [r for r in startup_log if "no model configured" in r.getMessage()]
     assert warning.levelno == logging.WARNING
     assert "DemoModel" in warning.getMessage()
     assert settings.app in warning.getMessage()
@@ -66,7 +66,7 @@ def test_a_named_secret_serves_openai_and_logs_no_warning(
     monkeypatch.setenv("DORMANT_OPENAI_SECRET", "dormant/openai-api-key")
     _, agent, _ = deployed_app()  # the key is read on the first model call, not here
     assert type(agent.model).__name__ == "OpenAIModel"
-    assert not [r for r in startup_log if "no OpenAI key" in r.getMessage()]
+    assert not [r for r in startup_log if "no model configured" in r.getMessage()]
 
 
 def test_a_keyless_api_function_answers_a_turn_without_any_secret(
@@ -75,7 +75,7 @@ def test_a_keyless_api_function_answers_a_turn_without_any_secret(
     api = keyless.cold_start("api")  # the autouse IAM recorder checks its calls, too
     # (a cold start imports the sample afresh: its class, by name)
     assert type(api.agent.model).__name__ == "DemoModel"
-    assert [r for r in startup_log if "no OpenAI key" in r.getMessage()]
+    assert [r for r in startup_log if "no model configured" in r.getMessage()]
     response = api.handler(load_event("api_post_turn.json"), context)
     assert response["statusCode"] == 200, response["body"]
     assert api_body(response)["status"] == "yielded_tool"  # the demo model asks which night

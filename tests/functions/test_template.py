@@ -247,6 +247,13 @@ def test_each_function_may_do_only_what_it_does_on_its_own_resources(
             assert statement["Resource"] == {"Fn::Sub": "${OffloadBucket.Arn}/ledger/*"}
         if any(a.startswith("secretsmanager:") for a in _as_list(statement["Action"])):
             assert "${OpenAISecretName}-??????" in statement["Resource"]["Fn::Sub"]
+        if any(a.startswith("bedrock:") for a in _as_list(statement["Action"])):
+            # the named model or profile; any foundation model only through that profile
+            for target in _as_list(statement["Resource"]):
+                assert "${BedrockModelId}" in target["Fn::Sub"] or statement["Condition"] == {
+                    "StringEquals": {"bedrock:InferenceProfileArn": {"Fn::Sub": (
+                        "arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:"
+                        "inference-profile/${BedrockModelId}")}}}
         if any(a.startswith("scheduler:") for a in _as_list(statement["Action"])):
             assert statement["Resource"] == {"Fn::Sub": _SCHEDULES}  # the group's schedules
         if any(a.startswith("sqs:") for a in _as_list(statement["Action"])):
@@ -259,7 +266,8 @@ def test_each_function_may_do_only_what_it_does_on_its_own_resources(
     # and may hand on work it cannot finish to the webhook queue (send only).
     assert granted == {"dynamodb": dynamodb, "s3": s3, "secretsmanager": {"GetSecretValue"},
                        "scheduler": {"CreateSchedule", "UpdateSchedule", "DeleteSchedule"},
-                       "iam": {"PassRole"}, "sqs": {"SendMessage"}}
+                       "iam": {"PassRole"}, "sqs": {"SendMessage"},
+                       "bedrock": {"InvokeModelWithResponseStream"}}
 
 
 def test_the_cleanup_function_deletes_offloaded_objects_of_removed_items_only() -> None:

@@ -122,6 +122,31 @@ def test_the_template_is_the_repositorys_but_for_the_app_setting(project: Path) 
     assert differing == [(PROJECT_APP_SETTING, SAMPLE_APP_SETTING)]
 
 
+def test_a_bedrock_project_deploys_on_bedrock_and_reads_no_secret(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dormant.scaffold import BEDROCK_MODEL
+
+    assert main(["new", "shop", "--dir", str(tmp_path), "--model", "bedrock"]) == 0
+
+    assert BEDROCK_MODEL in capsys.readouterr().out
+    ours = (tmp_path / "shop" / "template.yaml").read_text().splitlines()
+    theirs = (ROOT / "template.yaml").read_text().splitlines()
+    differing = [(a.strip(), b.strip()) for a, b in zip(ours, theirs, strict=True) if a != b]
+    assert differing == [('Default: ""', "Default: dormant/openai-api-key"),
+                         (f"Default: {BEDROCK_MODEL}", 'Default: ""'),
+                         (PROJECT_APP_SETTING, SAMPLE_APP_SETTING)]
+
+
+def test_new_refuses_a_model_it_cannot_deploy(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["new", "shop", "--dir", str(tmp_path), "--model", "gemini"])
+
+    assert exited.value.code == 2
+    assert "invalid choice: 'gemini'" in capsys.readouterr().err
+    assert not (tmp_path / "shop").exists()
+
+
 def test_dormant_dev_can_load_the_projects_app(project: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

@@ -31,6 +31,7 @@ from dormant._run.compaction import claim_in
 from dormant._turn_wire import TurnResult
 from dormant.agent import Agent, ErrorHandler, Hook, HookFn
 from dormant.errors import (
+    MODEL_ERROR_CODES,
     DormantError,
     DuplicateMessage,
     InputError,
@@ -246,7 +247,10 @@ class TurnStream(Iterator[StreamEvent]):
             return
         except ModelError as error:  # the model provider failed for good (after retries)
             log.warning("model call failed: %s", error, extra={"session_id": session.session_id})
-            self._fail(session.session_id, error)  # its own code and retryable
+            # its own code (one of MODEL_ERROR_CODES; a code of a model's own is the generic
+            # model_error, named in the message) and its own retryable
+            code = error.code if error.code in MODEL_ERROR_CODES else "model_error"
+            self._fail(session.session_id, error, code=code)
             return
         except Exception as error:  # a tool/model/hook bug: report it, write nothing
             log.exception("turn failed", extra={"session_id": session.session_id})

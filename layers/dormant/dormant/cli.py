@@ -3,7 +3,7 @@
 ::
 
     dormant dev [--host 127.0.0.1] [--port 8000] [--db dormant.db] [--app APP] [--model MODEL]
-    dormant new NAME [--dir PARENT]
+    dormant new NAME [--dir PARENT] [--model openai|bedrock]
     dormant sessions list [--db PATH] [--principal P] [--limit N] [--json]
     dormant sessions show ID [--db PATH] [--json]
 
@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from dormant import scaffold
 from dormant._appspec import SAMPLE, AppSpecError
 from dormant.settings import ENV, Settings
 
@@ -130,7 +131,9 @@ def _parser() -> argparse.ArgumentParser:
                           "build(store=None, model=None) -> (app, agent)")
     dev.add_argument("--model", default=None,
                      help="the model, instead of the app's own choice: openai[:NAME] (needs "
-                          "OPENAI_API_KEY), scripted:FILE.json (a JSON list of replies, one "
+                          "OPENAI_API_KEY), bedrock[:MODEL_ID] (Amazon Bedrock in the AWS "
+                          f"environment's region and credentials; no id: ${ENV.BEDROCK_MODEL}), "
+                          "scripted:FILE.json (a JSON list of replies, one "
                           "per model call), or a file/module:attribute naming a Model or a "
                           "function returning one (default: the app's own)")
     dev.add_argument("--client-state", action="append", default=[], metavar="KEY",
@@ -147,6 +150,10 @@ def _parser() -> argparse.ArgumentParser:
                               "Lambda functions serving your app, sample events, a README.")
     new.add_argument("name", help="the project's name (a directory of that name is created)")
     new.add_argument("--dir", default=".", help="where to create it")
+    new.add_argument("--model", default="openai", choices=scaffold.MODELS,
+                     help="what its template deploys on: openai (the key from a Secrets "
+                          "Manager secret; the default) or bedrock (Amazon Bedrock through "
+                          "the functions' own role, no key)")
     new.set_defaults(run=_new)
 
     sessions = commands.add_parser("sessions", help="inspect stored sessions")
@@ -243,6 +250,14 @@ def _model(spec: str) -> Any:
 
         return OpenAIModel(rest or Settings.from_env().openai_model,
                            base_url=os.environ.get(ENV.OPENAI_BASE_URL) or None)
+    if kind == "bedrock":
+        model_id = rest or Settings.from_env().bedrock_model
+        if not model_id:
+            raise _CliError(f"--model bedrock needs a model id: --model bedrock:MODEL_ID, or "
+                            f"{ENV.BEDROCK_MODEL} in the environment")
+        from dormant.models import BedrockModel
+
+        return BedrockModel(model_id)
     if kind == "scripted":
         return _scripted(rest)
     from dormant._appspec import load_attribute
@@ -339,14 +354,16 @@ def _new(args: argparse.Namespace) -> int:
     from dormant.scaffold import ScaffoldError, create_project
 
     try:
-        created = create_project(args.name, Path(args.dir))
+        created = create_project(args.name, Path(args.dir), model=args.model)
     except ScaffoldError as error:
         raise _CliError(str(error)) from error
     print(f"dormant new: created {created}\n\n"
           f"  cd {_shown(created)}\n"
           f"  python -m pytest -q                    # the agent's tests\n"
           f"  dormant dev --app functions/app.py     # serve it on http://127.0.0.1:8000\n\n"
-          f"Your agent is functions/app.py; README.md says how to deploy it.")
+          f"Your agent is functions/app.py; README.md says how to deploy it"
+          + (f" (on Amazon Bedrock: {scaffold.BEDROCK_MODEL}, the template's BedrockModelId)."
+             if args.model == "bedrock" else "."))
     return 0
 
 

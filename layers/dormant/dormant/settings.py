@@ -27,6 +27,7 @@ class ENV:
     OPENAI_PARAMETER = "DORMANT_OPENAI_PARAMETER"  # or an SSM SecureString parameter name
     OPENAI_API_KEY = "OPENAI_API_KEY"
     OPENAI_BASE_URL = "OPENAI_BASE_URL"
+    BEDROCK_MODEL = "DORMANT_BEDROCK_MODEL"  # a Bedrock model or inference profile id
     TURN_TIMEOUT = "DORMANT_TURN_TIMEOUT"
     DB_PATH = "DORMANT_DB"
     SCHEDULE_GROUP = "DORMANT_SCHEDULE_GROUP"  # EventBridge Scheduler group for timers
@@ -51,6 +52,8 @@ class Settings:
     openai_model: str = "gpt-5.6-luna"
     openai_secret: str | None = None
     openai_parameter: str | None = None
+    #: The Bedrock model (or inference profile) ``BedrockModel.from_settings()`` serves.
+    bedrock_model: str | None = None
     turn_timeout: float | None = None
     db_path: str = "dormant.db"
     schedule_group: str | None = None
@@ -77,6 +80,7 @@ class Settings:
             openai_model=env.get(ENV.OPENAI_MODEL) or cls.openai_model,
             openai_secret=env.get(ENV.OPENAI_SECRET) or None,
             openai_parameter=env.get(ENV.OPENAI_PARAMETER) or None,
+            bedrock_model=(env.get(ENV.BEDROCK_MODEL) or "").strip() or None,
             turn_timeout=float(timeout) if timeout else None,
             db_path=env.get(ENV.DB_PATH) or cls.db_path,
             schedule_group=env.get(ENV.SCHEDULE_GROUP) or None,

@@ -5,12 +5,15 @@ Which app is the one setting ``DORMANT_APP`` (an app spec, see :mod:`dormant._ap
 ``module:attribute`` or ``file.py``, naming ``build(store=..., model=...) -> (app, agent)``;
 default: the Bookings sample, ``dormant.samples.bookings:build``). Everything else comes from
 the environment the template sets: the table and bucket (``DynamoDBStore.from_env``), and the
-model (``OpenAIModel.from_settings``: its key is read from Secrets Manager/SSM, and the
-``openai`` package imported, on the first model call, not here). Nothing else is built before a
-request needs it: the scheduler's and the queue's boto3 clients come with their first use. With
-no secret or parameter configured (a keyless deploy: the template's ``OpenAISecretName`` left
-empty; ``sam local``; tests) the app's own default model applies (the sample's: OpenAI when
-``OPENAI_API_KEY`` is set, else its demo model), and the cold start logs a warning saying so.
+model (:func:`deployed_model`: ``BedrockModel.from_settings`` when ``DORMANT_BEDROCK_MODEL``
+names one, its bedrock-runtime client made on the first model call; else
+``OpenAIModel.from_settings``, its key read from Secrets Manager/SSM, and the ``openai``
+package imported, on the first model call, not here). Nothing else is built before a request
+needs it: the scheduler's and the queue's boto3 clients come with their first use. With no
+model configured (a keyless deploy: the template's ``OpenAISecretName`` and
+``BedrockModelId`` left empty; ``sam local``; tests) the app's own default model applies (the
+sample's: OpenAI when ``OPENAI_API_KEY`` is set, else its demo model), and the cold start logs
+a warning saying so.
 
 Timers: with ``DORMANT_WAKE_TARGET_ARN`` and ``DORMANT_SCHEDULER_ROLE_ARN`` set (the
 template sets them, with ``DORMANT_SCHEDULE_GROUP`` and ``DORMANT_SCHEDULE_DLQ_ARN``), the app
@@ -42,7 +45,7 @@ from dormant.schedulers import Scheduler
 from dormant.settings import Settings
 from dormant.stores import DynamoDBStore
 
-__all__ = ["Deployed", "deployed_app", "deployed_scheduler"]
+__all__ = ["Deployed", "deployed_app", "deployed_model", "deployed_scheduler"]
 
 log = logging.getLogger("dormant.aws")
 
@@ -60,14 +63,10 @@ def deployed_app(env: Mapping[str, str] | None = None) -> Deployed:
     hand-on wired, with the settings it was built from."""
     settings = Settings.from_env(env)
     store = DynamoDBStore.from_env(env)
-    model: Model | None = None
-    if settings.openai_secret or settings.openai_parameter:
-        from dormant.models import OpenAIModel
-
-        model = OpenAIModel.from_settings(settings)
+    model = deployed_model(settings)
     app, agent = build_app(settings.app, store=store, model=model)
     if model is None:
-        log.warning("no OpenAI key configured (DORMANT_OPENAI_SECRET and "
+        log.warning("no model configured (DORMANT_BEDROCK_MODEL, DORMANT_OPENAI_SECRET and "
                     "DORMANT_OPENAI_PARAMETER are empty): %s serves on its own default model, "
                     "%s", settings.app, type(agent.model).__name__)
     app.scheduler = deployed_scheduler(settings)
@@ -75,6 +74,22 @@ def deployed_app(env: Mapping[str, str] | None = None) -> Deployed:
     if app.hand_on is not None:  # a deleted session's purge steps run in the webhook function
         store.purge_later = QueuePurge(app.hand_on)
     return Deployed(app, agent, settings)
+
+
+def deployed_model(settings: Settings) -> Model | None:
+    """The model the deployment names: Bedrock when ``DORMANT_BEDROCK_MODEL`` is set (the
+    template's ``BedrockModelId``; the functions' role is its credential), else OpenAI when a
+    key's secret or parameter is named, else None (the app's own default). Built here, it
+    opens no connection: its client is made on the first model call."""
+    if settings.bedrock_model:
+        from dormant.models import BedrockModel
+
+        return BedrockModel.from_settings(settings)
+    if settings.openai_secret or settings.openai_parameter:
+        from dormant.models import OpenAIModel
+
+        return OpenAIModel.from_settings(settings)
+    return None
 
 
 def deployed_scheduler(settings: Settings) -> Scheduler | None:

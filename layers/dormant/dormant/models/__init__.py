@@ -1,10 +1,10 @@
-"""Models: the contract (:class:`Model`), the scripted and rule-based models, and (with the
-``openai`` extra) OpenAI.
+"""Models: the contract (:class:`Model`), the scripted and rule-based models, (with the
+``openai`` extra) OpenAI, and (with boto3) Amazon Bedrock.
 
-``OpenAIModel``, ``OpenAIRealtimeModel``, ``ScriptedModel`` and ``RuleModel`` are imported on
-first use: the Lambda path loads none of their modules until it is asked for, and the
-``openai`` package (~300 ms; ``websockets`` for the realtime model) only when a model call
-needs it.
+``OpenAIModel``, ``OpenAIRealtimeModel``, ``BedrockModel``, ``ScriptedModel`` and ``RuleModel``
+are imported on first use: the Lambda path loads none of their modules until it is asked for,
+and the ``openai`` package (~300 ms; ``websockets`` for the realtime model) or boto3 only when
+a model call needs it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dormant.models._base import (
 from dormant.models.audio import Speaker, Transcriber
 
 if TYPE_CHECKING:
+    from dormant.models.bedrock import BedrockModel
     from dormant.models.openai import OpenAIModel
     from dormant.models.openai_audio import OpenAISpeaker, OpenAITranscriber
     from dormant.models.openai_realtime import OpenAIRealtimeModel
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AssistantMessage",
     "AudioChunk",
+    "BedrockModel",
     "Message",
     "Model",
     "ModelChunk",
@@ -74,6 +76,10 @@ def __getattr__(name: str) -> Any:
         from dormant.models.openai import OpenAIModel
 
         return OpenAIModel
+    if name == "BedrockModel":
+        from dormant.models.bedrock import BedrockModel
+
+        return BedrockModel
     if name == "OpenAIRealtimeModel":
         from dormant.models.openai_realtime import OpenAIRealtimeModel
 

@@ -160,7 +160,8 @@ class ToolCallDelta:
 @dataclass(frozen=True)
 class ReasoningChunk:
     """One opaque reasoning item as the provider returned it (for the OpenAI Responses API a
-    ``{"type": "reasoning", "id", "summary", "encrypted_content"?}`` object). It is kept in the
+    ``{"type": "reasoning", "id", "summary", "encrypted_content"?}`` object; for Bedrock,
+    ``provider="bedrock"``, a ``{"type": "bedrock_reasoning", ...}`` object). It is kept in the
     ledger and handed back on the following calls (:attr:`AssistantMessage.reasoning`)."""
 
     item: dict[str, Any]
@@ -189,7 +190,12 @@ ModelChunk = (TextDelta | ThoughtDelta | ToolCallChunk | ToolCallDelta | UsageCh
 
 
 class ModelError(Exception):
-    """A model call failed for good (after any retries the adapter makes)."""
+    """A model call failed for good (after any retries the adapter makes).
+
+    ``code``: one of :data:`dormant.errors.MODEL_ERROR_CODES` (``rate_limited``,
+    ``context_overflow``…) or ``model_error``; a turn that fails on it answers with that code
+    and ``retryable`` (REST ``error.code``, AG-UI ``RUN_ERROR.code``), a 502. A code of a
+    model's own is recorded in the ledger as given and answered as ``model_error``."""
 
     def __init__(self, message: str, *, code: str = "model_error", status: int | None = None,
                  retryable: bool = True):
@@ -220,7 +226,8 @@ class Model(Protocol):
     for a failed call (``retryable`` says whether the same call can succeed later).
 
     The models that ship: ``OpenAIModel`` (and compatible servers), ``OpenAIRealtimeModel``
-    (the Realtime API, text and audio), ``ScriptedModel`` (plays
+    (the Realtime API, text and audio), ``BedrockModel`` (Amazon Bedrock's Converse API,
+    through boto3), ``ScriptedModel`` (plays
     back replies, for tests and demos) and ``RuleModel`` (rules instead of a network, to run
     your own agent locally with no key).
     """

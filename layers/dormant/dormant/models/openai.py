@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import random
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
 from dormant.models._openai_errors import classify, redact
 from dormant.models._openai_key import deployment_key, openai_api_key_from_settings
+from dormant.models._retry import RETRY_AFTER_CAP, Verdict, attempts, with_retries
 from dormant.settings import ENV, Settings
 from dormant.tools import Aborted, Signal
 
@@ -48,15 +48,6 @@ _HINTS = {
                        "serves whole responses, use OpenAIModel(..., stream=False)",
 }
 
-#: Backoff between retries: first delay, cap (seconds). ``Retry-After`` wins when present.
-_BACKOFF = 0.5
-_BACKOFF_CAP = 8.0
-#: The longest ``Retry-After`` (seconds) waited out; a server asking for more fails the call
-#: at once (``rate_limited`` for a 429, retryable) rather than holding the turn for minutes.
-RETRY_AFTER_CAP = 20.0
-#: Retries after a request timeout: it has already used the whole request timeout, so one
-#: more try at most.
-_TIMEOUT_RETRIES = 1
 #: How much of an error body that is not OpenAI-shaped is kept in the message.
 _BODY_TEXT = 500
 
@@ -177,22 +168,22 @@ class OpenAIModel:
         )
 
         body = self._body(request)
-        reply, attempts = self._call(body, signal)
+        reply, made = self._call(body, signal)
         if not self.streaming:
             whole = (responses_result_chunks(reply) if self.api == "responses"
                      else chat_result_chunks(reply))
-            yield from self._translated(whole, signal, attempts)
+            yield from self._translated(whole, signal, made)
             return
         try:
             unstreamed = self._unstreamed(reply)
             if unstreamed is not None:  # a server that ignored stream=true
                 whole = (responses_result_chunks(unstreamed) if self.api == "responses"
                          else chat_result_chunks(unstreamed))
-                yield from self._translated(whole, signal, attempts)
+                yield from self._translated(whole, signal, made)
                 return
             events = _Abortable(reply, signal)
             parts = responses_chunks(events) if self.api == "responses" else chat_chunks(events)
-            yield from self._translated(parts, signal, attempts, events)
+            yield from self._translated(parts, signal, made, events)
         finally:
             reply.close()  # a consumer that stops early (abort, error) frees the connection
 
@@ -247,7 +238,7 @@ class OpenAIModel:
             body["include"] = ["reasoning.encrypted_content"]
         return body
 
-    def _translated(self, chunks: Iterator[ModelChunk], signal: Signal, attempts: int,
+    def _translated(self, chunks: Iterator[ModelChunk], signal: Signal, made: int,
                     events: _Abortable | None = None) -> Iterator[ModelChunk]:
         from dormant.models._openai_wire import StreamFailed
 
@@ -255,7 +246,7 @@ class OpenAIModel:
         try:
             yield from chunks
         except StreamFailed as error:
-            note = (f"reported inside the reply, after {_attempts(attempts)}; not retried"
+            note = (f"reported inside the reply, after {attempts(made)}; not retried"
                     if error.code != "stream_incomplete" else "")
             raise self._error(None, error.code, str(error), note) from error
         except openai.APIError as error:
@@ -275,46 +266,21 @@ class OpenAIModel:
         reply, and how many attempts it took."""
         client = self._openai()
         openai = _sdk()
-        create = (client.responses.create if self.api == "responses"
-                  else client.chat.completions.create)
-        attempt = 0
-        timeouts = 0
-        while True:
-            signal.raise_if_aborted()
-            try:
-                return cast(Any, create)(**body, **self._timeout(signal)), attempt + 1
-            except openai.APIError as failure:
-                if signal.aborted:
-                    raise Aborted("the turn was aborted") from failure
-                if not _retryable(failure):
-                    raise self._api_error(failure) from failure
-                made = _attempts(attempt + 1)
-                if attempt >= self.max_retries:
-                    raise self._api_error(failure, f"gave up after {made}, "
-                                                   f"max_retries={self.max_retries}"
-                                          ) from failure
-                if isinstance(failure, openai.APITimeoutError):
-                    timeouts += 1
-                    if timeouts > _TIMEOUT_RETRIES:  # each one used the whole request timeout
-                        raise self._api_error(failure, f"gave up after {made}; a timed-out "
-                                                       f"request is retried once") from failure
-                asked = _retry_after(failure)
-                delay = asked if asked is not None else _backoff(attempt)
-                remaining = signal.remaining()
-                if remaining is not None and delay >= remaining:
-                    wait = (f"the {asked:g} s the server asked to wait" if asked is not None
-                            else "the backoff")
-                    raise self._api_error(failure, f"no time left in the turn ({remaining:.1f}"
-                                                   f" s) for {wait}; not retried after {made}"
-                                          ) from failure
-                if asked is not None and asked > RETRY_AFTER_CAP:
-                    raise self._api_error(failure, f"the server asked to wait {asked:g} s, "
-                                                   f"longer than the {RETRY_AFTER_CAP:g} s "
-                                                   f"dormant waits; not retried after {made}"
-                                          ) from failure
-                if signal.wait(delay):
-                    raise Aborted("the turn was aborted") from failure
-                attempt += 1
+        create = cast(Any, client.responses.create if self.api == "responses"
+                      else client.chat.completions.create)
+
+        def judge(failure: Exception) -> Verdict | None:
+            if not isinstance(failure, openai.APIError):
+                return None
+            return Verdict(_retryable(failure), isinstance(failure, openai.APITimeoutError),
+                           _retry_after(failure))
+
+        def fail(failure: Exception, note: str) -> ModelError:
+            assert isinstance(failure, openai.APIError)  # what judge let through
+            return self._api_error(failure, note)
+
+        return with_retries(lambda: create(**body, **self._timeout(signal)), signal=signal,
+                            max_retries=self.max_retries, judge=judge, fail=fail)
 
     def _timeout(self, signal: Signal) -> dict[str, float]:
         """The request timeout: the turn's remaining time, the model's own, or (neither set)
@@ -407,10 +373,6 @@ def _clipped(text: str) -> str:
     return text if len(text) <= _BODY_TEXT else text[:_BODY_TEXT] + "…"
 
 
-def _attempts(count: int) -> str:
-    return f"{count} attempt" + ("s" if count != 1 else "")
-
-
 def _retry_after(error: openai.APIError) -> float | None:
     """The seconds the server's ``Retry-After`` (or ``retry-after-ms``) asks for, if any."""
     response = getattr(error, "response", None)
@@ -423,12 +385,6 @@ def _retry_after(error: openai.APIError) -> float | None:
             except ValueError:
                 pass  # an HTTP date: rare from these APIs; backoff instead
     return None
-
-
-def _backoff(attempt: int) -> float:
-    """Exponential backoff with jitter, for a failure with no ``Retry-After``."""
-    backoff: float = min(_BACKOFF_CAP, _BACKOFF * 2 ** attempt)
-    return backoff * (0.5 + random.random() / 2)
 
 
 class _Abortable:

@@ -2,7 +2,8 @@
 default (``dormant.samples.bookings:build``).
 
 ``build(store=None, model=None, scheduler=None)`` returns the app and its ``concierge`` agent.
-The model is ``OpenAIModel`` when ``OPENAI_API_KEY`` is set, otherwise :class:`DemoModel`: a
+The model is ``BedrockModel`` when ``DORMANT_BEDROCK_MODEL`` is set, ``OpenAIModel`` when
+``OPENAI_API_KEY`` is, otherwise :class:`DemoModel`: a
 small, honest, rule-based model (no network) that exercises the same tools a real model would,
 and tells a long story slowly on request (something to stop, steer or pause in ``dormant dev``).
 """
@@ -145,13 +146,19 @@ def build(store: Store | None = None, model: Model | None = None, *,
 
 
 def default_model(env: Mapping[str, str] | None = None) -> Model:
-    """``OpenAIModel`` when ``OPENAI_API_KEY`` is set, else :class:`DemoModel`."""
+    """``BedrockModel`` when ``DORMANT_BEDROCK_MODEL`` is set, ``OpenAIModel`` when
+    ``OPENAI_API_KEY`` is, else :class:`DemoModel`."""
     env = os.environ if env is None else env
+    settings = Settings.from_env(env)
+    if settings.bedrock_model:
+        from dormant.models import BedrockModel
+
+        return BedrockModel(settings.bedrock_model)
     key = env.get(ENV.OPENAI_API_KEY)
     if key:
         from dormant.models import OpenAIModel
 
-        model: Model = OpenAIModel(Settings.from_env(env).openai_model, api_key=key,
+        model: Model = OpenAIModel(settings.openai_model, api_key=key,
                                    base_url=env.get(ENV.OPENAI_BASE_URL) or None)
         return model
     return DemoModel()

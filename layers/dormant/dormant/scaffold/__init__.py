@@ -24,8 +24,8 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
-__all__ = ["FUNCTIONS", "SAMPLE_APP_SETTING", "ScaffoldError", "create_project", "entry_point",
-           "project_template"]
+__all__ = ["BEDROCK_MODEL", "FUNCTIONS", "MODELS", "SAMPLE_APP_SETTING", "ScaffoldError",
+           "create_project", "entry_point", "project_template"]
 
 #: The Lambda functions a project has: ``functions/<name>/app.py``, ``Handler: <name>/app.handler``.
 FUNCTIONS = ("api", "stream", "webhook", "wake", "cleanup")
@@ -33,6 +33,13 @@ FUNCTIONS = ("api", "stream", "webhook", "wake", "cleanup")
 SAMPLE_APP_SETTING = "DORMANT_APP: bookings:build"
 PROJECT_APP_SETTING = "DORMANT_APP: app:build"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+#: The models ``dormant new --model`` deploys on.
+MODELS = ("openai", "bedrock")
+#: The Bedrock model a ``--model bedrock`` project deploys on (its template's
+#: ``BedrockModelId`` default): Amazon Nova Pro through the US cross-region inference profile.
+BEDROCK_MODEL = "us.amazon.nova-pro-v1:0"
+_BEDROCK_DEFAULT = '  BedrockModelId:\n    Type: String\n    Default: ""'
+_OPENAI_DEFAULT = "  OpenAISecretName:\n    Type: String\n    Default: dormant/openai-api-key"
 #: The sample events a project gets, and the message its first turn sends.
 _EVENTS = ("api_post_turn.json", "api_get_session.json", "api_delete_session.json",
            "api_post_fork.json", "api_get_docs.json", "webhook_sqs_fifo_batch.json",
@@ -44,13 +51,17 @@ class ScaffoldError(Exception):
     """The project cannot be created (message says why)."""
 
 
-def create_project(name: str, parent: Path) -> Path:
-    """Create ``parent/name`` holding a new project; returns its path."""
+def create_project(name: str, parent: Path, *, model: str = "openai") -> Path:
+    """Create ``parent/name`` holding a new project; returns its path. ``model``: what its
+    template deploys by default, ``"openai"`` (the key from a secret) or ``"bedrock"``
+    (:data:`BEDROCK_MODEL`, through the functions' own role; no secret)."""
     from dormant import __version__
 
     if not _NAME.match(name):
         raise ScaffoldError(f"{name!r} is not a project name: start with a letter, then "
                             f"letters, digits, '-' or '_' (at most 63)")
+    if model not in MODELS:
+        raise ScaffoldError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
     if not parent.is_dir():
         raise ScaffoldError(f"no directory {parent} to create {name} in")
     root = (parent / name).resolve()
@@ -60,7 +71,7 @@ def create_project(name: str, parent: Path) -> Path:
     files: dict[str, str] = {}
     _collect(data / "files", "", files)
     files[".gitignore"] = files.pop("gitignore")
-    files["template.yaml"] = project_template((data / "template.yaml").read_text())
+    files["template.yaml"] = project_template((data / "template.yaml").read_text(), model)
     files["layers/dormant/requirements.txt"] = (data / "layer-requirements.txt").read_text()
     files["layers/dormant/constraints.txt"] = (data / "layer-constraints.txt").read_text()
     for part in ("Makefile", "requirements.txt"):
@@ -86,11 +97,18 @@ def entry_point(function: str) -> str:
             f'"""\n\nfrom dormant.aws.{function} import handler\n\n__all__ = ["handler"]\n')
 
 
-def project_template(template: str) -> str:
-    """The repository's ``template.yaml`` as a project's: its app is ``app:build``."""
-    if template.count(SAMPLE_APP_SETTING) != 1:
-        raise ScaffoldError(f"template.yaml must set {SAMPLE_APP_SETTING!r} exactly once")
-    return template.replace(SAMPLE_APP_SETTING, PROJECT_APP_SETTING)
+def project_template(template: str, model: str = "openai") -> str:
+    """The repository's ``template.yaml`` as a project's: its app is ``app:build``; with
+    ``model="bedrock"`` it deploys on :data:`BEDROCK_MODEL` and reads no OpenAI secret."""
+    replacements = [(SAMPLE_APP_SETTING, PROJECT_APP_SETTING)]
+    if model == "bedrock":
+        replacements += [(_BEDROCK_DEFAULT, _BEDROCK_DEFAULT.replace('""', BEDROCK_MODEL)),
+                         (_OPENAI_DEFAULT, _OPENAI_DEFAULT.split("Default:")[0] + 'Default: ""')]
+    for old, new in replacements:
+        if template.count(old) != 1:
+            raise ScaffoldError(f"template.yaml must hold {old!r} exactly once")
+        template = template.replace(old, new)
+    return template
 
 
 def _collect(folder: Traversable, prefix: str, into: dict[str, str]) -> None:

@@ -5,9 +5,11 @@ One agent with one tool. ``refund`` waits for a person: the model calls it, the 
 ``Decision``; the refund runs only then, once. Change the tool, add tools, change the prompt:
 ``tests/test_app.py`` shows how to test each path without a model.
 
-With ``OPENAI_API_KEY`` set the agent runs on OpenAI (``DORMANT_OPENAI_MODEL`` picks the
-model); without it, on ``LocalModel``: a few rules, no network, so everything runs with no
-key. Extend its rules as you add tools.
+With ``DORMANT_BEDROCK_MODEL`` set (a Bedrock model or inference profile id, with AWS
+credentials in the environment) the agent runs on Amazon Bedrock; with ``OPENAI_API_KEY``, on
+OpenAI (``DORMANT_OPENAI_MODEL`` picks the model); with neither, on ``LocalModel``: a few
+rules, no network, so everything runs with no key. Extend its rules as you add tools. Deployed,
+the template's ``BedrockModelId`` or ``OpenAISecretName`` parameter picks the model instead.
 """
 
 from __future__ import annotations
@@ -73,7 +75,12 @@ class LocalModel(RuleModel):
 
 
 def default_model() -> Model:
-    """OpenAI when ``OPENAI_API_KEY`` is set, else :class:`LocalModel`."""
+    """Bedrock when ``DORMANT_BEDROCK_MODEL`` is set, OpenAI when ``OPENAI_API_KEY`` is, else
+    :class:`LocalModel`."""
+    if os.environ.get("DORMANT_BEDROCK_MODEL"):
+        from dormant.models import BedrockModel  # imported only when it serves
+
+        return BedrockModel(os.environ["DORMANT_BEDROCK_MODEL"])
     if os.environ.get("OPENAI_API_KEY"):
         from dormant.models import OpenAIModel  # imported only when it serves
 

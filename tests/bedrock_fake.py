@@ -1,0 +1,360 @@
+"""A local stand-in for Amazon Bedrock Runtime's ConverseStream: a real HTTP server on
+127.0.0.1 that answers ``POST /model/{modelId}/converse-stream`` with the AWS event-stream
+wire format (binary frames: prelude, CRCs, string headers, JSON payloads), errors as AWS
+sends them (``x-amzn-ErrorType`` and a JSON ``message``), replays scripted replies and records
+what it was sent.
+
+What it sends is checked against botocore's own service model (every event payload is
+validated against its ConverseStream event shape), and what it receives must pass both that
+model's request shape and the rules Bedrock enforces on top of it (roles alternate, the user
+speaks first, each tool result answers a tool use of the message before): a request breaking
+them is answered as Bedrock would, with a ValidationException, so the fake cannot drift from
+what the real service takes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
+
+import botocore.session
+from botocore.validate import ParamValidator
+
+__all__ = [
+    "MODEL",
+    "Call",
+    "FakeBedrock",
+    "Recorded",
+    "Reply",
+    "converse_stream",
+    "error",
+    "fake_bedrock",
+    "frame",
+    "stream_exception",
+]
+
+MODEL = "anthropic.claude-sonnet-4-5-20250929-v1:0"
+_SERVICE = botocore.session.get_session().get_service_model("bedrock-runtime")
+_OPERATION = _SERVICE.operation_model("ConverseStream")
+_OUTPUT: Any = _SERVICE.shape_for("ConverseStreamOutput")  # a StructureShape
+_EVENTS: dict[str, Any] = _OUTPUT.members
+_ERROR_NAMESPACE = "http://internal.amazon.com/coral/com.amazon.bedrock/"
+
+
+# --- event-stream frames ----------------------------------------------------------------------
+
+
+def frame(headers: dict[str, str], payload: bytes) -> bytes:
+    """One event-stream message: prelude (total length, headers length, their CRC32), string
+    headers (type 7), the payload, then the CRC32 of everything before it."""
+    encoded = b"".join(
+        bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value.encode()))
+        + value.encode()
+        for name, value in headers.items())
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(encoded))
+    message = prelude + struct.pack(">I", binascii.crc32(prelude)) + encoded + payload
+    return message + struct.pack(">I", binascii.crc32(message))
+
+
+def _event(kind: str, payload: dict[str, Any]) -> bytes:
+    errors = ParamValidator().validate(payload, _EVENTS[kind])
+    assert not errors.has_errors(), f"{kind} is not a ConverseStream event: " \
+                                    f"{errors.generate_report()}"
+    return frame({":event-type": kind, ":content-type": "application/json",
+                  ":message-type": "event"}, json.dumps(payload).encode())
+
+
+def stream_exception(kind: str, message: str) -> bytes:
+    """An exception inside the stream (``kind`` as Bedrock names the event, e.g.
+    ``modelStreamErrorException``, ``throttlingException``)."""
+    assert kind in _EVENTS, f"{kind} is not a ConverseStream exception event"
+    return frame({":exception-type": kind, ":content-type": "application/json",
+                  ":message-type": "exception"}, json.dumps({"message": message}).encode())
+
+
+# --- replies ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """A tool call the fake model makes."""
+
+    name: str
+    args: dict[str, Any]
+    call_id: str
+
+
+@dataclass
+class Reply:
+    """One scripted HTTP response: an event stream (``frames``) or an error body."""
+
+    status: int = 200
+    frames: list[bytes] = field(default_factory=list)
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: Drop the connection after this many frames, mid-body (no final chunk).
+    cut_after: int | None = None
+    #: Pause after this many frames until ``release`` is set (abort tests); then keep sending
+    #: empty text deltas until the client hangs up (5 s at most).
+    pause_after: int | None = None
+    release: threading.Event = field(default_factory=threading.Event)
+    paused: threading.Event = field(default_factory=threading.Event)
+    finished: threading.Event = field(default_factory=threading.Event)
+    disconnected: bool = False
+
+
+def error(code: str, message: str, status: int = 400,
+          headers: dict[str, str] | None = None) -> Reply:
+    """An error before the stream, as Bedrock sends it: the status, ``x-amzn-ErrorType`` and
+    ``{"message": ...}`` (botocore raises a ``ClientError`` with ``Error.Code`` = ``code``)."""
+    return Reply(status=status, body={"message": message},
+                 headers={"x-amzn-ErrorType": f"{code}:{_ERROR_NAMESPACE}", **(headers or {})})
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def converse_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
+                    reasoning: str = "", signature: str = "", redacted: bytes = b"",
+                    stop: str | None = None, usage: tuple[int, int, int] = (12, 5, 0),
+                    metadata: bool = True) -> Reply:
+    """A ConverseStream reply as Bedrock streams it: messageStart; a reasoning block (its
+    text in pieces, then its ``signature``; or ``redacted`` content); the text in pieces;
+    each tool use (contentBlockStart with id and name, its input JSON in pieces); a
+    contentBlockStop after each block; messageStop (``stop``, default ``tool_use`` with calls
+    else ``end_turn``); metadata with ``usage`` (input, output, cache-read tokens)."""
+    frames = [_event("messageStart", {"role": "assistant"})]
+    index = 0
+
+    def delta(value: dict[str, Any]) -> None:
+        frames.append(_event("contentBlockDelta",
+                             {"contentBlockIndex": index, "delta": value}))
+
+    def close_block() -> None:
+        nonlocal index
+        frames.append(_event("contentBlockStop", {"contentBlockIndex": index}))
+        index += 1
+
+    if reasoning or redacted:
+        for piece in _pieces(reasoning, 6):
+            delta({"reasoningContent": {"text": piece}})
+        if signature:
+            delta({"reasoningContent": {"signature": signature}})
+        if redacted:
+            delta({"reasoningContent": {"redactedContent": base64.b64encode(redacted).decode()}})
+        close_block()
+    if text:
+        for piece in _pieces(text, 5):
+            delta({"text": piece})
+        close_block()
+    for call in calls:
+        frames.append(_event("contentBlockStart", {
+            "contentBlockIndex": index,
+            "start": {"toolUse": {"toolUseId": call.call_id, "name": call.name}}}))
+        for piece in _pieces(json.dumps(call.args), 7):
+            delta({"toolUse": {"input": piece}})
+        close_block()
+    frames.append(_event("messageStop",
+                         {"stopReason": stop or ("tool_use" if calls else "end_turn")}))
+    if metadata:
+        inputs, outputs, cached = usage
+        tokens = {"inputTokens": inputs, "outputTokens": outputs,
+                  "totalTokens": inputs + outputs + cached}
+        if cached:
+            tokens["cacheReadInputTokens"] = cached
+        frames.append(_event("metadata", {"usage": tokens, "metrics": {"latencyMs": 120}}))
+    return Reply(frames=frames)
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Recorded:
+    """A request as it arrived: the model id from the path, headers, the JSON body."""
+
+    model_id: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages", []))
+
+    def blocks(self, kind: str) -> list[dict[str, Any]]:
+        """Every ``kind`` content block (``toolResult``, ``toolUse``, ``reasoningContent``...)
+        in the messages, in order."""
+        return [block[kind] for message in self.messages for block in message["content"]
+                if kind in block]
+
+
+def rule_broken(body: dict[str, Any]) -> str | None:
+    """What Bedrock would refuse in ``body`` (beyond its shape), or None."""
+    shape: Any = _OPERATION.input_shape
+    errors = ParamValidator().validate({**body, "modelId": "m"}, shape)
+    if errors.has_errors():
+        return str(errors.generate_report())
+    messages = body.get("messages", [])
+    if not messages or messages[0]["role"] != "user":
+        return "A conversation must start with a user message."
+    previous: dict[str, Any] | None = None
+    for message in messages:
+        if previous is not None and previous["role"] == message["role"]:
+            return "A conversation must alternate between user and assistant roles."
+        for block in message["content"]:
+            if "text" in block and not block["text"].strip():
+                return "The text field in the ContentBlock object is blank."
+            if "toolResult" in block:
+                asked = {b["toolUse"]["toolUseId"] for b in (previous or {}).get("content", [])
+                         if "toolUse" in b}
+                if message["role"] != "user" or block["toolResult"]["toolUseId"] not in asked:
+                    return "The toolResult blocks must answer toolUse blocks of the previous turn."
+        previous = message
+    return None
+
+
+# --- the server -------------------------------------------------------------------------------
+
+
+class FakeBedrock:
+    """Start with ``FakeBedrock()``; ``url`` for boto3's ``endpoint_url``; ``script(...)``
+    replies; ``requests`` holds what arrived; ``close()`` stops the server."""
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self._replies: list[Reply] = []
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(_Handler):
+            owner = fake
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    @property
+    def unused(self) -> int:
+        return len(self._replies)
+
+    def next_reply(self, recorded: Recorded) -> Reply | None:
+        with self._lock:
+            self.requests.append(recorded)
+            return self._replies.pop(0) if self._replies else None
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextmanager
+def fake_bedrock() -> Iterator[FakeBedrock]:
+    """A running fake, closed afterwards; every scripted reply must have been used."""
+    server = FakeBedrock()
+    try:
+        yield server
+    finally:
+        server.close()
+    assert server.unused == 0, "scripted replies were left unused"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is fine
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    owner: FakeBedrock
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        parts = self.path.split("/")
+        if len(parts) != 4 or parts[1] != "model" or parts[3] != "converse-stream":
+            self._error(error("UnknownOperationException", f"no route for {self.path}", 404))
+            return
+        recorded = Recorded(unquote(parts[2]), {k.lower(): v for k, v in self.headers.items()},
+                            body)
+        reply = self.owner.next_reply(recorded)
+        broken = rule_broken(body)
+        if broken is not None:
+            self._error(error("ValidationException", broken))
+        elif reply is None:
+            self._error(error("InternalServerException",
+                              "the fake server has no scripted reply for this request", 500))
+        elif reply.body is not None:
+            self._error(reply)
+        else:
+            self._stream(reply)
+        if reply is not None:
+            reply.finished.set()
+
+    def _error(self, reply: Reply) -> None:
+        data = json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, reply: Reply) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/vnd.amazon.eventstream")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("x-amzn-requestid", "fake-request-id")
+        self.end_headers()
+        try:
+            for index, data in enumerate(reply.frames):
+                if reply.cut_after is not None and index == reply.cut_after:
+                    self.close_connection = True  # hang up without the final chunk
+                    return
+                if reply.pause_after is not None and index == reply.pause_after:
+                    reply.paused.set()
+                    reply.release.wait(10)
+                    keep_alive = _event("contentBlockDelta",
+                                        {"contentBlockIndex": 0, "delta": {"text": ""}})
+                    until = time.monotonic() + 5
+                    while time.monotonic() < until:  # talk until the client's close shows
+                        self._chunk(keep_alive)
+                self._chunk(data)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            reply.disconnected = True
+            self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
