@@ -49,13 +49,15 @@ def event(name, body=None):
 
 def loaded():
     return {name: name in sys.modules for name in
-            ("openai", "aws_xray_sdk", "botocore", OPENAPI_MODELS)}
+            ("openai", "aws_xray_sdk", "botocore", OPENAPI_MODELS, "mcp",
+             "dormant.models.bedrock", "dormant.mcp")}
 
 import api.app
 from dormant.aws import api as served
 app = served.app
 seen = {"import": loaded(), "tracer": type(served.tracer).__name__,
         "model": type(served.agent.model).__name__,
+        "model_client_built": getattr(served.agent.model, "_client", None) is not None,
         "scheduler_client_built": app.scheduler._client is not None,
         "hand_on_client_built": app.hand_on._client is not None}
 for request in sys.argv[1:]:
@@ -127,7 +129,8 @@ def test_the_deployed_api_imports_no_openai_xray_sdk_or_openapi_models_at_init(
 
     assert seen["model"] == "OpenAIModel"  # the secret is configured: the real model
     assert seen["import"] == {"openai": False, "aws_xray_sdk": False, "botocore": True,
-                              OPENAPI_MODELS: False}
+                              OPENAPI_MODELS: False, "mcp": False,
+                              "dormant.models.bedrock": False, "dormant.mcp": False}
     assert seen["tracer"] == "Untraced"
     assert not seen["scheduler_client_built"]
     assert not seen["hand_on_client_built"]
@@ -187,3 +190,26 @@ def test_opting_in_without_the_xray_sdk_says_what_to_add(
 
     with pytest.raises(ImportError, match="XRaySdkLayer"):
         tracing.tracer({"DORMANT_XRAY_SDK": "true"})
+
+
+def test_a_bedrock_deploy_builds_its_model_but_no_client_at_init(
+        deployed_env: dict[str, str]) -> None:
+    from tests.bedrock_fake import FakeBedrock, converse_stream
+
+    bedrock = FakeBedrock()
+    try:
+        bedrock.script(converse_stream("Which night would you like?"))
+        env = {**deployed_env, "DORMANT_BEDROCK_MODEL": "us.amazon.nova-pro-v1:0",
+               "DORMANT_OPENAI_SECRET": "", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": bedrock.url}
+
+        seen = _cold_start(env, "turn")
+    finally:
+        bedrock.close()
+
+    assert seen["model"] == "BedrockModel" and not seen["model_client_built"]
+    assert seen["import"]["dormant.models.bedrock"]
+    assert not seen["import"]["openai"] and not seen["import"]["mcp"]
+    assert seen["turn"]["status"] == 200, seen["turn"]["body"]
+    assert json.loads(seen["turn"]["body"])["output"]["text"] == "Which night would you like?"
+    assert not seen["turn"]["loaded"]["openai"]
+    assert [r.model_id for r in bedrock.requests] == ["us.amazon.nova-pro-v1:0"]

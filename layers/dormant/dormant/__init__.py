@@ -28,6 +28,7 @@ from dormant.errors import (
     SessionPaused,
     StoreError,
     TimerRefused,
+    ToolSourceUnavailable,
 )
 from dormant.handlers import (
     HandlerInput,
@@ -108,6 +109,7 @@ __all__ = [
     "StoppedResult",
     "StoreError",
     "TimerRefused",
+    "ToolSourceUnavailable",
     "Tool",
     "ToolContext",
     "TurnResult",

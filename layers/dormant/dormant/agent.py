@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dormant._head import TURN_INDEX_SIZE
-from dormant.errors import ConfigError
+from dormant.errors import ConfigError, DormantError, ToolSourceUnavailable
 from dormant.models._base import ToolSpec
-from dormant.tools import Tool
+from dormant.tools import APPROVAL_POLICIES, Tool, ToolSource
 
 if TYPE_CHECKING:
     from dormant._decide import EventType
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from dormant.tools import ToolContext
 
 __all__ = ["Agent", "Compaction", "ContextBuilders", "History", "Hook", "HookContext",
-           "System"]
+           "System", "Toolset"]
 
 DEFAULT_MAX_STEPS = 16
 
@@ -185,6 +186,16 @@ class Hook:
 
 ErrorHandler = Callable[[BaseException, HookContext], "str | None"]
 
+@dataclass(frozen=True)
+class Toolset:
+    """An agent's tools as a turn uses them: its own and its tool sources', by name; their
+    specs as a model is sent them; the approval policy of each tool that has one (a
+    source's ``approval``, then the agent's ``tool_approval``, which wins)."""
+
+    tools: dict[str, Tool]
+    specs: list[ToolSpec]
+    approval: dict[str, Any]
+
 
 @dataclass(eq=False)
 class Agent:
@@ -218,6 +229,12 @@ class Agent:
     tool_specs: list[ToolSpec] = field(init=False, repr=False)
     #: How the history shows application events (see :class:`History`).
     app_event_view: bool | Callable[[AppEvent], str | None] = field(init=False, repr=False)
+    #: Where more tools come from (MCP servers), listed on the first turn that needs them
+    #: (:meth:`toolset`). ``tools`` and ``tool_specs`` hold the agent's own tools only.
+    sources: tuple[ToolSource, ...] = field(default=(), repr=False)
+    _toolset: Toolset | None = field(init=False, repr=False, default=None)
+    _toolset_lock: threading.Lock = field(init=False, repr=False,
+                                          default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         _check_tool_lane(self.name, self.tool_lane)
@@ -233,6 +250,49 @@ class Agent:
                            for t in self.tools.values()]
         self.app_event_view = next((item.app_events for item in self.context
                                     if isinstance(item, History) and item.app_events), False)
+        if not self.sources:  # nothing to list: the toolset is the agent's own tools
+            self._toolset = Toolset(self.tools, self.tool_specs, dict(self.tool_approval or {}))
+
+    def toolset(self) -> Toolset:
+        """The agent's tools with its sources' (an MCP server's), resolved on first use and
+        kept for the life of the process. Raises :class:`ToolSourceUnavailable` if a source
+        cannot list its tools, :class:`ConfigError` for two tools of one name or an approval
+        policy naming no tool; nothing is kept then, and the next call tries again."""
+        found = self._toolset
+        if found is not None:
+            return found
+        with self._toolset_lock:  # concurrent first turns list each source once
+            if self._toolset is None:
+                self._toolset = _resolve_toolset(self)
+            return self._toolset
+
+
+def _resolve_toolset(agent: Agent) -> Toolset:
+    tools = dict(agent.tools)
+    origin = dict.fromkeys(tools, "its own tools")
+    approval: dict[str, Any] = {}
+    for source in agent.sources:
+        try:
+            listed = source.list_tools()
+        except DormantError:
+            raise
+        except Exception as error:  # a source's own failure: name the source, not the secret
+            raise ToolSourceUnavailable(source.label, type(error).__name__) from error
+        for tool in listed:
+            if tool.name in tools:
+                raise ConfigError(f"agent {agent.name!r}: two tools are named {tool.name!r} "
+                                  f"(one from {origin[tool.name]}, one from {source.label}); "
+                                  "allow only one of them (MCPServer(tools=[...]))")
+            tools[tool.name] = tool
+            origin[tool.name] = source.label
+        approval.update(source.approval)
+    approval.update(agent.tool_approval or {})
+    unknown = sorted(set(approval) - set(tools))
+    if unknown:
+        raise ConfigError(f"agent {agent.name!r}: an approval policy names {unknown}, which "
+                          f"are none of its tools ({', '.join(sorted(tools)) or 'none'})")
+    specs = [ToolSpec(t.name, t.description, t.parameters()) for t in tools.values()]
+    return Toolset(tools, specs, approval)
 
 
 def is_realtime(model: object) -> bool:
@@ -263,7 +323,7 @@ def build_agent(
     name: str,
     model: Model | None,
     context: Sequence[ContextItem] | None,
-    tools: Sequence[Tool] | None,
+    tools: Sequence[Tool | ToolSource] | None,
     yields: bool | None,
     tool_approval: dict[str, Any] | None,
     hooks: Sequence[Hook | dict[str, HookFn]] | None,
@@ -281,9 +341,14 @@ def build_agent(
     if not isinstance(max_steps, int) or max_steps < 1:
         raise ConfigError(f"agent {name!r}: max_steps must be a positive int")
     by_name: dict[str, Tool] = {}
+    sources: list[ToolSource] = []
     for tool in tools or ():
         if not isinstance(tool, Tool):
-            raise ConfigError(f"agent {name!r}: {tool!r} is not a tool made by app.tool")
+            if isinstance(tool, ToolSource):  # listed on the first turn, not now
+                sources.append(tool)
+                continue
+            raise ConfigError(f"agent {name!r}: {tool!r} is not a tool made by app.tool "
+                              "(nor a tool source such as dormant.mcp.MCPServer)")
         if tool.name in by_name:
             raise ConfigError(f"agent {name!r}: two tools are named {tool.name!r}")
         by_name[tool.name] = tool
@@ -292,16 +357,16 @@ def build_agent(
         if not isinstance(item, System | History):
             raise ConfigError(f"agent {name!r}: unknown context item {item!r}")
     for tool_name, policy in (tool_approval or {}).items():
-        if tool_name not in by_name:
+        if tool_name not in by_name and not sources:  # a source's tool is checked at listing
             raise ConfigError(f"agent {name!r}: tool_approval names {tool_name!r}, which is not "
                               f"one of its tools ({', '.join(sorted(by_name)) or 'none'})")
-        if by_name[tool_name].yields:
+        if tool_name in by_name and by_name[tool_name].yields:
             raise ConfigError(f"agent {name!r}: {tool_name!r} yields (it already waits for a "
                               "human); approval policies apply to tools that run directly")
-        if not callable(policy) and policy not in ("user-approval", "approved"):
+        if not callable(policy) and policy not in APPROVAL_POLICIES:
             raise ConfigError(f"agent {name!r}: the policy for {tool_name!r} must be "
                               "'user-approval', 'approved' or a function of the arguments")
     return Agent(name=name, model=model, context=items, tools=by_name, yields=yields,
                  tool_approval=tool_approval, hooks=tuple(Hook.coerce(h) for h in hooks or ()),
                  max_steps=max_steps, app_hooks=app_hooks, tool_lane=tool_lane,
-                 app_events=app_events)
+                 app_events=app_events, sources=tuple(sources))

@@ -31,7 +31,7 @@ from dormant.schedulers import Scheduler, TimerDelivery, check_timer, hand_over
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
-from dormant.tools import Step, Tool, make_tool, tool_from_function
+from dormant.tools import Step, Tool, ToolSource, make_tool, tool_from_function
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
 if TYPE_CHECKING:
@@ -407,7 +407,7 @@ class App:
         name: str,
         model: Model | None = None,
         context: Sequence[ContextItem] | None = None,
-        tools: Sequence[Tool] | None = None,
+        tools: Sequence[Tool | ToolSource] | None = None,
         *,
         yields: bool | None = None,
         tool_approval: dict[str, Any] | None = None,
@@ -422,7 +422,10 @@ class App:
         (``OpenAIRealtimeModel``: a conversation) and False otherwise.
 
         ``tool_lane="tools"`` runs the agent's local tools one at a time, in call order (for
-        tools that share a sandbox); by default independent tools run concurrently."""
+        tools that share a sandbox); by default independent tools run concurrently.
+
+        ``tools`` may list tool sources beside tools (``dormant.mcp.MCPServer(url)``): their
+        tools are listed on the first turn that needs them, once per process."""
         return build_agent(name=name, model=model, context=context, tools=tools, yields=yields,
                            tool_approval=tool_approval, hooks=hooks, max_steps=max_steps,
                            app_hooks=self.hooks, tool_lane=tool_lane, app_events=self.events)

@@ -37,6 +37,7 @@ __all__ = [
     "StaleTimer",
     "StoreError",
     "TimerRefused",
+    "ToolSourceUnavailable",
     "describe_validation",
     "is_client_error",
     "public_message",
@@ -284,6 +285,19 @@ class TimerRefused(SchedulerError, ValueError):
         super().__init__(message, retryable=False)
 
 
+class ToolSourceUnavailable(DormantError):
+    """A tool source (an MCP server, :class:`dormant.mcp.MCPServer`) could not list its tools
+    when a turn first needed them. The turn fails before any model call and writes nothing;
+    the request may be retried (the listing is tried again on the next turn)."""
+
+    code = "tool_source_unavailable"
+    retryable = True
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        super().__init__(f"tool source {source} is unavailable: {reason}; retry the request")
+
+
 class EventRefused(InputError):
     """An application event that is not declared (``app.event``) or whose data does not fit
     its declared schema. Nothing was written."""
@@ -337,6 +351,7 @@ HTTP_STATUS: dict[str, int] = {
     StoreError.code: 503,
     SchedulerError.code: 503,
     TimerRefused.code: 422,
+    ToolSourceUnavailable.code: 503,
     EventRefused.code: 422,
     DormantError.code: 500,
     # Codes the HTTP layer (dormant.http) and the run itself report; one table for all of them.
@@ -369,6 +384,7 @@ _FAILURES: dict[str, str] = {
     "max_steps": "the turn took more model steps than the agent allows",
     "store_error": "the session store failed",
     "scheduler_error": "the timer service failed",
+    "tool_source_unavailable": "a tool source (an MCP server) was unreachable; retry",
 }
 
 

@@ -7,9 +7,9 @@ import inspect
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -19,9 +19,11 @@ if TYPE_CHECKING:
     from dormant.session import Session
 
 __all__ = [
+    "APPROVAL_POLICIES",
     "Signal",
     "Tool",
     "ToolContext",
+    "ToolSource",
     "handler_context",
     "make_tool",
     "run_with_handler_context",
@@ -161,6 +163,11 @@ class Tool:
     #: The call's result comes from outside the turn (a provider-executed tool, a long job,
     #: a callback): calling it parks the turn until trusted code supplies the result.
     deferred: bool = False
+    #: The arguments' JSON Schema as another system gave it (an MCP server's ``inputSchema``):
+    #: sent to the model as it is, and the arguments are checked against it
+    #: (:func:`dormant._schema.schema_errors`) instead of through ``schema``; the tool then
+    #: receives them as a dict (``ToolContext.args``). None: ``schema`` is the contract.
+    json_schema: dict[str, Any] | None = None
 
     @property
     def yields(self) -> bool:
@@ -168,12 +175,40 @@ class Tool:
 
     def parameters(self) -> dict[str, Any]:
         """The JSON Schema of the arguments, as sent to a model."""
+        if self.json_schema is not None:
+            return self.json_schema
         return _schema_cache(self.schema)
 
     def input_schema(self) -> dict[str, Any] | None:
         """The JSON Schema of the answer a yielding tool waits for (its ``yield_schema``), as
         its ``tool_yield`` event records it; None for a tool that does not yield."""
         return None if self.yield_schema is None else _schema_cache(self.yield_schema)
+
+
+#: What an approval policy may be (``tool_approval``, ``MCPServer(approval=...)``): one of
+#: these, or a function of the validated arguments returning one of them.
+APPROVAL_POLICIES = ("user-approval", "approved")
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Tools an agent gets from elsewhere (an MCP server: :class:`dormant.mcp.MCPServer`),
+    listed beside its own in ``app.agent(tools=[...])``.
+
+    The agent asks ``list_tools`` when a turn first needs its tools, never when it is built
+    (that is a Lambda cold start), and keeps what it got for the life of the process. A
+    source that cannot list raises :class:`dormant.errors.ToolSourceUnavailable`: the turn
+    fails before any model call, and the next turn asks again.
+    """
+
+    #: Names the source in errors and logs (never a credential).
+    label: str
+    #: Tool name -> approval policy, as for the agent's ``tool_approval``.
+    approval: Mapping[str, Any]
+
+    def list_tools(self) -> Sequence[Tool]:
+        """The source's tools (a source may cache them; the agent does too)."""
+        ...
 
 
 _SCHEMAS: dict[type[BaseModel], dict[str, Any]] = {}

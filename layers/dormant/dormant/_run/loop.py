@@ -204,6 +204,12 @@ def _still_waiting(run: RunState) -> Stream:
 
 
 def _guarded(run: RunState, turn: TurnInput) -> Stream:
+    # The agent's tool sources (MCP servers) are listed here, on the first turn that needs
+    # them. One that cannot list fails the turn before anything runs, and the turn writes
+    # nothing, even after a claim (an approval decided, a step reopened): what the claim
+    # committed stays for a later request or the lease's takeover to run, with the same
+    # call ids, once the source answers again.
+    run.agent.toolset()
     run.session.defer_events()  # timers tools ask for wait for flush (call order)
     try:
         return (yield from _body(run, turn))
@@ -551,7 +557,7 @@ def _request(run: RunState, step: int) -> ModelRequest:
     session = run.session
     agent = run.agent
     system = [item.render(session) for item in agent.context if isinstance(item, System)]
-    tools = agent.tool_specs
+    tools = agent.toolset().specs
     has_history = agent.has_history
     limit = agent.history_turns
     compacted = agent.compaction is not None

@@ -24,6 +24,7 @@ from dormant._head import PendingCall
 from dormant._ids import new_id
 from dormant._patch import apply_patch, json_copy, make_patch, to_json_value
 from dormant._run.state import RunState
+from dormant._schema import schema_errors
 from dormant.agent import HookContext
 from dormant.errors import describe_validation
 from dormant.events import (
@@ -35,7 +36,7 @@ from dormant.events import (
     ToolYield,
 )
 from dormant.models._base import DENIED
-from dormant.tools import CURRENT_TOOL, Aborted, Tool, ToolContext
+from dormant.tools import APPROVAL_POLICIES, CURRENT_TOOL, Aborted, Tool, ToolContext
 
 __all__ = ["Call", "resume_tools", "run_tools", "state_delta"]
 
@@ -54,7 +55,9 @@ class Call:
     name: str
     args: Any
     tool: Tool | None = None
-    parsed: BaseModel | None = None
+    #: The validated arguments: an instance of the tool's schema, or (a tool with a
+    #: ``json_schema``, an MCP server's) the arguments' dict.
+    parsed: BaseModel | dict[str, Any] | None = None
     error: str | None = None
     result: Any = None
     prepared: Any = None
@@ -174,7 +177,7 @@ def _run_threads(run: RunState, calls: list[Call],
 
 
 def _needs_approval(run: RunState, call: Call) -> bool:
-    policy = (run.agent.tool_approval or {}).get(call.name)
+    policy = run.agent.toolset().approval.get(call.name)
     if policy is None:
         return False
     try:
@@ -182,7 +185,7 @@ def _needs_approval(run: RunState, call: Call) -> bool:
     except Exception as error:
         call.error = f"the approval policy for {call.name} failed: {error}"
         return False
-    if decision not in ("user-approval", "approved"):
+    if decision not in APPROVAL_POLICIES:
         call.error = (f"the approval policy for {call.name} returned {decision!r}; "
                       "expected 'user-approval' or 'approved'")
         return False
@@ -253,12 +256,20 @@ def _answer_yield(run: RunState, pending: PendingCall,
 def _resolve(run: RunState, call: Call) -> None:
     if call.error is not None:
         return
-    tool = run.agent.tools.get(call.name)
+    tools = run.agent.toolset().tools
+    tool = tools.get(call.name)
     if tool is None:
-        known = ", ".join(sorted(run.agent.tools)) or "none"
+        known = ", ".join(sorted(tools)) or "none"
         call.error = f"Unknown tool {call.name!r}. Available tools: {known}"
         return
     call.tool = tool
+    if tool.json_schema is not None:  # a schema given as JSON (an MCP server's), not a model
+        problems = schema_errors(call.args, tool.json_schema, "(root)")
+        if problems:
+            call.error = f"Invalid arguments for {call.name}: {'; '.join(problems)}"
+        else:
+            call.parsed = call.args
+        return
     try:
         call.parsed = tool.schema.model_validate(call.args)
     except ValidationError as error:
