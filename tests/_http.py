@@ -1,4 +1,4 @@
-"""Driving the HTTP resolver in-process: an API Gateway REST proxy event, and its JSON answer."""
+"""Driving the HTTP resolver in-process: an API Gateway REST proxy event, and its answer."""
 
 from __future__ import annotations
 
@@ -18,3 +18,25 @@ def get(resolver: Any, path: str) -> tuple[int, Any]:
                            "identity": {}},
     }, None)
     return out["statusCode"], json.loads(out["body"])
+
+
+def post_event(path: str, body: Any) -> dict[str, Any]:
+    """``POST path`` with a JSON body, as API Gateway passes it with no authorizer."""
+    return {
+        "resource": path, "path": path, "httpMethod": "POST",
+        "headers": {"Content-Type": "application/json"},
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "queryStringParameters": None, "multiValueQueryStringParameters": None,
+        "pathParameters": None, "stageVariables": None,
+        "requestContext": {"resourcePath": path, "httpMethod": "POST", "path": path,
+                           "stage": "test", "requestId": "r-1", "authorizer": {},
+                           "identity": {}},
+        "body": json.dumps(body), "isBase64Encoded": False,
+    }
+
+
+def post(resolver: Any, path: str, body: Any) -> tuple[int, Any]:
+    """``POST path``: the status and the body (parsed when it is JSON)."""
+    out = resolver.resolve(post_event(path, body), None)
+    text = out["body"]
+    return out["statusCode"], json.loads(text) if text.startswith("{") else text

@@ -18,18 +18,19 @@ import base64
 import binascii
 import json
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
 import botocore.session
 from botocore.validate import ParamValidator
+
+from tests._fake_server import ScriptedServer
 
 __all__ = [
     "MODEL",
@@ -217,6 +218,9 @@ def rule_broken(body: dict[str, Any]) -> str | None:
         for block in message["content"]:
             if "text" in block and not block["text"].strip():
                 return "The text field in the ContentBlock object is blank."
+            if ("toolUse" in block or "toolResult" in block) and "toolConfig" not in body:
+                return ("The toolConfig field must be defined when using toolUse and "
+                        "toolResult content blocks.")
             if "toolResult" in block:
                 asked = {b["toolUse"]["toolUseId"] for b in (previous or {}).get("content", [])
                          if "toolUse" in b}
@@ -229,45 +233,16 @@ def rule_broken(body: dict[str, Any]) -> str | None:
 # --- the server -------------------------------------------------------------------------------
 
 
-class FakeBedrock:
+class FakeBedrock(ScriptedServer[Reply, Recorded]):
     """Start with ``FakeBedrock()``; ``url`` for boto3's ``endpoint_url``; ``script(...)``
     replies; ``requests`` holds what arrived; ``close()`` stops the server."""
 
     def __init__(self) -> None:
-        self.requests: list[Recorded] = []
-        self._replies: list[Reply] = []
-        self._lock = threading.Lock()
-        fake = self
-
-        class Handler(_Handler):
-            owner = fake
-
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
-        self._thread.start()
+        super().__init__(_Handler)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def script(self, *replies: Reply) -> None:
-        with self._lock:
-            self._replies.extend(replies)
-
-    @property
-    def unused(self) -> int:
-        return len(self._replies)
-
-    def next_reply(self, recorded: Recorded) -> Reply | None:
-        with self._lock:
-            self.requests.append(recorded)
-            return self._replies.pop(0) if self._replies else None
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return self.origin
 
 
 @contextmanager
@@ -279,14 +254,6 @@ def fake_bedrock() -> Iterator[FakeBedrock]:
     finally:
         server.close()
     assert server.unused == 0, "scripted replies were left unused"
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is fine
-            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

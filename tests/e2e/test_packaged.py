@@ -141,6 +141,27 @@ def test_the_venv_runs_the_installed_copy(installed: Installed, tmp_path: Path) 
     assert done.stdout == f"dormant {dormant.__version__}\n"
 
 
+_EXTRAS_PROBE = """
+from dormant.errors import ConfigError
+from dormant.mcp import MCPServer
+from dormant.models import BedrockModel
+print(BedrockModel("amazon.nova-pro-v1:0").model)
+try:
+    MCPServer("http://127.0.0.1:9/mcp")
+except ConfigError as missing:
+    print(missing)
+"""
+
+
+def test_the_aws_install_has_bedrock_and_says_what_mcp_needs(installed: Installed,
+                                                            tmp_path: Path) -> None:
+    done = _run(installed.python, "-c", _EXTRAS_PROBE, cwd=tmp_path, timeout=60)
+
+    assert done.stdout.splitlines() == [
+        "amazon.nova-pro-v1:0",
+        "MCPServer needs the mcp package: pip install 'dormant[mcp]'"]
+
+
 @pytest.fixture
 def served(installed: Installed, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """The installed ``dormant dev`` on its defaults, started in an empty directory."""

@@ -10,16 +10,17 @@ so the fake cannot drift from the shapes the real client parses.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import typing
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel
+
+from tests._fake_server import ScriptedServer
 
 __all__ = [
     "Call",
@@ -98,53 +99,16 @@ class Recorded:
     body: dict[str, Any]
 
 
-class FakeOpenAI:
+class FakeOpenAI(ScriptedServer[Reply, Recorded]):
     """Start with ``FakeOpenAI()``; ``base_url`` for the client; ``script(...)`` replies;
     ``requests`` holds what arrived; ``close()`` stops the server."""
 
     def __init__(self) -> None:
-        self.requests: list[Recorded] = []
-        self._replies: list[Reply] = []
-        self._lock = threading.Lock()
-        fake = self
-
-        class Handler(_Handler):
-            owner = fake
-
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
-        self._thread.start()
+        super().__init__(_Handler)
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def script(self, *replies: Reply) -> None:
-        with self._lock:
-            self._replies.extend(replies)
-
-    @property
-    def unused(self) -> int:
-        return len(self._replies)
-
-    def next_reply(self, recorded: Recorded) -> Reply | None:
-        with self._lock:
-            self.requests.append(recorded)
-            return self._replies.pop(0) if self._replies else None
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is fine
-            super().handle_error(request, client_address)
+        return f"{self.origin}/v1"
 
 
 class _Handler(BaseHTTPRequestHandler):

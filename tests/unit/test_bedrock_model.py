@@ -244,6 +244,26 @@ def test_the_conversation_alternates_roles_with_tool_results_in_user_messages(
     ]
 
 
+def test_calls_in_the_history_of_a_request_without_tools_are_told_as_text(
+        bedrock: FakeBedrock) -> None:
+    bedrock.script(converse_stream("It was three nights."))
+    history = _request(
+        UserMessage("How long is BK-1042?"),
+        AssistantMessage("", tool_calls=(ToolCallPart("tu_1", "lookup_stay",
+                                                      {"ref": "BK-1042"}),)),
+        ToolMessage("tu_1", "lookup_stay", '{"nights": 3}'),
+        AssistantMessage("Three nights."), UserMessage("Remind me?"), tools=())
+
+    assert _text(_run(_model(bedrock), history)) == "It was three nights."
+
+    sent = bedrock.requests[0].body
+    assert "toolConfig" not in sent
+    assert sent["messages"][1:3] == [
+        {"role": "assistant", "content": [
+            {"text": '[called lookup_stay (tu_1) with {"ref": "BK-1042"}]'}]},
+        {"role": "user", "content": [{"text": '[tu_1 returned: {"nights": 3}]'}]}]
+
+
 def test_a_history_starting_with_the_assistant_gets_a_user_turn_first(
         bedrock: FakeBedrock) -> None:
     bedrock.script(converse_stream("Sure."))

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ import dormant
 from dormant.http import build_resolver
 from dormant.models import ScriptedModel
 from dormant.session import Session
+from tests._http import post
 
 SID = "session_s1"
 
@@ -51,21 +51,7 @@ class Api:
         assert (status, parked["status"]) == (200, "yielded_tool")
 
     def post(self, path: str, body: Any) -> tuple[int, Any]:
-        text = json.dumps(body)
-        out = self.resolver.resolve({
-            "resource": path, "path": path, "httpMethod": "POST",
-            "headers": {"Content-Type": "application/json"},
-            "multiValueHeaders": {"Content-Type": ["application/json"]},
-            "queryStringParameters": None, "multiValueQueryStringParameters": None,
-            "pathParameters": None, "stageVariables": None,
-            "requestContext": {"resourcePath": path, "httpMethod": "POST", "path": path,
-                               "stage": "test", "requestId": "r-1", "authorizer": {},
-                               "identity": {}},
-            "body": text, "isBase64Encoded": False,
-        }, None)
-        body_out = out["body"]
-        return out["statusCode"], (json.loads(body_out) if body_out.startswith("{")
-                                   else body_out)
+        return post(self.resolver, path, body)
 
     def answer(self, entry: dict[str, Any]) -> tuple[int, Any]:
         return self.post("/turns", {"sessionId": "s1", "tools": [entry]})

@@ -22,7 +22,8 @@ from dormant.models import (
     ToolMessage,
     UserMessage,
 )
-from dormant.tools import Signal
+from dormant.tools import Signal, ToolContext
+from tests._http import post_event
 from tests.unit.openai_fake import Call, FakeOpenAI, chat_stream, error, responses_stream
 
 APIS = ["responses", "chat_completions"]
@@ -42,18 +43,6 @@ def _garbled(api: str) -> Any:
     name, _ = reply.events[2]
     reply.events[2] = (name, '{"type": "response.output_text.delta", "delta": "an')
     return reply
-
-
-def _event(path: str, body: Any) -> dict[str, Any]:
-    return {"resource": path, "path": path, "httpMethod": "POST",
-            "headers": {"Content-Type": "application/json"},
-            "multiValueHeaders": {"Content-Type": ["application/json"]},
-            "queryStringParameters": None, "multiValueQueryStringParameters": None,
-            "pathParameters": None, "stageVariables": None,
-            "requestContext": {"resourcePath": path, "httpMethod": "POST", "path": path,
-                               "stage": "test", "requestId": "r-1", "authorizer": {},
-                               "identity": {}},
-            "body": json.dumps(body), "isBase64Encoded": False}
 
 
 def _api(fake: FakeOpenAI) -> tuple[dormant.App, Any]:
@@ -103,7 +92,7 @@ def test_a_context_overflow_reaches_rest_as_itself_and_not_retryable(fake: FakeO
     _, resolver = _api(fake)
     fake.script(error(400, OVERFLOW, code="context_length_exceeded", param="input"))
 
-    out = resolver.resolve(_event("/turns", {"sessionId": "thread-2", "message": "Hi"}),
+    out = resolver.resolve(post_event("/turns", {"sessionId": "thread-2", "message": "Hi"}),
                            None)
 
     body = json.loads(out["body"])
@@ -118,7 +107,7 @@ def test_a_rate_limit_reaches_rest_as_itself_and_retryable(fake: FakeOpenAI) -> 
     fake.script(error(429, "Rate limit reached", code="rate_limit_exceeded",
                       kind="requests", headers={"retry-after": "0"}))
 
-    out = resolver.resolve(_event("/turns", {"message": "Hi"}), None)
+    out = resolver.resolve(post_event("/turns", {"message": "Hi"}), None)
 
     body = json.loads(out["body"])
     assert (out["statusCode"], body["code"], body["retryable"]) == (502, "rate_limited", True)
@@ -130,7 +119,7 @@ def test_the_agui_run_error_carries_the_models_code(fake: FakeOpenAI) -> None:
     run = {"threadId": "thread-3", "runId": "run-1", "state": {}, "tools": [], "context": [],
            "forwardedProps": {}, "messages": [{"id": "m1", "role": "user", "content": "Hi"}]}
 
-    out = resolver.resolve(_event("/agui", run), None)
+    out = resolver.resolve(post_event("/agui", run), None)
 
     errors = [json.loads(line[len("data: "):]) for line in out["body"].splitlines()
               if line.startswith("data: ") and '"RUN_ERROR"' in line]
@@ -146,11 +135,12 @@ def test_an_overflow_after_a_tool_ran_is_recorded_and_answered_as_not_retryable(
     app = dormant.App(name="after-tool")
     deleted: list[int] = []
 
-    @app.tool(name="delete_archive", description="Delete an archive")
-    def delete_archive(year: int) -> dict[str, Any]:
-        deleted.append(year)
-        return {"deleted": year}
+    def delete(ctx: ToolContext) -> dict[str, Any]:
+        deleted.append(ctx.args.year)
+        return {"deleted": ctx.args.year}
 
+    delete_archive = app.tool(name="delete_archive", description="Delete an archive",
+                              schema=Archive, execute=delete)
     agent = app.agent(name="a", model=_model(fake), tools=[delete_archive],
                       context=[app.context.history()])
     fake.script(responses_stream("", [Call("delete_archive", {"year": 2019}, "call_del")]),

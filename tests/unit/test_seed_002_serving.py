@@ -293,12 +293,16 @@ def test_a_failing_store_is_retried_then_reported_failed(
 def test_a_model_failure_is_reported_with_a_stable_code_and_writes_nothing(
         app: dormant.App) -> None:
     class Down:
+        def __init__(self, code: str) -> None:
+            self.code = code
+
         def stream(self, request: Any, *, signal: Any) -> Any:
             raise dormant.models.ModelError("auth failed: check OPENAI_API_KEY",
-                                            code="auth_failed", status=401)
+                                            code=self.code, status=401, retryable=False)
 
-    agent = app.agent(name="a", model=Down())  # type: ignore[arg-type]
-    reply = app.handler.rest(agent=agent)({"session_id": "m", "input": {"message": "hi"}})
-    assert reply.status == "error" and reply.code == "model_error"
-    assert reply.error == "auth failed: check OPENAI_API_KEY"
-    assert app.sessions.get("m") is None
+    for code, answered in (("auth_failed", "auth_failed"), ("my_own_code", "model_error")):
+        agent = app.agent(name="a", model=Down(code))  # type: ignore[arg-type]
+        reply = app.handler.rest(agent=agent)({"session_id": "m", "input": {"message": "hi"}})
+        assert (reply.status, reply.code, reply.retryable) == ("error", answered, False)
+        assert reply.error == "auth failed: check OPENAI_API_KEY"
+        assert app.sessions.get("m") is None

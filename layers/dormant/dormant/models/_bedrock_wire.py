@@ -88,7 +88,8 @@ def converse_request(request: ModelRequest, *, cache: frozenset[str] = frozenset
     blocks of one role are merged into one message. A tool name Bedrock cannot take is a
     :class:`ModelError` (``invalid_request``, not retryable) before anything is sent.
     """
-    body: dict[str, Any] = {"messages": _messages(request.messages)}
+    body: dict[str, Any] = {"messages": _messages(request.messages,
+                                                  as_text=not request.tools)}
     system: list[dict[str, Any]] = [{"text": text} for text in request.system if text]
     if system:
         body["system"] = [*system, _CACHE_POINT] if "system" in cache else system
@@ -108,11 +109,16 @@ def converse_request(request: ModelRequest, *, cache: frozenset[str] = frozenset
     return body
 
 
-def _messages(messages: list[Message]) -> list[dict[str, Any]]:
+def _messages(messages: list[Message], *, as_text: bool = False) -> list[dict[str, Any]]:
+    """The conversation as Converse messages. ``as_text``: the request has no tools, and
+    Converse refuses tool blocks without a ``toolConfig`` (an agent whose tools were taken
+    away, with calls in its history): its calls and results are told as text instead."""
     merged: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if isinstance(message, AssistantMessage) else "user"
         blocks = _blocks(message)
+        if as_text:
+            blocks = [_told(block) for block in blocks]
         if not blocks:
             continue
         if merged and merged[-1]["role"] == role:
@@ -143,6 +149,22 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
                                 "status": "error" if message.is_error else "success"}}]
     text = SYSTEM_NOTE + message.text if message.role == "system" else message.text
     return [{"text": text}]
+
+
+def _told(block: dict[str, Any]) -> dict[str, Any]:
+    """A tool block as the text that says what it held; any other block as it is."""
+    if "toolUse" in block:
+        use = block["toolUse"]
+        return {"text": f"[called {use['name']} ({use['toolUseId']}) with "
+                        f"{json.dumps(use['input'], ensure_ascii=False)}]"}
+    if "toolResult" in block:
+        result = block["toolResult"]
+        [content] = result["content"]
+        told = (json.dumps(content["json"], ensure_ascii=False) if "json" in content
+                else content["text"])
+        outcome = "failed" if result["status"] == "error" else "returned"
+        return {"text": f"[{result['toolUseId']} {outcome}: {told}]"}
+    return block
 
 
 def _reasoning_block(item: Any) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ start for free.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -56,7 +57,7 @@ _HINTS = {
 #: Connect timeout (seconds) of the client built here; reads wait ``timeout``.
 _CONNECT_TIMEOUT = 10.0
 _READ_TIMEOUT = 60.0
-_MISSING = "dormant.models.BedrockModel needs boto3: pip install boto3"
+_MISSING = "dormant.models.BedrockModel needs boto3: pip install 'dormant[aws]'"
 
 
 class BedrockModel:
@@ -271,11 +272,15 @@ class BedrockModel:
                         read_timeout=self.timeout or _READ_TIMEOUT)
         try:
             # A session of its own: boto3's default session is not safe to share across threads.
-            session = boto3.session.Session(region_name=self.region)
+            # AWS_REGION as Lambda and the AWS SDKs set it; boto3 itself reads only
+            # AWS_DEFAULT_REGION and the profile's region, which it falls back to.
+            region = self.region or os.environ.get("AWS_REGION") or None
+            session = boto3.session.Session(region_name=region)
             return session.client("bedrock-runtime", config=config)
         except BotoCoreError as error:  # no region, a broken profile...
             raise ModelError(f"cannot build the Bedrock client for model {self.model_id!r}: "
-                             f"{error}; set AWS_REGION or pass BedrockModel(..., region=...)",
+                             f"{error}; set AWS_REGION (or AWS_DEFAULT_REGION) or pass "
+                             f"BedrockModel(..., region=...)",
                              code="invalid_request", retryable=False) from error
 
     # --- errors ---------------------------------------------------------------------------------
