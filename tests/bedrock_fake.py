@@ -19,18 +19,16 @@ import binascii
 import json
 import struct
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
 import botocore.session
 from botocore.validate import ParamValidator
 
-from tests._fake_server import ScriptedServer
+from tests._fake_server import ScriptedHandler, ScriptedServer
 
 __all__ = [
     "MODEL",
@@ -256,12 +254,8 @@ def fake_bedrock() -> Iterator[FakeBedrock]:
     assert server.unused == 0, "scripted replies were left unused"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(ScriptedHandler):
     owner: FakeBedrock
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -287,41 +281,11 @@ class _Handler(BaseHTTPRequestHandler):
             reply.finished.set()
 
     def _error(self, reply: Reply) -> None:
-        data = json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_whole(reply.status, "application/json", json.dumps(reply.body).encode(),
+                        reply.headers)
 
     def _stream(self, reply: Reply) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "application/vnd.amazon.eventstream")
-        self.send_header("transfer-encoding", "chunked")
-        self.send_header("x-amzn-requestid", "fake-request-id")
-        self.end_headers()
-        try:
-            for index, data in enumerate(reply.frames):
-                if reply.cut_after is not None and index == reply.cut_after:
-                    self.close_connection = True  # hang up without the final chunk
-                    return
-                if reply.pause_after is not None and index == reply.pause_after:
-                    reply.paused.set()
-                    reply.release.wait(10)
-                    keep_alive = _event("contentBlockDelta",
-                                        {"contentBlockIndex": 0, "delta": {"text": ""}})
-                    until = time.monotonic() + 5
-                    while time.monotonic() < until:  # talk until the client's close shows
-                        self._chunk(keep_alive)
-                self._chunk(data)
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            reply.disconnected = True
-            self.close_connection = True
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
+        keep_alive = _event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": ""}})
+        self.send_chunked(reply.frames, reply, keep_alive=keep_alive, headers={
+            "content-type": "application/vnd.amazon.eventstream",
+            "x-amzn-requestid": "fake-request-id"})

@@ -13,14 +13,13 @@ import json
 import threading
 import typing
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel
 
-from tests._fake_server import ScriptedServer
+from tests._fake_server import ScriptedHandler, ScriptedServer
 
 __all__ = [
     "Call",
@@ -111,12 +110,8 @@ class FakeOpenAI(ScriptedServer[Reply, Recorded]):
         return f"{self.origin}/v1"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(ScriptedHandler):
     owner: FakeOpenAI
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -137,48 +132,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, reply: Reply) -> None:
         text = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
-        data = text.encode()
-        self.send_response(reply.status)
-        self.send_header("content-type", reply.content_type)
-        self.send_header("content-length", str(len(data)))
-        for name, value in reply.headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_whole(reply.status, reply.content_type, text.encode(), reply.headers)
 
     def _sse(self, reply: Reply) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream; charset=utf-8")
-        self.send_header("transfer-encoding", "chunked")
-        self.send_header("cache-control", "no-cache")
-        self.end_headers()
         assert reply.events is not None
         frames = [(f"event: {name}\n" if name else "")
                   + f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
                   for name, data in reply.events]
         if reply.done_marker:
             frames.append("data: [DONE]\n\n")
-        try:
-            for index, frame in enumerate(frames):
-                if reply.cut_after is not None and index == reply.cut_after:
-                    self.close_connection = True  # hang up without the final chunk
-                    return
-                if reply.pause_after is not None and index == reply.pause_after:
-                    reply.paused.set()
-                    reply.release.wait(10)
-                    for _ in range(500):  # keep talking until the client's close shows
-                        self._chunk(": keep-alive\n\n")
-                self._chunk(frame)
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            reply.disconnected = True
-            self.close_connection = True
-
-    def _chunk(self, text: str) -> None:
-        data = text.encode()
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
+        self.send_chunked([frame.encode() for frame in frames], reply,
+                          keep_alive=b": keep-alive\n\n", headers={
+                              "content-type": "text/event-stream; charset=utf-8",
+                              "cache-control": "no-cache"})
 
 
 # --- error envelopes --------------------------------------------------------------------------
