@@ -15,6 +15,7 @@ from typing import Any
 
 from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
+from dormant.models._hints import HINTS
 from dormant.models._retry import Verdict, attempts, with_retries
 from dormant.settings import ENV, Settings
 from dormant.tools import Aborted, Signal
@@ -43,16 +44,14 @@ ERRORS: dict[str, tuple[str, bool]] = {
 _CONTEXT_TEXT = re.compile(r"too long|too many (input )?tokens|context[ _-]?(window|length)"
                            r"|exceeds? the maximum (number of )?(input )?tokens", re.IGNORECASE)
 _HINTS = {
+    **HINTS,
     "auth_failed": "check the AWS credentials (AWS_PROFILE, AWS_ACCESS_KEY_ID, or the "
                    "function's role)",
-    "context_overflow": "the conversation no longer fits the model's context window; bound it "
-                        "with app.context.history(limit=N) or start a new session",
     "permission_denied": "grant bedrock:InvokeModelWithResponseStream on the model (or "
                          "inference profile) and enable model access in the Bedrock console",
     "model_not_found": "check the model id (or inference profile id) and the region",
     "model_not_ready": "the model is still being loaded; try again shortly",
     "rate_limited": "lower the request rate or raise the account's Bedrock quotas",
-    "stream_incomplete": "nothing of this step was kept; the same request can be sent again",
 }
 #: Connect timeout (seconds) of the client built here; reads wait ``timeout``.
 _CONNECT_TIMEOUT = 10.0
@@ -288,7 +287,7 @@ class BedrockModel:
     def _error(self, failure: Exception, note: str = "", *, code: str | None = None,
                retryable: bool | None = None) -> ModelError:
         found, worth = _classify(failure)
-        name, message, _ = _described(failure)
+        name, message = _described(failure)
         return self._fail(code or found, worth if retryable is None else retryable, name,
                           message, note, status=_status(failure))
 
@@ -304,8 +303,8 @@ class BedrockModel:
         return ModelError(text, code=code, status=status, retryable=retryable)
 
 
-def _described(failure: Exception) -> tuple[str, str, str]:
-    """(Bedrock's error name, its message, the raw code) of a botocore failure. Exceptions
+def _described(failure: Exception) -> tuple[str, str]:
+    """(Bedrock's error name, its message) of a botocore failure. Exceptions
     inside a stream come named as their event (``throttlingException``): capitalised here."""
     from botocore.exceptions import ClientError
 
@@ -313,8 +312,8 @@ def _described(failure: Exception) -> tuple[str, str, str]:
         error = failure.response.get("Error", {})
         raw = str(error.get("Code") or "")
         name = raw[:1].upper() + raw[1:] if raw else "ClientError"
-        return name, str(error.get("Message") or failure), raw
-    return type(failure).__name__, str(failure), ""
+        return name, str(error.get("Message") or failure)
+    return type(failure).__name__, str(failure)
 
 
 def _classify(failure: Exception) -> tuple[str, bool]:
@@ -322,7 +321,7 @@ def _classify(failure: Exception) -> tuple[str, bool]:
     from botocore import exceptions as boto
 
     if isinstance(failure, boto.ClientError):
-        name, message, _ = _described(failure)
+        name, message = _described(failure)
         if name == "ValidationException" and _CONTEXT_TEXT.search(message):
             return "context_overflow", False
         if name in ERRORS:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
+from dormant.models._hints import HINTS
 from dormant.models._openai_errors import classify, redact
 from dormant.models._openai_key import deployment_key, openai_api_key_from_settings
 from dormant.models._retry import RETRY_AFTER_CAP, Verdict, attempts, with_retries
@@ -36,14 +37,12 @@ _APIS: tuple[Api, ...] = ("responses", "chat_completions")
 #: too long, whatever ``code`` they send with it.
 _CONTEXT_TEXT = re.compile(r"context[ _-]?(window|length)|too many tokens", re.IGNORECASE)
 _HINTS = {
+    **HINTS,
     "auth_failed": "check the API key (OPENAI_API_KEY, or the secret named by "
                    f"{ENV.OPENAI_SECRET} / {ENV.OPENAI_PARAMETER})",
-    "context_overflow": "the conversation no longer fits the model's context window; bound it "
-                        "with app.context.history(limit=N) or start a new session",
     "insufficient_quota": "the OpenAI account has no quota left; check its plan and billing",
     "model_not_found": "check the model name and that the key may use it",
     "rate_limited": "lower the request rate or raise the account's limits",
-    "stream_incomplete": "nothing of this step was kept; the same request can be sent again",
     "stream_expected": "the server does not stream (a gateway or a mock such as Prism); if it "
                        "serves whole responses, use OpenAIModel(..., stream=False)",
 }
