@@ -10,7 +10,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-#: Seconds a start may take before the test fails (rather than hangs).
+from tests._timing import scaled
+
+#: Seconds a start may take before the test fails (rather than hangs), before ``scaled``.
 STARTUP_TIMEOUT = 30.0
 READY = re.compile(r"^dormant dev: serving \S+ on (http://\S+) ")
 
@@ -23,7 +25,8 @@ def dev_process(command: Sequence[str], *, cwd: Path, env: Mapping[str, str],
     with log.open("w") as stderr:
         proc = subprocess.Popen(list(command), cwd=cwd, env=dict(env), text=True,
                                 stdout=subprocess.PIPE, stderr=stderr)
-    watchdog = threading.Timer(STARTUP_TIMEOUT, proc.kill)  # a silent start fails, not hangs
+    # A silent start fails, not hangs.
+    watchdog = threading.Timer(scaled(STARTUP_TIMEOUT), proc.kill)
     watchdog.start()
     try:
         assert proc.stdout is not None

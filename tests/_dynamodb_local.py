@@ -241,8 +241,10 @@ class DynamoDBLocal:
     def _wait_ready(self) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        from tests._timing import scaled  # here: this file also runs as a script, in the namespace
+
         client = self.client(retries={"mode": "standard", "max_attempts": 1})
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + (budget := scaled(START_TIMEOUT))
         while True:
             assert self._process is not None
             if self._process.poll() is not None:
@@ -254,7 +256,7 @@ class DynamoDBLocal:
             except (BotoCoreError, ClientError) as error:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"DynamoDB Local did not answer ListTables within "
-                                       f"{START_TIMEOUT:.0f}s ({error}):\n{self.log()}") from error
+                                       f"{budget:.0f}s ({error}):\n{self.log()}") from error
             time.sleep(0.2)
 
     def client(self, retries: Any = None) -> Any:

@@ -16,6 +16,8 @@ from typing import IO
 
 import pytest
 
+from tests._timing import scaled
+
 ROOT = Path(__file__).resolve().parents[2]
 BOOKINGS = "dormant.samples.bookings:build"
 GATED = Path(__file__).with_name("gated_app.py")
@@ -47,7 +49,7 @@ class DevServer:
             self._proc = subprocess.Popen(command, cwd=ROOT, env=self.env, text=True,
                                           stdout=subprocess.PIPE, stderr=log)
         assert self._proc.stdout is not None
-        line = _first_line(self._proc.stdout, STARTUP_TIMEOUT)
+        line = _first_line(self._proc.stdout, scaled(STARTUP_TIMEOUT))
         match = _READY.match(line)
         assert match, f"dormant dev did not start: {line!r}\n{self.log.read_text()}"
         self.startup_line = line

@@ -15,6 +15,7 @@ import pytest
 
 from bench import _report
 from bench._report import Column
+from tests._timing import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\|.*\|$")
@@ -24,7 +25,7 @@ ROW = re.compile(r"^\|.*\|$")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench-smoke")
     done = subprocess.run([sys.executable, "-m", "bench", "all", "--smoke", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stderr[-2000:]
     return out
 
