@@ -10,8 +10,10 @@ from typing import Any
 from urllib.parse import unquote
 
 import pytest
+from pydantic import ValidationError
 
 import dormant
+from dormant._inputs import AudioInput
 from dormant.http import build_resolver
 from dormant.models import (
     AudioChunk,
@@ -441,3 +443,21 @@ def test_the_openapi_description_lists_post_voice(api: tuple[dormant.App, Any]) 
         doc["components"]["schemas"]["VoiceRequest"]["properties"])
     assert {"transcript", "audio", "audioError"} <= set(
         doc["components"]["schemas"]["VoiceResponse"]["properties"])
+
+
+@pytest.mark.parametrize(("format", "start"), [
+    ("wav", b"RIFF\x24\x00\x00\x00WAVEfmt "), ("mp3", b"ID3\x04\x00"), ("mp3", b"\xff\xfb\x90"),
+    ("ogg", b"OggS\x00\x02"), ("webm", b"\x1a\x45\xdf\xa3\x9f"), ("flac", b"fLaC\x00"),
+    ("m4a", b"\x00\x00\x00\x20ftypM4A "),
+])
+def test_audio_is_checked_against_its_format(format: str, start: bytes) -> None:
+    assert AudioInput(data=start + b"\x00" * 8, format=format).data.startswith(start)
+    others = [f for f in ("wav", "ogg", "webm", "m4a") if f != format]
+    with pytest.raises(ValidationError, match=f"not {others[0]} audio"):
+        AudioInput(data=start + b"\x00" * 8, format=others[0])
+
+
+def test_random_bytes_are_refused_before_any_transcriber_hears_them() -> None:
+    noise = base64.b64decode("+8D30LZsWxr00AINBJahcGSpcgmhNhn2CQOCM08MlSgvJu==")
+    with pytest.raises(ValidationError, match="audio data is not mp3 audio"):
+        AudioInput(data=noise, format="mp3")

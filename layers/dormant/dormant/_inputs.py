@@ -7,7 +7,7 @@ import base64
 import binascii
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -151,6 +151,31 @@ class AudioInput(_In):
             except (binascii.Error, ValueError) as error:
                 raise ValueError("audio data given as text must be base64") from error
         return value
+
+    @model_validator(mode="after")
+    def _is_its_format(self) -> AudioInput:
+        """Bytes that cannot be ``format`` (the first bytes every such file starts with) are
+        the caller's mistake, told as one, not sent on to a transcriber that would fail."""
+        if not _looks_like(self.format, self.data):
+            raise ValueError(f"audio data is not {self.format} audio (its first bytes are "
+                             f"not a {self.format} file's)")
+        return self
+
+
+def _looks_like(format: str, data: bytes) -> bool:
+    """Whether ``data`` starts as a ``format`` file does (a signature check, not a decode)."""
+    if format == "wav":
+        return data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE"
+    if format == "mp3":  # an ID3 tag, or an MPEG audio frame's sync bits
+        return data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF
+                                       and data[1] & 0xE0 == 0xE0)
+    if format == "ogg":
+        return data[:4] == b"OggS"
+    if format == "webm":  # an EBML header
+        return data[:4] == b"\x1a\x45\xdf\xa3"
+    if format == "flac":
+        return data[:4] == b"fLaC" or data[:3] == b"ID3"
+    return data[4:8] == b"ftyp"  # m4a: an ISO base media file
 
 
 class AppEventInput(_In):
