@@ -9,15 +9,22 @@ Node.js. It talks to the server only through the public HTTP API (``/sessions``,
 description for everything else, as it always was; ``/assets/<file>`` are its scripts and
 styles. None of this is on the Lambda path: the ``api`` function never imports this module,
 and the layer's build leaves ``_web/`` out.
+
+The console sends a guest's messages to ``POST /agui``, which needs the AG-UI protocol package
+(``ag_ui``, part of the ``aws`` extra). An installation without it still serves the page, but
+the page's ``<head>`` then carries ``<meta name="dormant-missing" content="...">`` (see
+:func:`missing`), so the page can say so and use ``POST /turns`` instead.
 """
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["WEB_DIR", "StaticReply", "console_file"]
+__all__ = ["WEB_DIR", "StaticReply", "console_file", "missing"]
 
 #: Where the built console lives inside the package.
 WEB_DIR = Path(__file__).with_name("_web")
@@ -38,6 +45,17 @@ _MISSING = ("<!doctype html><title>dormant console</title><p>This installation o
             "no console files (<code>dormant/_web/</code>). From a checkout, build them with "
             "<code>npm ci --prefix console &amp;&amp; npm run --prefix console build</code>. "
             "The API is described at <a href=\"/docs\">/docs</a>.</p>")
+_HEAD = re.compile(rb"<head[^>]*>", re.IGNORECASE)
+#: What a page without ``POST /agui`` is told, and the start-up line says.
+AGUI_MISSING = ("POST /agui (the console's streaming route) needs the AG-UI protocol package, "
+                "which is not installed: pip install 'dormant[aws]' (or 'ag-ui-protocol>=1.0,<2')")
+
+
+def missing() -> str | None:
+    """One sentence on what this installation lacks for the console, or None: nothing.
+
+    Looked up, not imported: ``dormant dev`` asks once at start-up, before any request."""
+    return AGUI_MISSING if importlib.util.find_spec("ag_ui") is None else None
 
 
 @dataclass(frozen=True)
@@ -50,10 +68,11 @@ class StaticReply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR
-                 ) -> StaticReply | None:
+def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR,
+                 lacking: str | None = None) -> StaticReply | None:
     """The console's answer to ``method path`` (the path without its query), or None when
-    the request is not the console's (the API answers it)."""
+    the request is not the console's (the API answers it). ``lacking``: what :func:`missing`
+    said, put into the page's ``<head>`` as ``<meta name="dormant-missing">``."""
     if method not in ("GET", "HEAD"):
         return None
     if path in ("/", "/index.html"):
@@ -63,7 +82,10 @@ def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR
         if not index.is_file():
             return StaticReply(503, "text/html; charset=utf-8", _MISSING.encode(),
                                {"Cache-Control": "no-store"})
-        return StaticReply(200, "text/html; charset=utf-8", index.read_bytes(), {
+        page = index.read_bytes()
+        if lacking:
+            page = _with_meta(page, lacking)
+        return StaticReply(200, "text/html; charset=utf-8", page, {
             "Cache-Control": "no-cache",
             "Content-Security-Policy": CONTENT_SECURITY_POLICY,
             "X-Content-Type-Options": "nosniff",
@@ -81,3 +103,13 @@ def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR
         "Cache-Control": "public, max-age=31536000, immutable",
         "X-Content-Type-Options": "nosniff",
     })
+
+
+def _with_meta(page: bytes, lacking: str) -> bytes:
+    """``page`` with ``<meta name="dormant-missing" content=lacking>`` first in its head (a
+    ``<meta>`` is no script or style: the Content-Security-Policy stays as it is)."""
+    meta = f'<meta name="dormant-missing" content="{html.escape(lacking)}">'.encode()
+    head = _HEAD.search(page)
+    if head is None:
+        return meta + page
+    return page[:head.end()] + meta + page[head.end():]

@@ -139,6 +139,14 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--client-state", action="append", default=[], metavar="KEY",
                      help="a session state key clients may write through the API's `state` "
                           "(repeat for more; none: any client state write is refused)")
+    dev.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                     help="another origin whose pages may call the API, e.g. "
+                          "http://localhost:5173 for a front-end served elsewhere (repeat for "
+                          "more; none: only the server's own pages and clients that send no "
+                          "Origin)")
+    dev.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="another Host name the server answers to, besides its address's "
+                          "(repeat for more)")
     dev.add_argument("--quiet", action="store_true", help="do not log each request")
     dev.set_defaults(run=_dev)
 
@@ -186,7 +194,7 @@ def _dev(args: argparse.Namespace) -> int:
     from dormant.schedulers.local import LocalScheduler
 
     try:
-        from dormant._devserver import DevServer
+        from dormant._devserver import DevServer, dev_cors
         from dormant.http import build_resolver
     except ModuleNotFoundError as error:  # the API is Powertools' resolver: the aws extra
         if (error.name or "").partition(".")[0] != "aws_lambda_powertools":
@@ -194,28 +202,38 @@ def _dev(args: argparse.Namespace) -> int:
         raise _CliError("dormant dev serves the API with AWS Lambda Powertools, which is not "
                         "installed: pip install 'dormant[aws]'") from error
 
+    try:
+        cors = dev_cors(args.allow_origin)
+    except ValueError as error:
+        raise _CliError(f"--allow-origin: {error}") from error
     model = _model(args.model) if args.model else None
     factory = load_factory(args.app)  # before the database: a bad app leaves no file behind
     fresh = not Path(args.db).expanduser().exists()
     store = _open_store(args.db, create=True)
-    try:
-        app, agent = build_app(factory, store=store, model=model, spec=args.app)
-    except BaseException:
+
+    def give_back() -> None:
         store.close()
         if fresh:  # nothing was served: take back the database this start made
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{store.path}{suffix}").unlink(missing_ok=True)
+
+    try:
+        app, agent = build_app(factory, store=store, model=model, spec=args.app)
+    except BaseException:
+        give_back()
         raise
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     describe = getattr(sys.modules.get(factory.__module__), "describe_model", None)
     served = describe(agent.model) if callable(describe) else _describe_model(agent.model)
     timeout = Settings.from_env().turn_timeout
-    resolver = build_resolver(app, agent, timeout=timeout, client_state=args.client_state)
+    resolver = build_resolver(app, agent, timeout=timeout, client_state=args.client_state,
+                              cors=cors)
     try:
-        server = DevServer((args.host, args.port), resolver)
+        server = DevServer((args.host, args.port), resolver, allow_origins=args.allow_origin,
+                           allow_hosts=args.allow_host)
     except OSError as error:
-        store.close()
+        give_back()
         raise _CliError(f"cannot listen on {args.host}:{args.port}: "
                         f"{error.strerror or error}") from error
     # Timers of committed turns fire here, as the wake Lambda's turns do on AWS.
@@ -230,6 +248,8 @@ def _dev(args: argparse.Namespace) -> int:
               f"{rearmed} pending re-armed). "
               f"Console: {server.url}/  API description: {server.url}/docs  "
               f"Stop with Ctrl-C.", flush=True)
+        if server.lacking:
+            print(f"dormant dev: {server.lacking}", file=sys.stderr, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         pass

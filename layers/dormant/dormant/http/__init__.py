@@ -51,7 +51,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, CORSConfig, Response
@@ -162,7 +162,7 @@ def build_resolver(
     app: App,
     agent: Agent,
     *,
-    cors: CORSConfig | None = None,
+    cors: CORSConfig | Literal[False] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     require_principal: bool = False,
     title: str | None = None,
@@ -181,11 +181,14 @@ def build_resolver(
     stream silent for 5 minutes) does not cut a turn whose tool runs long; 0: none.
     ``transcriber`` / ``speaker``: what ``POST /voice`` hears and speaks with (see
     ``app.handler.voice``; left out: a realtime model itself, else OpenAI's audio APIs).
+    ``cors``: the CORS rules (left out: any origin, ``X-Principal`` allowed, which is what the
+    ``api`` function serves behind API Gateway); ``False``: no CORS at all, so only pages of
+    the server's own origin can read it (``dormant dev`` without ``--allow-origin``).
     """
     resolver = Resolver(
         max_body_bytes=max_body_bytes,
-        cors=cors or CORSConfig(allow_origin="*", allow_headers=["X-Principal"],
-                                expose_headers=list(HEADERS)),
+        cors=None if cors is False else cors or CORSConfig(
+            allow_origin="*", allow_headers=["X-Principal"], expose_headers=list(HEADERS)),
         enable_validation=True,
     )
     rest = app.handler.rest(agent=agent, **handler_config)
