@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,13 @@ import pytest
 import dormant
 from dormant._appspec import build_app
 from dormant.cli import main
-from dormant.scaffold import FUNCTIONS, PROJECT_APP_SETTING, SAMPLE_APP_SETTING, entry_point
+from dormant.scaffold import (
+    FUNCTIONS,
+    PROJECT_APP_SETTING,
+    SAMPLE_APP_SETTING,
+    TEST_COMMAND,
+    entry_point,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -95,7 +102,22 @@ def test_the_sample_events_are_the_repositorys_with_a_first_message_for_this_age
 def test_the_projects_tests_pass(project: Path) -> None:
     done = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], project)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 passed" in done.stdout  # the project's own addopts: -q
+    # the project's own addopts (-ra) end the run with its summary line
+    assert re.search(r"=+ 4 passed in [\d.]+s =+\s*$", done.stdout), done.stdout
+
+
+def test_the_readme_and_the_hint_name_one_install_and_one_test_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``dormant new`` prints is what the project's README says: the ``test`` extra
+    installs pytest, and ``python -m pytest`` runs the venv's."""
+    assert main(["new", "shop", "--dir", str(tmp_path)]) == 0
+    hint = capsys.readouterr().out
+    readme = (tmp_path / "shop" / "README.md").read_text()
+    assert 'pip install "dormant[aws,openai,test]"\n' in readme
+    assert f"\n{TEST_COMMAND}  " in readme
+    assert f"\n  {TEST_COMMAND}  " in hint and "pytest -q" not in hint
+    assert '"pytest>=8"' in (ROOT / "pyproject.toml").read_text().split(
+        "[project.optional-dependencies]")[1].split("\ntest = [")[1].split("]")[0]
 
 
 def test_the_projects_code_is_lint_and_type_clean(project: Path) -> None:

@@ -379,7 +379,7 @@ def _new(args: argparse.Namespace) -> int:
         raise _CliError(str(error)) from error
     print(f"dormant new: created {created}\n\n"
           f"  cd {_shown(created)}\n"
-          f"  python -m pytest -q                    # the agent's tests\n"
+          f"  {scaffold.TEST_COMMAND:<39}# the agent's tests\n"
           f"  dormant dev --app functions/app.py     # serve it on http://127.0.0.1:8000\n\n"
           f"Your agent is functions/app.py; README.md says how to deploy it"
           + (f" (on Amazon Bedrock: {scaffold.BEDROCK_MODEL}, the template's BedrockModelId)."

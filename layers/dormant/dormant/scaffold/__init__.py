@@ -24,14 +24,17 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
-__all__ = ["BEDROCK_MODEL", "FUNCTIONS", "MODELS", "SAMPLE_APP_SETTING", "ScaffoldError",
-           "create_project", "entry_point", "project_template"]
+__all__ = ["BEDROCK_MODEL", "FUNCTIONS", "MODELS", "SAMPLE_APP_SETTING", "TEST_COMMAND",
+           "ScaffoldError", "create_project", "entry_point", "project_template"]
 
 #: The Lambda functions a project has: ``functions/<name>/app.py``, ``Handler: <name>/app.handler``.
 FUNCTIONS = ("api", "stream", "webhook", "wake", "cleanup")
 #: How the repository's template names its app; a project's names ``app:build``.
 SAMPLE_APP_SETTING = "DORMANT_APP: bookings:build"
 PROJECT_APP_SETTING = "DORMANT_APP: app:build"
+#: How a project's tests run, as its README says and ``dormant new`` prints: ``python -m`` runs
+#: the pytest of the venv's interpreter (the ``test`` extra), never another one on ``PATH``.
+TEST_COMMAND = "python -m pytest"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 #: The models ``dormant new --model`` deploys on.
 MODELS = ("openai", "bedrock")

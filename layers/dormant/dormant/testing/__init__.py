@@ -7,7 +7,8 @@ every run exactly as a handler would. It raises if the script and the run disagr
 Steps:
 
 - inputs: :func:`user` / :func:`message` (a user message; to a session that waits it lands in
-  the inbox, ``if_busy="reject"`` refuses it instead), :func:`tool_input`, :func:`approval`,
+  the inbox, ``if_busy="reject"`` refuses it instead), :func:`tool_input`, :func:`approval`
+  (or :func:`approve` / :func:`deny`: decide what waits for approval),
   :func:`tool_result` (a deferred call's result, as trusted code supplies it),
   :func:`respond` (an input request), :func:`timer` (a pending timer fires now);
 - the model: :func:`model` (one reply), :func:`model_error` (the call fails);
@@ -40,6 +41,15 @@ the stranded invocation over::
         model("You're welcome."),           # then the inbox drains: m-2 runs
     ])
     assert run.results[1].code == "crashed"
+
+A script that decides approvals (``approve()`` approves every pending request, ``approve("refund")``
+the one for that tool, ``approve(approval_id)`` that one; ``deny`` is the same with a
+``reason`` the model reads; a step with nothing to decide fails, naming what is pending)::
+
+    run = run_test(agent, [user("refund A-1042"), model(tool_calls=[REFUND]),
+                           deny("refund", reason="too large"),
+                           model("Sorry, I can't refund that.")])
+    assert get_tool_results(run.events)[0].denied
 
 :class:`StoreContract` (``dormant.testing.store_contract``) is the store conformance suite, for
 pytest; it is imported on first use, so importing this module never imports pytest.
@@ -82,8 +92,10 @@ __all__ = [
     "TestRun",
     "ToolOutcome",
     "approval",
+    "approve",
     "conflict",
     "crash",
+    "deny",
     "get_tool_results",
     "interrupt",
     "message",
@@ -130,7 +142,9 @@ class _ToolResult:
 
 @dataclass(frozen=True)
 class _Approval:
-    decisions: dict[str, Any]
+    #: Decisions keyed by tool name, call id or approval id; the key ``None`` decides every
+    #: pending request (``approve()`` / ``deny()`` with no name).
+    decisions: dict[str | None, Any]
 
 
 @dataclass(frozen=True)
@@ -254,7 +268,22 @@ input = tool_input
 def approval(decisions: dict[str, bool | dict[str, Any]]) -> _Approval:
     """Decisions on pending approval requests, keyed by tool name, call id or approval id:
     ``True`` / ``False``, or ``{"approved": False, "reason": "not today"}``."""
-    return _Approval(dict(decisions))
+    keyed: dict[str | None, Any] = {key: value for key, value in decisions.items()}
+    return _Approval(keyed)
+
+
+def approve(name: str | None = None, *, reason: str | None = None) -> _Approval:
+    """Approve what waits for approval: every pending request (no ``name``), or the one
+    ``name`` names (a tool name, call id or approval id). The tool then runs; script the
+    :func:`model` reply that follows. With nothing pending (or nothing ``name`` names) the
+    run fails with a :class:`ScriptError` that lists what is pending."""
+    return _Approval({name: {"approved": True, "reason": reason}})
+
+
+def deny(name: str | None = None, *, reason: str | None = None) -> _Approval:
+    """Deny what waits for approval (as :func:`approve` picks it): the tool never runs, and
+    the model reads the denial (with ``reason``) as the call's result."""
+    return _Approval({name: {"approved": False, "reason": reason}})
 
 
 def model_error(message: str = "the model provider failed", *,
@@ -418,7 +447,8 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     ``session_id`` names it (it may exist already in ``store``).
 
     Steps: :func:`user` / :func:`message`, :func:`model`, :func:`tool_input`,
-    :func:`tool_result`, :func:`approval`, :func:`respond`, :func:`timer`; turn control —
+    :func:`tool_result`, :func:`approval` (:func:`approve`, :func:`deny`), :func:`respond`,
+    :func:`timer`; turn control —
     :func:`stop`, :func:`steer` and ``pause(after=N)`` act on the next :func:`model` reply
     while it streams (sent as their own requests through the session's control record, which
     the turns the kit runs poll every 0.02 s), :func:`pause`, :func:`resume`, :func:`interrupt` are
@@ -579,19 +609,26 @@ def _deferred(session: Session, key: str) -> str:
     return by_name[0].call_id
 
 
-def _decide(session: Session, decisions: dict[str, Any]) -> list[dict[str, Any]]:
+def _decide(session: Session, decisions: dict[str | None, Any]) -> list[dict[str, Any]]:
+    """The wire decisions (``approvals``) for ``decisions``: each key names one pending
+    request (approval id, call id, else tool name); ``None`` names every pending one."""
     pending = session.pending_approvals
     given: list[dict[str, Any]] = []
     for key, value in decisions.items():
-        matches = [p for p in pending if key in (p.approval_id, p.call_id)] or \
-            [p for p in pending if p.tool == key]
-        if len(matches) != 1:
+        if key is None:
+            matches = list(pending)
+        else:
+            matches = [p for p in pending if key in (p.approval_id, p.call_id)] or \
+                [p for p in pending if p.tool == key]
+        if not matches or (key is not None and len(matches) != 1):
             waiting = ", ".join(f"{p.tool} ({p.approval_id})" for p in pending) or "nothing"
-            raise ScriptError(f"approval for {key!r} matches {len(matches)} pending requests; "
+            what = ("a decision on every pending approval" if key is None
+                    else f"approval for {key!r}")
+            raise ScriptError(f"{what} matches {len(matches)} pending requests; "
                               f"pending: {waiting}")
         decision = value if isinstance(value, dict) else {"approved": value}
-        given.append({"approval_id": matches[0].approval_id, "approved": decision["approved"],
-                      "reason": decision.get("reason")})
+        given.extend({"approval_id": match.approval_id, "approved": decision["approved"],
+                      "reason": decision.get("reason")} for match in matches)
     return given
 
 

@@ -1,0 +1,156 @@
+"""The README's "Your own agent", as a newcomer types it: in a fresh venv, install the wheel
+with the extras the README names, ``dormant new shop``, then the README's test command in the
+project. The commands are read from the README itself, so a README whose commands stop working
+fails here; the hint ``dormant new`` prints must name the same test command.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_TIMEOUT = 300
+INSTALL_TIMEOUT = 900  # a cold pip cache downloads boto3, Powertools and openai
+TEST_TIMEOUT = 300
+#: The line pytest ends a passing run with, as ``-ra`` leaves it: ``==== 4 passed in 0.61s ====``.
+SUMMARY = re.compile(r"=+ (\d+) passed in [\d.]+s =+\s*$")
+
+
+@dataclass(frozen=True)
+class Commands:
+    """The README's "Your own agent" commands, each as its words (comments dropped)."""
+
+    install: list[str]
+    new: list[str]
+    test: list[str]
+
+
+def _section_commands(readme: str) -> list[list[str]]:
+    """The commands of the first ``bash`` block under "## Your own agent", ``&&`` split."""
+    section = readme.split("\n## Your own agent\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "no bash block in the README's 'Your own agent'"
+    commands: list[list[str]] = []
+    for line in block.group(1).splitlines():
+        for part in line.split("&&"):
+            words = shlex.split(part, comments=True)
+            if words:
+                commands.append(words)
+    return commands
+
+
+def _readme_commands() -> Commands:
+    commands = _section_commands((ROOT / "README.md").read_text())
+    [install] = [c for c in commands if c[:2] == ["pip", "install"]]
+    [new] = [c for c in commands if c[:2] == ["dormant", "new"]]
+    [test] = [c for c in commands if "pytest" in c]
+    assert commands.index(install) < commands.index(new) < commands.index(test), commands
+    return Commands(install, new, test)
+
+
+def _user_env(venv: Path) -> dict[str, str]:
+    """A user's shell with ``venv`` activated: no key, nothing of this checkout or its venv."""
+    dropped = {"OPENAI_API_KEY", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in dropped and not k.startswith("DORMANT_")}
+    ours = str(Path(sys.executable).parent)
+    rest = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != ours]
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), *rest])
+    env["VIRTUAL_ENV"] = str(venv)
+    return env
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str],
+         timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, f"{done.args} failed:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def _source_copy(into: Path) -> Path:
+    """The checkout's files as they are now (tracked, and new ones git does not ignore), links
+    kept as links, so the wheel is built from a clean tree (as tests/e2e/test_packaged.py
+    does)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, capture_output=True, check=True,
+                            timeout=60).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.exists() or source.is_symlink():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name, follow_symlinks=False)
+    return into
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with this repository's wheel installed by the README's own command (the
+    package name replaced by the wheel's path, the extras kept)."""
+    source = _source_copy(tmp_path_factory.mktemp("source"))
+    out = tmp_path_factory.mktemp("wheel")
+    _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
+              str(source)], out, os.environ.copy(), BUILD_TIMEOUT))
+    [wheel] = out.glob("dormant-*.whl")
+    venv = tmp_path_factory.mktemp("venv") / "venv"
+    _ok(_run([sys.executable, "-m", "venv", str(venv)], out, os.environ.copy(), BUILD_TIMEOUT))
+    install = _readme_commands().install
+    [package] = [w for w in install if w.startswith("dormant[")]
+    extras = package.removeprefix("dormant")
+    assert "test" in extras.strip("[]").split(","), install
+    command = [str(wheel) + extras if w == package else w for w in install]
+    _ok(_run([*command, "--quiet"], out, _user_env(venv), INSTALL_TIMEOUT))
+    return venv
+
+
+def test_a_new_projects_tests_pass_with_the_readmes_commands(venv: Path,
+                                                             tmp_path: Path) -> None:
+    commands = _readme_commands()
+    env = _user_env(venv)
+    empty = tmp_path / "work"
+    empty.mkdir()
+
+    created = _ok(_run(commands.new, empty, env, BUILD_TIMEOUT))
+    project = empty / commands.new[2]
+    assert (project / "tests" / "test_app.py").is_file()
+    tested = _run(commands.test, project, env, TEST_TIMEOUT)
+
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    summary = SUMMARY.search(tested.stdout)
+    assert summary is not None, f"no summary line at the end:\n{tested.stdout}"
+    assert int(summary.group(1)) >= 4
+    hinted = [line.split("#", 1)[0].split() for line in created.stdout.splitlines()
+              if line.rstrip().endswith("# the agent's tests")]
+    assert hinted == [commands.test], created.stdout
+
+
+def test_the_projects_readme_names_the_same_commands() -> None:
+    """The generated project's README says what this README says (no venv needed: the
+    scaffold's README is the package's data)."""
+    ours = _readme_commands()
+    theirs = (ROOT / "layers/dormant/dormant/scaffold/files/README.md").read_text()
+    lines = [_words(line) for line in theirs.splitlines()]
+    assert ours.install in lines
+    assert ours.test in lines
+
+
+def _words(line: str) -> list[str] | None:
+    """A line's shell words (comments dropped); None for a line that is not one command."""
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError:  # an unbalanced quote: a line of a longer command
+        return None
