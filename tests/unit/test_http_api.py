@@ -127,11 +127,27 @@ def test_on_lambda_agui_answers_the_whole_event_stream() -> None:
 
 
 @pytest.mark.parametrize("forwarded", [
-    {}, {"dormant": {}}, {"dormant": {"positions": "yes"}}, {"dormant": True}, {"positions": True}])
+    {}, {"dormant": {}}, {"dormant": {"positions": False}}, {"positions": True}])
 def test_agui_events_carry_no_position_unless_asked(forwarded: dict[str, Any]) -> None:
     app, agent = _app()
     data = _agui_events(build_resolver(app, agent), forwarded)
     assert [e for e in data if "rawEvent" in e] == []
+
+
+@pytest.mark.parametrize(("forwarded", "field"), [
+    ({"dormant": {"positions": "yes"}}, "forwardedProps.dormant.positions"),
+    ({"dormant": True}, "forwardedProps.dormant"),
+])
+def test_agui_options_that_are_not_options_are_refused(forwarded: dict[str, Any],
+                                                       field: str) -> None:
+    app, agent = _app()
+    run_input = {"threadId": "t1", "runId": "r1", "state": {}, "tools": [], "context": [],
+                 "forwardedProps": forwarded,
+                 "messages": [{"id": "m1", "role": "user", "content": "book"}]}
+    out = build_resolver(app, agent).resolve(_event("POST", "/agui", run_input), None)
+    body = json.loads(out["body"])
+    assert out["statusCode"] == 422 and [f["field"] for f in body["fields"]] == [field], body
+    assert app.sessions.load("session_t1", turns=None) is None  # nothing ran
 
 
 def test_agui_positions_are_each_events_stream_position_what_a_stop_counts() -> None:

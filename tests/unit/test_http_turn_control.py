@@ -366,7 +366,8 @@ def test_get_sessions_with_detail_says_what_each_session_waits_on(
     assert lines["fork"]["forkOf"] == {"session": "session_done",
                                        "version": lines["done"]["version"],
                                        "seq": views["fork"]["forkOf"]["seq"]}
-    assert set(lines["done"]) == {"sessionId", "status", "version", "updatedAt", "createdAt"}
+    assert set(lines["done"]) == {"sessionId", "status", "version", "updatedAt", "createdAt",
+                                  "preview"}
 
 
 def test_get_sessions_without_detail_is_the_four_fields_it_always_was(

@@ -6,6 +6,12 @@ here to the session's small *control record* with a conditional write (the head 
 be at the version the decision was made on). The running turn polls that record
 (:class:`ControlWatch`, default every second) and acts on it; a turn that starts later takes
 up what is still pending (:func:`dormant._decide.take_pending`).
+
+A turn still running at its first poll also **announces** itself there
+(:attr:`Control.running <dormant.types.Control.running>`): a client that did not start it
+learns its invocation id, to stop it, before its first commit. A turn that ends sooner writes
+nothing. The announcement is never cleared: :func:`announced` reads it as live only while
+the head is still at the version the turn started from and has not seen the invocation end.
 """
 
 from __future__ import annotations
@@ -18,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dormant._decide import Ask, running
+from dormant._decide import Ask, Slice, running
 from dormant._ids import now_ms
 from dormant.errors import InputError, NotRunning, StoreError
-from dormant.types import Control, ControlSteer, ControlStop
+from dormant.types import Control, ControlRunning, ControlSteer, ControlStop
 
 if TYPE_CHECKING:
     from dormant.session import Session
@@ -32,6 +38,7 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "MAX_STEERS",
     "ControlWatch",
+    "announced",
     "write_asks",
 ]
 
@@ -43,6 +50,28 @@ DEFAULT_POLL_INTERVAL = 1.0
 MAX_STEERS = 8
 #: Conditional writes of the control record before giving up (each lost one is a commit).
 WRITE_ATTEMPTS = 8
+
+
+# --- the running turn's announcement -------------------------------------------------------------
+
+
+def announced(session: Slice) -> ControlRunning | None:
+    """The turn the session's control record says runs now, while that can still be true.
+
+    The record keeps an announcement until somebody rewrites it, so it is read against the
+    head: live while the head is still at the version the turn started from (any commit,
+    the turn's own end first of all, moves it) and the head does not know the invocation
+    ended (:func:`dormant._decide.running`). A turn whose process died without committing
+    reads as running until the session's next commit; a stop sent to it then is accepted and
+    never seen, as for any invocation running elsewhere."""
+    control = session.control
+    return _live(control.running if control is not None else None, session)
+
+
+def _live(entry: ControlRunning | None, session: Slice) -> ControlRunning | None:
+    if entry is None or entry.version != session.head.version:
+        return None
+    return entry if running(session, entry.invocation_id) else None
 
 
 # --- writing the control record ------------------------------------------------------------------
@@ -104,7 +133,8 @@ def _with(base: Control, asks: list[Ask], session: Session) -> Control:
     if len(steers) > MAX_STEERS:
         raise InputError(f"session {session.session_id} already holds {MAX_STEERS} steers "
                          "the running turn has not taken; wait for it")
-    return Control(rev=rev, stop=stop, pause=pause_rev, steers=steers, compaction=claim)
+    return Control(rev=rev, stop=stop, pause=pause_rev, steers=steers, compaction=claim,
+                   running=_live(base.running, session))
 
 
 # --- the running turn's side ---------------------------------------------------------------------
@@ -119,10 +149,15 @@ class ControlWatch:
     a turn that ends sooner never reads. The reads run on the process's one control thread
     (:class:`_Poller`): starting a turn costs a heap push, not a thread. Each step boundary
     reads once more, on the turn's own thread (:meth:`at_boundary`).
+
+    Given the turn's ``session``, the first scheduled read also announces the turn in the
+    record (:meth:`announce`): one conditional write, only for a turn running past its first
+    interval (a step boundary's read never announces, so a short turn writes nothing).
     """
 
     def __init__(self, store: Store, session_id: str, invocation: Callable[[], str | None],
-                 signal: Signal, *, interval: float, control_rev: int) -> None:
+                 signal: Signal, *, interval: float, control_rev: int,
+                 session: Session | None = None) -> None:
         self._store = store
         self._session_id = session_id
         self._invocation = invocation
@@ -139,6 +174,14 @@ class ControlWatch:
         self._read_at: float | None = None
         #: The revision of a pause the turn has not taken yet (None: none asked).
         self.pause_rev: int | None = None
+        #: The turn's session (None: it is not announced), the head version it started
+        #: from, when it started, and whether the first scheduled read happened.
+        self._session = session
+        self._version = session.version if session is not None else 0
+        self._since = now_ms()
+        self._first = True
+        #: What the last read returned.
+        self._seen: Control | None = None
 
     @property
     def closed(self) -> bool:
@@ -161,6 +204,9 @@ class ControlWatch:
         with self._reading:
             if self._closed or not self.poll():
                 return None
+            if self._first:
+                self._first = False
+                self.announce()
         return time.monotonic() + self._interval
 
     def at_boundary(self) -> None:
@@ -194,6 +240,7 @@ class ControlWatch:
             log.warning("could not read the control record: %s", error,
                         extra={"session_id": self._session_id})
             return error.retryable
+        self._seen = control
         self.apply(control)
         return True
 
@@ -210,6 +257,51 @@ class ControlWatch:
             for item in control.steers:
                 if item.invocation_id == invocation and item.id not in self._taken:
                     self._steers.setdefault(item.id, item)
+
+    def announce(self) -> None:
+        """Name this turn in the control record, unless the record read last already does:
+        the record's next revision with ``running`` set, written at the head version the
+        turn started from, as every writer does. A lost race (another writer added a stop, a
+        steer, a pause meanwhile) is re-read, acted on and tried again, at most
+        :data:`WRITE_ATTEMPTS` times; a head that moved on ends it (the announcement would
+        read as ended). Never raises: a turn that could not announce itself runs on (only a
+        client that did not start it cannot stop it)."""
+        session, invocation = self._session, self._invocation()
+        if session is None or invocation is None or self._signal.stopped:
+            return
+        entry = ControlRunning(invocation_id=invocation, since=self._since,
+                               version=self._version)
+        control = self._seen
+        try:
+            for _ in range(WRITE_ATTEMPTS):
+                if control is not None and control.running is not None \
+                        and control.running.invocation_id == invocation:
+                    return
+                base = control or Control()
+                record = base.model_copy(update={"rev": base.rev + 1, "running": entry})
+                if self._store.write_control(self._session_id, record,
+                                             head_version=self._version):
+                    self._adopt(session, base, record)
+                    return
+                control = self._store.read_control(self._session_id)
+                if (control.rev if control is not None else 0) == base.rev:
+                    return  # the record did not move, so the head did
+                self.apply(control)
+        except Exception:  # announcing is a courtesy to other clients: the turn goes on
+            log.exception("could not announce the running turn in the control record",
+                          extra={"session_id": self._session_id})
+            return
+        log.warning("could not announce the running turn: the control record kept changing",
+                    extra={"session_id": self._session_id})
+
+    @staticmethod
+    def _adopt(session: Session, base: Control, record: Control) -> None:
+        """Let the turn's session hold the announced revision when it held the one the
+        announcement replaced (nothing else changed in between), so the turn's own later
+        writes (a compaction claim) are not refused for its announcement."""
+        held = session.control
+        if (held.rev if held is not None else 0) == base.rev:
+            session.control = record
 
     def take_steers(self) -> list[ControlSteer]:
         """The steers seen since the last call, oldest first (each is taken once)."""

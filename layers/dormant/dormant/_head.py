@@ -67,11 +67,13 @@ from dormant.events import (
     UserEvent,
 )
 
-__all__ = ["COMMIT_WINDOW", "TURN_INDEX_SIZE", "Head", "PendingCall", "SessionStatus", "apply",
-           "apply_detached", "status_of"]
+__all__ = ["COMMIT_WINDOW", "PREVIEW_CHARS", "TURN_INDEX_SIZE", "Head", "PendingCall",
+           "SessionStatus", "apply", "apply_detached", "preview_of", "status_of"]
 
 #: How many recent turn starts (user-event positions) the head remembers for windowed reads.
 TURN_INDEX_SIZE = 64
+#: The longest preview of a session's first message the head keeps (``Head.preview``).
+PREVIEW_CHARS = 100
 #: How many recent message ids the head remembers to land a redelivered message once.
 MESSAGE_ID_WINDOW = 32
 #: How many recent commits' starting positions the head remembers (``events?after=VERSION``).
@@ -182,6 +184,9 @@ class Head:
     lease: int = 0
     #: Times the open invocation was taken over after its claimer died (0: never).
     takeovers: int = 0
+    #: The session's first user message, shortened (:func:`preview_of`), for lists of
+    #: sessions (None: no message yet). Set once: later messages leave it as it is.
+    preview: str | None = None
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -232,7 +237,7 @@ class Head:
                     [dict(i) for i in self.inputs], self.control_rev, list(self.invocations),
                     list(self.commit_seqs), [dict(s) for s in self.lineage],
                     dict(self.fork_of) if self.fork_of else None, self.compacted_to,
-                    self.compactions, self.lease, self.takeovers)
+                    self.compactions, self.lease, self.takeovers, self.preview)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -678,8 +683,18 @@ def _user(head: Head, event: UserEvent) -> None:
     head.turn_starts.append(head.seq)
     del head.turn_starts[:-TURN_INDEX_SIZE]
     head.last_user_ts = max(head.last_user_ts, event.ts)
+    if head.preview is None:
+        head.preview = preview_of(event.text)
     if head.open_invocation is None or head.parked == "message":
         head.inbox += 1
+
+
+def preview_of(text: str) -> str:
+    """``text`` on one line, cut to :data:`PREVIEW_CHARS` characters (ending in "…" when cut)."""
+    line = " ".join(text.split())
+    if len(line) <= PREVIEW_CHARS:
+        return line
+    return line[:PREVIEW_CHARS - 1].rstrip() + "…"
 
 
 def _settle(head: Head, digest: str) -> None:

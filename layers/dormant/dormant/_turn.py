@@ -225,7 +225,7 @@ class TurnStream(Iterator[StreamEvent]):
                 yield self._number(event)
         watch = ControlWatch(config.host.store, session.session_id, _invocation_of(self),
                              self._signal, interval=config.poll_interval,
-                             control_rev=session.head.control_rev).start()
+                             control_rev=session.head.control_rev, session=session).start()
         try:
             run = run_turn(
                 config.agent, session, turn,

@@ -20,6 +20,7 @@ __all__ = [
     "CommitResult",
     "Control",
     "ControlCompaction",
+    "ControlRunning",
     "ControlSteer",
     "ControlStop",
     "PendingApproval",
@@ -128,6 +129,19 @@ class ControlCompaction(BaseModel):
     invocation_id: str | None = None
 
 
+class ControlRunning(BaseModel):
+    """A turn that announced itself while it runs: invocation ``invocation_id``, started at
+    ``since`` (epoch ms) from head version ``version``. Written by the turn itself at its
+    first poll (a turn that ends within a poll interval writes nothing), so that a client
+    which did not start it can still stop it. Never cleared: it is live only while the head
+    is still at ``version`` and has not seen the invocation end
+    (:func:`dormant._control.announced`)."""
+
+    invocation_id: str
+    since: int
+    version: int = 0
+
+
 class Control(BaseModel):
     """A session's control record: what other requests ask of the turn running now.
 
@@ -135,7 +149,8 @@ class Control(BaseModel):
     invocation runs), a pause (pending while it names another revision than the last pause
     the ledger took up, ``Head.control_rev``) and steers (pending until their message id is
     in the ledger), each stamped with the record's revision ``rev`` when it was added; and
-    the compaction a turn has claimed (held until the ledger takes it up or its lease ends).
+    the compaction a turn has claimed (held until the ledger takes it up or its lease ends);
+    and the turn running now, as it announced itself (``running``, kept while it is live).
     Writers replace the record whole at ``rev + 1`` (a conditional write)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -146,6 +161,7 @@ class Control(BaseModel):
     pause: int | None = None
     steers: list[ControlSteer] = Field(default_factory=list)
     compaction: ControlCompaction | None = None
+    running: ControlRunning | None = None
 
 
 class StoredSession(NamedTuple):

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from ag_ui.core import RunAgentInput, TextPart, ToolMessage, UserMessage
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
+from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from dormant._inputs import ApprovalDecision, HandlerInput, Input, ToolAnswer
+from dormant._inputs import (
+    ApprovalDecision,
+    HandlerInput,
+    Input,
+    InputAnswer,
+    InterruptRequest,
+    QueueOp,
+    RetryRequest,
+    ToolAnswer,
+)
 from dormant.errors import InputError, ServerOnly, describe_validation
 
-__all__ = ["from_run_agent_input"]
+__all__ = ["DormantProps", "from_run_agent_input"]
 
 _MAX_MESSAGE_ID = 128
 
@@ -40,10 +50,16 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
       422, nothing written), and so is a ``resume`` entry naming a deferred call (by the
       handler). Deferred results come from trusted server code. Application events too: a
       public body carrying ``forwardedProps.dormant.events`` is refused (``server_only``).
-    - ``runId``, ``parentRunId``, ``tools``, ``context`` and ``forwardedProps`` are ignored
-      (run ids are the server's; client-side tools are not supported). The HTTP API reads one
-      option there, ``forwardedProps.dormant.positions``, which shapes the stream, not the
-      turn (:func:`dormant.http.wants_positions`).
+    - ``forwardedProps.dormant`` carries what a ``POST /turns`` body says beside a message
+      and answers (:class:`DormantProps`): ``retry``, ``resume``, ``pause``, ``interrupt``,
+      ``queue``, ``inputs`` and ``ifBusy``, in the same JSON, so a client streams a retry, a
+      resumed inbox or an input's response as it streams a message; and ``positions``,
+      which shapes the stream, not the turn (:func:`dormant.http.wants_positions`). Any
+      other key there is refused (422 naming it), so a client can tell a server that runs
+      them from one that would ignore them. Stop and steer act on a run going on elsewhere
+      and stream nothing: they stay ``POST /turns``'s.
+    - ``runId``, ``parentRunId``, ``tools``, ``context`` and the rest of ``forwardedProps``
+      are ignored (run ids are the server's; client-side tools are not supported).
 
     ``principal`` (from the authorizer, never the body) scopes the session. A body that is
     not a ``RunAgentInput`` raises :class:`~dormant.InputError`.
@@ -66,6 +82,7 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
         raise ServerOnly("forwardedProps.dormant.events: application events are for trusted "
                          "server code (session.append_event, app.sessions.append), not a "
                          "public client")
+    props = DormantProps.of(ours)
     answers: list[ToolAnswer] = []
     decisions: list[ApprovalDecision] = []
     for index, entry in enumerate(run.resume or ()):
@@ -83,10 +100,58 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
     return HandlerInput(
         session_id=run.thread_id,
         input=Input(message=message, message_id=message_id, tools=answers or None,
-                    approvals=decisions or None, state=state),
+                    approvals=decisions or None, state=state, retry=props.retry,
+                    resume=props.resume, pause=props.pause, interrupt=props.interrupt,
+                    queue=props.queue, inputs=props.inputs, if_busy=props.if_busy),
         principal=principal,
         public=public,
     )
+
+
+class DormantProps(BaseModel):
+    """``forwardedProps.dormant`` of an AG-UI request: the ``POST /turns`` fields a streamed
+    run may carry (each as that body spells it), and the stream's ``positions`` option."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              frozen=True)
+
+    positions: StrictBool | None = None
+    retry: RetryRequest | None = None
+    resume: bool | None = None
+    pause: bool | None = None
+    interrupt: InterruptRequest | None = None
+    queue: list[QueueOp] | None = None
+    inputs: list[InputAnswer] | None = None
+    if_busy: Literal["queue", "reject", "interrupt"] | None = None
+
+    @classmethod
+    def of(cls, value: Any) -> DormantProps:
+        """``value`` (absent, or what the body holds) checked; InputError naming the field
+        (``forwardedProps.dormant.<key>``) when it does not fit."""
+        if value is None:
+            return _NO_PROPS
+        if not isinstance(value, dict):
+            raise _props_error(ValidationError.from_exception_data("DormantProps", [
+                InitErrorDetails(type="dict_type", loc=(), input=value)]))
+        try:
+            return cls.model_validate(value)
+        except ValidationError as error:
+            raise _props_error(error)  # noqa: B904  (its cause is the re-rooted error)
+
+
+_NO_PROPS = DormantProps()
+
+
+def _props_error(error: ValidationError) -> InputError:
+    """An :class:`InputError` caused by ``error`` re-rooted at ``forwardedProps.dormant``
+    (the HTTP API answers 422 naming the field)."""
+    cause = ValidationError.from_exception_data("RunAgentInput", [InitErrorDetails(
+        type=PydanticCustomError(item["type"], item["msg"]),
+        loc=("forwardedProps", "dormant", *item["loc"]), input=item.get("input"))
+        for item in error.errors(include_url=False)])
+    failure = InputError(f"invalid AG-UI RunAgentInput: {describe_validation(cause)}")
+    failure.__cause__ = cause
+    return failure
 
 
 #: Approval ids are minted ``apr_…`` by the runtime: that is how a resume entry is told apart.

@@ -93,6 +93,7 @@ from dormant.http._voice import (
 )
 from dormant.http._wire import (
     SESSION_ID_SCHEMA,
+    ActiveInvocation,
     ApprovalAnswer,
     CallAnswer,
     ErrorBody,
@@ -601,7 +602,9 @@ class _Routes:
                             for c in session.deferred_tools],
             pending_inputs=session.pending_inputs, waiting=waiting_on(session),
             inbox=session.inbox, open_invocation=session.open_invocation,
-            running=Running.of(session, self.app.clock()), state=session.state,
+            running=Running.of(session, self.app.clock()),
+            active_invocation=ActiveInvocation.of(session, self.app.clock()),
+            state=session.state, preview=head.preview,
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
@@ -610,8 +613,7 @@ class _Routes:
             events=public_events(page.events) if page is not None else None,
             next=page.next if page is not None else None,
         )
-        return Response(status_code=200, content_type=JSON,
-                        body=view.model_dump(by_alias=True, mode="json", exclude_none=True))
+        return Response(status_code=200, content_type=JSON, body=view.wire())
 
     def _input_schemas(self, session: Session, *, whole: bool) -> dict[str, dict[str, Any]]:
         """What each call the session waits on expects, from its ``tool_yield``. Unless the

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from dormant._control import announced
 from dormant._head import SessionStatus
 from dormant._inputs import (
     InputAnswer,
@@ -24,6 +25,7 @@ from dormant.session import MAX_SESSION_ID, Session, normalize_session_id
 from dormant.types import PendingInput, QueuedMessage
 
 __all__ = [
+    "ActiveInvocation",
     "ApprovalAnswer",
     "CallAnswer",
     "ErrorBody",
@@ -252,6 +254,29 @@ class Running(_Wire):
                    stranded=head.stranded(now), takeovers=head.takeovers or None)
 
 
+class ActiveInvocation(_Wire):
+    """The invocation running now, wherever it was started: what ``stop: {invocationId}``
+    names. A claimed one (``running``) unless its claimer died; else one that announced
+    itself in the session's control record at its first check (a turn running for more than
+    about a second), while the session has not moved on from the version it started from."""
+
+    invocation_id: str
+    since: int = Field(description="When it started (epoch ms); for a claimed invocation "
+                       "that has not announced itself yet, the session's last commit.")
+
+    @classmethod
+    def of(cls, session: Session, now: int) -> ActiveInvocation | None:
+        head, entry = session.head, announced(session)
+        if head.running and head.open_invocation is not None:
+            if head.stranded(now):
+                return None
+            since = entry.since if entry is not None \
+                and entry.invocation_id == head.open_invocation else head.updated_at
+            return cls(invocation_id=head.open_invocation, since=since)
+        return cls(invocation_id=entry.invocation_id, since=entry.since) \
+            if entry is not None else None
+
+
 class SessionView(_Wire):
     """The body of ``GET /sessions/{id}``."""
 
@@ -281,8 +306,16 @@ class SessionView(_Wire):
     running: Running | None = Field(
         default=None, description="A claimed invocation running now, or stranded (its "
         "request died) and due to be taken over; absent otherwise.")
+    active_invocation: ActiveInvocation | None = Field(
+        default=None, description="The invocation running now, wherever it was started "
+        "(this API, another process, a webhook): {invocationId, since}; stop it with "
+        "`stop: {invocationId}` (202 `accepted`: it stops at its next check). A turn "
+        "started elsewhere shows here once it has run about a second (it announces itself "
+        "at its first check of the control record). `null` when none runs.")
     timers: list[dict[str, Any]] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
+    preview: str | None = Field(default=None, description="Its first user message, on one "
+                                "line, cut to 100 characters (absent: no message yet).")
     fork_of: ForkOf | None = Field(
         default=None, description="The session and version this one was forked from.")
     compactions: int | None = Field(
@@ -296,6 +329,12 @@ class SessionView(_Wire):
     next: str | None = Field(
         default=None, description="With `events=true`, when more events follow: pass it as "
         "`cursor` for the next page (absent: the page reaches the end).")
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body: empty fields left out, except those that say ``null``."""
+        body = self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        body.setdefault("activeInvocation", None)
+        return body
 
 
 class ForkOf(_Wire):
@@ -359,6 +398,9 @@ class SessionLine(_Wire):
         "(`detail=true`; absent: never).")
     created_at: int | None = Field(default=None, description="When it was created "
                                    "(`detail=true`; epoch milliseconds).")
+    preview: str | None = Field(default=None, description="Its first user message, on one "
+                                "line, cut to 100 characters (`detail=true`; absent: no "
+                                "message yet).")
 
     @classmethod
     def detailed(cls, session: Session, now: int) -> SessionLine:
@@ -371,7 +413,8 @@ class SessionLine(_Wire):
                    open_invocation=session.open_invocation,
                    running=Running.of(session, now),
                    fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
-                   compactions=head.compactions or None, created_at=head.created_at)
+                   compactions=head.compactions or None, created_at=head.created_at,
+                   preview=head.preview)
 
 
 def waiting_on(session: Session) -> list[Waiting]:

@@ -44,6 +44,7 @@ import zlib
 from typing import Any
 
 from dormant import events as ev
+from dormant._head import preview_of
 
 __all__ = [
     "DEFLATE",
@@ -107,7 +108,7 @@ HEAD_DEFAULTS: dict[str, Any] = {
     "failed": False, "messages": -1, "settled_ids": [], "retries": 0, "calls": 0,
     "paused": False, "queue": [], "inputs": [], "control_rev": 0, "invocations": [],
     "commit_seqs": [], "lineage": [], "fork_of": None, "compacted_to": 0, "compactions": 0,
-    "lease": 0, "takeovers": 0,
+    "lease": 0, "takeovers": 0, "preview": None,
 }
 #: Keys of the head's JSON the item's keys give instead.
 _KEYED = ("session_id", "version")
@@ -282,6 +283,8 @@ def predict(prev: dict[str, Any], events: list[dict[str, Any]], first_seq: int,
             if not event.get("steer") and (head["open_invocation"] is None
                                            or head["parked"] == "message"):
                 head["inbox"] += 1
+            if not event.get("steer") and head.get("preview") is None:
+                head["preview"] = preview_of(event["text"])
         elif kind == "invocation_start":
             if event.get("invocation_id") is not None:
                 head["invocations"] = [*head["invocations"],

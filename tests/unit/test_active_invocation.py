@@ -1,0 +1,288 @@
+"""A turn running anywhere can be stopped from anywhere; AG-UI runs carry POST /turns' fields;
+the sessions list shows each session's first message.
+
+- A turn still running at its first poll of the control record names itself there (one
+  conditional write); ``GET /sessions/{id}`` shows it as ``activeInvocation`` and another
+  client's stop for it is accepted and ends it. A turn that ends sooner writes nothing, and
+  an announcement the session has moved past reads as nothing.
+- ``forwardedProps.dormant`` holds ``retry``, ``resume``, ``queue``, ``inputs``, ``pause``,
+  ``interrupt`` and ``ifBusy`` as ``POST /turns`` spells them; the run they start streams;
+  an unknown key is a 422 naming it.
+- ``preview``: the first user message, on one line, cut to 100 characters.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import dormant
+from dormant._control import announced
+from dormant._head import PREVIEW_CHARS, preview_of
+from dormant.agui import from_run_agent_input
+from dormant.errors import InputError, ServerOnly
+from dormant.http import build_resolver
+from dormant.models import ScriptedModel
+from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta
+from dormant.stores import MemoryStore
+from dormant.tools import Signal
+
+POLL = 0.05
+
+
+class Wait(BaseModel):
+    seconds: float
+
+
+def _event(method: str, path: str, body: Any = None, *,
+           query: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "resource": path, "path": path, "httpMethod": method,
+        "headers": {"Content-Type": "application/json"},
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "queryStringParameters": query,
+        "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} if query else None,
+        "pathParameters": None, "stageVariables": None,
+        "requestContext": {"resourcePath": path, "httpMethod": method, "path": path,
+                           "stage": "test", "requestId": "r-1",
+                           "authorizer": {"principalId": "ann"}, "identity": {}},
+        "body": json.dumps(body) if body is not None else None, "isBase64Encoded": False,
+    }
+
+
+def _call(resolver: Any, method: str, path: str, body: Any = None, **query: str
+          ) -> tuple[int, Any]:
+    out = resolver.resolve(_event(method, path, body, query=query or None), None)
+    raw = out["body"]
+    return out["statusCode"], json.loads(raw) if raw.startswith(("{", "[")) else raw
+
+
+class _Desk:
+    """An app whose ``wait`` tool runs until its signal stops it (or ``seconds`` pass)."""
+
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+        self.app = dormant.App(name="desk", store=self.store)
+        self.started = threading.Event()
+
+        def wait(ctx: dormant.ToolContext) -> str:
+            self.started.set()
+            ctx.signal.wait(ctx.args.seconds)
+            return "waited"
+
+        tool = self.app.tool(name="wait", description="Wait", schema=Wait, execute=wait)
+        self.agent = self.app.agent(name="desk", tools=[tool], model=ScriptedModel(["Hello."] + [
+            {"tool_calls": [{"name": "wait", "args": {"seconds": 30}}]}, "Done."] * 4))
+        self.resolver = build_resolver(self.app, self.agent, poll_interval=POLL)
+
+    def open(self, session: str) -> None:
+        """The session, by a first quick turn (a session exists once it committed once)."""
+        status, body = _call(self.resolver, "POST", "/turns", {"sessionId": session,
+                                                                "message": "hello"})
+        assert (status, body["status"]) == (200, "completed"), body
+
+
+@pytest.fixture
+def desk() -> _Desk:
+    return _Desk()
+
+
+def _until(check: Any, seconds: float = 10.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(POLL / 2)
+    raise AssertionError(f"not within {seconds} s")
+
+
+def test_a_turn_started_by_another_client_is_named_and_stopped_from_here(desk: _Desk) -> None:
+    desk.open("s")
+    answers: list[tuple[int, Any]] = []
+    started = int(time.time() * 1000)
+    teller = threading.Thread(target=lambda: answers.append(_call(
+        desk.resolver, "POST", "/turns", {"sessionId": "s", "message": "wait for me"})))
+    teller.start()
+    try:
+        view = _until(lambda: (v := _call(desk.resolver, "GET", "/sessions/s"))[0] == 200
+                      and v[1]["activeInvocation"] and v[1])
+        active = view["activeInvocation"]
+        assert active["invocationId"].startswith("inv_")
+        assert started - 1000 <= active["since"] <= int(time.time() * 1000)
+        record = desk.store.read_control("session_s")
+        assert record is not None and record.running is not None
+        assert record.running.invocation_id == active["invocationId"]
+
+        status, body = _call(desk.resolver, "POST", "/turns", {
+            "sessionId": "s", "stop": {"invocationId": active["invocationId"]}})
+        assert (status, body["status"]) == (202, "accepted"), body
+        teller.join(10)
+    finally:
+        teller.join()
+
+    [(status, ended)] = answers
+    assert (status, ended["status"]) == (200, "stopped"), ended
+    _, after = _call(desk.resolver, "GET", "/sessions/s")
+    assert after["activeInvocation"] is None
+    # The record still names the turn: the head that moved on is what makes it stale.
+    record = desk.store.read_control("session_s")
+    assert record is not None and record.running is not None
+    session = desk.app.sessions.load("session_s", turns=None)
+    assert session is not None and announced(session) is None
+
+
+def test_a_turn_that_ends_within_its_first_poll_writes_no_control_record() -> None:
+    store = MemoryStore()
+    app = dormant.App(name="quick", store=store)
+    agent = app.agent(name="quick", model=ScriptedModel(["Hello."]))
+    resolver = build_resolver(app, agent)  # the default interval: a second
+    status, body = _call(resolver, "POST", "/turns", {"sessionId": "q", "message": "hi"})
+
+    assert (status, body["status"]) == (200, "completed")
+    assert store.read_control("session_q") is None
+    assert _call(resolver, "GET", "/sessions/q")[1]["activeInvocation"] is None
+
+
+def test_a_steer_sent_after_the_announcement_is_kept_beside_it(desk: _Desk) -> None:
+    """The announcement is one more revision of the record: a steer written after it (at the
+    next revision) keeps it, and the turn still stops by the id it announced."""
+    desk.open("t")
+    answers: list[tuple[int, Any]] = []
+    teller = threading.Thread(target=lambda: answers.append(_call(
+        desk.resolver, "POST", "/turns", {"sessionId": "t", "message": "wait"})))
+    teller.start()
+    try:
+        view = _until(lambda: (v := _call(desk.resolver, "GET", "/sessions/t"))[1].get(
+            "activeInvocation") and v[1])
+        invocation = view["activeInvocation"]["invocationId"]
+        status, _ = _call(desk.resolver, "POST", "/turns", {"sessionId": "t", "steer": {
+            "text": "hurry", "invocationId": invocation, "id": "steer-1"}})
+        assert status == 202
+        record = desk.store.read_control("session_t")
+        assert record is not None and record.running is not None
+        assert record.running.invocation_id == invocation
+        assert [steer.text for steer in record.steers] == ["hurry"]
+        assert _call(desk.resolver, "GET", "/sessions/t")[1]["activeInvocation"][
+            "invocationId"] == invocation
+        status, _ = _call(desk.resolver, "POST", "/turns", {
+            "sessionId": "t", "stop": {"invocationId": invocation}})
+        assert status == 202
+        teller.join(10)
+    finally:
+        teller.join()
+    assert answers[0][1]["status"] == "stopped", answers
+
+
+# --- forwardedProps.dormant ---------------------------------------------------------------------
+
+
+def _run(**dormant_props: Any) -> dict[str, Any]:
+    return {"threadId": "a", "runId": "r", "messages": [], "tools": [], "context": [],
+            "state": {}, "forwardedProps": {"dormant": dormant_props}}
+
+
+def test_forwarded_props_carry_the_turn_fields_as_post_turns_spells_them() -> None:
+    request = from_run_agent_input(_run(
+        positions=True, retry={"retryId": "retry-1"}, resume=True, pause=False,
+        interrupt={"owner": "call_1"}, queue=[{"op": "send_now", "id": "msg_1"}],
+        inputs=[{"inputId": "size", "value": 3}], ifBusy="interrupt"))
+
+    given = request.input
+    assert given.retry is not None and given.retry.retry_id == "retry-1"
+    assert (given.resume, given.pause, given.if_busy) == (True, False, "interrupt")
+    assert given.interrupt is not None and given.interrupt.owner == "call_1"
+    assert given.queue is not None and given.queue[0].op == "send_now"
+    assert given.inputs is not None and given.inputs[0].input_id == "size"
+    assert request.public is True
+
+
+@pytest.mark.parametrize(("props", "named"), [
+    ({"consoleProbe": True}, "forwardedProps.dormant.consoleProbe"),
+    ({"stop": {"invocationId": "inv_1"}}, "forwardedProps.dormant.stop"),
+    ({"retry": {"retryId": 5}}, "forwardedProps.dormant.retry.retryId"),
+])
+def test_what_forwarded_props_may_not_say_is_refused_by_name(props: dict[str, Any],
+                                                             named: str) -> None:
+    with pytest.raises(InputError, match=named.replace(".", r"\.")):
+        from_run_agent_input(_run(**props))
+    with pytest.raises(ServerOnly):
+        from_run_agent_input(_run(events=[{"name": "x", "data": {}}]))
+
+
+class _FailsAfterATool:
+    """Calls ``note``, fails its next call (so the failure has a tool result to keep), then
+    answers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
+        self.calls += 1
+        if self.calls == 1:
+            return ScriptedModel([{"tool_calls": [{"name": "note", "args": {"seconds": 0}}]}]
+                                 ).stream(request, signal=signal)
+        if self.calls == 2:
+            raise ModelError("the model provider is unavailable (a test outage)")
+        return iter([TextDelta("Recovered.")])
+
+
+def test_a_retry_over_agui_streams_the_rerun_and_an_unknown_key_is_a_422() -> None:
+    app = dormant.App(name="retry", store=MemoryStore())
+    note = app.tool(name="note", description="Note", schema=Wait, execute=lambda ctx: "noted")
+    agent = app.agent(name="retry", model=_FailsAfterATool(), tools=[note])
+    resolver = build_resolver(app, agent)
+    status, failed = _call(resolver, "POST", "/turns", {"sessionId": "f", "message": "go"})
+    assert (status, failed["status"]) == (200, "error"), failed  # committed as failed
+    assert _call(resolver, "GET", "/sessions/f")[1]["status"] == "failed"
+
+    probe = _run(consoleProbe=True)
+    status, refused = _call(resolver, "POST", "/agui", probe)
+    assert status == 422 and "consoleProbe" in json.dumps(refused), refused
+
+    body = _run(retry={"retryId": "retry-1"}, positions=True) | {"threadId": "f"}
+    out = resolver.resolve(_event("POST", "/agui", body), None)
+    assert out["statusCode"] == 200, out
+    events = [json.loads(line.removeprefix("data: ")) for line in out["body"].splitlines()
+              if line.startswith("data: ")]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED", kinds
+    assert "".join(e.get("delta", "") for e in events
+                   if e["type"] == "TEXT_MESSAGE_CONTENT") == "Recovered."
+    assert all("seq" in e["rawEvent"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    _, view = _call(resolver, "GET", "/sessions/f", events="true")
+    assert view["status"] == "active"
+    assert [e["retry_id"] for e in view["events"] if e["type"] == "retry"] == ["retry-1"]
+
+
+# --- preview -------------------------------------------------------------------------------------
+
+
+def test_the_preview_is_the_first_message_on_one_line_and_cut() -> None:
+    assert preview_of("  book\nme   in ") == "book me in"
+    long = "word " * 60
+    cut = preview_of(long)
+    assert len(cut) == PREVIEW_CHARS and cut.endswith("…") and cut.startswith("word word")
+
+
+def test_sessions_show_their_first_message_not_a_later_one() -> None:
+    app = dormant.App(name="preview", store=MemoryStore())
+    agent = app.agent(name="preview", model=ScriptedModel(["One.", "Two."]))
+    resolver = build_resolver(app, agent)
+    _call(resolver, "POST", "/turns", {"sessionId": "p", "message": "first\nquestion"})
+    _call(resolver, "POST", "/turns", {"sessionId": "p", "message": "second"})
+    _call(resolver, "POST", "/turns", {"sessionId": "empty", "pause": True})
+
+    _, listed = _call(resolver, "GET", "/sessions", detail="true")
+    lines = {line["sessionId"]: line for line in listed["sessions"]}
+    assert lines["session_p"]["preview"] == "first question"
+    assert "preview" not in lines.get("session_empty", {})
+    assert _call(resolver, "GET", "/sessions/p")[1]["preview"] == "first question"
+    _, plain = _call(resolver, "GET", "/sessions")
+    assert all("preview" not in line for line in plain["sessions"])
