@@ -1,7 +1,8 @@
-// The sessions of this principal: what each waits for, sessions waiting on a person first,
-// filterable; refreshed every few seconds while the page is visible.
-import { useEffect, useRef, useState } from "preact/hooks";
-import { listSessions, newSessionId } from "./api.js";
+// The sessions of this principal: how each began (its first message), what it waits for,
+// sessions waiting on a person first, filterable; refreshed every few seconds while the page
+// is visible. On a narrow screen each row is a card (no column is cut off).
+import { useEffect, useState } from "preact/hooks";
+import { listSessions, newSessionId, shortId } from "./api.js";
 import { StatusBadge, waitingSummary } from "./status.jsx";
 
 const REFRESH_MS = 2000;
@@ -21,10 +22,8 @@ export function SessionList() {
   const [error, setError] = useState(null);
   const [query, setQuery] = useState("");
   const [status, setStatus] = useState("");
-  const heading = useRef(null);
 
   useEffect(() => {
-    heading.current?.focus();
     let timer;
     let stopped = false;
     const load = async () => {
@@ -43,16 +42,16 @@ export function SessionList() {
   const needle = query.trim().toLowerCase();
   const shown = (sessions || [])
     .filter((s) => !status || s.status === status)
-    .filter((s) => !needle || s.sessionId.toLowerCase().includes(needle) || waitingSummary(s).toLowerCase().includes(needle))
+    .filter((s) => !needle || [s.sessionId, s.preview || "", waitingSummary(s)].some((text) => text.toLowerCase().includes(needle)))
     .sort((a, b) => (ORDER[a.status] ?? 9) - (ORDER[b.status] ?? 9) || b.updatedAt - a.updatedAt);
 
   return (
     <section aria-labelledby="sessions-title">
-      <h1 id="sessions-title" tabIndex={-1} ref={heading}>Sessions</h1>
+      <h1 id="sessions-title">Sessions</h1>
       <div class="toolbar">
         <div class="field">
           <label for="filter">Filter</label>
-          <input id="filter" type="search" value={query} placeholder="id or what it waits for" onInput={(e) => setQuery(e.currentTarget.value)} />
+          <input id="filter" type="search" value={query} placeholder="id, message, status…" onInput={(e) => setQuery(e.currentTarget.value)} />
         </div>
         <div class="field">
           <label for="status-filter">Status</label>
@@ -72,25 +71,26 @@ export function SessionList() {
         <table class="sessions">
           <caption>{shown.length} of {sessions.length} sessions, those waiting on a person first</caption>
           <thead>
-            <tr><th scope="col">Session</th><th scope="col">Status</th><th scope="col">Waiting for</th><th scope="col">Version</th><th scope="col">Last activity</th></tr>
+            <tr><th scope="col">Session</th><th scope="col">Status</th><th scope="col" class="secondary-col">Version</th><th scope="col">Last activity</th></tr>
           </thead>
           <tbody>
             {shown.map((s) => (
               <tr key={s.sessionId} class={`row-${s.status}`}>
                 <th scope="row">
-                  <a href={`#/sessions/${encodeURIComponent(s.sessionId)}`}>{s.sessionId}</a>
-                  {s.forkOf && <span class="mark" title={`fork of ${s.forkOf.session} at version ${s.forkOf.version}`}>fork of {s.forkOf.session}@{s.forkOf.version}</span>}
+                  <a class="session-link" href={`#/sessions/${encodeURIComponent(s.sessionId)}`}>{shortId(s.sessionId)}</a>
+                  {s.forkOf && <span class="mark" title={`fork of ${shortId(s.forkOf.session)} at version ${s.forkOf.version}`}>fork of {shortId(s.forkOf.session)}@{s.forkOf.version}</span>}
                   {s.compactions ? <span class="mark">compacted {s.compactions}×</span> : null}
+                  <span class={`preview${s.preview ? "" : " none"}`}>{s.preview || (s.preview === null ? "no message yet" : "")}</span>
                 </th>
-                <td><StatusBadge status={s.status} /></td>
-                <td>{waitingSummary(s).replace(/^waits for /, "")}</td>
-                <td>{s.version}</td>
-                <td><time dateTime={new Date(s.updatedAt).toISOString()} title={new Date(s.updatedAt).toLocaleString()}>{ago(s.updatedAt)}</time></td>
+                <td class="status-cell"><StatusBadge status={s.running && !s.running.stranded ? "running" : s.status} /> <span class="waits">{waitingSummary(s)}</span></td>
+                <td class="secondary-col">{s.version}</td>
+                <td class="when"><time dateTime={new Date(s.updatedAt).toISOString()} title={new Date(s.updatedAt).toLocaleString()}>{ago(s.updatedAt)}</time></td>
               </tr>
             ))}
           </tbody>
         </table>
       )}
+      {sessions && sessions.length === 0 && <p class="quiet">No sessions yet for this principal: start one with New session.</p>}
     </section>
   );
 }

@@ -1,14 +1,20 @@
-// One session: its timeline (the ledger, then what streams now), what it waits for (answers as
-// forms, approvals, input requests), turn control (Stop, Pause, Resume, Retry), the inbox and a
-// message box. Turns started here stream through POST /agui; turns that begin elsewhere (a
-// webhook, a timer, another tab) arrive through the session's event feed.
+// One session: its conversation (the ledger, then what streams now) with what it waits for
+// answered in place, turn control (Stop, Pause, Resume, Retry), the inbox and a message box.
+// What the page starts (a message, an answer, a decision, a retry, a resume, an input, "send
+// now") streams through POST /agui; turns that begin elsewhere (a webhook, a timer, another tab,
+// curl) arrive through the session's event feed, and one running now can be stopped from here.
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { follow, getSession, getSessionHead, newId, postTurn, runAgui } from "./api.js";
+import { aguiRunsControls, ApiError, follow, getSession, getSessionHead, missingFeature, newId, postTurn, runAgui, shortId } from "./api.js";
+import { Conversation, conversation, pendingOf } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
-import { SchemaForm } from "./SchemaForm.jsx";
-import { Timeline } from "./Timeline.jsx";
 import { VoiceButton } from "./Voice.jsx";
 import { StatusBadge, waitingSummary } from "./status.jsx";
+
+/** How often the page reads the session's head: while a turn runs somewhere (to offer Stop
+ * and see it end), and otherwise (a turn started elsewhere announces itself only there). */
+const RUNNING_POLL_MS = 1000;
+const IDLE_POLL_MS = 3000;
+const DETAILS_KEY = "dormant.console.details";
 
 /** `incoming` appended to `events` once each (the feed and a reload may both bring one). */
 function merge(events, incoming) {
@@ -17,7 +23,20 @@ function merge(events, incoming) {
   return added.length ? [...events, ...added] : events;
 }
 
-const pretty = (value) => (value === undefined ? "" : JSON.stringify(value));
+/** The invocation running now that the head names (announced or claimed), or null. */
+function activeOf(view) {
+  if (!view) return null;
+  if (view.activeInvocation) return view.activeInvocation.invocationId;
+  return view.running && !view.running.stranded ? view.running.invocationId : null;
+}
+
+function storedDetails() {
+  try {
+    return localStorage.getItem(DETAILS_KEY) === "on";
+  } catch {
+    return false;
+  }
+}
 
 export function SessionPage({ sessionId }) {
   const [view, setView] = useState(undefined); // undefined: loading; null: not started yet
@@ -26,7 +45,11 @@ export function SessionPage({ sessionId }) {
   const [notice, setNotice] = useState(null);
   const [busy, setBusy] = useState(false);
   const [outcomes, setOutcomes] = useState({});
-  const heading = useRef(null);
+  const [details, setDetails] = useState(storedDetails);
+  const eventsRef = useRef(events);
+  eventsRef.current = events;
+  const following = useRef(null);
+  const missing = missingFeature();
 
   const reload = useCallback(async () => {
     const fresh = await getSession(sessionId);
@@ -35,32 +58,84 @@ export function SessionPage({ sessionId }) {
     return fresh;
   }, [sessionId]);
 
-  useEffect(() => {
-    heading.current?.focus();
+  /** Follow the session's feed, once it exists (a session not created yet has none). */
+  const startFollowing = useCallback((version) => {
+    if (following.current) return;
     const stop = new AbortController();
+    following.current = stop;
+    follow(sessionId, version, async (feed) => {
+      setEvents((held) => (feed.resync ? feed.events : merge(held, feed.events)));
+      const head = await getSessionHead(sessionId).catch(() => null);
+      if (head && !stop.signal.aborted) setView(head);
+    }, stop.signal).finally(() => { if (following.current === stop) following.current = null; });
+  }, [sessionId]);
+
+  /** Read the session again and follow it from there: after anything this page sent. */
+  const refresh = useCallback(async () => {
+    const fresh = await reload().catch(() => undefined);
+    if (fresh) startFollowing(fresh.version);
+  }, [reload, startFollowing]);
+
+  useEffect(() => {
     setView(undefined);
     setEvents([]);
     setLive(null);
     setNotice(null);
     reload()
-      .then((fresh) => follow(sessionId, fresh ? fresh.version : 0, async (feed) => {
-        setEvents((held) => (feed.resync ? feed.events : merge(held, feed.events)));
-        const head = await getSessionHead(sessionId).catch(() => null);
-        if (head && !stop.signal.aborted) setView((held) => ({ ...held, ...head }));
-      }, stop.signal))
+      .then((fresh) => { if (fresh) startFollowing(fresh.version); })
       .catch((error) => setNotice({ kind: "error", text: `Could not load the session: ${error.message}` }));
-    return () => stop.abort();
+    return () => {
+      following.current?.abort();
+      following.current = null;
+    };
   }, [sessionId]);
 
-  /** One turn through POST /agui, shown as it streams; then the committed ledger replaces it. */
-  const stream = async (input, userText) => {
+  const running = live && !live.done && live.runId ? live.runId : null;
+  const elsewhere = running ? null : activeOf(view);
+  const exists = Boolean(view);
+
+  // The head, read again and again only for a session that exists and while this page is not
+  // streaming a turn itself (then the stream says it all): fast while a turn runs elsewhere.
+  const activeRef = useRef(elsewhere);
+  activeRef.current = elsewhere;
+  const runningNow = useRef(null);
+  runningNow.current = running || elsewhere;
+  useEffect(() => {
+    if (!exists || running) return undefined;
+    let timer;
+    let stopped = false;
+    const next = () => { timer = setTimeout(tick, activeRef.current ? RUNNING_POLL_MS : IDLE_POLL_MS); };
+    const tick = async () => {
+      if (!document.hidden) {
+        const head = await getSessionHead(sessionId).catch(() => null);
+        if (stopped) return;
+        if (head) setView((held) => (held ? head : held)); // absent fields are gone (null)
+      }
+      if (!stopped) next();
+    };
+    next();
+    return () => { stopped = true; clearTimeout(timer); };
+  }, [sessionId, exists, running]);
+
+  // "Stop sent" is true only until the run it stopped has ended.
+  useEffect(() => {
+    if (!running && !elsewhere) setNotice((held) => (held && held.tag === "stop" ? null : held));
+  }, [running, elsewhere]);
+
+  /**
+   * One turn through POST /agui, shown as it streams; then the committed ledger replaces it.
+   * `fallback(error)`: true for a refusal the caller will send another way (nothing shown).
+   */
+  const stream = async (input, userText, fallback) => {
     setBusy(true);
     setNotice(null);
-    let state = { runId: null, seen: undefined, done: false, outcome: null, items: userText ? [{ id: "you", kind: "user", label: "user", text: userText }] : [] };
+    const known = new Set(eventsRef.current.map((e) => e.id));
+    let state = { runId: null, known, seen: undefined, done: false, outcome: null, items: userText ? [{ id: "you", kind: "user", label: "user", text: userText }] : [] };
     const update = (change) => { state = change(state); setLive(state); };
     const edit = (id, change) => update((s) => ({ ...s, items: s.items.map((item) => (item.id === id ? change(item) : item)) }));
     const push = (item) => update((s) => ({ ...s, items: [...s.items, item] }));
     update((s) => s);
+    let refused = false;
     try {
       await runAgui(sessionId, input, {
         // What a Stop's `seen` says: the last stream position this page received (and showed).
@@ -71,9 +146,9 @@ export function SessionPage({ sessionId }) {
         onRunStartedEvent: ({ event }) => update((s) => ({ ...s, runId: event.metadata?.invocationId || event.runId })),
         onTextMessageStartEvent: ({ event }) => push({ id: event.messageId, kind: event.role === "user" ? "user" : "assistant", label: event.role || "assistant", text: "" }),
         onTextMessageContentEvent: ({ event }) => edit(event.messageId, (item) => ({ ...item, text: item.text + event.delta })),
-        onToolCallStartEvent: ({ event }) => push({ id: event.toolCallId, kind: "tool", label: "tool call", name: event.toolCallName, args: "", text: `${event.toolCallName}(…)` }),
-        onToolCallArgsEvent: ({ event }) => edit(event.toolCallId, (item) => ({ ...item, args: item.args + event.delta, text: `${item.name}(${item.args + event.delta})` })),
-        onToolCallResultEvent: ({ event }) => push({ id: event.messageId, kind: "result", label: "result", text: event.content }),
+        onToolCallStartEvent: ({ event }) => push({ id: event.toolCallId, kind: "tool", name: event.toolCallName, args: "", progress: [], live: "running" }),
+        onToolCallArgsEvent: ({ event }) => edit(event.toolCallId, (item) => ({ ...item, args: item.args + event.delta })),
+        onToolCallResultEvent: ({ event }) => edit(event.toolCallId, (item) => ({ ...item, done: true, result: event.content })),
         onCustomEvent: ({ event }) => {
           if (event.name === "QUEUED") {
             setNotice({ kind: "info", text: `The session can't take a message now: yours waits in the inbox at position ${event.value.position + 1}.` });
@@ -81,8 +156,8 @@ export function SessionPage({ sessionId }) {
         },
         onRunFinishedEvent: ({ event, outcome }) => {
           const result = event.result || {};
-          const what = outcome === "interrupt" ? "waiting for input" : result.status || "finished";
-          update((s) => ({ ...s, done: true, outcome: `${what}${result.commitStatus ? ` · commit: ${result.commitStatus}` : ""}` }));
+          const what = outcome === "interrupt" ? "waiting for you" : result.status || "finished";
+          update((s) => ({ ...s, done: true, outcome: what }));
           if (state.runId && result.commitStatus) setOutcomes((held) => ({ ...held, [state.runId]: result.commitStatus }));
         },
         onRunErrorEvent: ({ event }) => {
@@ -91,12 +166,14 @@ export function SessionPage({ sessionId }) {
         },
       });
     } catch (error) {
-      setNotice({ kind: "error", text: error.message || String(error) });
+      if (fallback && error instanceof ApiError && fallback(error)) refused = true;
+      else setNotice({ kind: "error", text: error.message || String(error) });
     } finally {
-      await reload().catch(() => {});
+      await refresh();
       setLive(null);
       setBusy(false);
     }
+    return !refused;
   };
 
   /** One POST /turns (a control, an input response, an inbox change): the answer's refusal is shown as the server gave it. */
@@ -106,128 +183,143 @@ export function SessionPage({ sessionId }) {
     try {
       const reply = await postTurn(sessionId, body);
       if (done) setNotice({ kind: "info", text: done(reply) });
+      else if (reply && reply.error) setNotice({ kind: "error", text: reply.error });
     } catch (error) {
       setNotice({ kind: "error", text: error.message });
     } finally {
-      await reload().catch(() => {});
+      await refresh();
       setBusy(false);
     }
   };
 
-  /** Stop and pause act on a turn streaming now: they must not wait for it. */
-  const signalRun = async (body, what) => {
+  /**
+   * A control that runs the session (retry, resume, send now, an input's response): streamed
+   * over POST /agui when the server takes controls there, else through POST /turns (also
+   * when it refuses one of these keys: an older server).
+   */
+  const act = async (fields) => {
+    if (!missing && await aguiRunsControls()) {
+      const keys = Object.keys(fields);
+      const sent = await stream({ dormant: fields }, null,
+        (error) => error.status === 422 && keys.some((key) => error.message.includes(key)));
+      if (sent) return;
+    }
+    await control(fields);
+  };
+
+  /** Stop and pause act on a turn running now: they must not wait for it. (A stop answered
+   * after its run ended says nothing: the conversation shows how it ended.) */
+  const signalRun = async (body, what, tag) => {
     try {
       await postTurn(sessionId, body);
-      setNotice({ kind: "info", text: what });
+      if (tag !== "stop" || runningNow.current) setNotice({ kind: "info", text: what, tag });
     } catch (error) {
       setNotice({ kind: "error", text: error.message });
     }
   };
 
-  const running = live && !live.done && live.runId;
+  const actions = {
+    answer: (call, value) => (missing
+      ? control({ tools: [{ callId: call.callId, input: value }] })
+      : stream({ resume: [{ interruptId: call.callId, status: "resolved", payload: value }] })),
+    decide: (approval, approved, reason) => (missing
+      ? control({ approvals: [{ approvalId: approval.approvalId, approved, ...(reason ? { reason } : {}) }] })
+      : stream({ resume: [{ interruptId: approval.approvalId, status: "resolved", payload: { approved, ...(reason ? { reason } : {}) } }] })),
+    respond: (request, value) => act({ inputs: [{ inputId: request.inputId, value }] }),
+  };
+
+  const sendMessage = (text) => {
+    if (running) return signalRun({ steer: { text, invocationId: running, id: newId("steer") } }, "Steer sent: the run takes it at its next step.");
+    const messageId = newId("msg");
+    if (missing) return control({ message: text, messageId }, (reply) => (reply.status === "queued" ? "The session can't take a message now: yours waits in the inbox." : ""));
+    return stream({ message: text, messageId }, text);
+  };
+
+  const stopId = running || elsewhere;
+  const stop = () => signalRun(
+    { stop: { invocationId: stopId, ...(running && live.seen ? { seen: live.seen } : {}) } },
+    running ? "Stop sent: the run ends within a second, keeping what you saw."
+      : "Stop sent: the run ends at its next step.", "stop");
+
   const status = view ? view.status : "new";
+  const shown = live ? events.filter((e) => live.known.has(e.id) || e.invocation_id !== live.runId) : events;
+  const entries = conversation(shown, { details, forkOf: view?.forkOf, outcomes, pending: pendingOf(view) });
+  const toggleDetails = () => {
+    const next = !details;
+    setDetails(next);
+    try { localStorage.setItem(DETAILS_KEY, next ? "on" : "off"); } catch { /* this page only */ }
+  };
   return (
     <section class="session" aria-labelledby="session-title">
-      <p><a href="#/">← All sessions</a></p>
-      <h1 id="session-title" tabIndex={-1} ref={heading}>{sessionId}</h1>
+      <p class="back"><a href="#/">← All sessions</a></p>
+      <h1 id="session-title">{shortId(sessionId)}</h1>
       <p class="meta">
-        <StatusBadge status={running ? "running" : status} />
-        {view && <> · version {view.version}</>}
-        {view?.forkOf && <> · fork of <a href={`#/sessions/${encodeURIComponent(view.forkOf.session)}`}>{view.forkOf.session}</a> at version {view.forkOf.version}</>}
-        {view?.compactions ? <> · compacted {view.compactions}×</> : null}
-        {view && <> · {waitingSummary(view)}</>}
+        <StatusBadge status={stopId ? "running" : status} />
+        {view && <span>{waitingSummary(view)}</span>}
+        {view?.forkOf && <span>fork of <a href={`#/sessions/${encodeURIComponent(view.forkOf.session)}`}>{shortId(view.forkOf.session)}</a> at version {view.forkOf.version}</span>}
+        {view?.compactions ? <span>compacted {view.compactions}×</span> : null}
+        {view && details && <span>version {view.version}</span>}
+        {view === null && <span>new: the first message creates it</span>}
       </p>
       <div class="notices" aria-live="polite">
-        {notice && <p class={`notice ${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"}>{notice.text}</p>}
+        {notice && notice.text && <p class={`notice ${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"}>{notice.text}</p>}
       </div>
       <div class="columns">
         <div class="main-column">
-          <h2>Timeline</h2>
-          <Timeline events={events} live={live} outcomes={outcomes} forkOf={view?.forkOf} />
-          <MessageBox busy={busy && !running} status={status} running={Boolean(running)}
-            onSend={(text) => (running
-              ? signalRun({ steer: { text, invocationId: live.runId, id: newId("steer") } }, "Steer sent: the run takes it at its next step.")
-              : stream({ message: text, messageId: newId("msg") }, text))} />
-          <VoiceButton sessionId={sessionId} disabled={busy || Boolean(running)} onNotice={setNotice}
-            onDone={() => reload().catch(() => {})} />
-        </div>
-        <aside class="side-column" aria-label="What the session waits for">
-          <h2>Turn</h2>
-          <div class="buttons">
-            <button type="button" disabled={!running} onClick={() => signalRun({ stop: { invocationId: live.runId, ...(live.seen ? { seen: live.seen } : {}) } }, "Stop sent: the run ends within a second, keeping what you saw.")}>Stop</button>
-            <button type="button" disabled={!running} onClick={() => signalRun({ pause: true }, "Pause sent: the run pauses at its next step.")}>Pause</button>
-            <button type="button" disabled={busy || status !== "paused"} onClick={() => control({ resume: true })}>Resume</button>
-            <button type="button" disabled={busy || status !== "failed"} onClick={() => control({ retry: { retryId: newId("retry") } })}>Retry</button>
+          <div class="conversation-head">
+            <h2>Conversation</h2>
+            <button type="button" class="toggle" aria-pressed={details ? "true" : "false"} onClick={toggleDetails}
+              title="Runs, commits, timers, the inbox's moves and the raw ledger">Details</button>
           </div>
-          {view?.openInvocation && status === "awaiting_input" && (
+          <Conversation entries={entries} live={live} details={details} busy={busy} actions={actions} />
+          {details && <RawLedger events={events} />}
+          <MessageBox busy={busy && !running} status={status} running={Boolean(running)} onSend={sendMessage} />
+          <VoiceButton sessionId={sessionId} disabled={busy || Boolean(running)} onNotice={setNotice}
+            onDone={() => refresh()} />
+        </div>
+        <aside class="side-column" aria-label="Turn control and inbox">
+          <h2>Turn</h2>
+          <p class="quiet">{turnSummary(view, stopId, details, Boolean(running))}</p>
+          <div class="buttons">
+            <button type="button" disabled={!stopId} onClick={stop}>Stop</button>
+            <button type="button" class="secondary" disabled={!stopId} onClick={() => signalRun({ pause: true }, "Pause sent: the run pauses at its next step.")}>Pause</button>
+            <button type="button" class={status === "paused" ? "" : "secondary"} disabled={busy || status !== "paused"} onClick={() => act({ resume: true })}>Resume</button>
+            <button type="button" class={status === "failed" ? "" : "secondary"} disabled={busy || status !== "failed"} onClick={() => act({ retry: { retryId: newId("retry") } })}>Retry</button>
+          </div>
+          {view?.openInvocation && status === "awaiting_input" && !stopId && (
             <p><button type="button" class="secondary" disabled={busy} onClick={() => control({ stop: { invocationId: view.openInvocation } })}>Stop waiting</button></p>
           )}
-          <Pending view={view} busy={busy} stream={stream} control={control} />
-          <Inbox items={view?.inbox || []} busy={busy} onOp={(op) => control({ queue: [op] })} />
+          <Inbox items={view?.inbox || []} busy={busy}
+            onOp={(op) => (op.op === "send_now" ? act({ queue: [op] }) : control({ queue: [op] }))} />
         </aside>
       </div>
     </section>
   );
 }
 
-function Pending({ view, busy, stream, control }) {
-  if (!view) return null;
-  const calls = view.yieldedTools || [];
-  const approvals = view.pendingApprovals || [];
-  const inputs = view.pendingInputs || [];
-  if (!calls.length && !approvals.length && !inputs.length) return <p class="quiet">Waiting for nothing.</p>;
-  return (
-    <>
-      <h2>Waiting for</h2>
-      {calls.map((call) => (
-        <article key={call.callId} class="card" aria-labelledby={`card-${call.callId}`}>
-          <h3 id={`card-${call.callId}`}>{call.name} asks</h3>
-          <Args args={call.args} />
-          <SchemaForm schema={call.inputSchema || {}} idPrefix={`answer-${call.callId}`} submitLabel="Send answer" disabled={busy}
-            onSubmit={(value) => stream({ resume: [{ interruptId: call.callId, status: "resolved", payload: value }] })} />
-        </article>
-      ))}
-      {approvals.map((approval) => <ApprovalCard key={approval.approvalId} approval={approval} busy={busy} stream={stream} />)}
-      {inputs.map((request) => (
-        <article key={request.inputId} class="card" aria-labelledby={`card-${request.inputId}`}>
-          <h3 id={`card-${request.inputId}`}>{request.prompt || `Input ${request.inputId}`}</h3>
-          <SchemaForm schema={request.schema || {}} idPrefix={`input-${request.inputId}`} submitLabel="Send response" disabled={busy}
-            onSubmit={(value) => control({ inputs: [{ inputId: request.inputId, value }] })} />
-        </article>
-      ))}
-    </>
-  );
+/** One sentence: where the turn is, next to the buttons that act on it. */
+function turnSummary(view, running, details, mine) {
+  if (running) return `A turn is running now${details ? ` (${running})` : ""}${mine ? "." : ", started elsewhere: it shows here once it commits."}`;
+  if (!view) return "Waiting for nothing.";
+  if (view.status === "failed") return "The last turn failed: Retry runs it again from where it stopped.";
+  if (view.status === "paused") return "Paused: Resume runs what waits in the inbox.";
+  const kinds = new Set((view.waiting || []).map((w) => w.kind));
+  if (kinds.has("yield") || kinds.has("approval") || kinds.has("input")) return "Waiting for you: answer in the conversation.";
+  if (kinds.has("deferred")) return "Waiting for a tool's result, which the server supplies.";
+  if (kinds.has("message")) return "Waiting for your next message.";
+  return "Waiting for nothing.";
 }
 
-function ApprovalCard({ approval, busy, stream }) {
-  const [reason, setReason] = useState("");
-  const id = `reason-${approval.approvalId}`;
-  const decide = (approved) => stream({ resume: [{ interruptId: approval.approvalId, status: "resolved", payload: { approved, ...(reason.trim() ? { reason: reason.trim() } : {}) } }] });
+/** Every event as stored, for whoever needs what the conversation leaves out. Rendered only
+ * when opened: a long session's JSON is large. */
+function RawLedger({ events }) {
+  const [open, setOpen] = useState(false);
   return (
-    <article class="card approval" aria-labelledby={`card-${approval.approvalId}`}>
-      <h3 id={`card-${approval.approvalId}`}>Approve {approval.tool}?</h3>
-      <Args args={approval.args} />
-      <label for={id}>Reason (optional)</label>
-      <input id={id} type="text" value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
-      <div class="buttons">
-        <button type="button" disabled={busy} onClick={() => decide(true)}>Approve</button>
-        <button type="button" class="danger" disabled={busy} onClick={() => decide(false)}>Deny</button>
-      </div>
-    </article>
+    <details class="raw" onToggle={(e) => setOpen(e.currentTarget.open)}>
+      <summary>Raw ledger ({events.length} events)</summary>
+      {open && <pre class="json">{JSON.stringify(events, null, 2)}</pre>}
+    </details>
   );
-}
-
-function Args({ args }) {
-  if (args && typeof args === "object" && !Array.isArray(args)) {
-    return (
-      <dl class="args">
-        {Object.entries(args).map(([key, value]) => (
-          <div key={key}><dt>{key}</dt><dd>{typeof value === "string" ? value : pretty(value)}</dd></div>
-        ))}
-      </dl>
-    );
-  }
-  return args === undefined || args === null ? null : <pre class="args">{pretty(args)}</pre>;
 }
 
 function MessageBox({ busy, status, running, onSend }) {
@@ -243,15 +335,17 @@ function MessageBox({ busy, status, running, onSend }) {
   return (
     <form class="message-box" onSubmit={send}>
       <label for="message">Message</label>
-      <textarea id="message" rows={2} value={text} aria-describedby="message-hint"
-        onInput={(e) => setText(e.currentTarget.value)}
-        onKeyDown={(e) => { if (e.key === "Enter" && !e.shiftKey) send(e); }} />
+      <div class="composer">
+        <textarea id="message" rows={2} value={text} aria-describedby="message-hint"
+          onInput={(e) => setText(e.currentTarget.value)}
+          onKeyDown={(e) => { if (e.key === "Enter" && !e.shiftKey) send(e); }} />
+        <button type="submit" disabled={busy || !text.trim()}>{running ? "Steer" : "Send"}</button>
+      </div>
       <small id="message-hint" class="hint">
         Enter sends, Shift+Enter starts a new line.
         {running ? " While the reply streams, a message steers it: the run takes it at its next step." : ""}
         {!running && queues ? " The session can't take a message now: it will wait in the inbox." : ""}
       </small>
-      <button type="submit" disabled={busy || !text.trim()}>{running ? "Steer" : "Send"}</button>
     </form>
   );
 }

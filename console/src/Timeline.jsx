@@ -1,13 +1,12 @@
-// The ledger as a timeline a person can follow: one line per event that means something to a
-// person (state deltas and reasoning items are folded away), then what is streaming right now.
+// The ledger's events as log lines, what the conversation shows with Details on for what is not
+// a message, a tool call or a question (state deltas and reasoning items are folded away: the
+// raw ledger under Details has them).
 
 const json = (value) => {
   if (value === undefined || value === null) return "";
   const text = typeof value === "string" ? value : JSON.stringify(value);
   return text.length > 400 ? `${text.slice(0, 400)}…` : text;
 };
-
-const clock = (ts) => (ts ? new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" }) : "");
 
 /** {kind, label, text} for a ledger event, or null for what the timeline leaves out. */
 export function describe(event, outcomes = {}) {
@@ -26,7 +25,7 @@ export function describe(event, outcomes = {}) {
     case "tool_yield":
       return { kind: "yield", label: "yield", text: `${e.name} waits for input on ${json(e.args)}` };
     case "invocation_yield":
-      return { kind: "wait", label: "waiting", text: e.reason === "message" ? "for a message" : "for tool input", outcome: outcomes[e.invocation_id] };
+      return { kind: "wait", label: "run", text: e.reason === "message" ? "parked: waits for a message" : "parked: waits for an answer or a decision", outcome: outcomes[e.invocation_id] };
     case "tool_input":
       return { kind: "answer", label: "answer", text: json(e.input) };
     case "invocation_resume":
@@ -89,57 +88,4 @@ export function describe(event, outcomes = {}) {
     default:
       return null; // state_delta, reasoning: in the ledger, not in a person's timeline
   }
-}
-
-export function Timeline({ events, live, outcomes, forkOf }) {
-  // A run's commit outcome (what the server answered this console) shows on the invocation's
-  // last terminal event: where its run parked or ended.
-  const lastTerminal = {};
-  for (const event of events) {
-    if (event.type === "invocation_yield" || event.type === "invocation_end") lastTerminal[event.invocation_id] = event.id;
-  }
-  const rows = [];
-  // `events` is the whole ledger, from its first position: a fork's first `forkOf.seq` events
-  // are the ones it inherited.
-  events.forEach((event, position) => {
-    if (forkOf && position === forkOf.seq) {
-      rows.push(<li key="fork" class="entry kind-fork"><span class="who">fork</span><span class="text">── forked here from {forkOf.session} at version {forkOf.version} ──</span></li>);
-    }
-    const shown = describe(event, lastTerminal[event.invocation_id] === event.id ? outcomes : {});
-    if (!shown) return;
-    rows.push(
-      <li key={event.id} class={`entry kind-${shown.kind}`} data-type={event.type}>
-        <time dateTime={new Date(event.ts).toISOString()}>{clock(event.ts)}</time>
-        <span class="who">{shown.label}</span>
-        <span class="text">{shown.text}</span>
-        {shown.outcome && <span class="outcome">commit: {shown.outcome}</span>}
-      </li>,
-    );
-  });
-  return (
-    <>
-      <ol class="timeline" aria-label="Timeline">
-        {rows.length === 0 && !live && <li class="entry empty">Nothing yet: send a message to start the session.</li>}
-        {rows}
-      </ol>
-      {live && <Live live={live} />}
-    </>
-  );
-}
-
-/** The turn streaming now, as the AG-UI events arrive (replaced by the ledger once committed). */
-function Live({ live }) {
-  return (
-    <ol class="timeline live" aria-label="Streaming now" aria-live="polite" aria-busy={live.done ? "false" : "true"}>
-      {live.items.map((item) => (
-        <li key={item.id} class={`entry kind-${item.kind}`} data-live={item.kind}>
-          <span class="who">{item.label}</span>
-          <span class="text">{item.text}</span>
-        </li>
-      ))}
-      {live.outcome && (
-        <li class="entry kind-end" data-live="outcome"><span class="who">run</span><span class="text">{live.outcome}</span></li>
-      )}
-    </ol>
-  );
 }

@@ -62,6 +62,19 @@ export function canonicalId(id) {
   return id.startsWith("session_") ? id : `session_${id}`;
 }
 
+/** How a person reads an id: without the `session_` every session id starts with. */
+export const shortId = (id) => (id || "").replace(/^session_/, "");
+
+/**
+ * The sentence `dormant dev` puts in `<meta name="dormant-missing">` when it cannot serve
+ * POST /agui (its AG-UI support is not installed), or null. Without it the page sends
+ * everything through POST /turns: nothing streams, but nothing breaks.
+ */
+export function missingFeature() {
+  const meta = document.querySelector('meta[name="dormant-missing"]');
+  return meta ? meta.getAttribute("content") || "Part of the server is not installed." : null;
+}
+
 export function newSessionId() {
   const bytes = new Uint8Array(6);
   crypto.getRandomValues(bytes);
@@ -119,6 +132,7 @@ export async function postVoice(sessionId, audio) {
  * Follow a session's committed events (GET /sessions/{id}/events?follow=true, server-sent
  * events). EventSource cannot send the X-Principal header, so this reads the stream with fetch.
  * Calls onFeed({version, status, events, resync}) per commit; reconnects until `signal` aborts.
+ * Only for a session that exists: the caller starts following once its first turn committed.
  */
 export async function follow(id, after, onFeed, signal) {
   let version = after;
@@ -128,10 +142,7 @@ export async function follow(id, after, onFeed, signal) {
         `/sessions/${encodeURIComponent(id)}/events?after=${version}&follow=true`,
         { headers: headers({ Accept: "text/event-stream" }), signal },
       );
-      if (response.status === 404) {
-        await pause(1000, signal); // not created yet: the first turn creates it
-        continue;
-      }
+      if (response.status === 404) return; // gone (or never created): nothing to follow
       if (!response.ok || !response.body) throw new ApiError(response.status, null);
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
@@ -182,11 +193,13 @@ function pause(ms, signal) {
 }
 
 /**
- * One turn through POST /agui with @ag-ui/client's HttpAgent: a message, or `resume` entries
- * answering interrupts (tool calls and approvals). `subscriber` gets the AG-UI events as they
- * stream. A request the server refused before streaming rejects with an ApiError.
+ * One turn through POST /agui with @ag-ui/client's HttpAgent: a message, `resume` entries
+ * answering interrupts (tool calls and approvals), or `dormant` controls (the fields of a
+ * POST /turns body: retry, resume, queue, inputs, pause) that the server runs and streams
+ * like a message. `subscriber` gets the AG-UI events as they stream. A request the server
+ * refused before streaming rejects with an ApiError.
  */
-export async function runAgui(sessionId, { message, messageId, resume }, subscriber) {
+export async function runAgui(sessionId, { message, messageId, resume, dormant }, subscriber) {
   const agent = new HttpAgent({ url: "/agui", threadId: sessionId, headers: headers() });
   if (message !== undefined) {
     agent.addMessage({ id: messageId || newId("msg"), role: "user", content: message });
@@ -194,10 +207,32 @@ export async function runAgui(sessionId, { message, messageId, resume }, subscri
   try {
     // positions: each event carries its stream position (rawEvent.seq), which a stop's
     // `seen` counts, so a Stop keeps exactly what this page has shown.
-    const forwardedProps = { dormant: { positions: true } };
+    const forwardedProps = { dormant: { ...(dormant || {}), positions: true } };
     await agent.runAgent(resume ? { resume, forwardedProps } : { forwardedProps }, subscriber);
   } catch (error) {
     if (error && error.status) throw new ApiError(error.status, error.payload);
     throw error;
   }
+}
+
+let controls = null;
+
+/**
+ * Whether this server runs controls sent over POST /agui (`forwardedProps.dormant.retry`...),
+ * asked once per page. A server that reads them refuses a key it does not know with a 422
+ * naming it; an older one ignores them all (and would answer a control with a run that does
+ * nothing), so a key no server knows tells the two apart. The probe names a session nobody
+ * has: nothing runs, nothing is written either way.
+ */
+export function aguiRunsControls() {
+  if (!controls) {
+    controls = fetch("/agui", {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json", Accept: "application/json" }),
+      body: JSON.stringify({ threadId: newSessionId(), runId: newId("probe"), messages: [], tools: [],
+        context: [], state: {}, forwardedProps: { dormant: { consoleProbe: true } } }),
+    }).then(async (response) => response.status === 422 && (await response.text()).includes("consoleProbe"))
+      .catch(() => false);
+  }
+  return controls;
 }

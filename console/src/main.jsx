@@ -2,7 +2,7 @@
 // session), so moving around never reloads the page and the server serves one file.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
-import { canonicalId, getPrincipal, setPrincipal } from "./api.js";
+import { canonicalId, getPrincipal, missingFeature, setPrincipal } from "./api.js";
 import { SessionList } from "./SessionList.jsx";
 import { SessionPage } from "./SessionPage.jsx";
 import "./style.css";
@@ -22,11 +22,23 @@ function Principal({ onChange }) {
   return (
     <form class="principal" onSubmit={apply}>
       <label for="principal">Principal</label>
-      <input id="principal" value={value} size={12} onInput={(e) => setValue(e.currentTarget.value)}
-        aria-describedby="principal-hint" />
-      <button type="submit">Use</button>
+      <input id="principal" value={value} size={10} onInput={(e) => setValue(e.currentTarget.value)}
+        aria-describedby="principal-hint" title="Sent as X-Principal: you see this principal's sessions" />
+      <button type="submit" class="secondary">Use</button>
       <small id="principal-hint" class="hint">sent as X-Principal: you see this principal's sessions</small>
     </form>
+  );
+}
+
+/** What the server said it cannot do (its AG-UI support is missing): said once, on top. */
+function Missing() {
+  const sentence = missingFeature();
+  if (!sentence) return null;
+  return (
+    <p class="banner" role="status">
+      {/[.!?)]$/.test(sentence) ? sentence : `${sentence}.`} Until then the console sends everything through POST /turns: replies appear
+      once they are committed instead of streaming.
+    </p>
   );
 }
 
@@ -34,7 +46,12 @@ function App() {
   const [where, setWhere] = useState(route());
   const [principal, setCurrent] = useState(getPrincipal());
   useEffect(() => {
-    const moved = () => setWhere(route());
+    // After moving within the page (not on load), focus goes to the new content, as a page
+    // load would put it: a screen reader starts there, a keyboard continues from there.
+    const moved = () => {
+      setWhere(route());
+      requestAnimationFrame(() => document.getElementById("main")?.focus({ preventScroll: false }));
+    };
     addEventListener("hashchange", moved);
     return () => removeEventListener("hashchange", moved);
   }, []);
@@ -46,6 +63,7 @@ function App() {
         <nav aria-label="Console"><a href="#/">Sessions</a> <a href="/docs">API</a></nav>
         <Principal onChange={setCurrent} />
       </header>
+      <Missing />
       <main id="main" tabIndex={-1} key={`${principal}:${where.page}:${where.id || ""}`}>
         {where.page === "session" ? <SessionPage sessionId={where.id} /> : <SessionList />}
       </main>

@@ -13,7 +13,7 @@ export function StatusBadge({ status }) {
   return <span class={`badge status-${status}`}>{LABELS[status] || status}</span>;
 }
 
-const KINDS = { yield: "answer to", approval: "approval of", input: "input:", message: "a message" };
+const KINDS = { yield: "answer to", approval: "approval of", input: "input:", deferred: "the result of", message: "a message" };
 
 /** One line: what the session waits for, from the server's `waiting` (a line of
  * GET /sessions?detail=true, or GET /sessions/{id}). */

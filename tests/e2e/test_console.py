@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from .conftest import ROOT, DevServer
 
@@ -108,31 +109,77 @@ def live_texts(page: Page) -> list[str]:
     return texts
 
 
+def conversation(page: Page) -> Locator:
+    """The session's conversation (what the page calls its timeline, for screen readers)."""
+    return page.get_by_role("list", name="Timeline")
+
+
+def show_details(page: Page, on: bool = True) -> None:
+    """The Details toggle: the ledger's bookkeeping (runs, commits, timers...) shown or not."""
+    toggle = page.get_by_role("button", name="Details")
+    if (toggle.get_attribute("aria-pressed") == "true") != on:
+        toggle.click()
+    expect(toggle).to_have_attribute("aria-pressed", "true" if on else "false")
+
+
 def timeline_types(page: Page) -> list[str]:
-    types: list[str] = page.locator("ol.timeline:not(.live) li[data-type]").evaluate_all(
-        "nodes => nodes.map(n => n.dataset.type)")
+    """The ledger event types the conversation shows, in order (a tool card stands for its
+    call, yield, approval and result)."""
+    types: list[str] = page.locator("ol.conversation > li[data-types]").evaluate_all(
+        "nodes => nodes.flatMap(n => n.dataset.types.split(' ').filter(Boolean))")
     return types
+
+
+def bubble(page: Page, role: str, text: str) -> Locator:
+    """A chat bubble of ``role`` (user or assistant) saying ``text``."""
+    return conversation(page).locator(f"li.bubble.from-{role}").filter(has_text=text)
 
 
 def api(server: DevServer, method: str, path: str, body: dict[str, Any] | None = None
         ) -> httpx.Response:
-    return httpx.request(method, server.url + path, json=body, timeout=30)
+    return httpx.request(method, server.url + path, json=body, timeout=60)
 
 
 def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer) -> None:
-    # The sessions page: nothing yet.
+    # The sessions page: nothing yet, and nothing is focused (no ring around the heading).
     page.goto("/")
     expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
     expect(page.get_by_role("table")).to_contain_text("0 of 0 sessions")
+    assert page.evaluate("() => document.activeElement === document.body")
+    icon = page.locator('link[rel="icon"]').get_attribute("href")
+    assert icon and icon.startswith("/assets/"), icon
+    favicon = httpx.get(server.url + icon)
+    assert favicon.status_code == 200 and favicon.headers["content-type"] == "image/svg+xml"
     shot(page, "01-sessions-empty")
 
-    # A new session: "book me in" parks on ask_guest, whose answer schema becomes a form.
+    # A new session: no request follows it before it exists (no 404s while it is new).
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    failed: list[str] = []
+    page.on("response", lambda response: failed.append(response.url)
+            if response.status == 404 else None)
     page.get_by_role("link", name="New session").click()
-    expect(page.get_by_role("heading", level=1)).to_have_text(re.compile(r"^session_console-"))
-    session_id = page.get_by_role("heading", level=1).inner_text()
+    heading = page.get_by_role("heading", level=1)
+    expect(heading).to_have_text(re.compile(r"^console-[0-9a-f]{12}$"))
+    # After moving within the page, focus is on the new content, without a ring for a click.
+    expect(page.locator("main")).to_be_focused()
+    assert page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle") == "none"
+    session_id = f"session_{heading.inner_text()}"
+    send_button = page.get_by_role("button", name="Send", exact=True)
+    expect(send_button).to_be_disabled()
+    assert float(send_button.evaluate("b => getComputedStyle(b).opacity")) < 0.6
+    assert send_button.evaluate("b => getComputedStyle(b).cursor") == "not-allowed"
+    # Not an event to wait for but a window to watch: a page polling a missing session (as
+    # this one once did, every second) would ask for its feed in it.
+    page.wait_for_timeout(1500)
+    assert not [url for url in requests if "/events?" in url], requests
+
+    # "book me in" parks on ask_guest: its answer form is in the conversation, where it asked.
     send(page, "book me in")
+    expect(bubble(page, "user", "book me in")).to_be_visible()
     form = page.get_by_role("article").filter(has_text="ask_guest asks")
     expect(form).to_contain_text("Which night?")
+    assert form.evaluate("a => a.closest('ol.conversation') !== null")
     answer = form.get_by_label("Answer")
     expect(answer).to_be_visible()
     # The browser validates before anything is sent: an empty answer is refused in place.
@@ -143,39 +190,65 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
     assert api(server, "GET", f"/sessions/{session_id}").json()["status"] == "awaiting_input"
     shot(page, "02-answer-form")
 
-    # "Friday": the reply streams in, then the committed ledger replaces the live view.
+    # "Friday": the reply streams in as a chat bubble, then the committed ledger replaces it.
     record_live_text(page)
     answer.fill("Friday")
     form.get_by_role("button", name="Send answer").click()
-    timeline = page.get_by_role("list", name="Timeline")
-    expect(timeline).to_contain_text("Booked for Friday.", timeout=WAIT)
+    expect(bubble(page, "assistant", "Booked for Friday.")).to_be_visible(timeout=WAIT)
     assert "Booked for Friday." in live_texts(page)
+    expect(bubble(page, "user", "Friday")).to_contain_text("answer to ask_guest")
     expect(page.get_by_text("Waiting for nothing.")).to_be_visible()
+    # Following starts once the session exists; it never asked for one that did not.
+    assert any("/events?after=1&" in url for url in requests), requests
+    # The one 404: the first read of a session that did not exist yet.
+    assert len(failed) <= 1 and all("?events=true" in url for url in failed), failed
+    # The bookkeeping stays out of the conversation until Details is on.
+    timeline = conversation(page)
+    expect(timeline.locator("li.log")).to_have_count(0)
+    expect(timeline).not_to_contain_text("started")
+    expect(timeline).not_to_contain_text("commit")
+    assert timeline_types(page) == [
+        "user", "tool_call", "tool_yield", "tool_result", "tool_input", "assistant"]
+    shot(page, "03-booked")
+    show_details(page)
     assert timeline_types(page)[:10] == [
-        "invocation_start", "user", "tool_call", "tool_yield", "invocation_yield",
-        "tool_input", "invocation_resume", "tool_result", "assistant", "invocation_end"]
+        "invocation_start", "user", "tool_call", "tool_yield", "tool_result",
+        "invocation_yield", "tool_input", "invocation_resume", "assistant", "invocation_end"]
     expect(timeline.locator("li[data-type=invocation_end]").first).to_contain_text(
         "commit: committed")
-    shot(page, "03-booked")
+    expect(page.get_by_text(re.compile(r"^Raw ledger \(\d+ events\)$"))).to_be_visible()
+    shot(page, "03-booked-details")
+    show_details(page, on=False)
 
-    # An approval: Approve runs the tool once, with its result in the timeline.
+    # An approval, inline: what the tool wants to do, and Approve runs it once.
     send(page, "upgrade my room BK-7 to a suite")
-    card = page.get_by_role("article").filter(has_text="Approve upgrade_room?")
+    card = page.get_by_role("article").filter(has_text="upgrade_room wants approval")
     expect(card).to_contain_text("BK-7")
+    expect(card).not_to_contain_text("waiting for tool input")
+    assert card.evaluate("a => a.closest('ol.conversation') !== null")
     shot(page, "04-approval")
     card.get_by_label("Reason (optional)").fill("loyal guest")
     card.get_by_role("button", name="Approve").click()
-    expect(timeline).to_contain_text("Upgraded BK-7 to a suite.", timeout=WAIT)
-    expect(timeline).to_contain_text("approved: loyal guest")
+    expect(bubble(page, "assistant", "Upgraded BK-7 to a suite.")).to_be_visible(timeout=WAIT)
+    expect(bubble(page, "user", "approved: loyal guest")).to_contain_text(
+        "approval of upgrade_room")
     expect(card).to_have_count(0)
+    # A tool call is a card: its name and a line closed, its JSON pretty-printed open.
+    tool = timeline.locator("details.tool").filter(has_text="upgrade_room")
+    expect(tool.locator("summary")).to_contain_text("ref: BK-7, room: suite")
+    expect(tool.locator("pre").first).not_to_be_visible()
+    tool.locator("summary").click()
+    args = tool.locator("pre").first.inner_text()
+    assert args.startswith("{\n  ") and '"ref": "BK-7"' in args, args
+    shot(page, "04-tool-card")
 
     # A stale decision: the page stops following the session, someone else decides, and the
     # console's Deny is refused by the server, which the page shows as it was said.
-    following = re.compile(r"/events\?")
+    following = re.compile(r"/events\?|/sessions/[^/?]+$")
     page.route(following, lambda route: route.abort())
     page.reload()
     send(page, "upgrade my room BK-8 to a suite")
-    card = page.get_by_role("article").filter(has_text="Approve upgrade_room?")
+    card = page.get_by_role("article").filter(has_text="upgrade_room wants approval")
     expect(card).to_contain_text("BK-8")
     approval_id = api(server, "GET", f"/sessions/{session_id}").json()[
         "pendingApprovals"][0]["approvalId"]
@@ -209,7 +282,7 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
       return text;
     }""")
     expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
-        "ended (stopped)", timeout=WAIT)
+        "Stopped", timeout=WAIT)
     told = timeline.locator("li[data-type=assistant]").last.inner_text()
     assert "Once upon a time" in told
     assert "decided to come back in the spring" not in told
@@ -221,15 +294,18 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
     assert stored.strip() == shown.strip() and len(stored.split()) > 12
     assert stored.strip() in told
     assert [e["type"] for e in ledger][-2:] == ["stop_requested", "invocation_end"]
+    expect(page.get_by_text("Stop sent")).to_have_count(0, timeout=WAIT)  # the run is over
     shot(page, "07-stopped")
 
     # A turn that begins elsewhere (another client) shows up through the session's feed.
     elsewhere = api(server, "POST", "/turns", {"sessionId": session_id,
                                                 "message": "how long is my stay BK-1042?"})
     assert elsewhere.status_code == 200, elsewhere.text
-    expect(timeline).to_contain_text("Your stay BK-1042 is 3 nights.", timeout=WAIT)
+    expect(bubble(page, "assistant", "Your stay BK-1042 is 3 nights.")).to_be_visible(
+        timeout=WAIT)
 
-    # The timeline a person follows: every kind of step, in the order it happened.
+    # With Details on, the timeline a person follows: every kind of step, in order.
+    show_details(page)
     types = timeline_types(page)
     for kind in ("approval_requested", "approval_decided", "stop_requested"):
         assert kind in types, types
@@ -242,10 +318,10 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
     page.get_by_role("link", name="All sessions").click()
     rows = page.get_by_role("table").locator("tbody tr")
     expect(rows).to_have_count(2, timeout=WAIT)
-    expect(rows.first).to_contain_text("session_waits")
+    expect(rows.first.get_by_role("link")).to_have_text("waits")
     expect(rows.first).to_contain_text("awaiting input")
     expect(rows.first).to_contain_text("answer to ask_guest")
-    expect(rows.nth(1)).to_contain_text(session_id)
+    expect(rows.nth(1).get_by_role("link")).to_have_text(session_id.removeprefix("session_"))
     page.get_by_label("Status").select_option("awaiting_input")
     expect(rows).to_have_count(1)
     shot(page, "08-sessions")
@@ -253,7 +329,7 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
 
 def test_inbox_queues_edits_and_sends_now(page: Page, server: DevServer) -> None:
     page.goto("/#/sessions/inbox-1")
-    expect(page.get_by_role("heading", level=1)).to_have_text("session_inbox-1")
+    expect(page.get_by_role("heading", level=1)).to_have_text("inbox-1")
     send(page, "book me in")
     expect(page.get_by_role("article").filter(has_text="ask_guest asks")).to_be_visible()
 
@@ -276,10 +352,10 @@ def test_inbox_queues_edits_and_sends_now(page: Page, server: DevServer) -> None
     expect(inbox.get_by_role("listitem")).to_have_count(1)
     shot(page, "09-inbox")
     inbox.get_by_role("button", name="Send now").click()
-    timeline = page.get_by_role("list", name="Timeline")
-    expect(timeline).to_contain_text("Your stay BK-9 is 3 nights.", timeout=WAIT)
+    expect(bubble(page, "assistant", "Your stay BK-9 is 3 nights.")).to_be_visible(timeout=WAIT)
     expect(page.get_by_role("region", name=re.compile(r"^Inbox"))).to_have_count(0)
     # Send now ended what the session waited for: the question was interrupted, not answered.
+    show_details(page)
     types = timeline_types(page)
     assert "interrupt" in types or "queue_send_now" in types, types
     assert "tool_input" not in types
@@ -294,8 +370,8 @@ def test_every_control_has_a_label_and_the_keyboard_reaches_the_message_box(
       .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label'))
       .map(el => el.outerHTML)""")
     assert unlabelled == []
-    # From the heading, Tab walks to the message box without a pointer.
-    page.get_by_role("heading", level=1).focus()
+    # From the top of the content, Tab walks to the message box without a pointer.
+    page.locator("main").focus()
     for _ in range(30):
         page.keyboard.press("Tab")
         if page.evaluate("() => document.activeElement.id") == "message":
@@ -350,8 +426,7 @@ def test_an_input_request_is_a_form_checked_in_the_browser_and_by_the_server(
     field.fill("300")
     card.get_by_role("button", name="Send response").click()
     expect(card).to_have_count(0, timeout=WAIT)
-    timeline = page.get_by_role("list", name="Timeline")
-    expect(timeline).to_contain_text("budget: 300")
+    expect(bubble(page, "user", "300")).to_contain_text("input: Your budget per night?")
     assert api(server, "GET", "/sessions/budget-1").json().get("pendingInputs", []) == []
 
     # A schema the form has no input kind for (a list) is a JSON field: parsed before sending.
@@ -372,7 +447,10 @@ def test_an_input_request_is_a_form_checked_in_the_browser_and_by_the_server(
     extras.fill('["breakfast"]')
     card.get_by_role("button", name="Send response").click()
     expect(card).to_have_count(0, timeout=WAIT)
-    expect(timeline).to_contain_text('extras: ["breakfast"]')
+    answered = bubble(page, "user", "breakfast")
+    expect(answered).to_contain_text("input: Anything else?")
+    assert answered.locator("pre").inner_text() == '[\n  "breakfast"\n]'
+
 
 
 def test_the_readme_shows_the_console() -> None:
@@ -383,24 +461,45 @@ def test_the_readme_shows_the_console() -> None:
         assert (ROOT / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
 
 
-def test_a_failed_turn_keeps_its_tool_result_and_retry_finishes_it(
+def agui_bodies(page: Page) -> list[dict[str, Any]]:
+    """Collects the body of every POST /agui the page sends from now on."""
+    bodies: list[dict[str, Any]] = []
+    page.on("request", lambda request: bodies.append(request.post_data_json)
+            if request.method == "POST" and request.url.endswith("/agui") else None)
+    return bodies
+
+
+def test_a_failed_turn_keeps_its_tool_result_and_retry_streams_it_to_the_end(
         flaky_page: Page, flaky_server: DevServer) -> None:
     page = flaky_page
     page.goto("/#/sessions/flaky-1")
     send(page, "how long is my stay BK-1?")
     expect(page.get_by_role("alert")).to_contain_text("model provider failed", timeout=WAIT)
-    timeline = page.get_by_role("list", name="Timeline")
+    timeline = conversation(page)
     expect(timeline.locator("li[data-type=invocation_failed]")).to_contain_text("retryable")
-    expect(timeline.locator("li[data-type=tool_result]")).to_contain_text("lookup_stay")
+    expect(timeline.locator("li[data-types~=tool_result]")).to_contain_text("lookup_stay")
     expect(page.locator(".meta")).to_contain_text("failed")
     shot(page, "11-failed")
 
+    # Retry goes through POST /agui, as a message does: its reply streams in.
+    sent = agui_bodies(page)
+    record_live_text(page)
     page.get_by_role("button", name="Retry").click()
-    expect(timeline).to_contain_text("Your stay BK-1 is 3 nights.", timeout=WAIT)
+    expect(bubble(page, "assistant", "Your stay BK-1 is 3 nights.")).to_be_visible(
+        timeout=WAIT)
+    retries = [b for b in sent if "retry" in b["forwardedProps"]["dormant"]]
+    assert len(retries) == 1, sent
+    assert retries[0]["forwardedProps"]["dormant"]["positions"] is True
+    assert retries[0]["forwardedProps"]["dormant"]["retry"]["retryId"].startswith("retry-")
+    assert any("Your stay BK-1 is 3 nights." in text for text in live_texts(page))
+    show_details(page)
     types = timeline_types(page)
     assert types.count("tool_result") == 1, types  # the tool did not run again
     assert "retry" in types, types
+    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
+        "ended (completed)")
     expect(page.get_by_role("button", name="Retry")).to_be_disabled()
+    assert api(flaky_server, "GET", "/sessions/flaky-1").json()["status"] == "active"
 
 
 def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: DevServer) -> None:
@@ -412,10 +511,10 @@ def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: De
     api(server, "POST", "/turns", {"sessionId": "branch", "message": "book me in"})
 
     page.goto("/")
-    row = page.get_by_role("row").filter(has_text="session_branch")
-    expect(row).to_contain_text("fork of session_origin@1", timeout=WAIT)
-    row.get_by_role("link", name="session_branch").click()
-    expect(page.locator(".meta")).to_contain_text("fork of session_origin at version 1")
+    row = page.get_by_role("row").filter(has_text="branch")
+    expect(row).to_contain_text("fork of origin@1", timeout=WAIT)
+    row.get_by_role("link", name="branch").click()
+    expect(page.locator(".meta")).to_contain_text("fork of origin at version 1")
     timeline = page.get_by_role("list", name="Timeline")
     entries = timeline.get_by_role("listitem")
     texts = entries.all_inner_texts()
@@ -423,8 +522,8 @@ def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: De
     # The inherited turn comes before the marker, the fork's own after it.
     assert any("BK-3" in text for text in texts[:marker]), texts
     assert any("book me in" in text for text in texts[marker:]), texts
-    page.locator(".meta").get_by_role("link", name="session_origin").click()
-    expect(page.get_by_role("heading", level=1)).to_have_text("session_origin")
+    page.locator(".meta").get_by_role("link", name="origin").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("origin")
     expect(page.get_by_role("list", name="Timeline")).not_to_contain_text("forked here")
 
 
@@ -444,9 +543,9 @@ def test_a_message_sent_while_a_reply_streams_steers_that_run(
     running = steer["steer"]["invocationId"]
     assert steer["steer"]["text"] == "make it shorter" and running.startswith("inv_"), steer
     stop.click()
-    timeline = page.get_by_role("list", name="Timeline")
+    timeline = conversation(page)
     expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
-        "ended (stopped)", timeout=WAIT)
+        "Stopped", timeout=WAIT)
     ledger = api(server, "GET", "/sessions/steer-1?events=true").json()["events"]
     assert {e["invocation_id"] for e in ledger if e["type"] == "invocation_start"} == {running}
     expect(page.get_by_role("button", name="Send", exact=True)).to_be_visible()
@@ -459,10 +558,9 @@ def test_stop_waiting_ends_a_parked_response(page: Page, server: DevServer) -> N
     expect(card).to_be_visible(timeout=WAIT)
     page.get_by_role("button", name="Stop waiting").click()
     expect(card).to_have_count(0, timeout=WAIT)
-    timeline = page.get_by_role("list", name="Timeline")
-    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
-        "ended (stopped)")
-    expect(timeline.locator("li[data-type=tool_result]").last).to_contain_text("ask_guest")
+    timeline = conversation(page)
+    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text("Stopped")
+    expect(timeline.locator("li[data-types~=tool_result]").last).to_contain_text("ask_guest")
     assert api(server, "GET", "/sessions/parked-1").json()["waiting"] == []
 
 
@@ -504,14 +602,140 @@ def test_the_timeline_shows_app_events_deferred_calls_and_stopped_drafts(
     ], store=store, session_id="trusted-1")
 
     page.goto("/#/sessions/trusted-1")
-    timeline = page.get_by_role("list", name="Timeline")
+    timeline = conversation(page)
+    expect(timeline.locator("details.tool").filter(has_text="provider_check")).to_be_visible(
+        timeout=WAIT)
+    expect(timeline.locator("li[data-type=app_event]")).to_have_count(0)  # bookkeeping
+    show_details(page)
     expect(timeline.locator("li[data-type=app_event]")).to_contain_text(
         'event crm.ticket_updated{"ticket":"T-42"}', timeout=WAIT)
     expect(timeline.locator("li[data-type=app_event]")).to_contain_text("[evt-1]")
     expect(timeline.locator("li[data-type=tool_call_draft]")).to_contain_text(
         'book was still streaming when stopped: {"room":')
-    expect(timeline.locator("li[data-type=tool_deferred]")).to_contain_text(
-        "provider_check")
-    expect(timeline.locator("li[data-type=tool_deferred]")).to_contain_text(
-        "waits for its result")
+    deferred = timeline.locator("li[data-types~=tool_deferred]")
+    expect(deferred).to_contain_text("provider_check")
+    expect(deferred).to_contain_text("waits for its result")
     shot(page, "13-trusted-events")
+
+
+def test_stop_ends_a_turn_started_elsewhere(page: Page, server: DevServer) -> None:
+    first = api(server, "POST", "/turns", {"sessionId": "told",
+                                            "message": "how long is my stay BK-4?"})
+    assert first.status_code == 200, first.text
+    page.goto("/#/sessions/told")
+    expect(bubble(page, "assistant", "Your stay BK-4 is 3 nights.")).to_be_visible()
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_disabled()
+
+    # Another client (curl, a webhook) starts a long story: the page did not start it.
+    answers: list[httpx.Response] = []
+    teller = threading.Thread(target=lambda: answers.append(api(
+        server, "POST", "/turns", {"sessionId": "told", "message": "tell me a long story"})))
+    teller.start()
+    try:
+        # The running turn announces itself: the page offers Stop for it.
+        expect(stop).to_be_enabled(timeout=WAIT)
+        expect(page.locator(".meta")).to_contain_text("running")
+        shot(page, "14-running-elsewhere")
+        stop.click()
+        expect(page.get_by_role("status")).to_contain_text("Stop sent")
+        teller.join(timeout=WAIT / 1000)
+    finally:
+        teller.join()
+    [answer] = answers
+    assert answer.json()["status"] == "stopped", answer.text
+    timeline = conversation(page)
+    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
+        "Stopped", timeout=WAIT)
+    expect(bubble(page, "assistant", "Once upon a time")).to_be_visible()
+    expect(page.get_by_text("Stop sent")).to_have_count(0, timeout=WAIT)
+    expect(stop).to_be_disabled()
+    ledger = api(server, "GET", "/sessions/told?events=true").json()["events"]
+    assert [e["type"] for e in ledger][-2:] == ["stop_requested", "invocation_end"]
+    assert ledger[-1]["status"] == "stopped"
+
+
+def test_the_list_shows_each_sessions_first_message(page: Page, server: DevServer) -> None:
+    long = "is late checkout possible " + "on the day I leave, " * 10
+    for session, messages in (("short", ["how long is my stay BK-2?", "book me in"]),
+                              ("long", [long])):
+        for message in messages:
+            answer = api(server, "POST", "/turns", {"sessionId": session, "message": message})
+            assert answer.status_code in (200, 202), answer.text
+    page.goto("/")
+    rows = page.get_by_role("table").locator("tbody tr")
+    expect(rows).to_have_count(2, timeout=WAIT)
+    short = rows.filter(has=page.get_by_role("link", name="short", exact=True))
+    expect(short.locator(".preview")).to_have_text("how long is my stay BK-2?")
+    cut = rows.filter(has=page.get_by_role("link", name="long", exact=True)).locator(".preview")
+    expect(cut).to_contain_text("is late checkout possible on the day I leave,")
+    text = cut.inner_text()
+    assert text.endswith("…") and len(text) <= 120, text
+    shot(page, "15-sessions-preview")
+    # The filter finds a session by its first message too.
+    page.get_by_label("Filter").fill("BK-2")
+    expect(rows).to_have_count(1)
+    expect(rows.first.get_by_role("link")).to_have_text("short")
+    shot(page, "15-sessions-filtered")
+
+
+def no_horizontal_overflow(page: Page) -> None:
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, "
+                           "document.documentElement.clientWidth]")
+    assert widths[0] <= widths[1], widths
+
+
+def test_at_phone_width_nothing_is_cut_off(browser: Browser, server: DevServer) -> None:
+    api(server, "POST", "/turns", {"sessionId": "phone-2", "message": "book me in"})
+    for message in ("book me in", "upgrade my room BK-7 to a suite"):
+        api(server, "POST", "/turns", {"sessionId": "phone", "message": message,
+                                       "ifBusy": "interrupt"})
+    context = browser.new_context(viewport={"width": 390, "height": 844}, base_url=server.url,
+                                  device_scale_factor=1, is_mobile=True, has_touch=True)
+    try:
+        page = context.new_page()
+        page.goto("/")
+        rows = page.get_by_role("table").locator("tbody tr")
+        expect(rows).to_have_count(2, timeout=WAIT)
+        expect(rows.first).to_contain_text("approval of upgrade_room")
+        # The header keeps to two lines at most; the list's rows fit the screen.
+        header = page.locator("header.top").bounding_box()
+        assert header is not None and header["height"] < 100, header
+        no_horizontal_overflow(page)
+        shot(page, "16-phone-sessions")
+
+        rows.first.get_by_role("link").click()
+        card = page.get_by_role("article").filter(has_text="upgrade_room wants approval")
+        expect(card).to_be_visible()
+        page.locator("details.tool").first.locator("summary").click()
+        no_horizontal_overflow(page)
+        box = card.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+        shot(page, "17-phone-session")
+    finally:
+        context.close()
+
+
+def test_without_agui_support_the_page_says_so_and_uses_post_turns(
+        page: Page, server: DevServer) -> None:
+    # What `dormant dev` serves when its AG-UI support is not installed: the page with a
+    # sentence saying so.
+    sentence = "This server cannot stream turns: pip install 'dormant[agui]'."
+
+    def with_notice(route: Any) -> None:
+        served = route.fetch()
+        html = served.text().replace(
+            "<head>", f'<head><meta name="dormant-missing" content="{sentence}">', 1)
+        route.fulfill(response=served, body=html)
+
+    page.route(re.compile(r"/(#.*)?$"), with_notice)
+    sent = agui_bodies(page)
+    page.goto("/#/sessions/no-agui")
+    expect(page.get_by_role("status").filter(has_text=sentence)).to_be_visible()
+    send(page, "book me in")
+    form = page.get_by_role("article").filter(has_text="ask_guest asks")
+    form.get_by_label("Answer").fill("Friday")
+    form.get_by_role("button", name="Send answer").click()
+    expect(bubble(page, "assistant", "Booked for Friday.")).to_be_visible(timeout=WAIT)
+    assert sent == [], sent
+

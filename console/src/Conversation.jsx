@@ -1,0 +1,342 @@
+// The session as a conversation: what people said and the assistant answered, as chat
+// bubbles; each tool call as a card (closed: its name and a line; open: its arguments and
+// result as JSON); what the session waits for (an answer, an approval, an input) as a form
+// right where the agent asked. The ledger's bookkeeping (runs, commits, timers, the inbox's
+// moves, application events) shows only with Details on: then nothing is left out.
+import { useState } from "preact/hooks";
+import { SchemaForm } from "./SchemaForm.jsx";
+import { describe } from "./Timeline.jsx";
+import { shortId } from "./api.js";
+
+const clock = (ts) => (ts ? new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" }) : "");
+
+/** A JSON value as people read it: indented on several lines. */
+export const pretty = (value) => {
+  if (value === undefined) return "";
+  if (typeof value === "string") {
+    try {
+      return JSON.stringify(JSON.parse(value), null, 2);
+    } catch {
+      return value;
+    }
+  }
+  return JSON.stringify(value, null, 2);
+};
+
+/** A value on one short line: `key: value, …` for an object, cut to `max` characters. */
+export function oneLine(value, max = 90) {
+  let text;
+  if (value === undefined || value === null || value === "") text = "";
+  else if (typeof value === "string") {
+    try {
+      return oneLine(JSON.parse(value), max);
+    } catch {
+      text = value;
+    }
+  } else if (typeof value === "object" && !Array.isArray(value)) {
+    text = Object.entries(value).map(([key, item]) => `${key}: ${typeof item === "string" ? item : JSON.stringify(item)}`).join(", ");
+  } else text = JSON.stringify(value);
+  text = text.replace(/\s+/g, " ").trim();
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+/** What a person typed as an answer, shown as they would say it: the one string of an object
+ * with one field, else the JSON. */
+function spoken(value) {
+  if (typeof value === "string") return { text: value };
+  if (value && typeof value === "object" && !Array.isArray(value)) {
+    const values = Object.values(value);
+    if (values.length === 1 && typeof values[0] === "string") return { text: values[0] };
+  }
+  return { json: pretty(value) };
+}
+
+const USER_LABEL = (e) => (e.steer ? "user (steer)" : e.queued ? "user (from the inbox)" : e.audio ? "user (spoken)" : "user");
+
+/**
+ * The ledger as conversation entries, in order: bubbles, tool cards (one per call, its
+ * result, approval and answer folded in), asks (what is pending, from the head), notes
+ * (failures, stops, the fork point) and, with `details`, a log row for every other event.
+ */
+export function conversation(events, { details = false, forkOf, outcomes = {}, pending = {} } = {}) {
+  const entries = [];
+  const cards = {};
+  const prompts = {};
+  const lastTerminal = {};
+  for (const event of events) {
+    if (event.type === "invocation_yield" || event.type === "invocation_end") lastTerminal[event.invocation_id] = event.id;
+  }
+  const card = (e) => {
+    if (!cards[e.call_id]) {
+      cards[e.call_id] = { kind: "tool", key: `tool-${e.call_id}`, callId: e.call_id, name: e.name, args: e.args, ts: e.ts, types: [], progress: [] };
+      entries.push(cards[e.call_id]);
+    }
+    const found = cards[e.call_id];
+    found.types.push(e.type);
+    return found;
+  };
+  const log = (e) => {
+    if (!details) return;
+    const shown = describe(e, lastTerminal[e.invocation_id] === e.id ? outcomes : {});
+    if (shown) entries.push({ kind: "log", key: e.id, types: [e.type], ts: e.ts, shown });
+  };
+  const bubble = (e, role, label, text, extra = {}) => entries.push({ kind: "bubble", key: e.id, types: [e.type], ts: e.ts, role, label, text, ...extra });
+  const note = (e, tone, text) => entries.push({ kind: "note", key: e.id, types: [e.type], ts: e.ts, tone, text });
+
+  events.forEach((e, position) => {
+    if (forkOf && position === forkOf.seq) {
+      entries.push({ kind: "fork", key: "fork", types: [], text: `forked here from ${shortId(forkOf.session)} at version ${forkOf.version}` });
+    }
+    switch (e.type) {
+      case "user":
+        return bubble(e, "user", USER_LABEL(e), e.text);
+      case "seed":
+        return e.role === "system" ? note(e, "system", `system (seeded): ${e.text}`) : bubble(e, "user", "user (seeded)", e.text);
+      case "assistant":
+        return bubble(e, "assistant", "assistant", e.text);
+      case "tool_call":
+        return void card(e);
+      case "tool_yield": {
+        const c = card(e);
+        c.asks = e.args;
+        if (pending.calls?.[e.call_id]) entries.push({ kind: "ask-call", key: `ask-${e.call_id}`, types: [], call: pending.calls[e.call_id] });
+        return;
+      }
+      case "tool_input": {
+        const c = cards[e.call_id];
+        if (c) c.answered = true;
+        return bubble(e, "user", `answer to ${c ? c.name : "a question"}`, null, spoken(e.input));
+      }
+      case "tool_deferred": {
+        const c = card(e);
+        c.deferred = true;
+        return;
+      }
+      case "tool_result": {
+        const c = card(e);
+        if (e.preliminary) c.progress.push(e.result);
+        else Object.assign(c, { done: true, result: e.result, error: e.error, denied: e.denied });
+        return;
+      }
+      case "approval_requested": {
+        const c = card(e);
+        c.approval = "pending";
+        if (pending.approvals?.[e.approval_id]) entries.push({ kind: "ask-approval", key: `ask-${e.approval_id}`, types: [], approval: pending.approvals[e.approval_id] });
+        return;
+      }
+      case "approval_decided": {
+        const c = cards[e.call_id];
+        if (c) c.approval = e.approved ? "approved" : "denied";
+        return bubble(e, "user", `approval of ${c ? c.name : "a tool call"}`, `${e.approved ? "approved" : "denied"}${e.reason ? `: ${e.reason}` : ""}`);
+      }
+      case "input_requested":
+        prompts[e.input_id] = e.prompt;
+        if (pending.inputs?.[e.input_id]) {
+          entries.push({ kind: "ask-input", key: `ask-${e.input_id}`, types: [e.type], request: pending.inputs[e.input_id] });
+          return;
+        }
+        return details ? log(e) : undefined;
+      case "input_response":
+        return bubble(e, "user", `input: ${prompts[e.input_id] || e.input_id}`, null, spoken(e.value));
+      case "invocation_failed":
+        return note(e, "error", `The turn failed: ${e.message}${e.retryable ? " (retryable: Retry runs it again from here)" : ""}`);
+      case "error":
+        return note(e, "error", `${e.code}: ${e.message}`);
+      case "invocation_end":
+        if (e.status !== "completed") {
+          if (details) return log(e);
+          return note(e, e.status === "stopped" ? "stopped" : "quiet", e.status === "stopped" ? "Stopped" : `Ended (${e.status})`);
+        }
+        return log(e);
+      default:
+        return log(e);
+    }
+  });
+  // Anything pending that the ledger shown did not place (it was asked before a fork's cut or
+  // a compaction): at the end, so it can still be answered.
+  const placed = new Set(entries.filter((x) => x.kind.startsWith("ask-")).map((x) => x.key));
+  for (const call of Object.values(pending.calls || {})) {
+    if (!placed.has(`ask-${call.callId}`)) entries.push({ kind: "ask-call", key: `ask-${call.callId}`, types: [], call });
+  }
+  for (const approval of Object.values(pending.approvals || {})) {
+    if (!placed.has(`ask-${approval.approvalId}`)) entries.push({ kind: "ask-approval", key: `ask-${approval.approvalId}`, types: [], approval });
+  }
+  for (const request of Object.values(pending.inputs || {})) {
+    if (!placed.has(`ask-${request.inputId}`)) entries.push({ kind: "ask-input", key: `ask-${request.inputId}`, types: [], request });
+  }
+  return entries;
+}
+
+/** The head's pending work by id, as conversation() places it. */
+export function pendingOf(view) {
+  const by = (items, key) => Object.fromEntries((items || []).map((item) => [item[key], item]));
+  return { calls: by(view?.yieldedTools, "callId"), approvals: by(view?.pendingApprovals, "approvalId"), inputs: by(view?.pendingInputs, "inputId") };
+}
+
+export function Conversation({ entries, live, details, busy, actions }) {
+  return (
+    <ol class={`conversation${details ? " with-details" : ""}`} aria-label="Timeline">
+      {entries.length === 0 && !live && <li class="empty">Nothing yet: send a message to start the session.</li>}
+      {entries.map((entry) => <Entry key={entry.key} entry={entry} details={details} busy={busy} actions={actions} />)}
+      {live && <Live live={live} />}
+    </ol>
+  );
+}
+
+function Entry({ entry, details, busy, actions }) {
+  const attrs = { "data-type": entry.types[0], "data-types": entry.types.join(" ") };
+  switch (entry.kind) {
+    case "bubble":
+      return (
+        <li class={`bubble from-${entry.role}`} {...attrs}>
+          <div class="said">
+            <span class="who">{entry.label}{details && entry.ts ? <> · <time dateTime={new Date(entry.ts).toISOString()}>{clock(entry.ts)}</time></> : null}</span>
+            {entry.json !== undefined ? <pre class="text json">{entry.json}</pre> : <p class="text">{entry.text}</p>}
+          </div>
+        </li>
+      );
+    case "tool":
+      return <li class="tool-entry" {...attrs}><ToolCard call={entry} details={details} /></li>;
+    case "ask-call":
+      return <li class="ask-entry" {...attrs}><AskCall call={entry.call} busy={busy} onAnswer={actions.answer} /></li>;
+    case "ask-approval":
+      return <li class="ask-entry" {...attrs}><AskApproval approval={entry.approval} busy={busy} onDecide={actions.decide} /></li>;
+    case "ask-input":
+      return <li class="ask-entry" {...attrs}><AskInput request={entry.request} busy={busy} onRespond={actions.respond} /></li>;
+    case "note":
+      return <li class={`note tone-${entry.tone}`} {...attrs}>{entry.text}</li>;
+    case "fork":
+      return <li class="note fork">── {entry.text} ──</li>;
+    default: // log
+      return (
+        <li class={`log kind-${entry.shown.kind}`} {...attrs}>
+          <time dateTime={new Date(entry.ts).toISOString()}>{clock(entry.ts)}</time>
+          <span class="who">{entry.shown.label}</span>
+          <span class="text">{entry.shown.text}</span>
+          {entry.shown.outcome && <span class="outcome">commit: {entry.shown.outcome}</span>}
+        </li>
+      );
+  }
+}
+
+/** The errors of a call ended by a person (a stop, an interrupt), not by a failure. */
+const ENDED = new Set(["stopped", "interrupted", "cancelled by the user"]);
+
+/** A call's state in a word or two, and its tone. */
+function stateOf(call) {
+  if (call.denied) return ["denied", "bad"];
+  if (call.error && ENDED.has(call.error)) return [call.error, "quiet"];
+  if (call.error) return ["error", "bad"];
+  if (call.done) return [call.approval === "approved" ? "approved · returned" : "returned", "good"];
+  if (call.approval === "pending") return ["wants approval", "wait"];
+  if (call.approval === "denied") return ["denied", "bad"];
+  if (call.asks !== undefined && !call.answered) return ["asks", "wait"];
+  if (call.deferred) return ["waits for its result", "wait"];
+  if (call.live) return [call.live, "quiet"];
+  return ["running", "quiet"];
+}
+
+function ToolCard({ call, details }) {
+  const [state, tone] = stateOf(call);
+  const line = call.error ? call.error : call.done ? oneLine(call.result) : oneLine(call.asks ?? call.args);
+  return (
+    <details class={`tool tone-${tone}`}>
+      <summary>
+        <span class="tool-name">{call.name}</span>
+        <span class="tool-line">{line}</span>
+        <span class={`chip tone-${tone}`}>{state}</span>
+        {details && call.ts ? <time class="tool-time" dateTime={new Date(call.ts).toISOString()}>{clock(call.ts)}</time> : null}
+      </summary>
+      <div class="tool-body">
+        <h4>Arguments</h4>
+        <pre class="json">{pretty(call.args) || "—"}</pre>
+        {call.asks !== undefined && pretty(call.asks) !== pretty(call.args) && <><h4>Asked</h4><pre class="json">{pretty(call.asks)}</pre></>}
+        {call.progress.length > 0 && <><h4>Progress</h4>{call.progress.map((p, i) => <pre key={i} class="json">{pretty(p)}</pre>)}</>}
+        {call.done && (call.error
+          ? <><h4>{call.denied ? "Denied" : ENDED.has(call.error) ? "Ended" : "Error"}</h4><pre class="json error-text">{call.error}</pre></>
+          : <><h4>Result</h4><pre class="json">{pretty(call.result)}</pre></>)}
+        {details && <p class="hint">call {call.callId}</p>}
+      </div>
+    </details>
+  );
+}
+
+/** A tool's arguments as a person reads them: one question as a sentence, else name: value. */
+function Args({ args }) {
+  if (args && typeof args === "object" && !Array.isArray(args)) {
+    const entries = Object.entries(args);
+    if (entries.length === 1 && typeof entries[0][1] === "string") return <p class="question">{entries[0][1]}</p>;
+    return (
+      <dl class="args">
+        {entries.map(([key, value]) => (
+          <div key={key}><dt>{key}</dt><dd>{typeof value === "string" ? value : JSON.stringify(value)}</dd></div>
+        ))}
+      </dl>
+    );
+  }
+  return args === undefined || args === null ? null : <pre class="json">{pretty(args)}</pre>;
+}
+
+function AskCall({ call, busy, onAnswer }) {
+  const id = `ask-${call.callId}`;
+  return (
+    <article class="ask" aria-labelledby={id}>
+      <h3 id={id}>{call.name} asks</h3>
+      <Args args={call.args} />
+      <SchemaForm schema={call.inputSchema || {}} idPrefix={`answer-${call.callId}`} submitLabel="Send answer" disabled={busy}
+        onSubmit={(value) => onAnswer(call, value)} />
+    </article>
+  );
+}
+
+function AskApproval({ approval, busy, onDecide }) {
+  const [reason, setReason] = useState("");
+  const id = `ask-${approval.approvalId}`;
+  const reasonId = `reason-${approval.approvalId}`;
+  const decide = (approved) => onDecide(approval, approved, reason.trim());
+  return (
+    <article class="ask approval" aria-labelledby={id}>
+      <h3 id={id}>{approval.tool} wants approval</h3>
+      <Args args={approval.args} />
+      <label for={reasonId}>Reason (optional)</label>
+      <input id={reasonId} type="text" value={reason} onInput={(e) => setReason(e.currentTarget.value)} />
+      <div class="buttons">
+        <button type="button" disabled={busy} onClick={() => decide(true)}>Approve</button>
+        <button type="button" class="danger" disabled={busy} onClick={() => decide(false)}>Deny</button>
+      </div>
+    </article>
+  );
+}
+
+function AskInput({ request, busy, onRespond }) {
+  const id = `ask-${request.inputId}`;
+  return (
+    <article class="ask" aria-labelledby={id}>
+      <h3 id={id}>{request.prompt || `Input ${request.inputId}`}</h3>
+      <SchemaForm schema={request.schema || {}} idPrefix={`input-${request.inputId}`} submitLabel="Send response" disabled={busy}
+        onSubmit={(value) => onRespond(request, value)} />
+    </article>
+  );
+}
+
+/** The turn streaming now, as the AG-UI events arrive (replaced by the ledger once committed). */
+function Live({ live }) {
+  return (
+    <li class="live" aria-live="polite" aria-busy={live.done ? "false" : "true"}>
+      <ol aria-label="Streaming now">
+        {live.items.map((item) => {
+          if (item.kind === "tool") {
+            return <li key={item.id} class="tool-entry" data-live="tool"><ToolCard call={item} details={false} /></li>;
+          }
+          return (
+            <li key={item.id} class={`bubble from-${item.kind}`} data-live={item.kind}>
+              <div class="said"><span class="who">{item.label}</span><p class="text">{item.text}</p></div>
+            </li>
+          );
+        })}
+        {!live.done && <li class="note tone-quiet typing" data-live="working">working…</li>}
+        {live.outcome && <li class="note tone-quiet" data-live="outcome">{live.outcome}</li>}
+      </ol>
+    </li>
+  );
+}
