@@ -1,9 +1,29 @@
-"""Driving the HTTP resolver in-process: an API Gateway REST proxy event, and its answer."""
+"""Driving the HTTP resolver in-process (an API Gateway REST proxy event, and its answer), and
+a server over a plain HTTP connection (:func:`raw_request`)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 from typing import Any
+
+
+def raw_request(url: str, method: str, path: str, body: bytes = b"",
+                headers: dict[str, str] | None = None
+                ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """``method path`` sent to the server at ``url`` as written (any method, any ``Host``
+    header given): its status, JSON body ({} when empty) and headers (lower-case names)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request(method, path, body=body, headers={
+            "Content-Type": "application/json", **(headers or {})})
+        response = connection.getresponse()
+        data = response.read()
+        return response.status, json.loads(data) if data else {}, {
+            k.lower(): v for k, v in response.getheaders()}
+    finally:
+        connection.close()
 
 
 def get(resolver: Any, path: str) -> tuple[int, Any]:

@@ -9,11 +9,9 @@ saying so and a page that says so; neither may appear, and each action must stre
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,7 @@ from tests._timing import scaled
 from .conftest import ROOT, _first_line
 from .test_console import WAIT, bubble, open_page, send
 from .test_console import browser as browser  # the module's browser fixture
-from .test_newcomer import BUILD_TIMEOUT, INSTALL_TIMEOUT, _ok, _run, _source_copy, _user_env
+from .test_newcomer import _user_env, wheel_venv
 
 pytestmark = pytest.mark.slow
 
@@ -50,19 +48,10 @@ class Served:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    source = _source_copy(tmp_path_factory.mktemp("source"))
-    out = tmp_path_factory.mktemp("wheel")
-    _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
-              str(source)], out, os.environ.copy(), BUILD_TIMEOUT))
-    [wheel] = out.glob("dormant-*.whl")
-    venv = tmp_path_factory.mktemp("venv") / "venv"
-    _ok(_run([sys.executable, "-m", "venv", str(venv)], out, _user_env(venv), BUILD_TIMEOUT))
     install = _readme_install()
-    [package] = [word for word in install if word.startswith("dormant[")]
-    assert package == "dormant[aws,openai]", install  # what this test is about
+    assert [w for w in install if w.startswith("dormant[")] == ["dormant[aws,openai]"], install
+    venv = wheel_venv(tmp_path_factory, install)
     env = _user_env(venv)
-    _ok(_run([str(wheel) + package.removeprefix("dormant") if w == package else w
-              for w in install] + ["--quiet"], out, env, INSTALL_TIMEOUT))
 
     work = tmp_path_factory.mktemp("work")
     stderr = work / "dev.log"

@@ -15,7 +15,6 @@ port already in use is one line on stderr and exit status 2.
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import subprocess
@@ -36,6 +35,7 @@ from dormant._devserver import DevServer as InProcessServer
 from dormant.http import build_resolver
 from dormant.samples.bookings import build
 from dormant.stores import SqliteStore
+from tests._http import raw_request
 from tests._timing import scaled
 
 from .conftest import ROOT, DevServer
@@ -216,19 +216,7 @@ def test_the_default_sends_no_cors_headers_to_anyone(shared_server: DevServer) -
 
 def _raw(url: str, method: str, path: str, headers: dict[str, str] | None = None
          ) -> tuple[int, dict[str, Any], dict[str, str]]:
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.putrequest(method, path, skip_host="Host" in (headers or {}))
-        for name, value in (headers or {}).items():
-            connection.putheader(name, value)
-        connection.endheaders()
-        response = connection.getresponse()
-        data = response.read()
-        return response.status, json.loads(data) if data else {}, {
-            k.lower(): v for k, v in response.getheaders()}
-    finally:
-        connection.close()
+    return raw_request(url, method, path, headers=headers)
 
 
 def test_a_foreign_host_is_refused_and_the_loopback_names_are_not(

@@ -97,24 +97,30 @@ def _source_copy(into: Path) -> Path:
     return into
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with this repository's wheel installed by the README's own command (the
-    package name replaced by the wheel's path, the extras kept)."""
-    source = _source_copy(tmp_path_factory.mktemp("source"))
-    out = tmp_path_factory.mktemp("wheel")
+def wheel_venv(factory: pytest.TempPathFactory, install: list[str]) -> Path:
+    """A fresh venv with this repository's wheel installed by ``install`` (a README's ``pip
+    install "dormant[...]"``: the package name replaced by the wheel's path, the extras kept)."""
+    source = _source_copy(factory.mktemp("source"))
+    out = factory.mktemp("wheel")
     _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
               str(source)], out, os.environ.copy(), BUILD_TIMEOUT))
     [wheel] = out.glob("dormant-*.whl")
-    venv = tmp_path_factory.mktemp("venv") / "venv"
+    venv = factory.mktemp("venv") / "venv"
     _ok(_run([sys.executable, "-m", "venv", str(venv)], out, os.environ.copy(), BUILD_TIMEOUT))
-    install = _readme_commands().install
     [package] = [w for w in install if w.startswith("dormant[")]
-    extras = package.removeprefix("dormant")
-    assert "test" in extras.strip("[]").split(","), install
-    command = [str(wheel) + extras if w == package else w for w in install]
+    command = [str(wheel) + package.removeprefix("dormant") if w == package else w
+               for w in install]
     _ok(_run([*command, "--quiet"], out, _user_env(venv), INSTALL_TIMEOUT))
     return venv
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel installed by the "Your own agent" install command."""
+    install = _readme_commands().install
+    [package] = [w for w in install if w.startswith("dormant[")]
+    assert "test" in package.removeprefix("dormant").strip("[]").split(","), install
+    return wheel_venv(tmp_path_factory, install)
 
 
 def test_a_new_projects_tests_pass_with_the_readmes_commands(venv: Path,

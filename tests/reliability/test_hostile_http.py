@@ -27,6 +27,7 @@ from dormant._devserver import DevServer as InProcessServer
 from dormant.http import build_resolver
 from dormant.models import ModelError, ScriptedModel
 from dormant.stores import MemoryStore
+from tests._http import raw_request as _raw
 from tests.e2e.conftest import DevServer
 
 #: What a provider's error text can hold: a key fragment, an organisation id, a trace.
@@ -447,19 +448,6 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         server.kill()
 
 
-def _raw(url: str, method: str, path: str, body: bytes = b"",
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
-    host, port = url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        connection.request(method, path, body=body, headers={
-            "Content-Type": "application/json", **(headers or {})})
-        response = connection.getresponse()
-        data = response.read()
-        return response.status, json.loads(data) if data else {}, {
-            k.lower(): v for k, v in response.getheaders()}
-    finally:
-        connection.close()
 
 
 def _dev_version(dev: DevServer, session_id: str) -> int:

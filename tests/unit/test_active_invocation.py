@@ -32,28 +32,13 @@ from dormant.models import ScriptedModel
 from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta
 from dormant.stores import MemoryStore
 from dormant.tools import Signal
+from tests.unit.test_http_turn_control import _event
 
 POLL = 0.05
 
 
 class Wait(BaseModel):
     seconds: float
-
-
-def _event(method: str, path: str, body: Any = None, *,
-           query: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "resource": path, "path": path, "httpMethod": method,
-        "headers": {"Content-Type": "application/json"},
-        "multiValueHeaders": {"Content-Type": ["application/json"]},
-        "queryStringParameters": query,
-        "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} if query else None,
-        "pathParameters": None, "stageVariables": None,
-        "requestContext": {"resourcePath": path, "httpMethod": method, "path": path,
-                           "stage": "test", "requestId": "r-1",
-                           "authorizer": {"principalId": "ann"}, "identity": {}},
-        "body": json.dumps(body) if body is not None else None, "isBase64Encoded": False,
-    }
 
 
 def _call(resolver: Any, method: str, path: str, body: Any = None, **query: str
