@@ -391,10 +391,15 @@ def measure_polling(interval: float | None, turn_seconds: float) -> tuple[list[P
         if stored is None:
             raise SystemExit("the polled session is missing")
         running, at = new_id("inv"), now_ms()
-        busy = [Control(rev=1, stop=ControlStop(invocation_id=running, rev=1, at=at))]
-        busy.append(busy[-1].model_copy(update={"rev": 2, "pause": 2}))
+        # The polled turns ran past their first poll, so the record holds their announcement
+        # already: the records below are its next revisions, as a real writer's would be.
+        held = store.read_control("session_polled") or Control()
+        first = held.rev + 1
+        busy = [held.model_copy(update={
+            "rev": first, "stop": ControlStop(invocation_id=running, rev=first, at=at)})]
+        busy.append(busy[-1].model_copy(update={"rev": first + 1, "pause": first + 1}))
         for n in range(MAX_STEERS):
-            rev = 3 + n
+            rev = first + 2 + n
             steer = ControlSteer(id=new_id("steer"), text=STEER_TEXT, invocation_id=running,
                                  rev=rev, at=at)
             busy.append(busy[-1].model_copy(update={"rev": rev,
