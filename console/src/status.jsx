@@ -22,6 +22,7 @@ export function waitingSummary(session) {
   if (session.status === "failed") parts.push("a retry");
   if (session.status === "paused") parts.push("resume");
   const queued = typeof session.inbox === "number" ? session.inbox : (session.inbox || []).length;
-  const text = parts.length ? `waits for ${parts.join(", ")}` : "waits for nothing";
+  const runs = session.activeInvocation || (session.running && !session.running.stranded);
+  const text = parts.length ? `waits for ${parts.join(", ")}` : runs ? "a turn is running" : "waits for nothing";
   return queued ? `${text} · ${queued} queued` : text;
 }

@@ -635,7 +635,7 @@ def test_stop_ends_a_turn_started_elsewhere(page: Page, server: DevServer) -> No
     try:
         # The running turn announces itself: the page offers Stop for it.
         expect(stop).to_be_enabled(timeout=WAIT)
-        expect(page.locator(".meta")).to_contain_text("running")
+        expect(page.locator(".meta")).to_contain_text("a turn is running")
         shot(page, "14-running-elsewhere")
         stop.click()
         expect(page.get_by_role("status")).to_contain_text("Stop sent")
