@@ -461,3 +461,21 @@ def test_random_bytes_are_refused_before_any_transcriber_hears_them() -> None:
     noise = base64.b64decode("+8D30LZsWxr00AINBJahcGSpcgmhNhn2CQOCM08MlSgvJu==")
     with pytest.raises(ValidationError, match="audio data is not mp3 audio"):
         AudioInput(data=noise, format="mp3")
+
+
+def test_post_voice_refuses_audio_that_is_not_its_format_and_hears_nothing(
+        api: tuple[dormant.App, Any], wav: bytes, fake: FakeAudioAPI) -> None:
+    app, resolver = api
+    as_mp3 = {"sessionId": "h-5", "audio": {"data": base64.b64encode(wav).decode(),
+                                            "format": "mp3"}}
+
+    named = resolver.resolve(_event(json.dumps(as_mp3), "application/json"), None)
+    raw = resolver.resolve(_event(base64.b64encode(b"\x00" * 64).decode(), "audio/webm",
+                                  base64_body=True, query={"sessionId": "h-5"}), None)
+
+    assert named["statusCode"] == 400, named["body"]
+    assert json.loads(named["body"])["message"] == (
+        "audio.data: audio data is not mp3 audio: it does not start as mp3 audio does")
+    assert raw["statusCode"] == 400 and "not webm audio" in json.loads(raw["body"])["message"]
+    assert app.sessions.get("h-5") is None
+    assert fake.requests == []  # no transcriber was asked

@@ -157,8 +157,8 @@ class AudioInput(_In):
         """Bytes that cannot be ``format`` (the first bytes every such file starts with) are
         the caller's mistake, told as one, not sent on to a transcriber that would fail."""
         if not _looks_like(self.format, self.data):
-            raise ValueError(f"audio data is not {self.format} audio (its first bytes are "
-                             f"not a {self.format} file's)")
+            raise ValueError(f"audio data is not {self.format} audio: it does not start as "
+                             f"{self.format} audio does")
         return self
 
 

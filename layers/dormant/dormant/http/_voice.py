@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from dormant._inputs import AudioFormat, AudioInput, HandlerInput
@@ -78,8 +78,10 @@ class VoiceRequest(TurnRequest):
 def _audio(data: bytes | str, format: AudioFormat) -> AudioInput:
     try:
         return AudioInput(data=data, format=format)
-    except ValueError as error:
-        raise InputError("audio.data must be base64 audio") from error
+    except ValidationError as error:
+        reasons = "; ".join(item["msg"].removeprefix("Value error, ")
+                            for item in error.errors(include_url=False))
+        raise InputError(f"audio.data: {reasons}") from error
 
 
 def format_of(content_type: str) -> AudioFormat:
