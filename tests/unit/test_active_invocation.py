@@ -271,3 +271,38 @@ def test_sessions_show_their_first_message_not_a_later_one() -> None:
     assert _call(resolver, "GET", "/sessions/p")[1]["preview"] == "first question"
     _, plain = _call(resolver, "GET", "/sessions")
     assert all("preview" not in line for line in plain["sessions"])
+
+
+def test_a_turn_that_announced_itself_still_claims_a_compaction_later_in_it() -> None:
+    """The announcement moves the control record on; the turn's own session follows it, so a
+    compaction the same turn claims after it (its second model step, once a long tool result
+    put it over budget) is written at the right revision and lands with the turn."""
+    store = MemoryStore()
+    app = dormant.App(name="announce-compact", store=store)
+    summaries: list[int] = []
+
+    def summarize(messages: list[Any]) -> str:
+        summaries.append(len(messages))
+        return "They talked."
+
+    def slow(ctx: dormant.ToolContext) -> str:
+        time.sleep(ctx.args.seconds)  # past the first poll: the turn announces itself
+        return "y" * 2000
+
+    tool = app.tool(name="slow", description="Slow", schema=Wait, execute=slow)
+    agent = app.agent(name="a", tools=[tool], model=ScriptedModel(
+        ["one", "two", {"tool_calls": [{"name": "slow", "args": {"seconds": 6 * POLL}}]},
+         "Done."]), context=[app.context.history(compact=dormant.Compaction(
+             max_tokens=300, keep_last=1, summarize=summarize))])
+    turn = app.handler.rest(agent=agent, poll_interval=POLL)
+    for message in ("first", "second"):
+        assert turn({"session_id": "c", "input": {"message": message}}).status == "completed"
+
+    ended = turn({"session_id": "c", "input": {"message": "run the slow one"}})
+
+    assert (ended.status, ended.commit_status) == ("completed", "committed")
+    record = store.read_control("session_c")
+    assert record is not None and record.running is not None  # it did announce itself
+    assert record.compaction is not None and summaries == [4]  # ...and then claimed
+    session = app.sessions.load("session_c", turns=None)
+    assert session is not None and session.head.compactions == 1
