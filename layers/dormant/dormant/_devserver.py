@@ -111,6 +111,14 @@ def normalize_origin(value: str) -> str:
     return f"{url.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
 
 
+def _origin_or_none(value: str) -> str | None:
+    """``value`` normalised as :func:`normalize_origin` does, or None when it is not one."""
+    try:
+        return normalize_origin(value)
+    except ValueError:
+        return None
+
+
 def dev_cors(origins: Sequence[str]) -> CORSConfig | Literal[False]:
     """The resolver's CORS rule for ``dormant dev``: none at all (same origin only) unless
     ``origins`` are given, then those origins exactly, ``X-Principal`` allowed."""
@@ -589,22 +597,18 @@ class _Handler(BaseHTTPRequestHandler):
                 "dormant dev --allow-origin")
 
     def _origin_allowed(self, origin: str, host: str | None) -> bool:
-        try:
-            origin = normalize_origin(origin)
-            own = normalize_origin(f"http://{host}") if host else None
-        except ValueError:  # "null" (a sandboxed page, a file), or not an origin at all
-            return False
-        return origin == own or origin in self.server.allow_origins
+        """Whether ``origin`` is this server's own (its ``Host``'s) or an allowed one; never
+        "null" (a sandboxed page, a file) nor anything that is not an origin."""
+        seen = _origin_or_none(origin)
+        own = _origin_or_none(f"http://{host}") if host else None
+        return seen is not None and (seen == own or seen in self.server.allow_origins)
 
     def _cors(self) -> dict[str, str]:
         """The CORS headers of a streamed answer: an allowed origin's, else none."""
         origin = self.headers.get("Origin")
-        try:
-            allowed = origin is not None and normalize_origin(origin) in self.server.allow_origins
-        except ValueError:
-            allowed = False
-        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"} \
-            if allowed and origin is not None else {}
+        if origin is None or _origin_or_none(origin) not in self.server.allow_origins:
+            return {}
+        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
 
     def _serve(self) -> None:
         refusal = self._foreign()
