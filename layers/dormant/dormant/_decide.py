@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from dormant._head import Head
 from dormant._ids import new_id
-from dormant._inputs import Input, QueuedRef, TurnStatus
+from dormant._inputs import IfBusy, Input, QueuedRef, TurnStatus
 from dormant._patch import to_json_value
 from dormant._schema import schema_errors
 from dormant.errors import (
@@ -185,7 +185,7 @@ def steer(session: Slice, text: str, invocation_id: str, id: str | None = None,
 
 
 def message(session: Slice, text: str, message_id: str,
-            if_busy: Literal["queue", "reject", "interrupt"] | None = None,
+            if_busy: IfBusy | None = None,
             *, audio: bool = False) -> tuple[str, QueuedEvent | None]:
     """What a user message does now: ``run`` (the session can take it), or ``queued`` (it
     went to the inbox, event returned). ``if_busy="reject"`` refuses instead; ``"interrupt"``

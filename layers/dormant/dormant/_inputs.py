@@ -18,6 +18,7 @@ __all__ = [
     "AudioInput",
     "CommitStatus",
     "HandlerInput",
+    "IfBusy",
     "Input",
     "InputAnswer",
     "InterruptRequest",
@@ -127,6 +128,10 @@ class SeedRequest(_In):
     role: Literal["user", "system"] = "user"
     id: str | None = Field(default=None, min_length=1, max_length=128)
 
+
+#: What a message does when the session cannot take it now (it waits on a call, failed, or is
+#: paused): queue it in the inbox (the default), refuse it, or end what the session waits on.
+IfBusy = Literal["queue", "reject", "interrupt"]
 
 #: The audio formats a voice request may carry (what the transcription APIs read).
 AudioFormat = Literal["wav", "mp3", "ogg", "webm", "flac", "m4a"]
@@ -240,7 +245,7 @@ class Input(_In):
     #: What a message does when the session cannot take it now (it waits, failed, or is
     #: paused): ``queue`` (default: the inbox), ``reject`` (409), ``interrupt`` (end the
     #: waiting response and run this message).
-    if_busy: Literal["queue", "reject", "interrupt"] | None = None
+    if_busy: IfBusy | None = None
 
 
 class HandlerInput(_In):

@@ -13,6 +13,7 @@ from dormant import _decide
 from dormant._decide import Ask, EventType
 from dormant._head import COMMIT_WINDOW, Head, apply, apply_detached, status_of
 from dormant._ids import new_id, now_ms
+from dormant._inputs import IfBusy
 from dormant._patch import to_json_value
 from dormant.errors import InputError, RetryRefused
 from dormant.events import (
@@ -133,7 +134,7 @@ class SessionInput:
         return retry_id
 
     def message(self, text: str, id: str | None = None,
-                if_busy: Literal["queue", "reject", "interrupt"] | None = None
+                if_busy: IfBusy | None = None
                 ) -> UserEvent | QueuedEvent:
         """Append a user message (``id``: a stable id, so a redelivery lands once). When
         the session cannot take it now (it waits on a yield, an approval or an input

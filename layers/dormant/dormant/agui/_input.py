@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from ag_ui.core import RunAgentInput, TextPart, ToolMessage, UserMessage
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
@@ -12,6 +12,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from dormant._inputs import (
     ApprovalDecision,
     HandlerInput,
+    IfBusy,
     Input,
     InputAnswer,
     InterruptRequest,
@@ -122,7 +123,7 @@ class DormantProps(BaseModel):
     interrupt: InterruptRequest | None = None
     queue: list[QueueOp] | None = None
     inputs: list[InputAnswer] | None = None
-    if_busy: Literal["queue", "reject", "interrupt"] | None = None
+    if_busy: IfBusy | None = None
 
     @classmethod
     def of(cls, value: Any) -> DormantProps:

@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 from dormant._control import announced
 from dormant._head import SessionStatus
 from dormant._inputs import (
+    IfBusy,
     InputAnswer,
     InterruptRequest,
     QueueOp,
@@ -155,7 +156,7 @@ class TurnRequest(_Wire):
         default=None, description="Add a message to the conversation without starting a "
         "turn: {text, role?, id?}. Only role `user` is public (others are `server_only`, "
         "422); `id` lands it once.")
-    if_busy: Literal["queue", "reject", "interrupt"] | None = Field(
+    if_busy: IfBusy | None = Field(
         default=None, description="What `message` does when the session cannot take it "
         "now (it waits on a call, failed, or is paused): `queue` (the default: 202 "
         "`queued`, it runs when the session is free), `reject` (409), `interrupt` (end the "

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from dormant._ids import new_id
+from dormant._inputs import IfBusy
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.events import Event, ToolResult
@@ -120,7 +121,7 @@ __all__ = [
 class _User:
     text: str
     id: str | None = None
-    if_busy: Literal["queue", "reject", "interrupt"] | None = None
+    if_busy: IfBusy | None = None
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,7 @@ def user(text: str, *, id: str | None = None) -> _User:
 
 
 def message(text: str, *, id: str | None = None,
-            if_busy: Literal["queue", "reject", "interrupt"] | None = None) -> _User:
+            if_busy: IfBusy | None = None) -> _User:
     """A user message sent while the session may be waiting: it runs at once when the session
     is free, else lands in the inbox (``session.inbox``; the step's result has status
     ``queued``) and runs after the session frees up (the inbox drains after the step that
