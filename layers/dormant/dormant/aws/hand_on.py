@@ -40,6 +40,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from dormant._clients import aws_client
 from dormant.handlers import HandlerInput, Input
 from dormant.session import normalize_session_id
 
@@ -134,7 +135,7 @@ class HandOnMessage(BaseModel):
 class QueueHandOn:
     """``App.hand_on`` on the webhook SQS FIFO queue (see the module docstring).
 
-    ``client``: a boto3 SQS client; None builds one on the first hand-on.
+    ``client``: an SQS client (boto3's or botocore's); None builds one on the first hand-on.
     """
 
     def __init__(self, queue_url: str, *, client: Any = None) -> None:
@@ -145,13 +146,9 @@ class QueueHandOn:
 
     @property
     def client(self) -> Any:
-        """The boto3 ``sqs`` client (built on first use: nothing at cold start)."""
+        """The ``sqs`` client (built on first use: nothing at cold start)."""
         if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            self._client = boto3.client("sqs", config=Config(
-                retries={"mode": "standard", "max_attempts": 5}))
+            self._client = aws_client("sqs", retries={"mode": "standard", "max_attempts": 5})
         return self._client
 
     def send(self, body: str, *, group_id: str, deduplication_id: str) -> str | None:

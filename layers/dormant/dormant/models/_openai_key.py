@@ -33,7 +33,7 @@ def openai_api_key_from_settings(settings: Settings | None = None, *,
     from aws_lambda_powertools.utilities import parameters
     from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
 
-    _share_the_default_boto3_session("secrets" if settings.openai_secret else "ssm")
+    _share_the_library_session("secrets" if settings.openai_secret else "ssm")
     try:
         if settings.openai_secret:
             where = f"secret {settings.openai_secret}"
@@ -67,23 +67,24 @@ def deployment_key(settings: Settings | None, options: dict[str, Any]) -> Settin
     return settings
 
 
-def _share_the_default_boto3_session(kind: str) -> None:
-    """Give Powertools' default ``kind`` provider a client of boto3's default session, the
-    one every other client of the function comes from: Powertools would otherwise build a
+def _share_the_library_session(kind: str) -> None:
+    """Give Powertools' default ``kind`` provider a client of the session every other client
+    of the function comes from (``dormant._clients``): Powertools would otherwise build a
     session of its own, loading botocore's endpoint data and handlers a second time (tens of
     milliseconds of the first model call). Its providers stay Powertools' own, in its
     ``DEFAULT_PROVIDERS``, so its cache and ``parameters.clear_caches()`` work as before."""
-    import boto3
     from aws_lambda_powertools.utilities import parameters
     from aws_lambda_powertools.utilities.parameters.constants import DEFAULT_PROVIDERS
+
+    from dormant._clients import aws_client
 
     if kind in DEFAULT_PROVIDERS:
         return
     if kind == "secrets":
         DEFAULT_PROVIDERS[kind] = parameters.SecretsProvider(
-            boto3_client=boto3.client("secretsmanager"))
+            boto3_client=aws_client("secretsmanager"))
     else:
-        DEFAULT_PROVIDERS[kind] = parameters.SSMProvider(boto3_client=boto3.client("ssm"))
+        DEFAULT_PROVIDERS[kind] = parameters.SSMProvider(boto3_client=aws_client("ssm"))
 
 
 def _key_from(raw: str, where: str) -> str:

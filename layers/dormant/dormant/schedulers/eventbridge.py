@@ -126,13 +126,12 @@ class EventBridgeScheduler:
 
     @property
     def client(self) -> Any:
-        """The boto3 ``scheduler`` client (built on first use: nothing at cold start)."""
+        """The ``scheduler`` client (built on first use: nothing at cold start)."""
         if self._client is None:
-            import boto3
-            from botocore.config import Config
+            from dormant._clients import aws_client
 
-            self._client = boto3.client("scheduler", config=Config(
-                retries={"mode": "standard", "max_attempts": 5}))
+            self._client = aws_client("scheduler",
+                                      retries={"mode": "standard", "max_attempts": 5})
         return self._client
 
     def schedule_name(self, session_id: str, name: str) -> str:

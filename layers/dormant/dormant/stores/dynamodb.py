@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from dormant._clients import aws_client
 from dormant._head import TURN_INDEX_SIZE, Head
 from dormant._lru import Lru
 from dormant.errors import ConfigError, StoreError
@@ -712,17 +713,11 @@ def _control_of(item: dict[str, Any], now_s: int) -> Control | None:
 
 
 def _dynamodb_client(region_name: str | None) -> DynamoDBClient:
-    import boto3
-    from botocore.config import Config
-
-    config = Config(retries={"mode": "standard", "max_attempts": 5},
-                    connect_timeout=3, read_timeout=10)
-    return boto3.client("dynamodb", region_name=region_name, config=config)
+    return aws_client("dynamodb", region_name=region_name,  # type: ignore[no-any-return]
+                      retries={"mode": "standard", "max_attempts": 5},
+                      connect_timeout=3, read_timeout=10)
 
 
 def _s3_client(region_name: str | None) -> S3Client:
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client("s3", region_name=region_name,
-                        config=Config(retries={"mode": "standard", "max_attempts": 5}))
+    return aws_client("s3", region_name=region_name,  # type: ignore[no-any-return]
+                      retries={"mode": "standard", "max_attempts": 5})
