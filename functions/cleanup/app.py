@@ -4,6 +4,9 @@ Everything it does is :mod:`dormant.aws.cleanup`; the app it serves is the one t
 setting names (template.yaml, Globals).
 """
 
-from dormant.aws.cleanup import handler
+import gc
+
+gc.disable()  # until the cold start is built: dormant.aws.initialised() resumes it
+from dormant.aws.cleanup import handler  # noqa: E402
 
 __all__ = ["handler"]

@@ -4,6 +4,9 @@ Everything it does is :mod:`dormant.aws.wake`; the app it serves is the one the 
 setting names (template.yaml, Globals).
 """
 
-from dormant.aws.wake import handler
+import gc
+
+gc.disable()  # until the cold start is built: dormant.aws.initialised() resumes it
+from dormant.aws.wake import handler  # noqa: E402
 
 __all__ = ["handler"]

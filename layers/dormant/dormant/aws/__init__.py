@@ -8,3 +8,19 @@ S3 objects go with their items). Which app they serve is the one setting ``DORMA
 from here, so upgrading dormant upgrades the functions; nothing of it is imported by the
 library itself, so nothing of it is on a plain ``import dormant``'s path.
 """
+
+import gc
+
+__all__ = ["initialised"]
+
+
+def initialised() -> None:
+    """The end of a function's cold start, called last by each function module.
+
+    ``functions/<name>/app.py`` turns the garbage collector off before it imports anything:
+    what a cold start builds (modules, classes, the app, its clients) lives as long as the
+    execution environment, and collections while it is built find nothing to free. Here it is
+    moved out of the collector's sight (``gc.freeze``: later collections do not walk it, and
+    a SnapStart snapshot holds it as it is) and collection resumes for what requests make."""
+    gc.freeze()
+    gc.enable()

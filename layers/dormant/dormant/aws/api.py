@@ -20,6 +20,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from dormant.aws import initialised
 from dormant.aws.deployment import deployed_app
 from dormant.aws.hand_on import handing_on_from
 from dormant.aws.tracing import tracer as make_tracer
@@ -49,3 +50,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name=f"Responses{response['statusCode'] // 100}xx",
                        unit=MetricUnit.Count, value=1)
     return response
+
+
+initialised()  # last: what the cold start built is kept, collection resumes

@@ -37,6 +37,8 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from dormant._clients import aws_client
+from dormant.aws import initialised
 from dormant.settings import Settings
 from dormant.stores._dynamodb import layout
 
@@ -65,9 +67,7 @@ class RefusedRecord(Exception):
 def _client() -> Any:
     global _s3
     if _s3 is None:  # built on the first removal that names objects, not at cold start
-        import boto3
-
-        _s3 = boto3.client("s3")
+        _s3 = aws_client("s3")
     return _s3
 
 
@@ -129,3 +129,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if failed := len(response.get("batchItemFailures", [])):
         metrics.add_metric(name="CleanupRecordsFailed", unit=MetricUnit.Count, value=failed)
     return response
+
+
+initialised()  # last: what the cold start built is kept, collection resumes

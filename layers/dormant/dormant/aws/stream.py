@@ -26,6 +26,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from dormant.aws import initialised
 from dormant.aws.deployment import deployed_app
 from dormant.aws.hand_on import handing_on_from
 from dormant.aws.tracing import tracer as make_tracer
@@ -88,3 +89,6 @@ class _EventWriter:
         if not self._stream.started:
             self._stream.start(200, SSE_HEADERS)
         self._stream.write(text)
+
+
+initialised()  # last: what the cold start built is kept, collection resumes

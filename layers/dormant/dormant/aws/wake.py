@@ -38,6 +38,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
+from dormant.aws import initialised
 from dormant.aws.deployment import deployed_app
 from dormant.aws.hand_on import handing_on_from
 from dormant.aws.tracing import tracer as make_tracer
@@ -106,3 +107,6 @@ def _report(delivery: TimerDelivery, result: TurnResult) -> dict[str, Any]:
     raise TimerNotDelivered(f"timer {delivery.name!r} of session {delivery.session_id} did not "
                             f"land: {result.code or result.commit_status}: "
                             f"{result.error or result.warning}")
+
+
+initialised()  # last: what the cold start built is kept, collection resumes

@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Json, Tag, mod
 from pydantic.alias_generators import to_camel
 
 from dormant._inputs import ToolResultInput
+from dormant.aws import initialised
 from dormant.aws.deployment import deployed_app
 from dormant.aws.hand_on import KIND, HandOnMessage, handing_on_from
 from dormant.aws.purge import KIND as PURGE
@@ -305,3 +306,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="WebhookRecordsFailed", unit=MetricUnit.Count,
                        value=len(response["batchItemFailures"]))
     return dict(response)
+
+
+initialised()  # last: what the cold start built is kept, collection resumes

@@ -92,12 +92,16 @@ def create_project(name: str, parent: Path, *, model: str = "openai") -> Path:
 
 
 def entry_point(function: str) -> str:
-    """The text of ``functions/<function>/app.py``: the handler, from :mod:`dormant.aws`."""
+    """The text of ``functions/<function>/app.py``: the handler, from :mod:`dormant.aws`, imported
+    with the garbage collector off (nothing a cold start builds is garbage; the function
+    module turns it back on, see :func:`dormant.aws.initialised`)."""
     return (f'"""The ``{function}`` Lambda function (template.yaml: '
             f'``Handler: {function}/app.handler``).\n\n'
             f"Everything it does is :mod:`dormant.aws.{function}`; the app it serves is the one "
             f"the ``DORMANT_APP``\nsetting names (template.yaml, Globals).\n"
-            f'"""\n\nfrom dormant.aws.{function} import handler\n\n__all__ = ["handler"]\n')
+            f'"""\n\nimport gc\n\n'
+            "gc.disable()  # until the cold start is built: dormant.aws.initialised() resumes it\n"
+            f'from dormant.aws.{function} import handler  # noqa: E402\n\n__all__ = ["handler"]\n')
 
 
 def project_template(template: str, model: str = "openai") -> str:
