@@ -53,9 +53,12 @@ def loaded():
              "dormant.models.bedrock", "dormant.mcp")}
 
 import api.app
+import gc
 from dormant.aws import api as served
 app = served.app
-seen = {"import": loaded(), "tracer": type(served.tracer).__name__,
+seen = {"import": loaded(), "modules": sorted(sys.modules),
+        "gc": {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()},
+        "tracer": type(served.tracer).__name__,
         "model": type(served.agent.model).__name__,
         "model_client_built": getattr(served.agent.model, "_client", None) is not None,
         "scheduler_client_built": app.scheduler._client is not None,
@@ -66,7 +69,7 @@ for request in sys.argv[1:]:
     else:
         reply = api.app.handler(event("api_post_turn.json", {"message": "Hi there"}), Context())
     seen[request] = {"status": reply["statusCode"], "body": reply["body"][:2000],
-                     "loaded": loaded()}
+                     "loaded": loaded(), "modules": sorted(sys.modules)}
 print(json.dumps(seen))
 """
 
@@ -213,3 +216,85 @@ def test_a_bedrock_deploy_builds_its_model_but_no_client_at_init(
     assert json.loads(seen["turn"]["body"])["output"]["text"] == "Which night would you like?"
     assert not seen["turn"]["loaded"]["openai"]
     assert [r.model_id for r in bedrock.requests] == ["us.amazon.nova-pro-v1:0"]
+
+
+
+#: The api function's import budget: every dormant module its cold start imports (deployed:
+#: the OpenAI secret configured, timers, the webhook queue), before any request. A module that
+#: joins the cold start is paid by every deployment on every new execution environment; add
+#: one here only when the first request needs it.
+API_INIT_MODULES = {
+    "dormant", "dormant._appspec", "dormant._clients", "dormant._commit", "dormant._context",
+    "dormant._control", "dormant._decide", "dormant._follow", "dormant._fork", "dormant._head",
+    "dormant._ids", "dormant._inputs", "dormant._lru", "dormant._patch", "dormant._request",
+    "dormant._resume", "dormant._run", "dormant._run.compaction", "dormant._run.loop",
+    "dormant._run.state", "dormant._run.tools", "dormant._schema", "dormant._turn",
+    "dormant._turn_wire", "dormant._voice", "dormant.agent", "dormant.app", "dormant.aws",
+    "dormant.aws.api", "dormant.aws.deployment", "dormant.aws.hand_on", "dormant.aws.purge",
+    "dormant.aws.tracing", "dormant.errors", "dormant.events", "dormant.handlers",
+    "dormant.http", "dormant.http._openapi", "dormant.http._resolver", "dormant.http._voice",
+    "dormant.http._wire", "dormant.models", "dormant.models._base", "dormant.models._hints",
+    "dormant.models._openai_errors", "dormant.models._openai_key", "dormant.models._retry",
+    "dormant.models.audio", "dormant.models.openai", "dormant.models.rules", "dormant.results",
+    "dormant.samples", "dormant.samples.bookings", "dormant.schedulers",
+    "dormant.schedulers._base", "dormant.schedulers.eventbridge", "dormant.session",
+    "dormant.settings", "dormant.stores", "dormant.stores._base", "dormant.stores._dynamodb",
+    "dormant.stores._dynamodb.codec", "dormant.stores._dynamodb.commits",
+    "dormant.stores._dynamodb.deletes", "dormant.stores._dynamodb.forks",
+    "dormant.stores._dynamodb.layout", "dormant.stores._dynamodb.offload",
+    "dormant.stores._dynamodb.reads", "dormant.stores._dynamodb.table",
+    "dormant.stores._dynamodb.window", "dormant.stores._dynamodb.writes",
+    "dormant.stores.dynamodb", "dormant.stores.memory", "dormant.tools", "dormant.types",
+}
+#: The packages outside the standard library it may import at init (and their own deps).
+API_INIT_PACKAGES = {
+    "annotated_types", "api", "aws_lambda_powertools", "botocore", "certifi", "dateutil",
+    "dormant", "jmespath", "pydantic", "pydantic_core", "six", "typing_extensions",
+    "typing_inspection", "urllib3",
+}
+#: Never at init: boto3 (with s3transfer, multiprocessing) is not how dormant makes its
+#: clients; the model's, tracing's and tools' packages come with their first use.
+NEVER_AT_INIT = {"boto3", "s3transfer", "multiprocessing", "openai", "httpx", "aws_xray_sdk",
+                 "mcp", "websockets", "jsonschema"}
+#: All modules at init, standard library included (626 when this was written): room for a
+#: dependency's minor growth, not for a new package's tree.
+API_INIT_MODULE_CAP = 660
+
+
+def _packages(modules: list[str]) -> set[str]:
+    """Top-level packages outside the standard library (the venv's site hooks aside)."""
+    top = {name.split(".")[0] for name in modules}
+    return {name for name in top - set(sys.stdlib_module_names) - set(sys.builtin_module_names)
+            if not name.startswith("_")}
+
+
+def test_the_api_function_s_cold_start_keeps_to_its_import_budget(
+        deployed_env: dict[str, str]) -> None:
+    seen = _cold_start(deployed_env)
+    modules = seen["modules"]
+
+    ours = {name for name in modules if name.split(".")[0] == "dormant"}
+    assert sorted(ours - API_INIT_MODULES) == [], "new on the cold start: add with a reason"
+    assert sorted(API_INIT_MODULES - ours) == [], "no longer imported: take out of the budget"
+    assert sorted(_packages(modules) - API_INIT_PACKAGES) == []
+    assert sorted(NEVER_AT_INIT & {name.split(".")[0] for name in modules}
+                  | NEVER_AT_INIT & set(modules)) == []
+    assert len(modules) <= API_INIT_MODULE_CAP
+
+
+def test_a_first_request_that_calls_no_model_imports_no_boto3(
+        deployed_env: dict[str, str]) -> None:
+    seen = _cold_start(deployed_env, "docs")
+
+    assert seen["docs"]["status"] == 200
+    assert {"boto3", "s3transfer"} & set(seen["docs"]["modules"]) == set()
+
+
+def test_the_cold_start_s_objects_are_frozen_and_collection_resumes(
+        deployed_env: dict[str, str]) -> None:
+    # functions/api/app.py turns the collector off while it imports; dormant.aws.initialised
+    # freezes what init built (later collections skip it) and turns collection back on.
+    seen = _cold_start(deployed_env)
+
+    assert seen["gc"]["enabled"] is True
+    assert seen["gc"]["frozen"] > 10_000

@@ -53,7 +53,7 @@ class Feed(BaseModel):
     committed events after the version it asked about (``resync``: the whole ledger, because
     that version is older than the head remembers; replace what you hold)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, defer_build=True)
 
     session_id: str
     version: int = Field(description="The session's version these events bring you to.")

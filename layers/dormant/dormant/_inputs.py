@@ -276,7 +276,7 @@ class ResponseOptions(_In):
 class QueuedRef(BaseModel):
     """Where a queued message sits in the inbox."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, defer_build=True)
 
     id: str
     position: int

@@ -27,7 +27,7 @@ __all__ = ["UnresolvedYield", "assert_ready_to_resume", "validate_resume_state"]
 class UnresolvedYield(BaseModel):
     """A yield with no input yet, or an approval request with no decision (``approval_id``)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     call_id: str
     name: str

@@ -20,7 +20,7 @@ __all__ = ["RestResponse", "TurnResult", "VoiceAudio", "VoiceResponse"]
 class TurnResult(BaseModel):
     """A run result plus how (and whether) it reached the store."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, defer_build=True)
 
     session_id: str
     status: TurnStatus
@@ -82,7 +82,7 @@ class RestResponse(BaseModel):
     """The REST body. Wire form: ``model_dump(by_alias=True, mode="json",
     exclude_none=True)`` (camelCase)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, defer_build=True)
 
     session_id: str
     status: TurnStatus
@@ -122,7 +122,7 @@ class RestResponse(BaseModel):
 class VoiceAudio(BaseModel):
     """The spoken reply: ``data`` (base64) in ``format`` (``wav``, ``mp3``...)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, defer_build=True)
 
     data: str = Field(description="The audio, base64.")
     format: str = Field(description="Its format: wav, mp3, opus, aac, flac or pcm.")

@@ -153,7 +153,7 @@ class Control(BaseModel):
     and the turn running now, as it announced itself (``running``, kept while it is live).
     Writers replace the record whole at ``rev + 1`` (a conditional write)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     rev: int = 0
     stop: ControlStop | None = None

@@ -51,7 +51,8 @@ _BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 class VoiceAudioIn(BaseModel):
     """Audio in a JSON body: ``{data: base64, format}``."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              defer_build=True)
 
     data: str = Field(min_length=4, pattern=_BASE64, description="The audio, base64.",
                       json_schema_extra={"contentEncoding": "base64"})

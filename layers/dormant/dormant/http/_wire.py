@@ -67,7 +67,8 @@ def checked_session_id(session_id: str) -> str:
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              defer_build=True)
 
 
 class ApprovalAnswer(_Wire):

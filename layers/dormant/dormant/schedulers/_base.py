@@ -57,7 +57,8 @@ LEASE_GRACE_MS = 2_000
 class TimerDelivery(BaseModel):
     """What a fired timer delivers to the wake path (the scheduler's target input)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              defer_build=True)
 
     session_id: str = Field(min_length=1)
     name: str = Field(min_length=1, max_length=MAX_TIMER_NAME)
