@@ -1,5 +1,5 @@
 """dormant's scenarios, through its public API: ``dormant.App``, ``app.agent``, ``app.tool``,
-``app.context.history()``, ``app.handler.rest(agent=...)``, ``ScriptedModel``.
+``app.context.history()``, ``app.handler.rest(agent=...)``, and a fake model of its own.
 
 Runs in the project's venv. MemoryStore unless the scenario names another store; every
 request goes through the REST handler (parse, load, run, commit, respond), as a Lambda's does.
@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,38 +47,39 @@ def _imports() -> Any:
 
 
 class Reading:
-    """ScriptedModel behind a model that reads the whole history it is sent first (while
-    ``reading``; seeding a long session does not need to), and answers each reply's text in
-    one piece, as the peers' fake models do (ScriptedModel streams a reply word by word, and
-    dormant streams each piece to the client as an event of its own)."""
+    """A model that reads the whole history it is sent first (while ``reading``; seeding a
+    long session does not need to), then answers the next reply added, in one piece, as the
+    peers' fake models do: its text as one ``TextDelta``, each tool call whole, its usage.
+    (``ScriptedModel`` streams a reply word by word, and dormant streams each piece to the
+    client as an event of its own: not what the peers are asked to do.)"""
 
     def __init__(self, delay: float = 0.0) -> None:
-        from dormant.models import ScriptedModel
-
-        self.inner = ScriptedModel()
+        self.replies: deque[str | dict[str, Any]] = deque()
         self.reading = True
         self.delay = delay
 
-    def add(self, reply: Any, times: int = 1) -> None:
-        for _ in range(times):
-            self.inner.add(reply)
+    def add(self, reply: str | dict[str, Any], times: int = 1) -> None:
+        self.replies.extend([reply] * times)
 
     def stream(self, request: Any, *, signal: Any) -> Iterator[Any]:
-        from dormant.models import TextDelta
+        from dormant.models import TextDelta, ToolCallChunk, UsageChunk
 
         if self.reading:
             read_history([m.content if m.role == "tool" else m.text
                           for m in request.messages])
         if self.delay:
             time.sleep(self.delay)
-        self.inner.requests.clear()  # it records every request: not what is measured
-        chunks = list(self.inner.stream(request, signal=signal))
-        text = "".join(c.text for c in chunks if isinstance(c, TextDelta))
-        first = next((i for i, c in enumerate(chunks) if isinstance(c, TextDelta)), None)
-        others = [c for c in chunks if not isinstance(c, TextDelta)]
-        if first is not None:
-            others.insert(first, TextDelta(text))
-        return iter(others)
+        if not self.replies:
+            raise SystemExit("the bench model was called more often than it had replies")
+        reply = self.replies.popleft()
+        if isinstance(reply, str):
+            reply = {"text": reply}
+        chunks: list[Any] = [TextDelta(reply["text"])] if reply.get("text") else []
+        chunks.extend(ToolCallChunk(call_id=call.get("id") or "", name=call["name"],
+                                    args=call.get("args", {}))
+                      for call in reply.get("tool_calls") or ())
+        chunks.append(UsageChunk())
+        return iter(chunks)
 
 
 def _app(store: Any = None) -> tuple[Any, Any, Reading]:
