@@ -137,7 +137,9 @@ def _dormant_lambda(extra: dict[str, Any]) -> dict[str, float | None]:
 
     return {"api": first("api:", "first turn"),
             "api_deployed_read": first("api, deployed:", "first GET"),
-            "api_deployed": first("api, deployed:", "first turn")}
+            "api_deployed": first("api, deployed:", "first turn"),
+            "api_vs_floor": first("api ÷ floor (paired)"),
+            "api_vs_strands": first("api ÷ Strands (paired)")}
 
 
 def tables(results: Results, names: dict[str, str], plan: Plan,
@@ -190,13 +192,14 @@ def tables(results: Results, names: dict[str, str], plan: Plan,
 
 
 HEADLINE_NOTES = """
-- The three cold-start rows are dormant's Lambda function (`functions/api/app.py`: Powertools,
-  boto3, the resolver; `bench/coldstart.py`) as a fresh process: with no secret (a first
-  turn on a scripted model), and in the deployed environment, first a request that needs no
-  model (`GET /sessions/{id}`), then a first turn that reads the secret, imports `openai` and
-  calls a local fake OpenAI server. The peers' and the floor's figure is their own cold start
-  (import, agent, first turn on a fake model, no Lambda function around it): see
-  coldstart.md.
+- The two cold-start rows are ratios taken pair by pair (`bench/coldstart.py`, its rows run
+  in turn, one fresh process each per round): dormant's `api` Lambda function
+  (`functions/api/app.py`: Powertools, the DynamoDB client, the resolver, the sample app)
+  importing and serving a first `POST /turns` against a moto server, over the same round's
+  bare `python -c "import boto3, pydantic"` (interpreter start-up subtracted from both), and
+  over the same round's Strands Agents import, agent and first turn on a fake model (its
+  script doing nothing subtracted). The absolute figures: coldstart.md.
+- The text and tool rows' target is a multiple of the floor's figure in the same run.
 - The DynamoDB rows are the last checkpoint of dynamodb.md (turn 500 in a full run), on each
   framework's own DynamoDB persistence; write units per DynamoDB's rules (bench/_capacity.py).
 - Lowest is best everywhere; "fastest peer" is the lowest peer figure.

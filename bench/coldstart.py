@@ -28,6 +28,13 @@ with the template's table, bucket, schedule group, webhook queue and OpenAI secr
   ``openai``, which only a model call needs.
 - ``+ DORMANT_XRAY_SDK``: the same with the X-Ray SDK tracer opted into.
 - ``webhook`` and ``wake``: the import in the deployed environment.
+
+The rows run in turn, one process each per round (the order rotated every round), so a
+round's figures share the machine's state. Two ratios are taken pair by pair, each round's
+``api`` row against the same round's other row, and reported as their median: the ``api``
+function against the floor, and against Strands Agents' own import, agent and first turn
+(``bench/peers/strands.py coldstart``, its script doing nothing subtracted) when its venv is
+installed (``python -m bench install``).
 """
 
 from __future__ import annotations
@@ -113,14 +120,25 @@ assert reply["statusCode"] == 404, reply
 """
 
 
+API = "api: import + first turn (no secret, tracing off)"
+PASS = "python -c pass (subtracted)"
+STRANDS = "Strands Agents: import + agent + first turn"
+STRANDS_IDLE = "Strands Agents: its script doing nothing (subtracted)"
+#: The paired ratios: name -> (row, other row, what the other row subtracts).
+PAIRS = {
+    "api ÷ floor (paired)": (API, FLOOR, PASS),
+    "api ÷ Strands (paired)": (API, STRANDS, STRANDS_IDLE),
+}
+
+
 def rows() -> dict[str, tuple[str, dict[str, str]]]:
     """Row name -> (code a fresh process runs, the environment it adds)."""
     deployed = {**DEPLOYED_ENV, "POWERTOOLS_TRACE_DISABLED": ""}
     return {
-        "python -c pass (subtracted)": ("pass", {}),
+        PASS: ("pass", {}),
         FLOOR: ("import boto3, pydantic", {}),
         "import dormant": ("import dormant", {}),
-        "api: import + first turn (no secret, tracing off)": (_TURN, {}),
+        API: (_TURN, {}),
         "api, deployed: import + first GET /sessions/{id}": (_READ, deployed),
         "api, deployed: import + first turn (model call: openai imported)": (_TURN, deployed),
         "api, deployed + DORMANT_XRAY_SDK: import + first GET": (
@@ -130,16 +148,28 @@ def rows() -> dict[str, tuple[str, dict[str, str]]]:
     }
 
 
-def _once(code: str, env: Mapping[str, str]) -> tuple[float, float]:
-    """Wall and CPU (user + system) seconds of one fresh process running ``code``."""
+def peer_rows() -> dict[str, list[str]]:
+    """Strands Agents' cold start and its idle script (argv), when its venv is installed."""
+    sys.path.insert(0, str(ROOT))
+    from bench._venvs import PEERS
+
+    python = PEERS["strands"].python
+    if not python.exists():
+        return {}
+    script = str(ROOT / "bench" / "peers" / "strands.py")
+    return {STRANDS: [str(python), script, "coldstart", "{}"],
+            STRANDS_IDLE: [str(python), script, "noop", "{}"]}
+
+
+def _once(argv: list[str], env: Mapping[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one fresh process running ``argv``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-c", code], env=dict(env), cwd=ROOT,
-                         capture_output=True, text=True)
+    run = subprocess.run(argv, env=dict(env), cwd=ROOT, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if run.returncode:
-        raise SystemExit(f"a cold start failed:\n{code}\n{run.stdout}{run.stderr}")
+        raise SystemExit(f"a cold start failed:\n{argv}\n{run.stdout}{run.stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return elapsed, cpu
 
@@ -202,10 +232,24 @@ def _as_the_layer_ships_it(target: Path) -> None:
                            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
 
 
-def measure(runs: int) -> dict[str, tuple[float, float]]:
-    """Median wall and CPU ms per row, interpreter start-up subtracted (the ``pass`` row is
-    dropped). The process's CPU time is steadier than its wall time on a busy machine (the
-    moto server's work is the parent's, not counted)."""
+def paired_ratios(walls: Mapping[str, list[float]]) -> dict[str, float]:
+    """Each :data:`PAIRS` ratio whose rows ran: per round, (row - its start-up) over (other
+    row - what it subtracts), all from that round; then the median over the rounds."""
+    ratios = {}
+    for label, (mine, other, idle) in PAIRS.items():
+        if other in walls and idle in walls:
+            ratios[label] = statistics.median(
+                (a - pa) / (b - pb) for a, pa, b, pb in zip(
+                    walls[mine], walls[PASS], walls[other], walls[idle], strict=True))
+    return ratios
+
+
+def measure(runs: int, peers: bool = True) -> tuple[dict[str, tuple[float, float]],
+                                                dict[str, float]]:
+    """Median wall and CPU ms per row, interpreter start-up subtracted (the ``pass`` and idle
+    rows are dropped), and the paired ratios (:data:`PAIRS`). The process's CPU time is
+    steadier than its wall time on a busy machine (the moto server's work is the parent's,
+    not counted). Every round runs each row once, in an order rotated round by round."""
     table = rows()
     with (aws() as endpoints, fake_openai(runs * 2 + 2) as openai_url,
           tempfile.TemporaryDirectory() as layer):
@@ -215,15 +259,32 @@ def measure(runs: int) -> dict[str, tuple[float, float]]:
         base.update(AWS_ENV, **FUNCTION_ENV, **endpoints, OPENAI_BASE_URL=openai_url,
                     PYTHONPATH=os.pathsep.join([str(FUNCTIONS), layer]),
                     PYTHONDONTWRITEBYTECODE="1")
-        medians = {}
-        for name, (code, extra) in table.items():
-            env = {**base, **extra}
-            env = {k: v for k, v in env.items() if v != ""}
-            samples = [_once(code, env) for _ in range(runs)]
-            medians[name] = (statistics.median(wall for wall, _ in samples) * 1000,
-                             statistics.median(cpu for _, cpu in samples) * 1000)
-    wall0, cpu0 = medians.pop("python -c pass (subtracted)")
-    return {name: (wall - wall0, cpu - cpu0) for name, (wall, cpu) in medians.items()}
+        argv: dict[str, list[str]] = {name: [sys.executable, "-c", code]
+                                      for name, (code, _) in table.items()}
+        envs: dict[str, dict[str, str]] = {}
+        for name, (_, extra) in table.items():
+            envs[name] = {k: v for k, v in {**base, **extra}.items() if v != ""}
+        peer_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        for name, command in (peer_rows() if peers else {}).items():
+            argv[name], envs[name] = command, peer_env
+        names = list(argv)
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+        for round_ in range(runs):
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                samples[name].append(_once(argv[name], envs[name]))
+    ratios = paired_ratios({name: [wall * 1000 for wall, _ in got]
+                            for name, got in samples.items()})
+    medians = {name: (statistics.median(w for w, _ in got) * 1000,
+                      statistics.median(c for _, c in got) * 1000)
+               for name, got in samples.items()}
+    wall0, cpu0 = medians.pop(PASS)
+    idle = medians.pop(STRANDS_IDLE, None)
+    figures = {name: (wall - wall0, cpu - cpu0) for name, (wall, cpu) in medians.items()}
+    if idle is not None:
+        wall, cpu = medians[STRANDS]
+        figures[STRANDS] = (wall - idle[0], cpu - idle[1])
+    return figures, ratios
 
 
 def layer_mb() -> float:
@@ -249,7 +310,8 @@ def layer_mb() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="one process per row")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one process per row, no peer (what CI runs)")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", type=Path, metavar="PATH",
                         help="write {row: median ms} (and layer_mb with --layer) here")
@@ -257,7 +319,7 @@ def main() -> None:
                         help="also measure the layer's size (pip downloads the wheels)")
     args = parser.parse_args()
     runs = 1 if args.smoke else args.runs
-    medians = measure(runs)
+    medians, ratios = measure(runs, peers=not args.smoke)
     floor, cpu_floor = medians[FLOOR]
     print(f"cold start, ms (median of {runs} fresh processes, interpreter start-up "
           f"subtracted; x = multiple of the floor row)")
@@ -265,7 +327,13 @@ def main() -> None:
     for name, (wall, cpu) in medians.items():
         print(f"  {name:<66}{wall:>7.0f}  {wall / floor:>4.1f}x  {cpu:>6.0f}  "
               f"{cpu / cpu_floor:>4.1f}x")
+    print(f"paired run by run (median of {runs} rounds' ratios):")
+    for name, value in ratios.items():
+        print(f"  {name:<66}{value:>7.2f}x")
+    if len(ratios) < len(PAIRS):
+        print("  (api ÷ Strands: install the peers' venvs first, python -m bench install)")
     figures: dict[str, float] = {name: round(wall, 1) for name, (wall, _) in medians.items()}
+    figures.update({name: round(value, 3) for name, value in ratios.items()})
     if args.layer:
         size = layer_mb()
         print(f"  {'Lambda layer (python3.13 x86_64), MB':<66}{size:>7.1f}")

@@ -59,10 +59,13 @@ def test_smoke_run_produces_every_headline_row(smoke: Path) -> None:
     rows = _tables((smoke / "headline.md").read_text())[0][2:]
     assert [row[0] for row in rows] == [h.label for h in _report.HEADLINES]
     measured = {row[0]: row[1] for row in rows}
-    # Everything but the layer (pip downloads wheels: not in a smoke run) has dormant's figure.
+    # Everything but the layer (pip downloads wheels: not in a smoke run) and the rows paired
+    # with a peer (a smoke run installs none) has dormant's figure.
     for headline in _report.HEADLINES:
-        if headline.scenario != "layer":
+        if headline.scenario != "layer" and not headline.needs_peer:
             assert measured[headline.label] != "—", headline.label
+        if headline.needs_peer:
+            assert measured[headline.label] == "—", headline.label
     assert all(row[5] in ("met", "missed", "not measured") for row in rows)
 
 
@@ -130,7 +133,7 @@ def test_headline_takes_the_lowest_peer_and_judges_dormant_against_the_target() 
     rows = {row["label"]: row for row in _report.headline_rows(results, names, {})}
     text = rows["text turn µs (memory store)"]
     assert (text["dormant"], text["peer"], text["peer_name"], text["floor"]) == (20, 300, "B", 5)
-    assert text["met"] is True
+    assert text["target"] == 5 * 5.0 and text["met"] is True  # 20 <= 5x the floor's 5
     reads = rows["DynamoDB read bytes per turn, full history, turn 500"]
     assert reads["target"] == 1.5 * 8000 and reads["dormant"] == 9000 and reads["met"] is True
     assert reads["peer"] is None  # no peer measured it
@@ -143,3 +146,35 @@ def test_headline_takes_the_lowest_peer_and_judges_dormant_against_the_target() 
 def test_a_table_refuses_a_row_that_does_not_fit_its_header() -> None:
     with pytest.raises(ValueError, match="2 cells under 3 columns"):
         _report.table(["a", "b", "c"], [["1", "2"]])
+
+
+def test_paired_cold_start_rows_are_ratios_judged_against_their_own_target() -> None:
+    names = {"dormant": "dormant", "floor": "floor", "strands": "Strands"}
+    results = {"coldstart": _results(dormant={"ms": 900.0}, floor={"ms": 60.0},
+                                     strands={"ms": 1000.0})}
+    rows = _report.headline_rows(results, names,
+                                 {"api_vs_floor": 2.2, "api_vs_strands": 0.7})
+    floor_row, strands_row = rows[0], rows[1]
+    assert (floor_row["dormant"], floor_row["target"], floor_row["met"]) == (2.2, 2.0, False)
+    assert (strands_row["dormant"], strands_row["target"], strands_row["met"]) == (0.7, 0.8, True)
+    # A ratio has no peer or floor column of its own: the pair is in the figure.
+    assert floor_row["peer"] is None and floor_row["floor"] is None
+    table = _report.headline_table(rows)
+    assert "| 2.20× |" in table and "≤ 0.8×" in table  # noqa: RUF001
+    _assert_well_formed(table)
+
+
+def test_cold_start_pairs_each_round_with_the_same_round() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import coldstart
+
+    # Round 2 ran on a slow moment for the api row only: a ratio of medians would say 3.87x;
+    # each round against its own floor says 1.87, 3.87 and 1.96: the median is 1.96.
+    walls = {coldstart.API: [300.0, 600.0, 900.0], coldstart.PASS: [20.0, 20.0, 20.0],
+             coldstart.FLOOR: [170.0, 170.0, 470.0]}
+    ratios = coldstart.paired_ratios(walls)
+    assert ratios.keys() == {"api ÷ floor (paired)"}  # Strands did not run: no such ratio
+    assert ratios["api ÷ floor (paired)"] == pytest.approx(880 / 450)
+    walls |= {coldstart.STRANDS: [1020.0, 1020.0, 1020.0],
+              coldstart.STRANDS_IDLE: [20.0, 20.0, 20.0]}
+    assert coldstart.paired_ratios(walls)["api ÷ Strands (paired)"] == pytest.approx(0.58)
