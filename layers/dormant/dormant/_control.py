@@ -16,9 +16,8 @@ the head is still at the version the turn started from and has not seen the invo
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -196,6 +195,9 @@ class ControlWatch:
         """Stop polling; returns once a read in progress has finished (so the caller may
         close the store)."""
         self._closed = True
+        if self._interval <= 0:
+            return
+        _POLLER.remove(self)
         if not _POLLER.is_current() and self._reading.acquire(timeout=5.0):
             self._reading.release()
 
@@ -315,26 +317,38 @@ class ControlWatch:
 class _Poller:
     """The process's one control thread: reads each running turn's control record when due.
 
-    A heap of ``(due, n, watch)``; a closed watch is dropped when it comes up. The thread is
-    started on first use (and again in a forked child, where it does not exist) and waits
-    without polling while no turn runs.
+    ``_due`` maps each running turn's watch to when it reads next; a watch that closes
+    leaves it at once. The thread sleeps until the earliest of those (``_wake_at``), and is
+    woken only when a watch comes due sooner than that: a turn starting while the thread
+    already sleeps until an earlier read (or while it reads) wakes nobody, so a turn that
+    ends within an interval costs a dict entry, not a thread switch. Started on first use
+    (and again in a forked child, where it does not exist); while no turn runs it waits
+    without polling.
     """
 
     def __init__(self) -> None:
-        self._wake = threading.Condition()
-        self._due: list[tuple[float, int, ControlWatch]] = []
-        self._order = itertools.count()
+        self._wake = threading.Condition(threading.Lock())
+        self._due: dict[ControlWatch, float] = {}
+        #: When the thread's current wait ends (inf: it waits for a notify); -inf while it
+        #: reads, as it looks at ``_due`` again before it waits.
+        self._wake_at = math.inf
         self._thread: threading.Thread | None = None
 
     def add(self, watch: ControlWatch, due: float) -> None:
         with self._wake:
-            heapq.heappush(self._due, (due, next(self._order), watch))
+            self._due[watch] = due
             if self._thread is None or not self._thread.is_alive():
+                self._wake_at = math.inf
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="dormant-control")
                 self._thread.start()
-            else:
+            elif due < self._wake_at:
                 self._wake.notify()
+
+    def remove(self, watch: ControlWatch) -> None:
+        """``watch`` reads no more (its thread, waking for it, finds nothing to do)."""
+        with self._wake:
+            self._due.pop(watch, None)
 
     def is_current(self) -> bool:
         return threading.current_thread() is self._thread
@@ -342,15 +356,18 @@ class _Poller:
     def _next(self) -> ControlWatch:
         with self._wake:
             while True:
-                while self._due and self._due[0][2].closed:
-                    heapq.heappop(self._due)
+                now = time.monotonic()
                 if not self._due:
+                    self._wake_at = math.inf
                     self._wake.wait()
                     continue
-                delay = self._due[0][0] - time.monotonic()
-                if delay <= 0:
-                    return heapq.heappop(self._due)[2]
-                self._wake.wait(delay)
+                watch, due = min(self._due.items(), key=_second)
+                if due <= now:
+                    del self._due[watch]
+                    self._wake_at = -math.inf
+                    return watch
+                self._wake_at = due
+                self._wake.wait(due - now)
 
     def _run(self) -> None:
         while True:
@@ -360,10 +377,12 @@ class _Poller:
             except Exception:  # one turn's failed read must not end the thread
                 log.exception("control poll failed", extra={"session_id": watch._session_id})
                 due = None
-            if due is not None:
+            if due is not None and not watch.closed:
                 self.add(watch, due)
 
 
+def _second(item: tuple[ControlWatch, float]) -> float:
+    return item[1]
+
+
 _POLLER = _Poller()
-
-
