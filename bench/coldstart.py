@@ -76,6 +76,7 @@ FUNCTION_ENV = {
     "DORMANT_TABLE": TABLE, "DORMANT_BUCKET": BUCKET, "DORMANT_SESSION_TTL_DAYS": "30",
     "POWERTOOLS_SERVICE_NAME": "dormant", "POWERTOOLS_METRICS_NAMESPACE": "Dormant",
     "POWERTOOLS_TRACE_DISABLED": "true", "LOG_LEVEL": "INFO",
+    "PYDANTIC_DISABLE_PLUGINS": "__all__",
 }
 #: The rest of a deployed function's environment: the secret, timers, hand-ons, and Lambda's
 #: own variables under which Powertools traces (``POWERTOOLS_TRACE_DISABLED`` is removed).

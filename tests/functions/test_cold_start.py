@@ -110,6 +110,7 @@ def deployed_env(openai_server: FakeOpenAI) -> dict[str, str]:
         "DORMANT_SCHEDULE_DLQ_ARN": "arn:aws:sqs:us-east-1:123456789012:dormant-wake-dlq",
         "WEBHOOK_QUEUE_URL": queue_url, "OPENAI_BASE_URL": openai_server.base_url,
         "POWERTOOLS_SERVICE_NAME": "dormant", "POWERTOOLS_METRICS_NAMESPACE": "Dormant",
+        "PYDANTIC_DISABLE_PLUGINS": "__all__",
         # Lambda's own variables: under them Powertools' Tracer would trace.
         "LAMBDA_TASK_ROOT": str(FUNCTIONS), "AWS_LAMBDA_FUNCTION_NAME": "dormant-api",
         "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;"

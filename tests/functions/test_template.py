@@ -361,7 +361,8 @@ def test_environment_names_are_dormants_and_powertools() -> None:
     # The deployment's own (functions/, not the library's): where hand-ons go, and Lambda's
     # own: the stream function's runtime loop.
     assert names - known - {"POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE",
-                            "LOG_LEVEL"} == {QUEUE_URL_ENV, "AWS_LAMBDA_EXEC_WRAPPER"}
+                            "LOG_LEVEL"} == {QUEUE_URL_ENV, "AWS_LAMBDA_EXEC_WRAPPER",
+                                             "PYDANTIC_DISABLE_PLUGINS"}
 
 
 def test_the_offload_threshold_is_a_parameter_the_store_reads() -> None:
