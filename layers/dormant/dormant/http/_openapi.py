@@ -3,8 +3,8 @@ cannot say (the constraints the server enforces on bodies it validates itself)."
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import html
 import json
 from typing import Any
 
@@ -28,8 +28,16 @@ class DocsPage:
     an ``ETag`` so a browser's revalidation is a body-less 304. It holds no data."""
 
     def __init__(self, title: str) -> None:
-        name = html.escape(title)
-        self.body = rf"""<!doctype html>
+        self.title = title
+
+    @functools.cached_property
+    def body(self) -> str:
+        """The page, made on the first ``/docs`` request (``html`` imported then: not part of
+        a cold start)."""
+        import html
+
+        name = html.escape(self.title)
+        return rf"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{name}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="stylesheet" href="{SWAGGER_UI}/swagger-ui.css"></head>
@@ -42,8 +50,11 @@ const spec = location.pathname.replace(/docs\/?$/, "");
 window.ui = SwaggerUIBundle({{url: spec, dom_id: "#swagger-ui", deepLinking: true}});
 </script></body></html>
 """
+
+    @functools.cached_property
+    def etag(self) -> str:
         digest = hashlib.sha256(self.body.encode()).hexdigest()[:32]
-        self.etag = json.dumps(digest)  # a strong validator: quoted
+        return json.dumps(digest)  # a strong validator: quoted
 
     def fresh(self, if_none_match: str | None) -> bool:
         """Whether the client's ``If-None-Match`` names this page (a 304 will do)."""
