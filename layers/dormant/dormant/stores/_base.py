@@ -10,7 +10,8 @@ from dormant._ids import now_ms
 from dormant.events import AppEvent, Event, QueuedEvent, RetryEvent, SeedEvent, UserEvent
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
-__all__ = ["LedgerPage", "Store", "commit_head", "lineage_key", "once_keys", "status_of"]
+__all__ = ["LedgerPage", "Store", "commit_head", "lineage_key", "once_keys", "stamp_commit",
+           "status_of"]
 
 
 class LedgerPage(NamedTuple):
@@ -108,9 +109,16 @@ def commit_head(head: Head, expected_version: int, events: Sequence[Event] = ())
     """The head as a store writes it: next version, fresh ``updated_at``, and the ledger
     position this version's events start at remembered (``Head.commit_seqs``, what
     ``GET /sessions/{id}/events?after=VERSION`` reads)."""
-    starts = [*head.commit_seqs, head.seq - len(events)][-COMMIT_WINDOW:]
-    return head.model_copy(update={"version": expected_version + 1, "updated_at": now_ms(),
-                                   "commit_seqs": starts})
+    return stamp_commit(head.model_copy(), expected_version, events)
+
+
+def stamp_commit(head: Head, expected_version: int, events: Sequence[Event] = ()) -> Head:
+    """:func:`commit_head` in place, on a head the caller owns (a store that copies the head
+    it keeps anyway stamps its own copy instead of copying twice)."""
+    head.commit_seqs = [*head.commit_seqs, head.seq - len(events)][-COMMIT_WINDOW:]
+    head.version = expected_version + 1
+    head.updated_at = now_ms()
+    return head
 
 
 def once_keys(events: Sequence[Event]) -> list[str]:

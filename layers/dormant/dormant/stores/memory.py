@@ -10,7 +10,7 @@ from typing import Literal
 from dormant._head import Head
 from dormant.errors import SessionNotFound
 from dormant.events import Event
-from dormant.stores._base import LedgerPage, commit_head, lineage_key, once_keys, status_of
+from dormant.stores._base import LedgerPage, lineage_key, once_keys, stamp_commit, status_of
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
@@ -130,7 +130,7 @@ class MemoryStore:
         return row
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
-        written = commit_head(head.clone(), expected_version, events)
+        written = stamp_commit(head.clone(), expected_version, events)
         keys = once_keys(events)
         with self._lock:
             row = self._rows.get(head.session_id)
@@ -155,7 +155,7 @@ class MemoryStore:
         row.ends.append(written.seq)
 
     def fork(self, head: Head) -> CommitResult:
-        written = commit_head(head.clone(), 0)
+        written = stamp_commit(head.clone(), 0)
         with self._lock:
             row = self._rows.get(head.session_id)
             if row is not None:
