@@ -34,6 +34,7 @@ from dormant.events import (
     AppEvent,
     ApprovalDecided,
     ApprovalRequested,
+    AssistantEvent,
     CompactionEvent,
     Event,
     InputRequested,
@@ -409,9 +410,12 @@ def message_digest(message_id: str) -> str:
 
 def apply(head: Head, event: Event) -> None:
     """Fold ``event`` into ``head`` in place, refusing transitions the ledger cannot make."""
+    # (the cases a turn meets most come first: each case is an isinstance check)
     match event:
         case UserEvent():
             _user(head, event)
+        case AssistantEvent():
+            pass  # the reply changes nothing the head keeps
         case InvocationStart():
             _refuse_if_parked_on_tools(head)
             _refuse_if_failed(head)
@@ -427,6 +431,16 @@ def apply(head: Head, event: Event) -> None:
             head.parked = None
             head.step = []
             head.inbox = 0
+        case InvocationEnd():
+            if event.invocation_id is not None and event.invocation_id != head.open_invocation:
+                # an invocation ends once: a second ending (two requests raced to end it)
+                # is refused, never appended after the first
+                raise NotRunning(head.session_id, event.invocation_id)
+            head.lease = 0
+            head.open_invocation = None
+            head.parked = None
+            head.step = []
+            head.failed = False
         case ToolCall():
             head.calls += 1
             if all(c.settled for c in head.step):
@@ -472,16 +486,6 @@ def apply(head: Head, event: Event) -> None:
                 settled.settled = True
         case StateDelta():
             apply_patch(head.state, event.patch)
-        case InvocationEnd():
-            if event.invocation_id is not None and event.invocation_id != head.open_invocation:
-                # an invocation ends once: a second ending (two requests raced to end it)
-                # is refused, never appended after the first
-                raise NotRunning(head.session_id, event.invocation_id)
-            head.lease = 0
-            head.open_invocation = None
-            head.parked = None
-            head.step = []
-            head.failed = False
         case InvocationFailed():
             head.failed = True
             head.parked = None
