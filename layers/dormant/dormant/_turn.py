@@ -158,12 +158,14 @@ class TurnStream(Iterator[StreamEvent]):
         return self
 
     def __next__(self) -> StreamEvent:
-        if self._gen is None:
-            budgets = [b for b in (self._config.timeout, self._remaining_budget()) if b is not None]
-            if budgets:  # the budget runs from the first read
-                self._signal.deadline = time.monotonic() + min(budgets)
-            self._gen = self._drive()
-        return next(self._gen)
+        return next(self._gen or self._begin())
+
+    def _begin(self) -> Generator[StreamEvent, None, None]:
+        budgets = [b for b in (self._config.timeout, self._remaining_budget()) if b is not None]
+        if budgets:  # the budget runs from the first read
+            self._signal.deadline = time.monotonic() + min(budgets)
+        self._gen = self._drive()
+        return self._gen
 
     def _remaining_budget(self) -> float | None:
         """The Lambda invocation's time left, less the margin the commit needs."""
@@ -186,7 +188,7 @@ class TurnStream(Iterator[StreamEvent]):
 
     def run(self) -> TurnResult:
         """Drain the stream and return the result."""
-        for _ in self:
+        for _ in self._gen or self._begin():  # (not through __next__: one frame less an event)
             pass
         assert self.result is not None
         return self.result
@@ -233,7 +235,21 @@ class TurnStream(Iterator[StreamEvent]):
                 signal=self._signal, clock=config.host.clock, watch=watch,
                 claim_compaction=claim_in(config.host.store),
             )
-            result = yield from self._pump(run, session)
+            # The run's events, numbered and kept as they pass (spelled out here, not a
+            # generator of its own: every event of the turn passes through this loop).
+            events = self.events
+            while True:
+                try:
+                    event = next(run)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                if event.type == "invocation_resume" and event.invocation_id:
+                    self.invocation_id = event.invocation_id
+                self._seq += 1
+                object.__setattr__(event, "seq", self._seq)
+                events.append(event)
+                yield event
             self._check_state(session)
             if session.effects_end == 0 and not self._signal.stopped:
                 self._signal.raise_if_aborted()  # aborted at the very end: write nothing
@@ -371,16 +387,6 @@ class TurnStream(Iterator[StreamEvent]):
         host.hand_on(HandlerInput(session_id=session.session_id, input=given,
                                   principal=request.principal))
         self.result.handed_on = True
-
-    def _pump(self, run: Iterator[StreamEvent], session: Session) -> Any:
-        while True:
-            try:
-                event = next(run)
-            except StopIteration as stop:
-                return stop.value
-            if event.type == "invocation_resume" and event.invocation_id:
-                self.invocation_id = event.invocation_id
-            yield self._number(event)
 
     def _number(self, event: StreamEvent) -> StreamEvent:
         """Give a stream event its ``seq`` (1-based in this invocation's stream)."""
