@@ -104,3 +104,44 @@ def test_a_fold_is_never_extended_with_a_turn_that_did_not_commit() -> None:
     again = app.sessions.get("s")
     assert again is not None
     assert history_messages(again, None, again.head.seq) == built == to_messages(again.events)
+
+
+def test_a_session_read_at_an_older_version_still_sees_that_version() -> None:
+    # A newer commit grows the fold its cache holds in place; a session loaded before that
+    # commit (a turn still running, or one that lost a race) must read its own history.
+    app = dormant.App(name="fold")
+    rest = app.handler.rest(agent=app.agent(name="a", model=ScriptedModel(["a", "b", "c"])))
+    rest({"session_id": "s", "input": {"message": "m1"}})
+    older = app.sessions.get("s")
+    assert older is not None
+    rest({"session_id": "s", "input": {"message": "m2"}})  # its call grew the cached fold
+    rest({"session_id": "s", "input": {"message": "m3"}})
+
+    newer = app.sessions.get("s")
+    assert newer is not None
+    assert history_messages(older, None, older.head.seq) == to_messages(older.events)
+    assert history_messages(newer, None, newer.head.seq) == to_messages(newer.events)
+    # and the older one grows a copy of its own, leaving the newer one's history as it was
+    older.input.message("a branch")
+    assert [getattr(m, "text", None) for m in history_messages(
+        older, None, older.head.seq)] == ["m1", "a", "a branch"]
+    assert history_messages(newer, None, newer.head.seq) == to_messages(newer.events)
+
+
+def test_a_grown_fold_leaves_the_fold_it_grew_from_as_it_was() -> None:
+    app = dormant.App(name="fold")
+    rest = app.handler.rest(agent=app.agent(name="a", model=ScriptedModel(["a", "b", "c"])))
+    for text in ("m1", "m2", "m3"):
+        rest({"session_id": "s", "input": {"message": text}})
+    session = app.sessions.get("s")
+    assert session is not None
+    events = session.events
+    cut = next(i for i, e in enumerate(events) if getattr(e, "text", None) == "m2")
+    short = _context._Fold(0).add(events[:cut])
+
+    longer = short.grown(events[cut:])  # appends to the list the short fold hands on
+    other = short.grown(events[cut:cut + 2])  # that list grew since: a copy of its own
+
+    assert short.finished() == to_messages(events[:cut])
+    assert longer.finished() == to_messages(events)
+    assert other.finished() == to_messages(events[:cut + 2])

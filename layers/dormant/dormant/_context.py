@@ -13,6 +13,7 @@ delete, a shorter ledger, another window) translates afresh.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -57,9 +58,15 @@ FOLD_SESSIONS = 256
 
 class _Fold:
     """Ledger events ``start`` … ``end - 1`` translated: the finished messages, and the
-    assistant text and tool calls not yet flushed into a message."""
+    assistant text and tool calls not yet flushed into a message.
 
-    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "start", "text", "view")
+    ``messages[:size]`` are this fold's messages. A cached fold extended with what was
+    committed since (:meth:`grown`) hands its list on to the longer fold, which appends to
+    it: the list only ever grows, so the shorter fold's prefix stays what it was, and a
+    long history is not copied on every commit."""
+
+    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "size", "start", "text",
+                 "view")
 
     def __init__(self, start: int, view: AppEventView = False) -> None:
         self.start = start
@@ -67,16 +74,28 @@ class _Fold:
         self.end = start
         self.last_id: str | None = None
         self.messages: list[Message] = []
+        self.size = 0
         self.text: str | None = None
         self.calls: list[ToolCallPart] = []
         self.reasoning: list[dict[str, Any]] = []
 
     def copy(self) -> _Fold:
+        return self._like(self.messages[:self.size])
+
+    def _like(self, messages: list[Message]) -> _Fold:
         fold = _Fold(self.start, self.view)
         fold.end, fold.last_id, fold.text = self.end, self.last_id, self.text
-        fold.messages, fold.calls = self.messages.copy(), self.calls.copy()
-        fold.reasoning = self.reasoning.copy()
+        fold.messages, fold.size = messages, self.size
+        fold.calls, fold.reasoning = self.calls.copy(), self.reasoning.copy()
         return fold
+
+    def grown(self, events: Sequence[Event]) -> _Fold:
+        """A new fold: this one and ``events``, appended to this fold's list when nothing
+        was appended to it since (else to a copy of this fold's part)."""
+        with _GROWING:  # (two turns of one session growing the same fold)
+            if len(self.messages) == self.size:
+                return self._like(self.messages).add(events)
+        return self.copy().add(events)
 
     def pending(self) -> AssistantMessage | None:
         """The assistant message being built (None: nothing since the last flush)."""
@@ -134,15 +153,25 @@ class _Fold:
         if events:
             self.end += len(events)
             self.last_id = events[-1].id
+        self.size = len(messages)
         return self
 
     def finished(self) -> list[Message]:
         """The messages, with the trailing assistant message flushed (the fold unchanged)."""
         message = self.pending()
-        return self.messages.copy() if message is None else [*self.messages, message]
+        mine = self.messages[:self.size]
+        if message is not None:
+            mine.append(message)
+        return mine
+
+    def taken(self) -> list[Message]:
+        """:meth:`finished`, from a fold nobody else holds: its own list, not a copy."""
+        self.flush()
+        return self.messages
 
 
 _FOLDS: Lru[_Fold] = Lru(FOLD_SESSIONS)
+_GROWING = threading.Lock()
 
 
 def history_messages(session: Session, turns: int | None, until: int,
@@ -155,7 +184,7 @@ def history_messages(session: Session, turns: int | None, until: int,
     ``app_events``: how application events are shown (default: not at all)."""
     first = session.first_seq
     start = max(session.head.window_start(turns, compacted=compacted), first)
-    messages = _fold(session, start, until, app_events).finished()
+    messages = _fold(session, start, until, app_events)
     if compacted and session.head.compacted_to:
         summary = latest_summary(session, until)
         if summary is not None:
@@ -186,7 +215,10 @@ def latest_summary(session: Session, until: int) -> CompactionEvent | None:
     return None
 
 
-def _fold(session: Session, start: int, until: int, view: AppEventView = False) -> _Fold:
+def _fold(session: Session, start: int, until: int, view: AppEventView = False
+          ) -> list[Message]:
+    """The messages of positions ``start`` … ``until - 1``: the committed part from the
+    session's cached fold (grown by what was committed since), the rest on a copy of it."""
     first = session.first_seq
     committed = min(session.base_seq, until)
     loaded = session.loaded_events
@@ -195,13 +227,13 @@ def _fold(session: Session, start: int, until: int, view: AppEventView = False) 
             or loaded[fold.end - 1 - first].id != fold.last_id or fold.view is not view:
         fold = _Fold(start, view)
     if fold.end < committed:
-        fold = fold.copy().add(loaded[fold.end - first:committed - first])
+        fold = fold.grown(loaded[fold.end - first:committed - first])
         _FOLDS.put(session.session_id, fold)
     if until > committed:
-        fold = fold.copy().add(session.new_events[:until - committed])
-    return fold
+        return fold.copy().add(session.new_events[:until - committed]).taken()
+    return fold.finished()
 
 
 def to_messages(events: Iterable[Event]) -> list[Message]:
     """Translate ledger events into the neutral messages a model adapter maps to its API."""
-    return _Fold(0).add(list(events)).finished()
+    return _Fold(0).add(list(events)).taken()
