@@ -15,19 +15,27 @@ One file, WAL mode. Six tables:
   keeps its events under the archive id ``~<session id>@<created at>`` (no session id has a
   ``~``) until the last of those forks is deleted.
 
-A commit runs in one ``BEGIN IMMEDIATE`` transaction: it checks the stored version, inserts its
-``(session_id, version)`` row and its events, and moves the head. Optimistic concurrency *is*
-that key: two writers on one version cannot both insert it, and a conflict rolls the whole
-transaction back, so a refused commit writes nothing. ``write_control`` is one ``BEGIN
-IMMEDIATE`` transaction too: it checks the head's version and the record's revision, then
-replaces the record.
+A commit runs in one ``BEGIN IMMEDIATE`` transaction of writes only, no reads: it moves the
+head on condition that it is still at the expected version (``UPDATE ... WHERE version = ?``;
+a new session's ``INSERT`` fails on its key), inserts its ``(session_id, version)`` row, its
+once-only keys and its events, and commits. Optimistic concurrency *is* those keys: two
+writers on one version cannot both move the head, a held once-only key fails its insert, and
+either rolls the whole transaction back, so a refused commit writes nothing; only then does
+the store read what refused it (the current version, the key held). ``write_control`` is one
+``BEGIN IMMEDIATE`` transaction too: it checks the head's version and the record's revision,
+then replaces the record.
 
 Reads are incremental: the store keeps, per session, the events it decoded last (a
-:class:`_Decoded`, bounded by ``cache_events`` in all) and the JSON of the last of them; a
-later ``load`` reads the rows from that last one on, and uses what it kept only if that row's
-JSON is still the same (rows are inserted once and never updated; a session deleted and made
-again has other ids in its rows). So a full-history turn decodes the events added since the
-process last read the session, not the whole ledger.
+:class:`_Decoded`, bounded by ``cache_events`` in all), the JSON of the last of them, and the
+head they end at with its JSON; a later ``load`` first reads the head alone (with the control
+record, one statement), and if its JSON is the one kept, the ledger is the one kept: no event
+row is read. Otherwise it reads the rows from the last one kept on, and uses what it kept only
+if that row's JSON is still the same (rows are inserted once and never updated; a session
+deleted and made again has other ids in its rows). A commit that moved the head from the very
+JSON kept (the head is swapped only ``WHERE head = ?``, a check SQLite makes while it updates
+the row) extends what is kept with its own events and head, so the load after a turn's commit
+reads one row and decodes nothing, and a full-history turn decodes only the events other
+processes added.
 
 Connections are pooled, one per concurrent caller, so threads never share a connection
 (``sqlite3`` objects are not thread-safe): a running turn polling ``read_control`` from a
@@ -47,7 +55,7 @@ from typing import Any
 from dormant._head import Head
 from dormant._lru import Lru
 from dormant.errors import SessionNotFound, StoreError
-from dormant.events import Event, load_event
+from dormant.events import Event, load_event, load_events
 from dormant.stores._base import LedgerPage, commit_head, lineage_key, once_keys, status_of
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
@@ -107,6 +115,13 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+#: The head and the control record in one statement (one snapshot without a transaction).
+_HEAD_AND_CONTROL = ("SELECT head, (SELECT body FROM controls WHERE session_id = ?1) "
+                     "FROM sessions WHERE session_id = ?1")
+#: A commit moves the head with this, on condition that it is where the commit found it.
+_MOVE_HEAD = ("UPDATE sessions SET version = ?, status = ?, updated_at = ?, head = ? "
+              "WHERE session_id = ? AND ")
+
 _BACKFILL_ONCE_KEYS = """
 INSERT OR IGNORE INTO once_keys (session_id, key)
 SELECT session_id, 'm:' || json_extract(body, '$.message_id') FROM events WHERE type = 'user'
@@ -118,15 +133,20 @@ class _Stale(Exception):
 
 
 class _Decoded:
-    """Events ``start`` … ``start + len(events) - 1`` of one session as a load decoded them,
-    and the stored JSON of the last one."""
+    """Events ``start`` … ``start + len(events) - 1`` of one session as a load decodes them,
+    the stored JSON of the last one, and the head they end at."""
 
-    __slots__ = ("events", "last_body", "start")
+    __slots__ = ("events", "head", "head_json", "last_body", "start")
 
-    def __init__(self, start: int, events: list[Event], last_body: str) -> None:
+    def __init__(self, start: int, events: list[Event], last_body: str, head: Head,
+                 head_json: str) -> None:
         self.start = start
         self.events = events
         self.last_body = last_body
+        #: The head the events end at (``head.seq == end``; never handed out, only clones of
+        #: it) and its stored JSON, exactly as read or written.
+        self.head = head
+        self.head_json = head_json
 
     @property
     def end(self) -> int:
@@ -218,6 +238,15 @@ class SqliteStore:
               kept: _Decoded | None) -> StoredSession | None:
         with self._connection() as conn:
             try:
+                if kept is not None:  # the head alone first: is it still the one kept?
+                    found = conn.execute(_HEAD_AND_CONTROL, (session_id,)).fetchone()
+                    if found is None:
+                        self._decoded.pop(session_id)
+                        return None
+                    if found[0] == kept.head_json:
+                        known = _from_kept(kept, found[1], turns, compacted)
+                        if known is not None:
+                            return known
                 conn.execute("BEGIN")  # one snapshot for the head and its window
                 row = conn.execute("SELECT head FROM sessions WHERE session_id = ?",
                                    (session_id,)).fetchone()
@@ -249,7 +278,8 @@ class SqliteStore:
             events = [load_event(body) for (body,) in bodies]
             first = start
         if events:
-            self._decoded.put(session_id, _Decoded(first, events, bodies[-1][0]))
+            self._decoded.put(session_id, _Decoded(first, events, bodies[-1][0], head.clone(),
+                                                   row[0]))
         if inherited:
             return StoredSession(head, inherited + events[start - first:], wanted, control)
         return StoredSession(head, events[start - first:], start, control)
@@ -286,32 +316,51 @@ class SqliteStore:
 
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         written = commit_head(head, expected_version, events)
+        written_json = written.model_dump_json()
         sid = head.session_id
         first = written.seq - len(events)
-        rows = [(sid, first + i, e.type, e.model_dump_json()) for i, e in enumerate(events)]
+        bodies = [e.model_dump_json() for e in events]
+        rows = [(sid, first + i, e.type, body)
+                for i, (e, body) in enumerate(zip(events, bodies, strict=True))]
         keys = [(sid, key) for key in once_keys(events)]
-        status = status_of(written)
+        kept = self._decoded.get(sid)
+        # What is kept ends where this commit starts: then the head kept is the one it moves.
+        base = kept.head_json if kept is not None and kept.end == first \
+            and kept.head.version == expected_version else None
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                current = _version(conn, sid)
-                held = _held(conn, sid, [key for _, key in keys])
-                if current != expected_version or held is not None:
-                    conn.rollback()
-                    return CommitResult(ok=False, conflict=current != expected_version,
-                                        current_version=current, duplicate=held)
-                conn.executemany("INSERT INTO once_keys (session_id, key) VALUES (?, ?)", keys)
-                conn.executemany("INSERT INTO events (session_id, seq, type, body) "
-                                 "VALUES (?, ?, ?, ?)", rows)
-                _write_version(conn, written, status)
-                conn.commit()
+                moved = _move_head(conn, written, written_json, expected_version, base)
+                if moved is not None:
+                    conn.execute("INSERT INTO commits (session_id, version, committed_at, "
+                                 "end_seq) VALUES (?, ?, ?, ?)",
+                                 (sid, written.version, written.updated_at, written.seq))
+                    if keys:
+                        conn.executemany("INSERT INTO once_keys (session_id, key) VALUES (?, ?)",
+                                         keys)
+                    conn.executemany("INSERT INTO events (session_id, seq, type, body) "
+                                     "VALUES (?, ?, ?, ?)", rows)
+                    conn.commit()
             except sqlite3.IntegrityError:
-                # The (session_id, version) or (session_id, seq) key is taken: another writer
-                # won. Nothing of ours stays.
-                conn.rollback()
-                return CommitResult(ok=False, conflict=True, current_version=self._current(sid))
+                # A key is taken (the session's id for a new one, the version, a once-only
+                # key, a position): the transaction goes whole.
+                moved = None
             except sqlite3.Error as error:
                 raise StoreError(f"cannot write session {sid} to {self.path}: {error}") from error
+            if moved is None:
+                try:
+                    if conn.in_transaction:
+                        conn.rollback()
+                    return _refused(conn, sid, expected_version, [key for _, key in keys])
+                except sqlite3.Error as error:
+                    raise StoreError(f"cannot read session {sid} from {self.path}: "
+                                     f"{error}") from error
+        if moved and events:  # what is kept, extended by the rows as a load decodes them
+            known = kept.events if kept is not None and expected_version else []
+            self._decoded.put(sid, _Decoded(
+                kept.start if kept is not None and expected_version else first,
+                known + load_events("[" + ",".join(bodies) + "]"), bodies[-1],
+                written.clone(), written_json))
         return CommitResult(ok=True, version=written.version)
 
     def fork(self, head: Head) -> CommitResult:
@@ -443,6 +492,51 @@ class SqliteStore:
                                else "active",
                                updated_at=updated_at, principal=owner)
                 for sid, version, status, updated_at, owner in rows]
+
+
+def _move_head(conn: sqlite3.Connection, written: Head, body: str, expected_version: int,
+               base: str | None) -> bool | None:
+    """Move the session's head to ``written`` iff it is at ``expected_version`` (a new
+    session's insert raises ``IntegrityError`` if the id is taken). None: not moved; True:
+    moved from the JSON ``base`` exactly (or a new session), so the ledger below the commit is
+    the one ``base`` ends; False: moved from another head at that version."""
+    sid = written.session_id
+    if expected_version == 0:
+        conn.execute("INSERT INTO sessions (session_id, version, status, principal, updated_at, "
+                     "head) VALUES (?, ?, ?, ?, ?, ?)",
+                     (sid, written.version, status_of(written), written.principal,
+                      written.updated_at, body))
+        return True
+    values = (written.version, status_of(written), written.updated_at, body, sid)
+    if base is not None and conn.execute(_MOVE_HEAD + "head = ?", (*values, base)).rowcount:
+        return True
+    if conn.execute(_MOVE_HEAD + "version = ?", (*values, expected_version)).rowcount:
+        return False
+    return None
+
+
+def _refused(conn: sqlite3.Connection, session_id: str, expected_version: int,
+             keys: list[str]) -> CommitResult:
+    """Why a commit was refused, read after its transaction rolled back: the version moved,
+    or a once-only key is held (or both); a key taken otherwise counts as a conflict."""
+    conn.execute("BEGIN")  # one snapshot for the version and the keys
+    current = _version(conn, session_id)
+    held = _held(conn, session_id, keys)
+    conn.rollback()
+    return CommitResult(ok=False, conflict=current != expected_version or held is None,
+                        current_version=current, duplicate=held)
+
+
+def _from_kept(kept: _Decoded, control: str | None, turns: int | None,
+               compacted: bool) -> StoredSession | None:
+    """The session as a load answers it, from what was kept (its stored head is the one
+    kept); None when the window reaches outside it (earlier events, or a fork's lineage)."""
+    head = kept.head.clone()
+    wanted = head.window_start(turns, compacted=compacted)
+    if wanted < max(kept.start, head.fork_point) or kept.end != head.seq:
+        return None
+    return StoredSession(head, kept.events[wanted - kept.start:], wanted,
+                         Control.model_validate_json(control) if control is not None else None)
 
 
 def _held(conn: sqlite3.Connection, session_id: str, keys: list[str]) -> str | None:
