@@ -305,8 +305,15 @@ class ControlWatch:
         if (held.rev if held is not None else 0) == base.rev:
             session.control = record
 
+    @property
+    def steers_waiting(self) -> bool:
+        """Whether a read found steers :meth:`take_steers` has not handed out yet."""
+        return bool(self._steers)
+
     def take_steers(self) -> list[ControlSteer]:
         """The steers seen since the last call, oldest first (each is taken once)."""
+        if not self._steers:  # (a steer the poller adds as this returns waits for the next)
+            return []
         with self._lock:
             taken = sorted(self._steers.values(), key=lambda s: s.rev)
             self._steers.clear()

@@ -511,6 +511,12 @@ class Session:
         with self._lock:
             self._deferred = None
 
+    @property
+    def has_deferred(self) -> bool:
+        """Whether tools recorded events the run has not taken yet (read without the lock:
+        a tool that records one later is taken at the next phase's end, as before)."""
+        return bool(self._deferred)
+
     def take_deferred(self) -> list[Event]:
         """The events tools recorded since the last call (the run emits them in order)."""
         with self._lock:
@@ -521,7 +527,8 @@ class Session:
         """Append a ledger event to the uncommitted slice, folded into the head (raises, and
         adds nothing, if the session cannot take it). For trusted server code and handlers:
         e.g. the wake path's ``timer_fired``."""
-        self._append(event)
+        apply(self._head, event)
+        self._new.append(event)
 
     # --- internals ---------------------------------------------------------------------------
 

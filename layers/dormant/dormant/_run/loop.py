@@ -320,8 +320,9 @@ def _recover(run: RunState, error: Exception) -> str | None:
 def _body(run: RunState, turn: TurnInput) -> Stream:
     head = run.session.head
     resuming_tools = False
-    run.trigger = run.session.new_events[-1] if run.session.new_events else None
-    brought = [e for e in run.session.new_events if isinstance(e, AppEvent)]
+    slice_ = run.session.new_events
+    run.trigger = slice_[-1] if slice_ else None
+    brought = [e for e in slice_ if isinstance(e, AppEvent)]
     if brought:  # the request brought application events: the turn started after them
         run.trigger = brought[-1]
     if turn.claimed is not None:
@@ -420,7 +421,8 @@ def _loop(run: RunState) -> Stream:
         step += 1
         calls = yield from _model_step(run, step)
         if not calls:
-            if (yield from _take_steers(run)):
+            if run.watch is not None and run.watch.steers_waiting \
+                    and (yield from _take_steers(run)):
                 continue  # a steer arrived as the model answered: one more step
             return (yield from _settle(run))
         yielded = yield from run_tools(run, calls)
@@ -434,7 +436,8 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     model = run.agent.model
     if model is None:
         raise InputError(f"agent {run.agent.name!r} has no model and no hook answered")
-    yield from compact_if_due(run)
+    if run.agent.compaction is not None:
+        yield from compact_if_due(run)
     request = _request(run, step)
     _call_hooks(run, "before_model", request=request)
     invocation_id = run.invocation_id
@@ -505,7 +508,8 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
 def _settle(run: RunState) -> Stream:
     """The model answered without tools: end, or park for the next message."""
     _call_hooks(run, "after_agent")
-    yield from run.flush()
+    if run.unmarked or run.session.has_deferred:
+        yield from run.flush()
     if run.agent.yields:
         yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="message"))
         assert run.invocation_id is not None
@@ -545,6 +549,8 @@ def _result(run: RunState, result: RunResult) -> RunResult:
 
 
 def _call_hooks(run: RunState, name: str, **fields: Any) -> None:
+    if not run.hooks:
+        return
     ctx: HookContext | None = None
     for hook in run.hooks:
         fn = getattr(hook, name)
