@@ -251,7 +251,13 @@ class Session:
         self._lock = threading.Lock()
         #: Not None while a run is active: events recorded by tools wait here.
         self._deferred: list[Event] | None = None
-        self.input = SessionInput(self)
+
+    @property
+    def input(self) -> SessionInput:
+        """What appends inputs to the slice (``session.input.message(...)``, ...). Made on
+        each read, not kept: a session that held it would be a reference cycle, left for
+        the garbage collector after every request instead of freed at once."""
+        return SessionInput(self)
 
     @classmethod
     def new(cls, session_id: str, *, state: dict[str, Any] | None = None,
