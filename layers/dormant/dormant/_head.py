@@ -220,23 +220,27 @@ class Head:
                          json_copy(c.prepared), c.answered, json_copy(c.input),
                          c.settled, c.approval_id, c.decided, c.approved, c.reason,
                          c.deferred)
-             for c in self.step],
+             for c in self.step] if self.step else [],
             list(self.turn_starts),
             list(self.message_ids),
         )
 
     def _copy(self, state: dict[str, Any], step: list[PendingCall], turn_starts: list[int],
               message_ids: list[str]) -> Head:
-        # Spelled out: dataclasses.replace re-inspects the fields on every call (hot path).
+        # Spelled out: dataclasses.replace re-inspects the fields on every call (hot path);
+        # an empty container is not given a comprehension (each is a call of its own).
         return Head(self.session_id, self.format, self.version, self.seq, state, self.principal,
                     self.created_at, self.updated_at, self.open_invocation, self.agent,
                     self.parked, step, self.inbox, self.last_user_ts, turn_starts,
                     message_ids, self.last_event,
-                    {name: dict(timer) for name, timer in self.timers.items()},
+                    {name: dict(timer) for name, timer in self.timers.items()}
+                    if self.timers else {},
                     self.failed, self.messages, list(self.settled_ids), self.retries,
-                    self.calls, self.paused, [dict(q) for q in self.queue],
-                    [dict(i) for i in self.inputs], self.control_rev, list(self.invocations),
-                    list(self.commit_seqs), [dict(s) for s in self.lineage],
+                    self.calls, self.paused,
+                    [dict(q) for q in self.queue] if self.queue else [],
+                    [dict(i) for i in self.inputs] if self.inputs else [],
+                    self.control_rev, list(self.invocations), list(self.commit_seqs),
+                    [dict(s) for s in self.lineage] if self.lineage else [],
                     dict(self.fork_of) if self.fork_of else None, self.compacted_to,
                     self.compactions, self.lease, self.takeovers, self.preview)
 
