@@ -158,12 +158,13 @@ class SqliteStore:
 
     Safe for many threads in one process and for several processes on one file (``dormant dev``
     and ``dormant sessions list`` side by side). Call :meth:`close` to release the connections.
-    ``cache_events``: how many decoded events loads keep for the next load (0: none).
+    ``cache_events``: how many decoded events loads keep for the next load (0: none; the
+    head kept with a session's events counts as one more).
     """
 
     def __init__(self, path: str | Path, *, cache_events: int = CACHE_EVENTS) -> None:
         self.path = Path(path)
-        self._decoded: Lru[_Decoded] = Lru(cache_events, lambda d: len(d.events))
+        self._decoded: Lru[_Decoded] = Lru(cache_events, lambda d: len(d.events) + 1)
         if str(path) == ":memory:":
             raise ValueError("SqliteStore needs a file path (use MemoryStore for memory)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
