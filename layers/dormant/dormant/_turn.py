@@ -240,16 +240,16 @@ class TurnStream(Iterator[StreamEvent]):
             events = self.events
             while True:
                 try:
-                    event = next(run)
+                    streamed = next(run)
                 except StopIteration as stop:
                     result = stop.value
                     break
-                if event.type == "invocation_resume" and event.invocation_id:
-                    self.invocation_id = event.invocation_id
+                if streamed.type == "invocation_resume" and streamed.invocation_id:
+                    self.invocation_id = streamed.invocation_id
                 self._seq += 1
-                object.__setattr__(event, "seq", self._seq)
-                events.append(event)
-                yield event
+                object.__setattr__(streamed, "seq", self._seq)
+                events.append(streamed)
+                yield streamed
             self._check_state(session)
             if session.effects_end == 0 and not self._signal.stopped:
                 self._signal.raise_if_aborted()  # aborted at the very end: write nothing
