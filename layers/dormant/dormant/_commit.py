@@ -125,8 +125,7 @@ class CommitPolicy:
         """
         if not session.dirty:
             return Outcome("committed", session.version)
-        own_ts = max((e.ts for e in session.new_events if isinstance(e, UserEvent)),
-                     default=None)
+        own_ts: int | None = None  # (read at the first lost race, before any rebase)
         merged = False
         writer = _Writer(self, session)
         while True:
@@ -135,6 +134,9 @@ class CommitPolicy:
                 return _merged(outcome) if merged and outcome.status == "committed" else outcome
             stored = writer.stored
             assert stored is not None
+            if not merged:
+                own_ts = max((e.ts for e in session.new_events if isinstance(e, UserEvent)),
+                             default=None)
             _take_queued(session, stored)
             _refuse_duplicates(session, stored)
             if own_ts is not None and stored.head.last_user_ts > own_ts:

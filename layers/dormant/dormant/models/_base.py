@@ -8,10 +8,10 @@ real APIs translate the request to their wire format.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from dormant.events import Usage
+from dormant.events import NO_USAGE, Usage
 from dormant.tools import Signal
 
 __all__ = [
@@ -170,7 +170,8 @@ class ReasoningChunk:
 
 @dataclass(frozen=True)
 class UsageChunk:
-    usage: Usage = field(default_factory=Usage)
+    #: (Usage is frozen: the one empty usage is shared, not built per chunk.)
+    usage: Usage = NO_USAGE
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,13 @@ class MemoryStore:
         with self._lock:
             row = self._rows.get(head.session_id)
             current = row.version if row is not None else 0
-            held = next((k for k in keys if row is not None and k in row.once), None)
+            held = None
+            if row is not None:
+                once = row.once
+                for key in keys:
+                    if key in once:
+                        held = key
+                        break
             if current != expected_version or held is not None:
                 return CommitResult(ok=False, conflict=current != expected_version,
                                     current_version=current, duplicate=held)
