@@ -355,18 +355,22 @@ def _body(run: RunState, turn: TurnInput) -> Stream:
     if resuming_tools:
         yield from resume_tools(run)
         yield from run.flush()
-    return (yield from _agent(run))
+    replaced = _before_agent(run)
+    if replaced is not None:
+        return (yield from _reply_and_end(run, replaced))
+    return (yield from _loop(run))
 
 
-def _agent(run: RunState, *, hooks: bool = True) -> Stream:
-    """The ``before_agent`` hooks (one may answer in the agent's place), then the model
-    loop."""
-    for hook in run.hooks if hooks else ():
+def _before_agent(run: RunState) -> str | None:
+    """The ``before_agent`` hooks: the text of one that answers in the agent's place (then
+    the model loop does not run), else None. (A function, not a generator around the loop:
+    every event of the turn would pass through it.)"""
+    for hook in run.hooks:
         if hook.before_agent is not None:
             replaced = hook.before_agent(run.hook_context())
             if isinstance(replaced, str):
-                return (yield from _reply_and_end(run, replaced))
-    return (yield from _loop(run))
+                return replaced
+    return None
 
 
 def _carry_on(run: RunState, turn: TurnInput) -> Stream:
@@ -381,7 +385,10 @@ def _carry_on(run: RunState, turn: TurnInput) -> Stream:
     if turn.claimed in ("resume", "recover") and any(not c.settled for c in head.step):
         yield from resume_tools(run)
         yield from run.flush()
-    return (yield from _agent(run, hooks=turn.claimed in ("start", "resume")))
+    replaced = _before_agent(run) if turn.claimed in ("start", "resume") else None
+    if replaced is not None:
+        return (yield from _reply_and_end(run, replaced))
+    return (yield from _loop(run))
 
 
 def _users(run: RunState, turn: TurnInput) -> Generator[StreamEvent, None, None]:
