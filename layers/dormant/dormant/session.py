@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -67,6 +68,13 @@ def normalize_session_id(session_id: str) -> str:
     """
     if not isinstance(session_id, str):
         raise InputError(f"session id must be a string, got {type(session_id).__name__}")
+    return _normalized(session_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalized(session_id: str) -> str:
+    """(Kept for the ids a process saw last: a request's id is checked twice per turn, and
+    one session's requests follow each other. A refused id raises, and is not kept.)"""
     bare = session_id.removeprefix(_PREFIX)
     if not bare or not _ID_CHARS.fullmatch(bare) or len(_PREFIX) + len(bare) > MAX_SESSION_ID:
         raise InputError(
