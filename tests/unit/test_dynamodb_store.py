@@ -198,9 +198,11 @@ def test_a_commit_writes_one_version_item_and_a_guard_per_client_message_id(
     # In list's index: the session's first item only (the second names when that was).
     assert items["e#v0000000001"]["own"] == {"S": "p:alice"}
     assert "own" not in second and "ver" not in second
-    assert second["li"] == items["e#v0000000001"]["ua"]
     doc = codec.unpack(second["b"]["B"])
-    assert [e["text"] for e in codec.decode_events(doc.get("i"), doc["ev"])] == [
+    assert "li" not in second  # format 2: the payload says, in ms before the item's ``ua``
+    updated_at = int(second["ua"]["N"])
+    assert updated_at - doc["l"] == int(items["e#v0000000001"]["ua"]["N"])
+    assert [e["text"] for e in codec.decode_events(doc.get("i"), doc["ev"], updated_at)] == [
         "one", "two", "three"]
     assert doc["s"] == 0
     assert "h" in codec.unpack(items["e#v0000000001"]["b"]["B"])  # the first: a checkpoint
@@ -280,7 +282,7 @@ def test_the_owner_index_gets_an_entry_per_session_and_quarter_hour_not_per_turn
         old.input.message(f"turn {n}")
         assert app.sessions.commit(old).ok
     assert index_units == [0.0] * 5  # five turns, no index write
-    assert [("own" in i, "li" in i) for i in _items("session_old")] == [
+    assert [("own" in i, "l" in codec.unpack(i["b"]["B"])) for i in _items("session_old")] == [
         (True, False)] + [(False, True)] * 5
     clock[0] += layout.LIST_REFRESH_MS  # the next turn renews the entry: one index write
     old.input.message("later")

@@ -305,13 +305,18 @@ def test_events_decode_to_exactly_what_was_encoded() -> None:
     events = _events()
     dumped = [e.model_dump(mode="json") for e in events]
 
-    shared, compact = codec.encode_events(dumped)
+    updated_at = events[-1].ts + 7
+    shared, compact = codec.encode_events(dumped, updated_at)
     doc = codec.unpack(codec.pack({"s": 0, "i": shared, "ev": compact}))
-    back = load_events(codec.decode_events(doc["i"], doc["ev"]))
+    back = load_events(codec.decode_events(doc["i"], doc["ev"], updated_at))
 
     assert back == events
     assert [e.model_dump(mode="json") for e in back] == dumped
     assert "invocation_id" not in compact[1] and "steer" not in compact[1]
+    # Times are differences: from the item's updated-at, then from the event before.
+    assert compact[0]["ts"] == events[0].ts - updated_at
+    assert compact[7]["ts"] == 1 - events[6].ts  # a time before the previous one too
+    assert "ts" not in compact[2] or compact[2]["ts"] == events[2].ts - events[1].ts
 
 
 def test_the_omitted_defaults_are_format_1_s() -> None:
@@ -333,9 +338,11 @@ def test_the_omitted_defaults_are_format_1_s() -> None:
 
 def test_a_payload_that_does_not_shrink_is_stored_plain() -> None:
     doc = {"q": "Zx9Q"}
-    assert codec.pack(doc)[0] == codec.RAW and codec.unpack(codec.pack(doc)) == doc
+    assert codec.pack(doc)[0] == codec.RAW_2 and codec.unpack(codec.pack(doc)) == doc
     chatty = {"s": 0, "ev": [{"type": "user", "text": "hello " * 50}]}
-    assert codec.pack(chatty)[0] == codec.DEFLATE and codec.unpack(codec.pack(chatty)) == chatty
+    assert codec.pack(chatty)[0] == codec.DEFLATE_2
+    assert codec.unpack(codec.pack(chatty)) == chatty
+    assert codec.format_of(codec.pack(doc)) == codec.format_of(codec.pack(chatty)) == 2
 
 
 def test_a_session_head_survives_a_store_that_remembers_nothing(store: DynamoDBStore) -> None:

@@ -2,33 +2,41 @@
 
 The store's private business: what goes in is ledger events and a ``Head``, what comes out is
 exactly the same objects (``load_events`` and ``Head.model_validate`` of the same JSON the
-models dump). Everything here is **format 1** and permanent: an item written today must decode
-with any later release, so a change to a rule below is a new format (a new first byte), never
-an edit.
+models dump). Every format is permanent: an item written today must decode with any later
+release, so a change to a rule below is a new format (new first bytes), never an edit. Items
+of **format 1** (first byte 1 or 2) are in users' tables and decode as they always did
+(:func:`decode_events_format1`); new items are **format 2** (first byte 3 or 4).
 
 A payload is one JSON document, ``{"s": first position, "i": invocation id, "ev": [events],
-"h": head | "d": head delta}`` (neither: an empty delta), stored as bytes: a format byte,
-then either the UTF-8 JSON (``RAW``) or its raw DEFLATE stream primed with a preset
-dictionary of the ledger's usual words (``DEFLATE``), whichever is smaller.
+"h": head | "d": head delta, "l": listed}`` (neither ``h`` nor ``d``: an empty delta), stored
+as bytes: a format byte, then either the UTF-8 JSON (``RAW``, ``RAW_2``) or its raw DEFLATE
+stream primed with a preset dictionary of the ledger's usual words (``DEFLATE``,
+``DEFLATE_2``), whichever is smaller.
 
 Events: each is its JSON form (``model_dump(mode="json")``) less what can be restored:
 
 - ``invocation_id`` when it is the document's ``"i"`` (most events of a commit share one);
-- ``ts`` when it equals the previous event's (a commit's events are stamped in the same
-  millisecond or close);
 - every field holding its model's plain default (``False``, ``None``, ``""``, ``0``, ``[]``,
   ``{}``…; the defaults as of format 1 are frozen in :data:`EVENT_DEFAULTS` and restored from
-  there, so a later change of a model default cannot change what an old item means).
+  there, so a later change of a model default cannot change what an old item means);
+- ``ts``: format 1 drops it when it equals the previous event's; format 2 stores each as its
+  difference from the previous event's, the first event's from the item's ``ua`` (the
+  commit's updated-at, which the item carries anyway), and drops it when that is 0: an
+  ordinary turn's four events carry no 13-digit time at all, only a few small differences.
+
+``"l"`` (format 2): on an item outside ``list``'s index (no ``own``), its ``ua`` less the
+updated-at of the session's newest index entry (format 1 kept that as an attribute, ``li``).
 
 The head: a *checkpoint* item carries it whole (``"h"``: the head's JSON less the session id and
-version, which the item's keys give, and less fields at their defaults). Every other item
-carries a *delta* (``"d"``): the fields whose value differs from :func:`predict`, which folds
-the previous head over the commit's events with a few fixed rules (positions, the last event,
-the turn and commit indexes, message and invocation digests). An ordinary turn's delta is
-empty: its head costs nothing beyond the events. In both, the head's windows are stored
-tightly: digests as one base64 string, positions as the first and the gaps. The predictor is
-not the session fold (``dormant._head.apply``), which may change between releases; it is
-frozen here, and when it guesses wrong the delta simply holds the field.
+version, which the item's keys give, less fields at their defaults, and in format 2 less
+``updated_at``, the item's ``ua``). Every other item carries a *delta* (``"d"``): the fields
+whose value differs from :func:`predict`, which folds the previous head over the commit's
+events with a few fixed rules (positions, the last event, the turn and commit indexes, message
+and invocation digests). An ordinary turn's delta is empty: its head costs nothing beyond the
+events. In both, the head's windows are stored tightly: digests as one base64 string,
+positions as the first and the gaps. The predictor is not the session fold
+(``dormant._head.apply``), which may change between releases; it is frozen here (the same in
+both formats), and when it guesses wrong the delta simply holds the field.
 """
 
 from __future__ import annotations
@@ -48,24 +56,34 @@ from dormant._head import preview_of
 
 __all__ = [
     "DEFLATE",
+    "DEFLATE_2",
     "EVENT_DEFAULTS",
     "HEAD_DEFAULTS",
     "RAW",
+    "RAW_2",
+    "apply_delta",
     "decode_events",
+    "decode_events_format1",
     "decode_head",
     "encode_events",
     "encode_head",
+    "format_of",
     "head_delta",
     "pack",
     "predict",
     "unpack",
 ]
 
+#: Format 1's first bytes (read only: in tables written before format 2).
 RAW = 1
 DEFLATE = 2
+#: Format 2's first bytes (what is written).
+RAW_2 = 3
+DEFLATE_2 = 4
+_FORMATS = {RAW: 1, DEFLATE: 1, RAW_2: 2, DEFLATE_2: 2}
 
 #: Primes DEFLATE with what a ledger usually says, so even a small commit compresses.
-#: Part of format 1: never edit it (a new dictionary is a new format byte).
+#: Part of formats 1 and 2: never edit it (a new dictionary is a new format byte).
 _ZDICT = (
     b'"tool_call_id":"call_","name":"","args":{},"result":{"ok":true},"preliminary":'
     b'"approval_requested","approval_id":"appr_","approved":true,"reason":null,'
@@ -96,11 +114,20 @@ def _event_defaults() -> dict[str, dict[str, Any]]:
     return table
 
 
-#: Per event type, the fields omitted when at their default and restored on decode (format 1;
+#: Per event type, the fields omitted when at their default and restored on decode (formats 1
+#: and 2;
 #: ``tests/unit/test_dynamodb_codec.py`` pins it: a model default that changes fails there).
 EVENT_DEFAULTS: dict[str, dict[str, Any]] = _event_defaults()
 
-#: Head fields omitted from a checkpoint when at these values (format 1, pinned by the tests).
+# What decoding restores per type, split once: values safe to share (``False``, ``None``, ``""``,
+# ``0``) and the fields needing a fresh ``[]`` / ``{}`` each time (no deep copy per event).
+_SHARED = {kind: {k: v for k, v in d.items() if not isinstance(v, (list, dict))}
+           for kind, d in EVENT_DEFAULTS.items()}
+_FRESH = {kind: tuple((k, type(v)) for k, v in d.items() if isinstance(v, (list, dict)))
+          for kind, d in EVENT_DEFAULTS.items()}
+
+#: Head fields omitted from a checkpoint when at these values (formats 1 and 2, pinned by the
+#: tests).
 HEAD_DEFAULTS: dict[str, Any] = {
     "format": 1, "seq": 0, "state": {}, "principal": None, "created_at": 0, "updated_at": 0,
     "open_invocation": None, "agent": None, "parked": None, "step": [], "inbox": 0,
@@ -112,8 +139,10 @@ HEAD_DEFAULTS: dict[str, Any] = {
 }
 #: Keys of the head's JSON the item's keys give instead.
 _KEYED = ("session_id", "version")
+#: Keys a format 2 checkpoint leaves out besides: the item's ``ua`` is the head's updated-at.
+_ITEM_GIVES = (*_KEYED, "updated_at")
 
-# The predictor's windows (format 1: the sizes the head used when it was written; if the
+# The predictor's windows (formats 1 and 2: the sizes the head used when it was written; if the
 # session fold keeps more or fewer, the delta holds the list).
 _TURNS = 64
 _MESSAGES = 32
@@ -125,21 +154,32 @@ _INVOCATIONS = 16
 
 
 def pack(doc: dict[str, Any]) -> bytes:
-    """A payload document as stored: format byte + JSON, deflated when that is smaller."""
+    """A payload document as stored (format 2): format byte + JSON, deflated when that is
+    smaller."""
     text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     squeezer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _ZDICT)
     squeezed = squeezer.compress(text) + squeezer.flush()
     if len(squeezed) < len(text):
-        return bytes([DEFLATE]) + squeezed
-    return bytes([RAW]) + text
+        return bytes([DEFLATE_2]) + squeezed
+    return bytes([RAW_2]) + text
+
+
+def format_of(data: bytes) -> int:
+    """The payload format (1 or 2) of a version item's bytes (its first part's)."""
+    try:
+        return _FORMATS[data[0]]
+    except (KeyError, IndexError):
+        raise ValueError(f"unknown payload format {data[:1]!r}: written by a newer dormant?"
+                         ) from None
 
 
 def unpack(data: bytes) -> dict[str, Any]:
+    """A payload's document, of either format (:func:`format_of` says which)."""
     kind, body = data[0], data[1:]
-    if kind == DEFLATE:
+    if kind in (DEFLATE, DEFLATE_2):
         opener = zlib.decompressobj(-15, _ZDICT)
         body = opener.decompress(body) + opener.flush()
-    elif kind != RAW:
+    elif kind not in (RAW, RAW_2):
         raise ValueError(f"unknown payload format {kind}: written by a newer dormant?")
     doc: dict[str, Any] = json.loads(body)
     return doc
@@ -148,12 +188,15 @@ def unpack(data: bytes) -> dict[str, Any]:
 # --- events ----------------------------------------------------------------------------------
 
 
-def encode_events(dumped: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
-    """Events' JSON forms (or S3 pointers) -> (the shared invocation id, compact forms)."""
+def encode_events(dumped: list[dict[str, Any]],
+                  updated_at: int = 0) -> tuple[str | None, list[dict[str, Any]]]:
+    """Events' JSON forms (or S3 pointers) -> (the shared invocation id, compact forms), in
+    format 2 (``updated_at``: the item's ``ua``, the first event's time is relative to it;
+    0: that time is stored whole)."""
     invocations = [e.get("invocation_id") for e in dumped if "type" in e]
     shared = max(set(invocations), key=invocations.count) if invocations else None
     compact: list[dict[str, Any]] = []
-    last_ts: int | None = None
+    last_ts = updated_at
     for event in dumped:
         if "type" not in event:  # an S3 pointer
             compact.append(event)
@@ -161,9 +204,11 @@ def encode_events(dumped: list[dict[str, Any]]) -> tuple[str | None, list[dict[s
         defaults = EVENT_DEFAULTS.get(event["type"], {})
         out: dict[str, Any] = {}
         for key, value in event.items():
-            if key == "invocation_id" and value == shared:
+            if key == "ts":
+                if value != last_ts:
+                    out[key] = value - last_ts
                 continue
-            if key == "ts" and value == last_ts:
+            if key == "invocation_id" and value == shared:
                 continue
             if key in defaults and value == defaults[key] and type(value) is type(
                     defaults[key]):
@@ -174,8 +219,29 @@ def encode_events(dumped: list[dict[str, Any]]) -> tuple[str | None, list[dict[s
     return shared, compact
 
 
-def decode_events(shared: str | None, compact: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The inverse of :func:`encode_events` (pointers pass through)."""
+def decode_events(shared: str | None, compact: list[dict[str, Any]],
+                  updated_at: int = 0) -> list[dict[str, Any]]:
+    """The inverse of :func:`encode_events` (format 2; pointers pass through)."""
+    full: list[dict[str, Any]] = []
+    last_ts = updated_at
+    for event in compact:
+        kind = event.get("type")
+        if kind is None:
+            full.append(event)
+            continue
+        out = {**_SHARED.get(kind, {}), "invocation_id": shared}
+        for key, fresh in _FRESH.get(kind, ()):
+            out[key] = fresh()
+        out.update(event)
+        last_ts = out["ts"] = last_ts + event.get("ts", 0)
+        full.append(out)
+    return full
+
+
+def decode_events_format1(shared: str | None,
+                          compact: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A format 1 item's events (each ``ts`` absolute, dropped when equal to the previous
+    event's; pointers pass through). Never edit: items in users' tables are written so."""
     full: list[dict[str, Any]] = []
     last_ts: Any = None
     for event in compact:
@@ -226,14 +292,17 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def encode_head(head: dict[str, Any]) -> dict[str, Any]:
-    """A head's JSON (``Head.model_dump(mode="json")``) as a checkpoint carries it."""
+    """A head's JSON (``Head.model_dump(mode="json")``) as a format 2 checkpoint carries it
+    (its ``updated_at`` is the item's ``ua``)."""
     return {k: _pack_field(k, v) for k, v in head.items()
-            if k not in _KEYED and not (k in HEAD_DEFAULTS and _same(v, HEAD_DEFAULTS[k]))}
+            if k not in _ITEM_GIVES and not (k in HEAD_DEFAULTS and _same(v, HEAD_DEFAULTS[k]))}
 
 
-def decode_head(stored: dict[str, Any], session_id: str, version: int) -> dict[str, Any]:
-    """A checkpoint's head back to the head's full JSON."""
-    return {**copy.deepcopy(HEAD_DEFAULTS),
+def decode_head(stored: dict[str, Any], session_id: str, version: int,
+                updated_at: int) -> dict[str, Any]:
+    """A checkpoint's head back to the head's full JSON, of either format (format 1 keeps
+    ``updated_at`` in the head, which wins over the item's ``ua``: they are equal)."""
+    return {**copy.deepcopy(HEAD_DEFAULTS), "updated_at": updated_at,
             **{k: _unpack_field(k, v) for k, v in stored.items()},
             "session_id": session_id, "version": version}
 
@@ -262,7 +331,7 @@ def _digest(text: str) -> str:
 def predict(prev: dict[str, Any], events: list[dict[str, Any]], first_seq: int,
             version: int, updated_at: int) -> dict[str, Any]:
     """The head after ``prev`` took ``events`` (full JSON forms, positions from ``first_seq``)
-    as version ``version`` written at ``updated_at``, by format 1's fixed rules."""
+    as version ``version`` written at ``updated_at``, by the formats' fixed rules."""
     head = dict(prev)  # what changes is replaced below, never changed in place
     head["version"] = version
     head["updated_at"] = updated_at

@@ -7,7 +7,7 @@ version, so the newest version item *is* the head::
     pk=session_x  sk=#o#r:retry-7        (a guard: retry id retry-7 landed)
     pk=session_x  sk=e#000000000000      n=4  ev=[...]       (old layout: a slice, read only)
     pk=session_x  sk=e#v0000000001  b=<payload: events 0-3, the whole head>  own=-#3 ua=...
-    pk=session_x  sk=e#v0000000002  b=<payload: events 4-7, the head's delta> own=-#3 ua=...
+    pk=session_x  sk=e#v0000000002  b=<payload: events 4-7, the head's delta, "l">  ua=...
     pk=session_x  sk=e#v0000000003  b=<the payload's first 390 KB>  parts=2  own=... s3=[...]
     pk=session_x  sk=e#v0000000003#001  b=<the rest>
     pk=session_x  sk=~ctl                rev=2  ctl={"rev":2,"stop":{...},"pause":2,...}
@@ -31,22 +31,23 @@ then the newest version items, then old slices. The cleanup function's stream fi
 either layout.
 
 The payload (``b``, binary) is ``dormant.stores._dynamodb.codec``'s compact encoding: short
-events (no repeated invocation id or timestamp, no default values), DEFLATE with a preset
-dictionary when smaller. The head is stored whole only in *checkpoint* items: the first,
-whenever the chain of deltas behind it would reach :data:`CHECKPOINT_EVERY` items, and whenever
-the writer does not hold the previous head (this process did not read or write it); other
-items carry the head's *delta* against a fixed prediction from the previous head and the
-item's events, which for an ordinary turn is empty. So the head does not grow the items with
-history: its windows (turn starts, commit positions, message and invocation digests: about
-450 bytes) are stored once per checkpoint, and a load rebuilds the head from the newest
-checkpoint forward (at most ``CHECKPOINT_EVERY`` items, which a windowed read's ``Limit``
-always covers). The period trades the two reads: a full-history read pays ~450 bytes per
-``CHECKPOINT_EVERY`` turns, a windowed one reads up to ``CHECKPOINT_EVERY`` items (~250 bytes
-each) whatever its window. What must fit DynamoDB's limits is judged on the events' JSON,
-uncompressed: a payload over an item is split into parts (``#001``…, bytes, written in the
-same transaction as the version item); an event too large for the transaction goes to S3
-(``s3`` names its key, for ``delete`` and the cleanup function) and the payload keeps
-``{"$s3": {"b", "k"}}``.
+events (no repeated invocation id, no default values, times as small differences from the
+item's ``ua``), DEFLATE with a preset dictionary when smaller. Its first byte names its format:
+items written by earlier releases (format 1) read as they were written. The head is stored
+whole only in *checkpoint* items: the first, whenever the chain of deltas behind it would reach
+:data:`CHECKPOINT_EVERY` items, and whenever the writer does not hold the previous head (this
+process did not read or write it); other items carry the head's *delta* against a fixed
+prediction from the previous head and the item's events, which for an ordinary turn is empty.
+So the head does not grow the items with history: its windows (turn starts, commit positions,
+message and invocation digests: about 450 bytes) are stored once per checkpoint, and a load
+rebuilds the head from the newest checkpoint forward (at most ``CHECKPOINT_EVERY`` items, which
+a windowed read's ``Limit`` always covers). The period trades the two reads: a full-history
+read pays ~450 bytes per ``CHECKPOINT_EVERY`` turns, a windowed one reads up to
+``CHECKPOINT_EVERY`` items (~240 bytes each) whatever its window. What must fit DynamoDB's
+limits is judged on the events' JSON, uncompressed: a payload over an item is split into parts
+(``#001``…, bytes, written in the same transaction as the version item); an event too large for
+the transaction goes to S3 (``s3`` names its key, for ``delete`` and the cleanup function) and
+the payload keeps ``{"$s3": {"b", "k"}}``.
 
 Guards (``#o#`` + a once-only id: ``m:<message id>``, ``r:<retry id>``) are written, with a
 condition that none exists, in the same transaction as the version item carrying the id, so
@@ -60,8 +61,9 @@ for that echo). That is what keeps an ordinary turn one item.
 ``list``: the ``by_owner`` index (keys ``own``, owner, and ``ua``, updated at in ms) is
 sparse. Every version item carries ``ua`` (and ``st`` when not ``active``), but ``own`` only
 the session's first, and the first whose ``ua`` is :data:`LIST_REFRESH_MS` past the last
-entry's; the others carry ``li``, that entry's ``ua``, so the next writer knows when one is due.
-An ordinary turn writes no index entry (items of earlier releases all carry ``own``: more
+entry's; the others' payloads say when that entry was written (``"l"``: ms before their own
+``ua``; format 1 items carry it as an attribute, ``li``), so the next writer knows when one is
+due. An ordinary turn writes no index entry (items of earlier releases all carry ``own``: more
 entries, read the same way). ``list`` reads the index newest first and, per session met, its
 newest item (version from the key or ``ver``, status ``st``, time ``ua``, expiry ``lx``, the
 deletion marker ``del``): what it shows is the head's, never an entry's. No session changed
@@ -208,8 +210,9 @@ TTL_ATTRIBUTE = "expires_at"
 INDEX_NAME = "by_owner"
 OWNER = "own"
 UPDATED = "ua"
-#: On a version item without ``own`` (not in ``list``'s index): the updated-at (ms) of its
-#: session's newest index entry, so the next writer knows when the entry is due again.
+#: On a format 1 version item without ``own`` (not in ``list``'s index): the updated-at (ms)
+#: of its session's newest index entry, so the next writer knows when the entry is due again
+#: (read only: format 2 keeps it in the payload, see ``codec``).
 LISTED = "li"
 #: A session's ``by_owner`` entry is written again (its version item carries ``own``) once
 #: its last one is this old (ms): so an entry is never older than its session's last commit

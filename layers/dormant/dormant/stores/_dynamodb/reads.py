@@ -35,6 +35,7 @@ class Version:
     item: dict[str, Any] | None = None
     pieces: dict[int, bytes] = field(default_factory=dict)
     _doc: dict[str, Any] | None = None
+    _events: list[dict[str, Any]] | None = None
 
     @property
     def complete(self) -> bool:
@@ -51,8 +52,15 @@ class Version:
         return self._doc
 
     def events(self) -> list[dict[str, Any]]:
-        doc = self.doc()
-        return codec.decode_events(doc.get("i"), doc["ev"])
+        """The item's events' JSON forms (S3 pointers as stored), decoded once; callers read
+        them, never change them."""
+        if self._events is None:
+            doc = self.doc()
+            if codec.format_of(self.pieces[0]) == 1:
+                self._events = codec.decode_events_format1(doc.get("i"), doc["ev"])
+            else:
+                self._events = codec.decode_events(doc.get("i"), doc["ev"], self.updated_at)
+        return self._events
 
     @property
     def first_seq(self) -> int:
@@ -73,6 +81,19 @@ class Version:
     @property
     def updated_at(self) -> int:
         return int(self.item[lay.UPDATED]["N"]) if self.item else 0
+
+    @property
+    def listed_at(self) -> int | None:
+        """The updated-at (ms) of the newest ``by_owner`` entry as of this version item: its
+        own when it carries the index keys, else what it names (format 2: the payload's
+        ``l``, ms before its ``ua``; format 1: the ``li`` attribute)."""
+        item = self.item or {}
+        if lay.OWNER in item and lay.UPDATED in item:
+            return int(item[lay.UPDATED]["N"])
+        if lay.LISTED in item:
+            return int(item[lay.LISTED]["N"])
+        before = self.doc().get("l") if self.item is not None else None
+        return self.updated_at - int(before) if before is not None else None
 
 
 @dataclass
@@ -146,7 +167,8 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
                          f"{newest.key - base}: the table is incomplete")
     chain.reverse()
     checkpoint = chain[0]
-    full = codec.decode_head(checkpoint.doc()["h"], session_id, checkpoint.key - base)
+    full = codec.decode_head(checkpoint.doc()["h"], session_id, checkpoint.key - base,
+                             checkpoint.updated_at)
     for version in chain[1:]:
         predicted = codec.predict(full, version.events(), version.first_seq,
                                   version.key - base, version.updated_at)
@@ -157,7 +179,7 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
     stamp = (checkpoint.item or {}).get(lay.LOGICAL_EXPIRY)
     known = Known(version=head.version, base=base, head=full, checkpoint=checkpoint.key - base,
                   checkpoint_lx=int(stamp["N"]) if stamp else None,
-                  listed_at=listed_at(newest.item or {}))
+                  listed_at=newest.listed_at)
     # The session's own items start at its fork point (0: not a fork).
     start = max(head.window_start(turns, compacted=compacted), head.fork_point)
     window: list[Version] = []
@@ -346,14 +368,6 @@ def decode(session_id: str, items: _Items, start: int, seq: int, now_s: int,
             if first <= piece.first_seq + offset < seq:
                 raw.append(fetch(value) if is_pointer(value) else value)
     return (load_events(raw) if load else raw), first
-
-
-def listed_at(item: dict[str, Any]) -> int | None:
-    """The updated-at (ms) of the newest ``by_owner`` entry as of version item ``item``: its
-    own when it carries the index keys, else what it names (``li``)."""
-    if lay.OWNER in item and lay.UPDATED in item:
-        return int(item[lay.UPDATED]["N"])
-    return int(item[lay.LISTED]["N"]) if lay.LISTED in item else None
 
 
 def summary(item: dict[str, Any]) -> SessionSummary:

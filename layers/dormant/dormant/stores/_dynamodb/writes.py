@@ -133,10 +133,19 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
     # a giant event from the table: those live in S3).
     budget = transaction_limit - 2_000 * (guards + 2)
 
+    # The index entry: on the session's first item, and again once the last is due (the
+    # listing reads the head itself for its version, status and time).
+    listed = (prev.listed_at if prev is not None and prev.head is not None
+              and prev.head.get("principal") == written.principal else None)
+    if listed is None or written.updated_at - listed >= lay.LIST_REFRESH_MS:
+        listed = None
+
     def payload() -> bytes:
         shown = [offloader.pointer_doc(keys[i]) if offloader and i in keys else dumped[i]
                  for i in range(len(dumped))]
         doc: dict[str, Any] = {"s": first_seq}
+        if listed is not None:  # not in the index: when its session's entry was written
+            doc["l"] = written.updated_at - listed
         if delta_ok and prev is not None and prev.head is not None:
             predicted = codec.predict(prev.head, shown, first_seq, written.version,
                                       written.updated_at)
@@ -145,7 +154,7 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
                 doc["d"] = delta
         else:
             doc["h"] = codec.encode_head(head_json)
-        shared, compact = codec.encode_events(shown)
+        shared, compact = codec.encode_events(shown, written.updated_at)
         doc["ev"] = compact
         if shared is not None:
             doc["i"] = shared
@@ -166,14 +175,9 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
                              retryable=False)
         largest = max(rest, key=lambda i: sizes[i])
         keys[largest] = key(largest)
-    # The index entry: on the session's first item, and again once the last is due (the
-    # listing reads the head itself for its version, status and time).
-    listed = (prev.listed_at if prev is not None and prev.head is not None
-              and prev.head.get("principal") == written.principal else None)
-    if listed is None or written.updated_at - listed >= lay.LIST_REFRESH_MS:
-        listed = None
     put, parts = _version_items(table, written, base, packed,
-                                [keys[i] for i in sorted(keys)], expires_at, lx, listed)
+                                [keys[i] for i in sorted(keys)], expires_at, lx,
+                                indexed=listed is None)
     landed = Known(version=written.version, base=base, head=head_json,
                    checkpoint=checkpoint, checkpoint_lx=checkpoint_lx,
                    listed_at=written.updated_at if listed is None else listed)
@@ -272,7 +276,7 @@ def fork_plan(table: str, commit: Commit, fork_id: str, lineage: Sequence[dict[s
 
 def _version_items(table: str, written: Head, base: int, payload: bytes,
                    offloaded: list[str], expires_at: int | None, lx: int | None,
-                   listed: int | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                   indexed: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     sid = written.session_id
     key = base + written.version
     pieces = [payload[i:i + lay.CHUNK_BYTES]
@@ -283,10 +287,8 @@ def _version_items(table: str, written: Head, base: int, payload: bytes,
         lay.PAYLOAD: {"B": pieces[0]},
         lay.UPDATED: {"N": str(written.updated_at)},
     }
-    if listed is None:  # in ``list``'s index (``own`` and ``ua`` are its keys)
-        item[lay.OWNER] = {"S": lay.owner_key(written.principal, sid)}
-    else:
-        item[lay.LISTED] = {"N": str(listed)}
+    if indexed:  # in ``list``'s index (``own`` and ``ua`` are its keys); else the payload
+        item[lay.OWNER] = {"S": lay.owner_key(written.principal, sid)}  # says when it was
     status = status_of(written)
     if status != "active":
         item[lay.STATUS] = {"S": status}
