@@ -1,12 +1,15 @@
-"""AWS clients, all made from one botocore session.
+"""AWS clients, made without importing boto3.
 
 boto3 is not needed for the library's own clients: what it adds (resources, S3's transfer
 methods) the library does not call, and importing it imports s3transfer, ``multiprocessing``
-and ``concurrent.futures`` too, a good part of a Lambda cold start. One session for every
-client means botocore's endpoint data and handlers load once per process. Creating a
+and ``concurrent.futures`` too, a good part of a Lambda cold start. So while boto3 is not
+loaded, every client comes from one botocore session of this module's (endpoint data and
+handlers load once per process). Once something has imported boto3 (the app, a test kit
+such as moto, whose ``mock_aws`` resets boto3's default session), clients come from
+``boto3.client`` as before, so they follow boto3's default session. Either way, creating a
 client reads the environment (``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_*``,
-credentials) as boto3's would, and opens no connection: a client made during a SnapStart
-snapshot's initialisation holds no socket.
+credentials) and opens no connection: a client made during a SnapStart snapshot's
+initialisation holds no socket.
 
 Users who pass clients of their own (``DynamoDBStore(table, client=boto3.client(...))``)
 keep them: this is only how the library makes the ones nobody gave it.
@@ -14,6 +17,7 @@ keep them: this is only how the library makes the ones nobody gave it.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
@@ -24,15 +28,19 @@ _session: Any = None
 
 
 def aws_client(service: str, *, region_name: str | None = None, **config: Any) -> Any:
-    """A botocore client for ``service``; ``config`` are ``botocore.config.Config`` options
+    """A client for ``service``; ``config`` are ``botocore.config.Config`` options
     (``retries``, ``connect_timeout``, ``read_timeout``, ...). Safe from any thread: botocore
     sessions are not, so client creation is serialised (clients themselves are safe)."""
     from botocore.config import Config
-    from botocore.session import Session
 
+    settings = Config(**config) if config else None
     global _session
     with _lock:
+        boto3 = sys.modules.get("boto3")
+        if boto3 is not None:  # loaded anyway: its default session, as boto3.client() uses
+            return boto3.client(service, region_name=region_name, config=settings)
         if _session is None:
+            from botocore.session import Session
+
             _session = Session()
-        return _session.create_client(service, region_name=region_name,
-                                      config=Config(**config) if config else None)
+        return _session.create_client(service, region_name=region_name, config=settings)
