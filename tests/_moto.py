@@ -96,6 +96,25 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
 
 
+
+def put_items(table: str, items: list[dict[str, Any]]) -> None:
+    """Write raw items (as a store of another version wrote them) into ``table``."""
+    import boto3
+
+    client = boto3.client("dynamodb")
+    for item in items:
+        client.put_item(TableName=table, Item=item)
+
+
+def session_items(table: str, session_id: str) -> dict[str, dict[str, Any]]:
+    """A session's raw items in ``table``, by sort key."""
+    import boto3
+
+    found = boto3.client("dynamodb").query(
+        TableName=table, KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": session_id}})["Items"]
+    return {item["sk"]["S"]: item for item in found}
+
 @contextlib.contextmanager
 def in_process_aws() -> Iterator[None]:
     """``mock_aws`` with every call into moto serialised on :data:`MOTO_LOCK`."""

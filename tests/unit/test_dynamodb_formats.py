@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 import dormant
@@ -24,7 +23,7 @@ from dormant.events import UserEvent, load_events
 from dormant.models import ScriptedModel
 from dormant.stores import DynamoDBStore
 from dormant.stores._dynamodb import codec, layout, reads
-from tests._moto import aws_env, in_process_aws
+from tests._moto import aws_env, in_process_aws, put_items, session_items
 
 TABLE = "dormant-format1"
 SID = "session_format1"
@@ -55,17 +54,12 @@ def store(monkeypatch: pytest.MonkeyPatch, clock: list[int]) -> Iterator[DynamoD
     with in_process_aws():
         store = DynamoDBStore(TABLE)
         store.ensure_table()
-        client = boto3.client("dynamodb")
-        for item in FIXTURE["items"]:
-            client.put_item(TableName=TABLE, Item=_stored(item))
+        put_items(TABLE, [_stored(item) for item in FIXTURE["items"]])
         yield store
 
 
 def _items() -> dict[str, dict[str, Any]]:
-    found = boto3.client("dynamodb").query(
-        TableName=TABLE, KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": SID}})["Items"]
-    return {item["sk"]["S"]: item for item in found}
+    return session_items(TABLE, SID)
 
 
 def _texts(store: DynamoDBStore, **load: Any) -> list[str]:

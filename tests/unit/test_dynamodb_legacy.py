@@ -22,7 +22,7 @@ from dormant.events import UserEvent, load_events
 from dormant.models import ScriptedModel
 from dormant.stores import DynamoDBStore
 from dormant.types import Control
-from tests._moto import aws_env, in_process_aws
+from tests._moto import aws_env, in_process_aws, put_items, session_items
 
 TABLE = "dormant-legacy"
 SID = "session_legacy"
@@ -36,17 +36,12 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[DynamoDBStore]:
     with in_process_aws():
         store = DynamoDBStore(TABLE)
         store.ensure_table()
-        client = boto3.client("dynamodb")
-        for item in FIXTURE["items"]:
-            client.put_item(TableName=TABLE, Item=item)
+        put_items(TABLE, FIXTURE["items"])
         yield store
 
 
 def _items() -> dict[str, dict[str, Any]]:
-    found = boto3.client("dynamodb").query(
-        TableName=TABLE, KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": SID}})["Items"]
-    return {item["sk"]["S"]: item for item in found}
+    return session_items(TABLE, SID)
 
 
 def _texts(store: DynamoDBStore) -> list[str]:
