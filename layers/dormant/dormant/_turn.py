@@ -235,9 +235,8 @@ class TurnStream(Iterator[StreamEvent]):
                 signal=self._signal, clock=config.host.clock, watch=watch,
                 claim_compaction=claim_in(config.host.store),
             )
-            # The run's events, numbered and kept as they pass (spelled out here, not a
-            # generator of its own: every event of the turn passes through this loop).
-            events = self.events
+            # The run's events, numbered and kept as they pass (a loop here, not a generator
+            # of its own: every event of the turn passes through it).
             while True:
                 try:
                     streamed = next(run)
@@ -246,10 +245,7 @@ class TurnStream(Iterator[StreamEvent]):
                     break
                 if streamed.type == "invocation_resume" and streamed.invocation_id:
                     self.invocation_id = streamed.invocation_id
-                self._seq += 1
-                object.__setattr__(streamed, "seq", self._seq)
-                events.append(streamed)
-                yield streamed
+                yield self._number(streamed)
             self._check_state(session)
             if session.effects_end == 0 and not self._signal.stopped:
                 self._signal.raise_if_aborted()  # aborted at the very end: write nothing

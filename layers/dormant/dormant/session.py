@@ -541,8 +541,7 @@ class Session:
         """Append a ledger event to the uncommitted slice, folded into the head (raises, and
         adds nothing, if the session cannot take it). For trusted server code and handlers:
         e.g. the wake path's ``timer_fired``."""
-        apply(self._head, event)
-        self._new.append(event)
+        self._append(event)
 
     # --- internals ---------------------------------------------------------------------------
 

@@ -174,13 +174,13 @@ def format_of(data: bytes) -> int:
 
 
 def unpack(data: bytes) -> dict[str, Any]:
-    """A payload's document, of either format (:func:`format_of` says which)."""
-    kind, body = data[0], data[1:]
-    if kind in (DEFLATE, DEFLATE_2):
+    """A payload's document, of either format (:func:`format_of` says which, and refuses an
+    unknown one)."""
+    format_of(data)
+    body = data[1:]
+    if data[0] in (DEFLATE, DEFLATE_2):
         opener = zlib.decompressobj(-15, _ZDICT)
         body = opener.decompress(body) + opener.flush()
-    elif kind not in (RAW, RAW_2):
-        raise ValueError(f"unknown payload format {kind}: written by a newer dormant?")
     doc: dict[str, Any] = json.loads(body)
     return doc
 
