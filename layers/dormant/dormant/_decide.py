@@ -34,12 +34,14 @@ from dormant.errors import (
     NotPending,
     NotRunning,
     PendingInputError,
+    RetryRefused,
     SessionFailed,
     SessionPaused,
     SessionRunning,
 )
 from dormant.events import (
     AppEvent,
+    ApprovalDecided,
     Event,
     InputRequested,
     InputResponse,
@@ -52,8 +54,10 @@ from dormant.events import (
     QueueRemove,
     QueueSendNow,
     ResumeEvent,
+    RetryEvent,
     SeedEvent,
     StopRequested,
+    ToolInput,
     ToolResult,
 )
 from dormant.types import Control, ControlSteer
@@ -64,6 +68,7 @@ __all__ = [
     "Plan",
     "Slice",
     "app_event",
+    "approval",
     "interrupt",
     "message",
     "pause",
@@ -72,11 +77,13 @@ __all__ = [
     "request_input",
     "respond",
     "resume",
+    "retry",
     "running",
     "seed",
     "steer",
     "stop",
     "take_pending",
+    "tool",
     "tool_result",
 ]
 
@@ -320,6 +327,49 @@ def respond(session: Slice, input_id: str, value: Any) -> None:
             raise InputError(f"input {input_id} does not fit its schema: "
                              + "; ".join(problems))
     session.add_event(InputResponse(input_id=input_id, value=to_json_value(value)))
+
+
+def tool(session: Slice, call_id: str, value: Any) -> ToolInput:
+    """Answer a yielded call: checked by the fold, validated against the tool's
+    ``yield_schema`` when the step resumes."""
+    event = ToolInput(call_id=call_id, input=to_json_value(value),
+                      invocation_id=session.head.open_invocation)
+    session.add_event(event)
+    return event
+
+
+def approval(session: Slice, approval_id: str, approved: bool,
+             reason: str | None = None) -> ApprovalDecided:
+    """Decide a pending approval request (a JSON boolean only; the fold refuses an id that
+    is not pending, or one decided already)."""
+    if not isinstance(approved, bool):
+        raise InputError(f"approval {approval_id}: approved must be true or false")
+    head = session.head
+    call = head.approval(approval_id)
+    event = ApprovalDecided(approval_id=approval_id, approved=approved, reason=reason,
+                            call_id=call.call_id if call is not None else "",
+                            invocation_id=head.open_invocation)
+    session.add_event(event)
+    return event
+
+
+def retry(session: Slice, retry_id: str, *,
+          landed: Callable[[str], bool] | None = None) -> RetryEvent:
+    """A retry of the failed invocation's failed model call: the event that reopens it (not
+    appended: the request room claims it, ``session.input.retry`` leaves it to the next
+    turn). Refused when the session is not failed, and as a duplicate when the retry id
+    landed already: in the head, or (``landed``: the store's once-only keys, asked only when
+    the head's window may not reach back to it) beyond it."""
+    if not isinstance(retry_id, str) or not retry_id:
+        raise InputError("a retry needs a non-empty retry_id")
+    head = session.head
+    if head.has_retry(retry_id) or (
+            landed is not None and head.failed and not head.knows_every_message
+            and landed(retry_id)):
+        raise RetryRefused(head.session_id, retry_id, duplicate=True)
+    if not head.failed or head.open_invocation is None:
+        raise RetryRefused(head.session_id, retry_id)
+    return RetryEvent(invocation_id=head.open_invocation, retry_id=retry_id)
 
 
 def tool_result(session: Slice, call_id: str, result: Any, is_error: bool = False

@@ -16,7 +16,7 @@ from dormant._head import COMMIT_WINDOW, Head, apply, apply_detached, status_of
 from dormant._ids import new_id, now_ms
 from dormant._inputs import IfBusy
 from dormant._patch import to_json_value
-from dormant.errors import InputError, RetryRefused
+from dormant.errors import InputError
 from dormant.events import (
     AppEvent,
     ApprovalDecided,
@@ -96,13 +96,7 @@ class SessionInput:
 
     def tool(self, *, call_id: str, input: Any) -> ToolInput:
         """Answer a yielded call. Validated against the tool's ``yield_schema`` on resume."""
-        event = ToolInput(
-            call_id=call_id,
-            input=to_json_value(input),
-            invocation_id=self._session._head.open_invocation,
-        )
-        self._session.add_event(event)
-        return event
+        return _decide.tool(self._session, call_id, input)
 
     def tool_result(self, call_id: str, result: Any = None, is_error: bool = False
                     ) -> ToolResult:
@@ -118,26 +112,12 @@ class SessionInput:
                  reason: str | None = None) -> ApprovalDecided:
         """Decide a pending approval request. A decision for an id that is not pending (a
         stale click, a later step, one already decided) raises and writes nothing."""
-        if not isinstance(approved, bool):
-            raise InputError(f"approval {approval_id}: approved must be true or false")
-        head = self._session._head
-        call = head.approval(approval_id)
-        event = ApprovalDecided(approval_id=approval_id, approved=approved, reason=reason,
-                                call_id=call.call_id if call is not None else "",
-                                invocation_id=head.open_invocation)
-        self._session.add_event(event)
-        return event
+        return _decide.approval(self._session, approval_id, approved, reason)
 
     def retry(self, retry_id: str) -> str:
         """Ask the next turn to rerun the failed invocation's failed model call.
         Finished steps and their tool results stay; a retry id lands once."""
-        if not isinstance(retry_id, str) or not retry_id:
-            raise InputError("a retry needs a non-empty retry_id")
-        head = self._session._head
-        if head.has_retry(retry_id):
-            raise RetryRefused(head.session_id, retry_id, duplicate=True)
-        if not head.failed:
-            raise RetryRefused(head.session_id, retry_id)
+        _decide.retry(self._session, retry_id)
         self._session.pending_retry = retry_id
         return retry_id
 
