@@ -10,7 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant._run import TurnInput, run_turn
+from dormant._ids import now_ms
+from dormant._request import TurnInput, open_turn
+from dormant._run import run_turn
 from dormant.events import LEDGER_FORMAT, dump_ledger, load_ledger
 from dormant.models import ScriptedModel
 
@@ -99,8 +101,10 @@ def test_an_old_paused_ledger_still_resumes(path: Path) -> None:
     (pending,) = session.yielded_tools
     session.input.tool(call_id=pending.call_id, input={"approved": True})
 
-    stream = run_turn(agent, session, TurnInput())
-    types = [event.type for event in stream]
+    before = len(session.new_events)
+    start = open_turn(agent, session, TurnInput(), clock=now_ms)
+    opening = session.new_events[before:]  # what the request room opened the turn with
+    types = [event.type for event in [*opening, *run_turn(agent, session, start)]]
 
     assert types[0] == "invocation_resume" and types[-1] == "invocation_end"
     assert session.status == "active"

@@ -14,7 +14,9 @@ from pydantic import BaseModel
 
 import dormant
 from dormant._context import to_messages
-from dormant._run.loop import TurnInput, run_turn
+from dormant._ids import now_ms
+from dormant._request import TurnInput, open_turn
+from dormant._run import run_turn
 from dormant._run.state import RunState
 from dormant._run.tools import Call, _context, run_tools
 from dormant.agent import History
@@ -54,8 +56,10 @@ def both(name: str) -> Any:
 def stream(agent: dormant.Agent, message: str = "go",
            signal: dormant.Signal | None = None) -> Iterator[Any]:
     """The turn's stream, event by event (a turn the stop fails ends the iteration)."""
-    turn = run_turn(agent, Session.new(mint_session_id()), TurnInput(message=message),
-                    signal=signal)
+    session = Session.new(mint_session_id())
+    start = open_turn(agent, session, TurnInput(message=message), clock=now_ms)
+    yield from session.new_events  # the opening, as a request's stream shows it first
+    turn = run_turn(agent, session, start, signal=signal)
     try:
         yield from turn
     except DormantError:

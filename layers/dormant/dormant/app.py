@@ -14,7 +14,8 @@ from dormant._decide import EventType
 from dormant._fork import fork_head, fork_of_head
 from dormant._ids import now_ms
 from dormant._inputs import AppEventInput, HandlerInput, Input, ToolResultInput
-from dormant._run import TurnInput, drain, run_turn
+from dormant._request import TurnInput, open_turn
+from dormant._run import drain, run_turn
 from dormant.agent import (
     DEFAULT_MAX_STEPS,
     Agent,
@@ -448,8 +449,8 @@ class App:
         if session is None:
             sid = normalize_session_id(session_id) if session_id else mint_session_id()
             session = self.sessions.get(sid) or self.sessions.bind(Session.new(sid))
-        return drain(run_turn(agent, session, TurnInput(message=message), hooks=hooks,
-                              clock=self.clock))
+        start = open_turn(agent, session, TurnInput(message=message), clock=self.clock)
+        return drain(run_turn(agent, session, start, hooks=hooks, clock=self.clock))
 
     @property
     def handler(self) -> Handlers:

@@ -14,42 +14,29 @@ import base64
 import hashlib
 import json
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from dormant._context import history_messages
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant._run.compaction import compact_if_due
-from dormant._run.state import ClaimCompaction, Clock, RunState
+from dormant._run.state import ClaimCompaction, Clock, RunState, Start
 from dormant._run.tools import Call, resume_tools, run_tools, state_delta
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
-from dormant.errors import (
-    DuplicateMessage,
-    InputError,
-    NotPending,
-    PendingInputError,
-    RetryRefused,
-    SessionFailed,
-    SessionPaused,
-)
+from dormant.errors import InputError
 from dormant.events import (
     NO_USAGE,
-    AppEvent,
     AssistantDelta,
     AssistantEvent,
     AudioDelta,
     ErrorEvent,
     InvocationEnd,
     InvocationFailed,
-    InvocationResume,
-    InvocationStart,
     InvocationYield,
     ModelEnd,
     ModelStart,
     PauseEvent,
     ReasoningEvent,
-    RetryEvent,
     SteerEvent,
     StopRequested,
     StreamEvent,
@@ -86,40 +73,15 @@ from dormant.results import (
 from dormant.session import Session
 from dormant.tools import Aborted, Signal
 
-__all__ = ["TurnInput", "derive_call_id", "drain", "run_turn"]
+__all__ = ["Start", "derive_call_id", "drain", "run_turn"]
 
 Stream = Generator[StreamEvent, None, RunResult]
-
-
-@dataclass
-class TurnInput:
-    """What starts or resumes a turn (already applied answers live in the session)."""
-
-    message: str | None = None
-    message_id: str | None = None
-    state: dict[str, Any] | None = None
-    invocation_id: str | None = None
-    #: Rerun the failed invocation's failed model call; lands once per id.
-    retry_id: str | None = None
-    #: The message comes from the session's inbox (its id landed when it was queued).
-    dequeued: bool = False
-    #: Steers whose invocation ended without taking them: ``(id, text)``, run first as
-    #: ordinary messages.
-    first: tuple[tuple[str, str], ...] = ()
-    #: ``message`` is a transcript of audio (the voice handler's): its event says so.
-    spoken: bool = False
-    #: A claim committed the invocation's opening; the run carries on from there: ``start``
-    #: (a queued message's start), ``resume`` (a settled step reopened: run its tools),
-    #: ``retry`` (the retry is committed: rerun the failed model call), ``continue`` (a
-    #: paused invocation resumed), ``recover`` (a stranded invocation taken over: run what
-    #: its step left unfinished, under the same call ids, then carry on).
-    claimed: Literal["start", "resume", "retry", "continue", "recover"] | None = None
 
 
 def run_turn(
     agent: Agent,
     session: Session,
-    turn: TurnInput,
+    start: Start,
     *,
     hooks: Sequence[Hook] = (),
     error_handlers: Sequence[ErrorHandler] = (),
@@ -128,82 +90,28 @@ def run_turn(
     watch: Any = None,
     claim_compaction: ClaimCompaction | None = None,
 ) -> Stream:
-    """Run one turn. Raises :class:`InputError` (before writing anything) for bad input.
-
-    A retry asked for with ``session.input.retry(retry_id)`` runs when the turn names none.
-    ``claim_compaction``: how concurrent turns agree on which one summarises (the handlers
-    pass :func:`dormant._run.compaction.claim_in` of their store)."""
-    if turn.retry_id is None and session.pending_retry is not None:
-        turn = replace(turn, retry_id=session.pending_retry)
-    session.pending_retry = None
-    if agent.app_events is not None:  # the agent's app's contract (``app.event``)
-        session.event_types = agent.app_events
+    """Carry a turn on from ``start``: its invocation is open in ``session`` already (the
+    request room, :func:`dormant._request.open_turn`, wrote the opening or a claim committed
+    it). ``claim_compaction``: how concurrent turns agree on which one summarises (the
+    handlers pass :func:`dormant._run.compaction.claim_in` of their store)."""
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     run.watch = watch
     run.claim_compaction = claim_compaction
-    return _start(run, turn)
-
-
-# --- entry ---------------------------------------------------------------------------------------
-
-
-def _start(run: RunState, turn: TurnInput) -> Stream:
-    """Check the input eagerly (so a refusal raises before anything is yielded)."""
-    head = run.session.head
-    if turn.claimed is not None:
-        return _guarded(run, turn)
-    if turn.message is None and turn.retry_id is None and head.queue and head.free:
-        first = head.queue[0]  # the inbox's next message
-        turn = replace(turn, message=first["text"], message_id=first["id"], dequeued=True,
-                       spoken=bool(first.get("audio")))
-    if turn.message is None and turn.first:
-        (message_id, text), *rest = turn.first
-        turn = replace(turn, message=text, message_id=message_id, first=tuple(rest))
-    if turn.retry_id is not None:
-        if head.has_retry(turn.retry_id):
-            raise RetryRefused(head.session_id, turn.retry_id, duplicate=True)
-        if not head.failed:
-            raise RetryRefused(head.session_id, turn.retry_id)
-        return _guarded(run, turn)
-    if turn.message is not None:
-        # A message already in the session is a redelivery, whatever the session does now
-        # (e.g. it parked on a tool the message led to): say so before anything else.
-        if turn.message_id is not None and head.has_message(turn.message_id) \
-                and not turn.dequeued:
-            raise DuplicateMessage(head.session_id, turn.message_id)
-        if head.paused:
-            raise SessionPaused(head.session_id)
-        if head.parked == "tool":
-            pending = [(c.call_id, c.name) for c in head.unresolved()]
-            raise PendingInputError(head.session_id, pending)
-        if head.failed:
-            raise SessionFailed(head.session_id, head.open_invocation)
-        if not isinstance(turn.message, str) or not turn.message:
-            raise InputError("a message must be a non-empty string")
-    elif head.parked == "tool":
-        if head.unresolved():
-            return _still_waiting(run)
-    elif head.failed:
-        raise SessionFailed(head.session_id, head.open_invocation)
-    elif head.paused:
-        raise SessionPaused(head.session_id)
-    elif head.inbox == 0:
-        raise NotPending(
-            f"nothing to run in session {head.session_id}: send a message"
-            + (" (the session waits for one)" if head.parked == "message" else "")
-        )
-    return _guarded(run, turn)
+    run.invocation_id = start.invocation_id
+    run.trigger = start.trigger
+    if start.next == "wait":
+        return _still_waiting(run)
+    return _guarded(run, start)
 
 
 def _still_waiting(run: RunState) -> Stream:
     """Some calls of the parked step are still unanswered: nothing to run yet."""
     yield from ()
-    run.invocation_id = run.session.head.open_invocation
     return _finish_yield_tool(run)
 
 
-def _guarded(run: RunState, turn: TurnInput) -> Stream:
+def _guarded(run: RunState, start: Start) -> Stream:
     # The agent's tool sources (MCP servers) are listed here, on the first turn that needs
     # them. One that cannot list fails the turn before anything runs, and the turn writes
     # nothing, even after a claim (an approval decided, a step reopened): what the claim
@@ -212,7 +120,7 @@ def _guarded(run: RunState, turn: TurnInput) -> Stream:
     run.agent.toolset()
     run.session.defer_events()  # timers tools ask for wait for flush (call order)
     try:
-        return (yield from _body(run, turn))
+        return (yield from _body(run, start))
     except Aborted as error:
         if run.signal.stopped:
             return (yield from _stopped(run))
@@ -317,45 +225,13 @@ def _recover(run: RunState, error: Exception) -> str | None:
     return None
 
 
-def _body(run: RunState, turn: TurnInput) -> Stream:
-    head = run.session.head
-    resuming_tools = False
-    slice_ = run.session.new_events
-    run.trigger = slice_[-1] if slice_ else None
-    brought = [e for e in slice_ if isinstance(e, AppEvent)]
-    if brought:  # the request brought application events: the turn started after them
-        run.trigger = brought[-1]
-    if turn.claimed is not None:
-        return (yield from _carry_on(run, turn))
-    if turn.retry_id is not None:
-        run.invocation_id = head.open_invocation
-        retry = RetryEvent(invocation_id=run.invocation_id, retry_id=turn.retry_id)
-        run.trigger = retry
-        yield run.emit(retry)
-        return (yield from _loop(run))
-    if turn.message is not None:
-        if head.parked == "message":
-            run.invocation_id = head.open_invocation
-            yield from _users(run, turn)
-            yield run.emit(InvocationResume(invocation_id=run.invocation_id))
-        else:
-            run.invocation_id = turn.invocation_id or new_id("inv")
-            yield run.emit(InvocationStart(invocation_id=run.invocation_id,
-                                           agent=run.agent.name))
-            yield from _users(run, turn)
-    elif head.parked is not None:
-        run.invocation_id = head.open_invocation
-        resuming_tools = head.parked == "tool"
-        yield run.emit(InvocationResume(invocation_id=run.invocation_id))
-    else:
-        run.invocation_id = turn.invocation_id or new_id("inv")
-        yield run.emit(InvocationStart(invocation_id=run.invocation_id, agent=run.agent.name))
-    if turn.state:
-        yield from state_delta(run, {**run.session.state, **turn.state})
-    if resuming_tools:
+def _body(run: RunState, start: Start) -> Stream:
+    if start.state:
+        yield from state_delta(run, {**run.session.state, **start.state})
+    if start.next == "tools":
         yield from resume_tools(run)
         yield from run.flush()
-    replaced = _before_agent(run)
+    replaced = _before_agent(run) if start.hooks else None
     if replaced is not None:
         return (yield from _reply_and_end(run, replaced))
     return (yield from _loop(run))
@@ -371,39 +247,6 @@ def _before_agent(run: RunState) -> str | None:
             if isinstance(replaced, str):
                 return replaced
     return None
-
-
-def _carry_on(run: RunState, turn: TurnInput) -> Stream:
-    """Run an invocation whose opening a claim committed (see ``TurnInput.claimed``)."""
-    session = run.session
-    head = session.head
-    run.invocation_id = head.open_invocation
-    if run.trigger is None and session.loaded_events:  # the last event the claim committed
-        run.trigger = session.loaded_events[-1]
-    if turn.state:
-        yield from state_delta(run, {**session.state, **turn.state})
-    if turn.claimed in ("resume", "recover") and any(not c.settled for c in head.step):
-        yield from resume_tools(run)
-        yield from run.flush()
-    replaced = _before_agent(run) if turn.claimed in ("start", "resume") else None
-    if replaced is not None:
-        return (yield from _reply_and_end(run, replaced))
-    return (yield from _loop(run))
-
-
-def _users(run: RunState, turn: TurnInput) -> Generator[StreamEvent, None, None]:
-    """The turn's user message, after the steers that missed their invocation."""
-    for message_id, text in turn.first:
-        run.session.spare_ids.add(message_id)
-        yield run.emit(UserEvent(text=text, message_id=message_id,
-                                 invocation_id=run.invocation_id, ts=run.clock()))
-    assert turn.message is not None
-    event = UserEvent(text=turn.message, message_id=turn.message_id or new_id("msg"),
-                      invocation_id=run.invocation_id, ts=run.clock(), queued=turn.dequeued,
-                      audio=turn.spoken)
-    if not isinstance(run.trigger, AppEvent):  # a turn an app event started: that's it
-        run.trigger = event
-    yield run.emit(event)
 
 
 # --- the model loop ------------------------------------------------------------------------------

@@ -5,19 +5,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext
 from dormant.events import NO_USAGE, Event, StreamEvent, Usage
 from dormant.session import Session
 from dormant.tools import Signal
 
-__all__ = ["ClaimCompaction", "Clock", "RunState"]
+__all__ = ["ClaimCompaction", "Clock", "RunState", "Start"]
 
 Clock = Callable[[], int]
 #: Claims the compaction of ledger positions ``covered_from`` … ``tail_start`` for this turn:
 #: True, this turn summarises them; False, another turn does (this one does not pay for it).
 ClaimCompaction = Callable[["RunState", int, int], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a turn carries on from, once the request room wrote its invocation's opening
+    into the session's slice (a new invocation, a resumed one, a retry) or a claim committed
+    it: what the opening decided, as a value (the shape of openai-agents' ``NextStep``).
+
+    ``next``: ``model`` (call the model), ``tools`` (first settle the parked step's tools that
+    have not run: answered yields, decided approvals, a stranded step's calls), ``wait`` (the
+    parked step still waits for answers: nothing runs). ``hooks``: the ``before_agent`` hooks
+    run first (not on a retry, a continued pause or a takeover: the agent already started).
+    ``state``: the request's state writes, applied first. ``trigger``: the ledger event that
+    started the turn (what a tool sees as ``ToolContext.event``)."""
+
+    invocation_id: str | None
+    next: Literal["model", "tools", "wait"] = "model"
+    hooks: bool = True
+    state: dict[str, Any] | None = None
+    trigger: Event | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -1,5 +1,5 @@
-"""How :func:`dormant.testing.run_test` delivers a script's steps: in process (``run_turn`` with
-``session.input``, committed through the app's commit policy) or through the REST handler, one
+"""How :func:`dormant.testing.run_test` delivers a script's steps: in process (the request
+executor the handlers run, :func:`dormant._request.serve`) or through the REST handler, one
 request and one commit per step. Both honour the fault steps (a model call that fails, a commit
 another writer beats, an input delivered twice, a process that dies between its claim and its
 commit) and turn control: a stop, steer or pause sent as its own request while a scripted reply
@@ -19,18 +19,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from dormant._control import ControlWatch, write_asks
 from dormant._ids import new_id, now_ms
 from dormant._inputs import HandlerInput, Input
-from dormant._request import (
-    Opened,
-    RequestRules,
-    derive_invocation,
-    finish_request,
-    open_request,
-)
-from dormant._run import TurnInput, run_turn
-from dormant._run.compaction import claim_in
+from dormant._request import Served, Serving, derive_invocation, serve
 from dormant._turn import TurnStream
 from dormant._turn_wire import TurnResult
 from dormant.agent import Agent, Hook, HookContext
@@ -61,8 +52,6 @@ Outcome = RunResult | TurnResult
 POLL_INTERVAL = 0.02
 #: Seconds a scripted reply waits for its stop, steer or pause to reach the running turn.
 CONTROL_WAIT = 5.0
-#: Queued messages one in-process delivery runs after its own turn, at most.
-MAX_DRAIN = 16
 
 
 class ModelFault:
@@ -448,124 +437,79 @@ class Driver:
 
 
 class InProcessDriver(Driver):
-    """Runs each step with the run loop and ``session.input``, commits through
-    ``app.sessions.policy`` (the same policy the handlers use). A turn it runs polls the
-    session's control record (:class:`ControlWatch`) like a handler's turn; after a step the
-    inbox drains while the session is free."""
+    """Serves each step in process with the request executor the handlers run
+    (:func:`dormant._request.serve`: open, claim, run under a control watch, commit through
+    ``app.sessions.policy``, write the asks, drain the inbox), polling the control record
+    every :data:`POLL_INTERVAL`; a step's outcome is its run's :class:`RunResult` (a
+    :class:`TurnResult` for a step that runs no turn)."""
 
     def __init__(self, app: App, agent: Agent, session_id: str) -> None:
         super().__init__(app, agent, session_id)
+        self._serving = Serving(app, self.agent, poll_interval=POLL_INTERVAL)
         self._events: list[StreamEvent] | None = None
 
     def _deliver(self, given: dict[str, Any]) -> Outcome:
-        outcome = self._apply(given, may_run=True)
-        if outcome.status != "error":
-            self._drain()
-        return outcome
+        return self._serve(given)
 
     def _request(self, given: dict[str, Any]) -> Outcome:
-        return self._apply(given, may_run=False)
+        return self._serve(given, control=True)
 
     def _stream_events(self) -> list[StreamEvent] | None:
         return self._events
 
-    def _apply(self, given: dict[str, Any], *, may_run: bool) -> Outcome:
-        """One delivery through the request room, as a handler opens it: inputs decided
-        from the head, what must land first claimed, then the turn (if any) run here."""
+    def _serve(self, given: dict[str, Any], *, control: bool = False) -> Outcome:
+        """One delivery through the request executor, as a handler serves it."""
         request = HandlerInput(session_id=self.session_id, input=Input.model_validate(given))
         mid = request.input.message_id  # a fresh invocation is named as a handler names it
         fresh = derive_invocation(self.session_id, mid) if mid else new_id("inv")
+        events: list[StreamEvent] = []
+        if not control:
+            self._events = events
+        served = serve(self._serving, request, Signal(), invocation_id=fresh,
+                       on_done=None if control else self._done)
         try:
-            opened = open_request(self.app, self.agent, request, RequestRules(),
-                                  invocation_id=fresh)
-        except (DormantError, ModelError) as error:
-            return _error(error)
-        if opened.turn is None:
-            return self._finish(opened)
-        if not may_run:
-            self.problems.append(f"a control sent while a turn runs would run a turn: {given!r}")
-            return ErrorResult(error="the control would run a turn", code="script_error")
-        return self._run(opened.session, opened.turn)
-
-    def _finish(self, opened: Opened) -> Outcome:
-        """A delivery that runs no turn: commit what it recorded (a claim may have), write
-        what it asks of the running turn (what a handler does:
-        :func:`dormant._request.finish_request`)."""
-        plan, session = opened.plan, opened.session
-        assert plan.status is not None
-        try:
-            commit, version = finish_request(self.app, opened, self._reload(session))
-        except DormantError as error:
-            return _error(error)
-        return TurnResult(session_id=session.session_id, status=plan.status,
-                          commit_status=commit, version=version, queued=plan.queued,
-                          invocation_id=session.head.open_invocation,
-                          state=dict(session.state))
-
-    def _reload(self, session: Session) -> Callable[[], Session | None]:
-        return lambda: self.app.sessions.load(
-            session.session_id, turns=self.agent.history_turns,
-            compacted=self.agent.compaction is not None)
-
-    def _write_asks(self, session: Session) -> None:
-        if session.control_asks:
-            write_asks(self.app.store, session, self._reload(session))
-
-    def _run(self, session: Session, turn: TurnInput) -> Outcome:
-        signal = Signal()
-        self.running = turn.invocation_id
-        self._events = []
-        watch = ControlWatch(self.app.store, session.session_id, lambda: self.running, signal,
-                             interval=POLL_INTERVAL,
-                             control_rev=session.head.control_rev).start()
-        try:
-            result = self._pump(run_turn(self.agent, session, turn, signal=signal,
-                                         clock=self.app.clock, watch=watch,
-                                         claim_compaction=claim_in(self.app.store)))
-        except (DormantError, ModelError) as error:
-            return _error(error)
+            while True:
+                try:
+                    event = next(served)
+                except StopIteration as stop:
+                    done: Served = stop.value
+                    break
+                if event.invocation_id is not None:
+                    self.running = event.invocation_id
+                object.__setattr__(event, "seq", len(events) + 1)  # as a handler numbers them
+                events.append(event)
         finally:
-            watch.close()
-            self._events = None
-        try:
-            outcome = self.app.sessions.policy.commit(session)
-            self._write_asks(session)
-        except DormantError as error:
-            return _error(error)
-        if outcome.status == "failed":
-            return ErrorResult(error=f"the commit failed: {outcome.error}", code="store_error")
-        return result
+            served.close()
+            if not control:
+                self._events = None
+        if control and done.result is not None:
+            self.problems.append(f"a control sent while a turn runs ran a turn: {given!r}")
+        return _outcome(done)
 
-    def _pump(self, stream: Any) -> RunResult:
-        """Run a turn's stream to its end, numbering its events as a handler's stream does
-        (a stop's ``seen`` counts them)."""
-        events = self._events
-        assert events is not None
-        while True:
-            try:
-                event = next(stream)
-            except StopIteration as stop:
-                result: RunResult = stop.value
-                return result
-            if event.invocation_id is not None:
-                self.running = event.invocation_id
-            object.__setattr__(event, "seq", len(events) + 1)
-            events.append(event)
+    def _done(self, served: Served) -> None:
+        """The request's own turn is over: a turn its drain runs streams elsewhere."""
+        self._events = None
 
-    def _drain(self) -> None:
-        """Run what the session has waiting (a stranded invocation, the inbox's messages),
-        each its own request, claim and commit, while it is free: what a handler's request
-        does after its own turn."""
-        for _ in range(MAX_DRAIN):
-            session = self.session()
-            head = session.head
-            due = (head.stranded(self.app.clock()) if head.running
-                   else bool(head.queue and head.free) and not session.pause_pending)
-            if not due:
-                return
-            done = self._apply({}, may_run=True)
-            if done.status == "error":
-                return
+
+def _outcome(served: Served) -> Outcome:
+    """A step's outcome, as the kit reports it: the run's result, a failure, or what a
+    request that ran no turn answers."""
+    if served.error is not None:
+        if not isinstance(served.error, DormantError | ModelError):
+            raise served.error  # a bug in the agent's tools or hooks: the test sees it
+        return ErrorResult(error=str(served.error), code=served.code or "run_error")
+    opened = served.opened
+    assert opened is not None
+    outcome = served.outcome
+    if outcome is not None and outcome.status == "failed":
+        return ErrorResult(error=f"the commit failed: {outcome.error}", code="store_error")
+    if served.result is not None:
+        return served.result
+    plan, session = opened.plan, opened.session
+    assert plan.status is not None
+    return TurnResult(session_id=session.session_id, status=plan.status,
+                      commit_status=served.commit, version=served.version, queued=plan.queued,
+                      invocation_id=session.head.open_invocation, state=dict(session.state))
 
 
 class HandlerDriver(Driver):

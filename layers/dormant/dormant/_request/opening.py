@@ -1,47 +1,27 @@
-"""The request room: what one request does to its session before a turn runs.
-
-:func:`open_request` loads the session, applies the request's inputs (the decisions are
-:mod:`dormant._decide`'s), and **claims** what must land before anything runs. Both the
-handlers' :class:`~dormant._turn.TurnStream` and the test kit's in-process driver call it, so
-the kit behaves like production.
-
-A claim is one conditional write at the version the request read (``CommitPolicy.claim``),
-never merged: of two requests racing to end or reopen one response, one lands; the other
-decides again from the newer head, where its input either still applies (it claims again)
-or is refused by the decision itself (409 naming what happened). Claimed are: a decision or
-an answer that lets a tool run or settles a step, an ending (interrupt, a stop of a waiting
-response, send-now), a reopening (a retry, a resume of a paused invocation), the start of
-the inbox's next message, and the takeover of a stranded invocation.
-
-A claim that lets a turn run carries a **lease**: the epoch ms its request promised to
-commit by (``Head.lease``), and a wake-up timer (:data:`LEASE_TIMER`) armed just after it.
-When the claimer dies first, the next request on the session, the inbox's hand-on or that
-timer finds the invocation stranded and takes it over: it re-runs the unfinished step with
-the same call ids (the tools' idempotency key) and drains the inbox.
-"""
+"""Opening a request: load its session, apply its inputs, decide what it does, and claim
+what must land before anything runs (see the package's docstring)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from dormant._commit import CommitPolicy, LostClaim
-from dormant._control import write_asks
+from dormant import _decide
+from dormant._commit import LostClaim
 from dormant._decide import Plan, plan, take_pending
 from dormant._head import Head
 from dormant._ids import new_id
 from dormant._inputs import CommitStatus, HandlerInput, Input
-from dormant._run import TurnInput
+from dormant._request.host import Host, RequestRules, derive_invocation
+from dormant._request.invocation import TurnInput, open_invocation, open_turn
+from dormant._run import Start
 from dormant.errors import (
     DuplicateMessage,
     InputError,
-    RetryRefused,
     ServerOnly,
-    SessionMoved,
     SessionNotFound,
     StoreError,
     describe_validation,
@@ -51,7 +31,6 @@ from dormant.events import (
     InterruptEvent,
     InvocationEnd,
     InvocationResume,
-    InvocationStart,
     QueueEdit,
     QueueMove,
     QueueRemove,
@@ -61,31 +40,15 @@ from dormant.events import (
     StopRequested,
     TimerFired,
     ToolResult,
-    UserEvent,
 )
 from dormant.schedulers import LEASE_GRACE_MS, LEASE_TIMER
 from dormant.session import Session, mint_session_id, normalize_session_id
 
 if TYPE_CHECKING:
     from dormant.agent import Agent
-    from dormant.stores._base import Store
 
-__all__ = [
-    "DEFAULT_LEASE",
-    "LEASE_GRACE_MS",
-    "LEASE_TIMER",
-    "Host",
-    "Opened",
-    "RequestRules",
-    "SessionsPort",
-    "derive_invocation",
-    "finish_request",
-    "open_request",
-]
+__all__ = ["CLAIM_ATTEMPTS", "Opened", "open_request"]
 
-#: Seconds a claim's lease lasts when the request has no deadline of its own (a Lambda's
-#: remaining time or the handler's ``timeout`` set one).
-DEFAULT_LEASE = 120.0
 #: Decisions one request makes at most while other writers keep landing first.
 CLAIM_ATTEMPTS = 16
 
@@ -98,60 +61,21 @@ _ENDINGS = (InterruptEvent, InvocationEnd, InvocationResume, QueueSendNow, Resum
 _CLAIMED = (*_ENDINGS, QueueEdit, QueueMove, QueueRemove)
 
 
-class SessionsPort(Protocol):
-    """What a request needs of ``app.sessions``."""
-
-    policy: CommitPolicy
-
-    def load(self, session_id: str, *, turns: int | None,
-             compacted: bool = False) -> Session | None: ...
-
-    def holds_message(self, session: Session, message_id: str) -> bool: ...
-
-    def arm(self, session_id: str, name: str, fire_at: int) -> None: ...
-
-    def bind(self, session: Session) -> Session: ...
-
-
-class Host(Protocol):
-    """What the request room and :class:`~dormant._turn.TurnStream` see of the app: its
-    sessions, store and clock, and where work that does not fit one request is handed on."""
-
-    @property
-    def sessions(self) -> SessionsPort: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def clock(self) -> Callable[[], int]: ...
-
-    @property
-    def hand_on(self) -> Callable[[HandlerInput], None] | None: ...
-
-
-@dataclass(frozen=True)
-class RequestRules:
-    """A handler's rules for its requests: the state schema, the state keys public clients
-    may write, and the claim's lease when the request has no deadline."""
-
-    schema: type[BaseModel] | None = None
-    client_state: frozenset[str] = frozenset()
-    lease: float = DEFAULT_LEASE
-
-
 @dataclass
 class Opened:
-    """A request, opened: its ``session`` (inputs applied, claim committed), the ``plan``
-    (what it does), the ``turn`` to run (None: none runs; ``plan.status`` says what it
-    ended as), the events its claim committed (a stream shows them first), what the claim
-    wrote, the invocation it runs on, stopped or continues (None: a fresh one), whether it
-    takes a stranded invocation over, and the queued message it starts."""
+    """A request, opened: its ``session`` (inputs applied, claim committed, the turn's
+    invocation opened in its slice), the ``plan`` (what it does), where the turn carries on
+    (``start``; None: no turn runs, ``plan.status`` says what the request ended as), the
+    events its claim committed (``claimed``) and the opening it wrote after (``opening``,
+    uncommitted), what the claim wrote, the invocation it runs on, stopped or continues,
+    whether it takes a stranded invocation over, and the queued message it starts."""
 
     session: Session
     plan: Plan
     turn: TurnInput | None = None
+    start: Start | None = None
     claimed: list[Event] = field(default_factory=list)
+    opening: list[Event] = field(default_factory=list)
     commit: CommitStatus | None = None
     version: int | None = None
     invocation_id: str | None = None
@@ -159,18 +83,28 @@ class Opened:
     #: The queued message the claim started (the inbox's next one), if any.
     dequeued: str | None = None
 
+    @property
+    def shown(self) -> list[Event]:
+        """What a stream shows before the run's own events: what the claim committed, the
+        application events the request brought, then the opening, in ledger order."""
+        brought = [e for e in self.session.new_events if e.type == "app_event"]
+        return [*self.claimed, *brought, *self.opening] if brought or self.claimed \
+            else self.opening
+
 
 def open_request(host: Host, agent: Agent, request: HandlerInput, rules: RequestRules, *,
                  lease: float | None = None, invocation_id: str | None = None,
                  on_start: Callable[[Head], None] | None = None) -> Opened:
-    """Open ``request``: decide what it does from the head, claim what must land first.
+    """Open ``request``: decide what it does from the head, claim what must land first,
+    then open the turn's invocation (:func:`~dormant._request.invocation.open_turn`).
 
     ``lease``: seconds the request has left (None: :attr:`RequestRules.lease`);
-    ``invocation_id``: the id a fresh invocation gets (None: the run mints one);
+    ``invocation_id``: the id a fresh invocation gets (None: one is minted);
     ``on_start``: given a copy of the head as the request found it (answers and decisions
     applied), before anything is decided (so a refused request can still show it). Raises
-    :class:`~dormant.errors.DormantError` for a refused request (nothing written) and
-    :class:`pydantic.ValidationError` for a state that does not fit the schema."""
+    :class:`~dormant.errors.DormantError` for a refused request (nothing written, or only
+    its claim) and :class:`pydantic.ValidationError` for a state that does not fit the
+    schema."""
     sid = (normalize_session_id(request.session_id) if request.session_id is not None
            else mint_session_id())
     if request.public:
@@ -180,45 +114,20 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
                          "transcribes it; this handler takes a text message")
     for _ in range(CLAIM_ATTEMPTS):
         session = _load(host, agent, sid, request, rules)
-        opened = _decide(host, agent, session, request, on_start, invocation_id)
-        if not _claims(opened):
-            return opened
-        try:
-            _claim(host, opened, rules.lease if lease is None else lease)
-        except LostClaim:
-            continue  # somebody's progress: decide again from the newer head
+        opened = _decided(host, agent, session, request, on_start, invocation_id)
+        if _claims(opened):
+            try:
+                _claim(host, opened, rules.lease if lease is None else lease)
+            except LostClaim:
+                continue  # somebody's progress: decide again from the newer head
+        if opened.turn is not None:
+            before = len(session.new_events)
+            opened.start = open_turn(agent, session, opened.turn, clock=host.clock)
+            opened.opening = session.new_events[before:]
+            opened.invocation_id = opened.start.invocation_id
         return opened
     raise StoreError(f"session {sid}: other requests kept landing first ({CLAIM_ATTEMPTS} "
                      "times); try again", retryable=True)
-
-
-def finish_request(host: Host, opened: Opened, reload: Callable[[], Session | None]
-                   ) -> tuple[CommitStatus | None, int | None]:
-    """A request that runs no turn: commit what its inputs recorded that its claim did not
-    (if anything), then write what it asks of the running turn. Returns how it was written
-    (None: nothing to write) and the session's version. Raises :class:`StoreError` when the
-    store could not be written and :class:`SessionMoved` when the inputs no longer fit a
-    newer head."""
-    session = opened.session
-    commit, version = opened.commit, opened.version if opened.commit else session.version
-    if session.dirty:
-        outcome = host.sessions.policy.commit(session)
-        if outcome.status == "failed":
-            raise outcome.error or StoreError(f"session {session.session_id} could not be "
-                                              "written")
-        if outcome.status == "superseded":
-            raise SessionMoved(session.session_id)
-        commit, version = outcome.status, outcome.version
-    if session.control_asks:
-        write_asks(host.store, session, reload)
-    return commit, version
-
-
-def derive_invocation(session_id: str, key: str) -> str:
-    """An invocation id derived from the session and a message id (a redelivery, or the run
-    of a queued message, gets the same id and so the same derived call ids)."""
-    seed = f"{session_id.removeprefix('session_')}|{key}".encode()
-    return "inv_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -240,10 +149,6 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
         _check_client_state(rules, session, request.input.state)
     if request.public:
         _refuse_deferred_answers(session, request.input)
-    retry = request.input.retry
-    if retry is not None and session.head.failed and not session.head.knows_every_message \
-            and host.store.has_once(sid, "r:" + retry.retry_id):
-        raise RetryRefused(sid, retry.retry_id, duplicate=True)
     return session
 
 
@@ -304,8 +209,8 @@ def _refuse_deferred_answers(session: Session, given: Input) -> None:
 # --- deciding --------------------------------------------------------------------------------
 
 
-def _decide(host: Host, agent: Agent, session: Session, request: HandlerInput,
-            on_start: Callable[[Head], None] | None, fresh: str | None) -> Opened:
+def _decided(host: Host, agent: Agent, session: Session, request: HandlerInput,
+             on_start: Callable[[Head], None] | None, fresh: str | None) -> Opened:
     """Apply the request's inputs to ``session`` and decide what runs (nothing written)."""
     given = request.input
     sessions = host.sessions
@@ -360,17 +265,15 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
     head = session.head
     retry = given.retry.retry_id if given.retry is not None else None
     if head.paused or session.pause_pending:
-        opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)  # refused
+        # (what it claimed lands; then ``open_turn`` refuses the turn: the session is paused)
+        opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)
     elif decided.continue_paused:
         opened.invocation_id = head.open_invocation
         opened.turn = TurnInput(claimed="continue", invocation_id=head.open_invocation,
                                 state=given.state)
     elif retry is not None:
-        if head.has_retry(retry):
-            raise RetryRefused(head.session_id, retry, duplicate=True)
-        if not head.failed or head.open_invocation is None:
-            raise RetryRefused(head.session_id, retry)
-        retried = RetryEvent(invocation_id=head.open_invocation, retry_id=retry)
+        retried = _decide.retry(session, retry, landed=lambda retry_id: host.store.has_once(
+            session.session_id, "r:" + retry_id))
         session.add_event(retried)
         opened.claimed.append(retried)
         opened.invocation_id = head.open_invocation
@@ -390,10 +293,8 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
         queued = head.queue[0]
         invocation = opened.invocation_id or derive_invocation(session.session_id,
                                                                queued["id"])
-        _start(session, opened, agent, invocation, first, host.clock,
-               UserEvent(text=queued["text"], message_id=queued["id"], queued=True,
-                         invocation_id=invocation, ts=host.clock(),
-                         audio=bool(queued.get("audio"))))
+        _start(session, opened, agent, invocation, first, host.clock, text=queued["text"],
+               message_id=queued["id"], queued=True, audio=bool(queued.get("audio")))
         opened.dequeued = queued["id"]
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     elif decided.message is not None and head.parked != "message" and any(
@@ -405,26 +306,19 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
         invocation = opened.invocation_id or (
             fresh if fresh is not None and message_id == given.message_id
             else derive_invocation(session.session_id, message_id))
-        _start(session, opened, agent, invocation, first, host.clock,
-               UserEvent(text=decided.message, message_id=message_id, invocation_id=invocation,
-                         ts=host.clock(), audio=bool(given.spoken)))
+        _start(session, opened, agent, invocation, first, host.clock, text=decided.message,
+               message_id=message_id, audio=bool(given.spoken))
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     else:
         opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)
 
 
 def _start(session: Session, opened: Opened, agent: Agent, invocation: str,
-           first: tuple[tuple[str, str], ...], clock: Callable[[], int],
-           user: UserEvent) -> None:
-    """Open ``invocation`` in the slice for ``user`` (after the steers that missed theirs):
-    what a claimed start commits."""
-    opened.claimed.append(InvocationStart(invocation_id=invocation, agent=agent.name))
-    for message_id, text in first:
-        opened.claimed.append(UserEvent(text=text, message_id=message_id,
-                                        invocation_id=invocation, ts=clock()))
-    opened.claimed.append(user)
-    for event in opened.claimed[-(len(first) + 2):]:
-        session.add_event(event)
+           first: tuple[tuple[str, str], ...], clock: Callable[[], int], **user: object
+           ) -> None:
+    """Open ``invocation`` in the slice for the user message (after the steers that missed
+    theirs): what a claimed start commits."""
+    opened.claimed.extend(open_invocation(session, agent, invocation, first, clock, **user))
     opened.invocation_id = invocation
 
 
