@@ -149,7 +149,7 @@ def test_deleting_and_purging_calls_only_what_each_role_allows(
     session = seeding.sessions.create("thread-42", owner=SUB)
     for n in range(120):
         session.input.message(f"turn {n}", id=f"m-{n}")
-        session._append(AssistantEvent(text="x" * (3_000 if n == 7 else 10)))
+        session.add_event(AssistantEvent(text="x" * (3_000 if n == 7 else 10)))
         assert seeding.sessions.commit(session).ok
     seeding.sessions.fork("thread-42", new_session_id="thread-43", owner=SUB)
     api = deployed.cold_start("api")

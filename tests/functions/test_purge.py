@@ -33,7 +33,7 @@ def _seed(deployed: Deployment, name: str = "thread-42", turns: int = TURNS,
     session = app.sessions.get(name) or app.sessions.create(name, owner=SUB)
     for n in range(turns):
         session.input.message(f"{text} {n:05d}", id=f"{text}-{n}")  # a guard each
-        session._append(AssistantEvent(text=f"reply {n:05d}"))
+        session.add_event(AssistantEvent(text=f"reply {n:05d}"))
         assert app.sessions.commit(session).ok
 
 

@@ -131,15 +131,15 @@ def test_a_merge_drops_a_summary_the_newer_head_already_has() -> None:
     assert app.sessions.policy.commit(first).status == "committed"
     assert app.sessions.policy.commit(third).status == "merged"  # the commit policy's way
 
-    before = second.effects_end
+    before = second.window.effects_end
     assert isinstance(second.new_events[before - 1], ToolResult)
     stored = app.store.load(SID, turns=None)
     assert stored is not None
-    second.rebase(stored)
+    second.window.rebase(stored)
     assert not any(isinstance(e, CompactionEvent) for e in second.new_events)
     # the mark of what changed the world still ends at the tool's result
-    assert second.effects_end == before - 1
-    assert isinstance(second.new_events[second.effects_end - 1], ToolResult)
+    assert second.window.effects_end == before - 1
+    assert isinstance(second.new_events[second.window.effects_end - 1], ToolResult)
     assert app.sessions.policy.commit(second).status == "committed"
 
     merged = app.sessions.get(SID)

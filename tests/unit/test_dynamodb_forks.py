@@ -109,7 +109,7 @@ class Wire:
 def _talk(app: dormant.App, session: Session, name: str, turns: int) -> None:
     for n in range(turns):
         session.input.message(f"{name} {n:05d}")
-        session._append(AssistantEvent(text=f"reply {n:05d}"))
+        session.add_event(AssistantEvent(text=f"reply {n:05d}"))
         assert app.sessions.commit(session).ok
 
 
@@ -123,9 +123,9 @@ def _compacted_session(store: DynamoDBStore, name: str, turns: int) -> Session:
     session = app.sessions.create(name)
     for n in range(turns):
         session.input.message(f"turn {n:05d}")
-        session._append(AssistantEvent(text=f"reply {n:05d}"))
+        session.add_event(AssistantEvent(text=f"reply {n:05d}"))
         if n % COMPACT_EVERY == COMPACT_EVERY - 1:
-            session._append(CompactionEvent(summary=f"turns to {n - 2}",
+            session.add_event(CompactionEvent(summary=f"turns to {n - 2}",
                                             tail_start=session.head.turn_starts[-2], turns=n - 1))
         assert app.sessions.commit(session).ok
     return session
@@ -176,7 +176,7 @@ def test_a_compacted_load_pages_on_when_the_guess_is_short(store: DynamoDBStore)
     app = dormant.App(store=store)
     session = app.sessions.create("wide")
     _talk(app, session, "early", 3)
-    session._append(CompactionEvent(summary="early", tail_start=session.head.seq, turns=3))
+    session.add_event(CompactionEvent(summary="early", tail_start=session.head.seq, turns=3))
     assert app.sessions.commit(session).ok
     _talk(app, session, "late", 70)
     fresh = DynamoDBStore(TABLE)

@@ -612,7 +612,7 @@ def test_a_window_larger_than_the_guess_pages_until_complete(aws: None) -> None:
         session.input.message(f"turn {turn}")
         assert app.sessions.commit(session).ok
         for step in range(12):  # twelve more commits inside the same turn (tool results)
-            session._append(ToolResult(call_id=f"c{turn}.{step}", name="t", result=step))
+            session.add_event(ToolResult(call_id=f"c{turn}.{step}", name="t", result=step))
             assert app.sessions.commit(session).ok
     calls = Calls(store._client)
     loaded = store.load("session_wide", turns=2)

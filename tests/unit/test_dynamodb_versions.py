@@ -400,12 +400,12 @@ def test_a_head_changed_in_place_by_its_caller_leaves_the_remembered_one_as_stor
     app.sessions.create("nested", state={"prefs": {"nights": 1, "rooms": [1]}})
     session = app.sessions.get("nested")
     assert session is not None
-    session._append(StateDelta(patch=[{"op": "replace", "path": "/prefs/nights", "value": 2},
+    session.add_event(StateDelta(patch=[{"op": "replace", "path": "/prefs/nights", "value": 2},
                                       {"op": "add", "path": "/prefs/rooms/-", "value": 2}]))
     assert app.sessions.commit(session).ok
     session = app.sessions.get("nested")
     assert session is not None
-    session._append(StateDelta(patch=[{"op": "replace", "path": "/prefs/nights", "value": 3}]))
+    session.add_event(StateDelta(patch=[{"op": "replace", "path": "/prefs/nights", "value": 3}]))
     assert app.sessions.commit(session).ok
 
     loaded = DynamoDBStore(TABLE).load("session_nested")

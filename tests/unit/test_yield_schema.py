@@ -158,7 +158,7 @@ def test_get_session_reads_the_whole_ledger_when_the_yield_is_older_than_the_las
     app = dormant.App(name="get")
     agent = _parked(app)
     session = _session(app)  # a steer the parked invocation took starts a turn after the yield
-    session._append(UserEvent(text="two nights", steer=True,
+    session.add_event(UserEvent(text="two nights", steer=True,
                               invocation_id=session.open_invocation))
     assert app.sessions.commit(session).ok
     reads = _reads(app, monkeypatch)

@@ -109,7 +109,7 @@ class CommitPolicy:
         return result
 
     def _landed(self, session: Session, slice_: Sequence[Event], version: int) -> None:
-        session.mark_committed(version)
+        session.window.mark_committed(version)
         timers: list[TimerSet | TimerCancelled] = [
             e for e in slice_ if isinstance(e, TimerSet | TimerCancelled)]
         if timers:
@@ -142,7 +142,7 @@ class CommitPolicy:
             if own_ts is not None and stored.head.last_user_ts > own_ts:
                 return self._supersede(session, stored)
             try:
-                session.rebase(stored)
+                session.window.rebase(stored)
             except DuplicateMessage:
                 raise
             except (InputError, ResumeError) as error:
@@ -154,7 +154,7 @@ class CommitPolicy:
     def _supersede(self, session: Session, stored: StoredSession) -> Outcome:
         """Drop the reply, keep what changed the world: the slice up to its last ran tool's
         result, closed by ``invocation_end(superseded)``. Nothing ran: drop it all."""
-        keep = session.effects_end
+        keep = session.window.effects_end
         if keep == 0:
             return Outcome("superseded")
         kept = session.new_events[:keep]
@@ -166,7 +166,7 @@ class CommitPolicy:
             # Recorded beside whatever the newer head is doing (it may be parked on its own
             # tools, or failed): a closed invocation that changes none of that.
             try:
-                session.rebase(stored, events=kept, detached=True)
+                session.window.rebase(stored, events=kept, detached=True)
             except DuplicateMessage:
                 raise
             except DormantError as error:
@@ -217,7 +217,7 @@ class CommitPolicy:
             stored = self.store.load(session.session_id, turns=turns, compacted=compacted)
             if stored is None:
                 raise InputError(f"session {session.session_id} no longer exists")
-            session.rebase(stored)
+            session.window.rebase(stored)
             result = self.write(session)
             if result.ok:
                 return result
@@ -337,7 +337,7 @@ def _take_queued(session: Session, stored: StoredSession) -> None:
     for event in session.new_events:
         if isinstance(event, UserEvent) and not event.queued and not event.steer \
                 and head.queued(event.message_id) is not None:
-            session.replace_new(event, event.model_copy(update={"queued": True}))
+            session.window.replace_new(event, event.model_copy(update={"queued": True}))
 
 
 def _refuse_duplicates(session: Session, stored: StoredSession) -> None:

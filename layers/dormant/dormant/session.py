@@ -5,27 +5,25 @@ from __future__ import annotations
 import copy
 import functools
 import re
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from dormant import _decide
 from dormant._decide import Ask, EventType
-from dormant._head import COMMIT_WINDOW, Head, apply, apply_detached, status_of
+from dormant._head import Head, apply, status_of
 from dormant._ids import new_id, now_ms
 from dormant._inputs import IfBusy
 from dormant._patch import to_json_value
+from dormant._window import Window
 from dormant.errors import InputError
 from dormant.events import (
     AppEvent,
     ApprovalDecided,
-    CompactionEvent,
     Event,
     InputResponse,
     QueuedEvent,
     SeedEvent,
-    SteerEvent,
     TimerCancelled,
     TimerSet,
     ToolInput,
@@ -134,7 +132,7 @@ class SessionInput:
         _, queued = _decide.message(self._session, text, message_id, if_busy)
         if queued is not None:
             return queued
-        head = self._session._head
+        head = self._session.head
         event = UserEvent(
             text=text,
             message_id=message_id,
@@ -206,27 +204,16 @@ class Session:
     """
 
     def __init__(self, head: Head, events: list[Event] | None = None, first_seq: int = 0) -> None:
-        self._head = head
-        self._loaded = events if events is not None else []
-        self._first_seq = first_seq
-        self._base_version = head.version
-        self._base_seq = head.seq
-        self._new: list[Event] = []
-        #: How much of the slice changed the world (ends with the last ran tool's result),
-        #: and the head as it stood there: what a failed or superseded turn keeps.
-        self._effects: tuple[int, Head] | None = None
+        #: The ledger window, its head and the uncommitted slice, as the engine moves them
+        #: (the commit policy, the run loop): read the session's properties instead.
+        self.window = Window(head, events, first_seq)
         #: A retry asked for with ``input.retry`` (run by the next turn).
         self.pending_retry: str | None = None
         #: True once a claim committed this session's inputs (decisions, answers): a turn
         #: that then fails keeps its progress like one whose tool ran.
         self.claimed = False
-        #: Ids of messages this turn took up that are not its own (steers, and steers that
-        #: missed their invocation, run first): another request may land one of them first,
-        #: and then this turn drops it at its commit instead of being refused as a duplicate.
-        self.spare_ids: set[str] = set()
-        #: The session's control record as loaded (None: none), and the controls this
-        #: session's requests ask of a running turn (written when it is committed).
-        self.control: Control | None = None
+        #: The controls this session's requests ask of a running turn (written when it is
+        #: committed).
         self.control_asks: list[Ask] = []
         #: The app's declared event types (``app.event``), set when the app loads the
         #: session (None: not bound to an app; ``append_event`` refuses).
@@ -236,9 +223,22 @@ class Session:
         #: :class:`~dormant.errors.TimerRefused`); called with the delivery and whether a turn
         #: is running. None: not bound to an app, no check.
         self.timer_check: Callable[[TimerDelivery, bool], None] | None = None
-        self._lock = threading.Lock()
-        #: Not None while a run is active: events recorded by tools wait here.
-        self._deferred: list[Event] | None = None
+
+    @property
+    def control(self) -> Control | None:
+        """The session's control record as loaded (None: none)."""
+        return self.window.control
+
+    @control.setter
+    def control(self, control: Control | None) -> None:
+        self.window.control = control
+
+    @property
+    def spare_ids(self) -> set[str]:
+        """Ids of messages this turn took up that are not its own (steers, and steers that
+        missed their invocation, run first): dropped at the commit if another request
+        landed them first."""
+        return self.window.spare_ids
 
     @property
     def input(self) -> SessionInput:
@@ -277,8 +277,8 @@ class Session:
     def pause_pending(self) -> bool:
         """A pause is asked in the control record and the ledger has not taken it up yet."""
         control = self.control
-        return (control is not None and control.pause is not None and not self._head.paused
-                and control.pause != self._head.control_rev)
+        return (control is not None and control.pause is not None and not self.window.head.paused
+                and control.pause != self.window.head.control_rev)
 
     def request_input(self, input_id: str, schema: Any, prompt: str | None = None) -> None:
         """Ask a person for application-defined input (trusted server code): it shows in
@@ -317,45 +317,41 @@ class Session:
 
     @property
     def session_id(self) -> str:
-        return self._head.session_id
+        return self.window.head.session_id
 
     @property
     def version(self) -> int:
         """The version this session was loaded at (the one its commit expects)."""
-        return self._base_version
+        return self.window.base_version
 
     @property
     def events(self) -> list[Event]:
-        return self._loaded + self._new
+        window = self.window
+        return window.loaded + window.new
 
     @property
     def loaded_events(self) -> Sequence[Event]:
         """The committed ledger as loaded (positions ``first_seq`` … ``base_seq - 1``), not
         copied: read it, never change it."""
-        return self._loaded
+        return self.window.loaded
 
     @property
     def new_events(self) -> list[Event]:
         """The uncommitted slice."""
-        return list(self._new)
+        return list(self.window.new)
 
     @property
     def first_seq(self) -> int:
-        return self._first_seq
+        return self.window.first_seq
 
     @property
     def base_seq(self) -> int:
         """Ledger position of the slice's first event (where the store will put it)."""
-        return self._base_seq
-
-    @property
-    def effects_end(self) -> int:
-        """Length of the slice prefix that changed the world (0: no tool ran)."""
-        return self._effects[0] if self._effects is not None else 0
+        return self.window.base_seq
 
     @property
     def state(self) -> dict[str, Any]:
-        return self._head.state
+        return self.window.head.state
 
     @property
     def status(self) -> Literal["active", "awaiting_input", "failed", "paused"]:
@@ -367,62 +363,62 @@ class Session:
         """``paused`` while paused; ``failed`` after a failed turn (until retried or
         interrupted); ``awaiting_input`` while parked on a yield, an approval, an input
         request or a message yield; else ``active``."""
-        return status_of(self._head)
+        return status_of(self.window.head)
 
     @property
     def inbox(self) -> list[QueuedMessage]:
         """User messages queued while the session could not take them, in the order they
         will run."""
         return [QueuedMessage(id=q["id"], text=q["text"], queued_at=q.get("queued_at", 0))
-                for q in self._head.queue]
+                for q in self.window.head.queue]
 
     @property
     def pending_inputs(self) -> list[PendingInput]:
         """Input requests (``request_input``) awaiting a response, oldest first."""
         return [PendingInput(input_id=i["input_id"], input_schema=i.get("schema") or {},
-                             prompt=i.get("prompt")) for i in self._head.inputs]
+                             prompt=i.get("prompt")) for i in self.window.head.inputs]
 
     @property
     def open_invocation(self) -> str | None:
         """The invocation that is parked, failed, paused or (committed as) running."""
-        return self._head.open_invocation
+        return self.window.head.open_invocation
 
     @property
     def yielded_tools(self) -> list[YieldedTool]:
         """The unanswered yields, in call order."""
         return [YieldedTool(call_id=c.call_id, name=c.name, args=c.prepared)
-                for c in self._head.pending_yields()]
+                for c in self.window.head.pending_yields()]
 
     @property
     def deferred_tools(self) -> list[YieldedTool]:
         """Deferred calls waiting for their result (``input.tool_result``), in call order."""
         return [YieldedTool(call_id=c.call_id, name=c.name, args=c.args)
-                for c in self._head.pending_deferred()]
+                for c in self.window.head.pending_deferred()]
 
     @property
     def pending_approvals(self) -> list[PendingApproval]:
         """Approval requests awaiting a decision, in call order."""
         return [PendingApproval(approval_id=c.approval_id, call_id=c.call_id, tool=c.name,
                                 args=c.args)
-                for c in self._head.pending_approvals() if c.approval_id is not None]
+                for c in self.window.head.pending_approvals() if c.approval_id is not None]
 
     @property
     def owner(self) -> str | None:
         """The principal this session belongs to (None: reachable by no public principal)."""
-        return self._head.principal
+        return self.window.head.principal
 
     @property
     def principal(self) -> str | None:
         """The owner, under its older name."""
-        return self._head.principal
+        return self.window.head.principal
 
     @property
     def head(self) -> Head:
-        return self._head
+        return self.window.head
 
     @property
     def dirty(self) -> bool:
-        return bool(self._new) or self._base_seq != self._head.seq
+        return self.window.dirty
 
     def append(self, text: str, *, id: str | None = None) -> UserEvent | QueuedEvent:
         """A server append: a user message from trusted code — a webhook, a job — with no
@@ -462,10 +458,9 @@ class Session:
             message_id = f"timer:{name}:{fire_at}"
         event = TimerSet(name=name, fire_at=fire_at, message=message, message_id=message_id,
                          tool_input=to_json_value(tool_input) if tool_input else None,
-                         invocation_id=self._head.open_invocation)
+                         invocation_id=self.window.head.open_invocation)
         if self.timer_check is not None:  # refused for good: raise, record nothing
-            with self._lock:
-                in_turn = self._deferred is not None
+            in_turn = self.window.in_turn
             self.timer_check(TimerDelivery(session_id=self.session_id, name=name,
                                            fire_at=fire_at, message=message,
                                            message_id=message_id,
@@ -475,140 +470,29 @@ class Session:
 
     def cancel_schedule(self, name: str) -> TimerCancelled:
         """Cancel a timer (no error if there is none; it takes effect when the turn commits)."""
-        event = TimerCancelled(name=name, invocation_id=self._head.open_invocation)
+        event = TimerCancelled(name=name, invocation_id=self.window.head.open_invocation)
         self.record(event)
         return event
 
     @property
     def timers(self) -> list[TimerDelivery]:
         """Timers set and not yet delivered or cancelled, earliest first."""
-        return sorted((TimerDelivery.of(self.session_id, t) for t in self._head.timers.values()),
+        timers = self.window.head.timers.values()
+        return sorted((TimerDelivery.of(self.session_id, t) for t in timers),
                       key=lambda t: t.fire_at)
 
     def record(self, event: Event) -> None:
         """Record ``event``: during a run (a tool calling ``schedule``) events wait for the
         runtime, which emits them in order after the tool phase; otherwise they are appended
         now."""
-        with self._lock:
-            if self._deferred is not None:
-                self._deferred.append(event)
-                return
-        self._append(event)
-
-    def defer_events(self) -> None:
-        """A run starts: events tools record wait for it (:meth:`take_deferred`)."""
-        with self._lock:
-            self._deferred = []
-
-    def stop_deferring(self) -> None:
-        """The run is over: events are appended as they are recorded again."""
-        with self._lock:
-            self._deferred = None
-
-    @property
-    def has_deferred(self) -> bool:
-        """Whether tools recorded events the run has not taken yet (read without the lock:
-        a tool that records one later is taken at the next phase's end, as before)."""
-        return bool(self._deferred)
-
-    def take_deferred(self) -> list[Event]:
-        """The events tools recorded since the last call (the run emits them in order)."""
-        with self._lock:
-            taken, self._deferred = self._deferred or [], []
-        return taken
+        self.window.record(event)
 
     def add_event(self, event: Event) -> None:
         """Append a ledger event to the uncommitted slice, folded into the head (raises, and
         adds nothing, if the session cannot take it). For trusted server code and handlers:
         e.g. the wake path's ``timer_fired``."""
-        self._append(event)
-
-    # --- internals ---------------------------------------------------------------------------
-
-    def _append(self, event: Event) -> None:
-        apply(self._head, event)
-        self._new.append(event)
-
-    def _extend(self, events: Iterable[Event]) -> None:
-        for event in events:
-            self._append(event)
-
-    # --- what the commit policy (dormant._commit) and the run loop use ------------------------
-
-    def mark_committed(self, version: int) -> None:
-        """The slice landed at ``version``: it becomes part of the loaded ledger."""
-        self._loaded.extend(self._new)  # _loaded is always this session's own list
-        self._new = []
-        starts = self._head.commit_seqs  # where this version began (as the store wrote it)
-        self._head.commit_seqs = [*starts, self._base_seq][-COMMIT_WINDOW:]
-        self._effects = None
-        self._head.version = version
-        self._base_version = version
-        self._base_seq = self._head.seq
-
-    def rebase(self, stored: StoredSession, *, events: list[Event] | None = None,
-               detached: bool = False) -> None:
-        """Put the uncommitted slice (or ``events`` in its place) on top of a newer head.
-
-        Raises (and changes nothing) if it no longer fits: an answer to a call somebody else
-        answered, a message the head already holds. ``detached``: ``events`` are a closed
-        invocation recorded beside the head's own (see :func:`dormant._head.apply_detached`).
-
-        A ``compaction`` the newer head already made (it compacted this range or a later one:
-        ``compacted_to >= tail_start``) is dropped from the slice: a racing turn's summary
-        landed first, and the ledger keeps one summary per range. Likewise a steer (or a
-        missed steer this turn ran first, :attr:`spare_ids`) whose id the newer head already
-        holds: it landed once, elsewhere. Here, because only here is each event met with the
-        head it will land on."""
-        head = stored.head
-        given = self._new if events is None else list(events)
-        fold = apply_detached if detached else apply
-        pending: list[Event] = []
-        dropped: list[int] = []
-        landed = {e.message_id for e in given if isinstance(e, UserEvent)
-                  and e.message_id in self.spare_ids and head.has_message(e.message_id)}
-        for index, event in enumerate(given):
-            if isinstance(event, CompactionEvent) and head.compacted_to >= event.tail_start:
-                dropped.append(index)
-                continue
-            if isinstance(event, UserEvent | SteerEvent) and event.message_id in landed:
-                dropped.append(index)  # a steer another request landed first: it is there
-                continue
-            fold(head, event)
-            pending.append(event)
-        self._head = head
-        self._new = pending
-        if events is not None:
-            self._effects = None
-        elif self._effects is not None and dropped:  # it still ends after the same event
-            length, at = self._effects
-            self._effects = (length - sum(1 for index in dropped if index < length), at)
-        self._loaded = stored.events
-        self._first_seq = stored.first_seq
-        if stored.control is not None:
-            self.control = stored.control
-        self._base_version = head.version
-        self._base_seq = head.seq - len(pending)
-
-    def replace_new(self, old: Event, new: Event) -> None:
-        """Put ``new`` in the uncommitted slice where ``old`` is (the commit policy, before it
-        puts the slice on a newer head: an event must say something else there)."""
-        self._new[self._new.index(old)] = new
-
-    def mark_effects(self) -> None:
-        """Tools ran: everything in the slice so far is what a failure must keep."""
-        self._effects = (len(self._new), self._head.clone())
-
-    def rewind_to_effects(self) -> None:
-        """Drop what the slice gained after the last :meth:`mark_effects` (a failed step's
-        uncommitted output)."""
-        if self._effects is None:
-            return
-        length, head = self._effects
-        if length < len(self._new):
-            del self._new[length:]
-            self._head = head.clone()
+        self.window.append(event)
 
     def __repr__(self) -> str:
         return (f"Session({self.session_id!r}, version={self.version}, status={self.status!r}, "
-                f"events={len(self._loaded)}+{len(self._new)})")
+                f"events={len(self.window.loaded)}+{len(self.window.new)})")

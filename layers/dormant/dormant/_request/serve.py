@@ -176,7 +176,7 @@ def _run(serving: Serving, served: Served, opened: Opened, request: HandlerInput
             error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
             watch=watch, claim_compaction=claim_in(host.store))
         _check_state(serving.rules, session)
-        if session.effects_end == 0 and not signal.stopped:
+        if session.window.effects_end == 0 and not signal.stopped:
             signal.raise_if_aborted()  # aborted at the very end: write nothing
     except Aborted as error:
         served.result = None

@@ -118,7 +118,7 @@ def _guarded(run: RunState, start: Start) -> Stream:
     # committed stays for a later request or the lease's takeover to run, with the same
     # call ids, once the source answers again.
     run.agent.toolset()
-    run.session.defer_events()  # timers tools ask for wait for flush (call order)
+    run.session.window.defer_events()  # timers tools ask for wait for flush (call order)
     try:
         return (yield from _body(run, start))
     except Aborted as error:
@@ -137,15 +137,15 @@ def _guarded(run: RunState, start: Start) -> Stream:
         code, retryable = _failure(error)
         return (yield from _failed(run, code, f"{error}", retryable=retryable))
     finally:
-        run.session.stop_deferring()
+        run.session.window.stop_deferring()
 
 
 def _failed(run: RunState, code: str, message: str, *, retryable: bool) -> Stream:
     """A tool ran, then the turn failed: keep every finished step (what changed the
     world), drop the failed step's uncommitted output, record why. The session is
     ``failed`` until a retry reruns the failed model call."""
-    run.session.rewind_to_effects()
-    run.session.take_deferred()
+    run.session.window.rewind_to_effects()
+    run.session.window.take_deferred()
     yield run.emit(InvocationFailed(invocation_id=run.invocation_id, code=code,
                                     message=message, retryable=retryable))
     return _result(run, ErrorResult(error=message, code=code, retryable=retryable))
@@ -358,7 +358,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
 def _settle(run: RunState) -> Stream:
     """The model answered without tools: end, or park for the next message."""
     _call_hooks(run, "after_agent")
-    if run.unmarked or run.session.has_deferred:
+    if run.unmarked or run.session.window.has_deferred:
         yield from run.flush()
     if run.agent.yields:
         yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="message"))

@@ -93,8 +93,8 @@ class RunState:
 
     def flush(self) -> Generator[StreamEvent, None, None]:
         """Emit what tools and hooks recorded on the session (``schedule``) since last time."""
-        for event in self.session.take_deferred():
+        for event in self.session.window.take_deferred():
             yield self.emit(event)
         if self.unmarked:
             self.unmarked = False
-            self.session.mark_effects()
+            self.session.window.mark_effects()
