@@ -1,4 +1,7 @@
-"""The request path of one turn: load the session, claim, run, commit, answer.
+"""One request as a stream: :class:`TurnStream` runs the request executor
+(:func:`dormant._request.serve`: open, run, commit, asks, drain or hand-on) and keeps what a
+caller sees of it: the events numbered, the time budget (the handler's ``timeout``, the
+Lambda deadline less :data:`DEADLINE_MARGIN`), and the :class:`TurnResult` it answers.
 
 :class:`TurnStream` is what ``app.handler.turn`` returns for each request; ``rest`` and
 ``agui`` (in :mod:`dormant.handlers`) are loops over it.
