@@ -228,6 +228,9 @@ API_INIT_MODULES = {
     "dormant", "dormant._appspec", "dormant._clients", "dormant._commit", "dormant._context",
     "dormant._control", "dormant._decide", "dormant._follow", "dormant._fork", "dormant._head",
     "dormant._ids", "dormant._inputs", "dormant._lru", "dormant._patch", "dormant._request",
+    # the request room by job (it was one module): the executor, the opening, the invocation
+    "dormant._request.host", "dormant._request.invocation", "dormant._request.opening",
+    "dormant._request.serve",
     "dormant._resume", "dormant._run", "dormant._run.compaction", "dormant._run.loop",
     "dormant._run.state", "dormant._run.tools", "dormant._schema", "dormant._turn",
     "dormant._turn_wire", "dormant._voice", "dormant.agent", "dormant.app", "dormant.aws",
@@ -246,6 +249,7 @@ API_INIT_MODULES = {
     "dormant.stores._dynamodb.reads", "dormant.stores._dynamodb.table",
     "dormant.stores._dynamodb.window", "dormant.stores._dynamodb.writes",
     "dormant.stores.dynamodb", "dormant.stores.memory", "dormant.tools", "dormant.types",
+    "dormant._window",  # the session's ledger window, under Session (it was in session.py)
 }
 #: The packages outside the standard library it may import at init (and their own deps).
 API_INIT_PACKAGES = {
