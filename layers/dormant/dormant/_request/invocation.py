@@ -136,36 +136,43 @@ def _open_for_message(agent: Agent, session: Session, turn: TurnInput,
         raise SessionFailed(head.session_id, head.open_invocation)
     if not isinstance(message, str) or not message:
         raise InputError("a message must be a non-empty string")
-    user = {"text": message, "message_id": turn.message_id or new_id("msg"),
-            "queued": turn.dequeued, "audio": turn.spoken}
-    session.spare_ids.update(message_id for message_id, _ in turn.first)
+    message_id = turn.message_id or new_id("msg")
+    first = turn.first
+    if first:
+        session.spare_ids.update(message_id for message_id, _ in first)
     if head.parked == "message":
         invocation = head.open_invocation
         assert invocation is not None
-        opening = open_invocation(session, None, invocation, turn.first, clock, **user)
+        opening = open_invocation(session, None, invocation, first, clock, message,
+                                  message_id, queued=turn.dequeued, audio=turn.spoken)
         session.add_event(InvocationResume(invocation_id=invocation))
     else:
         invocation = turn.invocation_id or new_id("inv")
-        opening = open_invocation(session, agent, invocation, turn.first, clock, **user)
+        opening = open_invocation(session, agent, invocation, first, clock, message,
+                                  message_id, queued=turn.dequeued, audio=turn.spoken)
     # a turn an application event started: that is its trigger, else the message
     return Start(invocation, state=turn.state,
                  trigger=trigger if isinstance(trigger, AppEvent) else opening[-1])
 
 
 def open_invocation(session: Session, agent: Agent | None, invocation: str,
-                    first: Sequence[tuple[str, str]], clock: Callable[[], int],
-                    **user: Any) -> list[Event]:
+                    first: Sequence[tuple[str, str]], clock: Callable[[], int], text: str,
+                    message_id: str, *, queued: bool = False, audio: bool = False
+                    ) -> list[Event]:
     """Append an invocation's opening to the slice: its start (``agent``'s; None: it is open
     already), the steers that missed theirs (``first``: ``(id, text)``), then the user
-    message (``user``: its :class:`UserEvent` fields). Returns the events appended."""
+    message ``text``. Returns the events appended."""
     opening: list[Event] = []
     if agent is not None:
         opening.append(InvocationStart(invocation_id=invocation, agent=agent.name))
-    opening.extend(UserEvent(text=text, message_id=message_id, invocation_id=invocation,
-                             ts=clock()) for message_id, text in first)
-    opening.append(UserEvent(invocation_id=invocation, ts=clock(), **user))
+    for steer_id, steer_text in first:
+        opening.append(UserEvent(text=steer_text, message_id=steer_id,
+                                 invocation_id=invocation, ts=clock()))
+    opening.append(UserEvent(text=text, message_id=message_id, invocation_id=invocation,
+                             ts=clock(), queued=queued, audio=audio))
+    add = session.add_event
     for event in opening:
-        session.add_event(event)
+        add(event)
     return opening
 
 

@@ -293,8 +293,8 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
         queued = head.queue[0]
         invocation = opened.invocation_id or derive_invocation(session.session_id,
                                                                queued["id"])
-        _start(session, opened, agent, invocation, first, host.clock, text=queued["text"],
-               message_id=queued["id"], queued=True, audio=bool(queued.get("audio")))
+        _start(session, opened, agent, invocation, first, host.clock, queued["text"],
+               queued["id"], queued=True, audio=bool(queued.get("audio")))
         opened.dequeued = queued["id"]
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     elif decided.message is not None and head.parked != "message" and any(
@@ -306,19 +306,20 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
         invocation = opened.invocation_id or (
             fresh if fresh is not None and message_id == given.message_id
             else derive_invocation(session.session_id, message_id))
-        _start(session, opened, agent, invocation, first, host.clock, text=decided.message,
-               message_id=message_id, audio=bool(given.spoken))
+        _start(session, opened, agent, invocation, first, host.clock, decided.message,
+               message_id, audio=bool(given.spoken))
         opened.turn = TurnInput(claimed="start", invocation_id=invocation, state=given.state)
     else:
         opened.turn = _turn(decided, given, opened.invocation_id or fresh, first)
 
 
 def _start(session: Session, opened: Opened, agent: Agent, invocation: str,
-           first: tuple[tuple[str, str], ...], clock: Callable[[], int], **user: object
-           ) -> None:
+           first: tuple[tuple[str, str], ...], clock: Callable[[], int], text: str,
+           message_id: str, *, queued: bool = False, audio: bool = False) -> None:
     """Open ``invocation`` in the slice for the user message (after the steers that missed
     theirs): what a claimed start commits."""
-    opened.claimed.extend(open_invocation(session, agent, invocation, first, clock, **user))
+    opened.claimed.extend(open_invocation(session, agent, invocation, first, clock, text,
+                                          message_id, queued=queued, audio=audio))
     opened.invocation_id = invocation
 
 

@@ -131,82 +131,86 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
     id; ``on_start``: see :func:`~dormant._request.opening.open_request`; ``on_open``:
     called with the opened request before anything runs; ``on_done``: with the request's own
     outcome, before the inbox drains; ``drains``: False for the turns a drain runs."""
-    served = Served()
-    opened: Opened | None = None
-    try:
-        opened = open_request(serving.host, serving.agent, request, serving.rules,
-                              lease=_lease(serving, signal), invocation_id=invocation_id,
-                              on_start=on_start)
-    except ValidationError as error:
-        served.error = InputError("invalid request: " + describe_validation(error))
-    except DormantError as error:
-        served.error = error
+    served = _open(serving, request, signal, invocation_id, on_start)
+    opened = served.opened
     if opened is None:
-        served.code = _code(served.error)
         _done(served, on_done)
         return served
-    served.opened = opened
     if on_open is not None:
         on_open(opened)
-    session = opened.session
-    if opened.start is None:
+    session, start = opened.session, opened.start
+    if start is None:
         _finish(serving, served, opened)
-    else:
-        yield from _run(serving, served, opened, request, signal)
+    else:  # the turn runs here, in this frame: every event of the turn passes through it
+        host = serving.host
+        running = _Running(start.invocation_id)
+        watch = ControlWatch(host.store, session.session_id, running.reader(), signal,
+                             interval=serving.poll_interval,
+                             control_rev=session.head.control_rev, session=session).start()
+        try:
+            yield from opened.shown  # committed by the claim, or opened in the slice
+            served.result = yield from run_turn(
+                serving.agent, session, start, hooks=serving.hooks,
+                error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
+                watch=watch, claim_compaction=claim_in(host.store))
+            _check_state(serving.rules, session)
+            if session.window.effects_end == 0 and not signal.stopped:
+                signal.raise_if_aborted()  # aborted at the very end: write nothing
+        except Exception as error:
+            _run_failed(serving, served, error, request, session, signal)
+        finally:
+            watch.close()
+        if served.error is None:
+            _commit(serving, served, request, session)
     _done(served, on_done)
     if drains and not served.errored:
         _drain(serving, served, served.session or session, request, signal)
     return served
 
 
-def _run(serving: Serving, served: Served, opened: Opened, request: HandlerInput,
-         signal: Signal) -> Generator[StreamEvent, None, None]:
-    """Show the opened turn's opening, run the turn under a control watch, then commit it
-    and write its asks."""
-    host, session = serving.host, opened.session
-    assert opened.start is not None
-    running = _Running(opened.start.invocation_id)
-    watch = ControlWatch(host.store, session.session_id, running.reader(), signal,
-                         interval=serving.poll_interval,
-                         control_rev=session.head.control_rev, session=session).start()
+def _open(serving: Serving, request: HandlerInput, signal: Signal,
+          invocation_id: str | None, on_start: Callable[[Head], None] | None) -> Served:
+    """Open the request: ``opened`` set, or the error that refused it (nothing written)."""
+    served = Served()
     try:
-        yield from opened.shown  # committed by the claim, or opened in the slice
-        served.result = yield from run_turn(
-            serving.agent, session, opened.start, hooks=serving.hooks,
-            error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
-            watch=watch, claim_compaction=claim_in(host.store))
-        _check_state(serving.rules, session)
-        if session.window.effects_end == 0 and not signal.stopped:
-            signal.raise_if_aborted()  # aborted at the very end: write nothing
-    except Aborted as error:
-        served.result = None
+        served.opened = open_request(serving.host, serving.agent, request, serving.rules,
+                                     lease=_lease(serving, signal),
+                                     invocation_id=invocation_id, on_start=on_start)
+    except ValidationError as error:
+        _failed(served, InputError("invalid request: " + describe_validation(error)))
+    except DormantError as error:
+        _failed(served, error)
+    return served
+
+
+def _run_failed(serving: Serving, served: Served, error: Exception, request: HandlerInput,
+                session: Session, signal: Signal) -> None:
+    """The run raised: the turn ended in ``error`` having written nothing (a turn that must
+    keep its progress ends with an ``invocation_failed`` instead of raising)."""
+    if isinstance(error, Aborted):
         _failed(served, error, "deadline" if signal.expired else "aborted")
         if served.code == "deadline":
             _hand_on_cut(serving, served, request, session)
-        return
-    except DormantError as error:
-        served.result = None
-        _failed(served, error, _code(error))
-        return
-    except ModelError as error:  # the model provider failed for good (after retries)
+    elif isinstance(error, DormantError):
+        _failed(served, error)
+    elif isinstance(error, ModelError):  # the model provider failed for good (after retries)
         log.warning("model call failed: %s", error, extra={"session_id": session.session_id})
-        served.result = None
-        _failed(served, error, _code(error))
-        return
-    except Exception as error:  # a tool/model/hook bug: report it, write nothing
+        _failed(served, error)
+    else:  # a tool/model/hook bug: report it, write nothing
         log.exception("turn failed", extra={"session_id": session.session_id})
-        served.result = None
         _failed(served, error, "run_error")
-        return
-    finally:
-        watch.close()
+
+
+def _commit(serving: Serving, served: Served, request: HandlerInput,
+            session: Session) -> None:
+    """Commit the turn that ran (the commit policy hands its timers over too), then write
+    what it asks of a turn running elsewhere."""
     try:
-        served.outcome = host.sessions.policy.commit(session)  # hands timers over too
+        served.outcome = outcome = serving.host.sessions.policy.commit(session)
     except (DuplicateMessage, RetryRefused) as error:  # a redelivery lost the race
-        served.result = None
-        _failed(served, error, _code(error))
+        _failed(served, error)
         return
-    result, outcome = served.result, served.outcome
+    result = served.result
     if isinstance(result, ErrorResult) and result.code == "deadline" \
             and outcome.status != "failed" and outcome.version is not None:
         _hand_on_cut(serving, served, request, session)
@@ -220,7 +224,7 @@ def _finish(serving: Serving, served: Served, opened: Opened) -> None:
         served.commit, served.version = finish_request(serving.host, opened,
                                                        _reload(serving, opened.session))
     except DormantError as error:
-        _failed(served, error, _code(error))
+        _failed(served, error)
 
 
 def finish_request(host: Host, opened: Opened, reload: Callable[[], Session | None]
@@ -376,8 +380,11 @@ def _check_state(rules: RequestRules, session: Session) -> None:
                              f"{describe_validation(error)}") from error
 
 
-def _failed(served: Served, error: BaseException, code: str) -> None:
-    served.error, served.code = error, code
+def _failed(served: Served, error: BaseException, code: str | None = None) -> None:
+    """The request failed with ``error`` (``code``: its own, by default); a run's result it
+    had is not its outcome."""
+    served.result = None
+    served.error, served.code = error, code or _code(error)
 
 
 def _code(error: BaseException | None) -> str:

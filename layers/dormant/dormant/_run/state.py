@@ -20,7 +20,7 @@ Clock = Callable[[], int]
 ClaimCompaction = Callable[["RunState", int, int], bool]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Start:
     """Where a turn carries on from, once the request room wrote its invocation's opening
     into the session's slice (a new invocation, a resumed one, a retry) or a claim committed
