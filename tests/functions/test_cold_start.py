@@ -250,6 +250,7 @@ API_INIT_MODULES = {
     "dormant.stores._dynamodb.window", "dormant.stores._dynamodb.writes",
     "dormant.stores.dynamodb", "dormant.stores.memory", "dormant.tools", "dormant.types",
     "dormant._window",  # the session's ledger window, under Session (it was in session.py)
+    "dormant._fold",  # each event's rule, out of _head (the head and its questions stay)
 }
 #: The packages outside the standard library it may import at init (and their own deps).
 API_INIT_PACKAGES = {

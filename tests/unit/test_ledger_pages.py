@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 import dormant
+from dormant._fold import apply
 from dormant._follow import MAX_LIMIT
-from dormant._head import Head, apply
+from dormant._head import Head
 from dormant._ids import new_id
 from dormant.events import Event
 from dormant.http import SSE_WRITER_ATTRIBUTE, build_resolver

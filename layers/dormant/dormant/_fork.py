@@ -21,7 +21,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from dormant._head import Head, apply
+from dormant._fold import apply
+from dormant._head import Head
 from dormant._ids import now_ms
 from dormant.errors import InputError
 from dormant.events import Event

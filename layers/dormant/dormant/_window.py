@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from dormant._head import COMMIT_WINDOW, Head, apply, apply_detached
+from dormant._fold import apply, apply_detached
+from dormant._head import COMMIT_WINDOW, Head
 from dormant.events import CompactionEvent, Event, SteerEvent, UserEvent
 from dormant.types import Control, StoredSession
 
@@ -127,7 +128,7 @@ class Window:
 
         Raises (and changes nothing) if it no longer fits: an answer to a call somebody else
         answered, a message the head already holds. ``detached``: ``events`` are a closed
-        invocation recorded beside the head's own (see :func:`dormant._head.apply_detached`).
+        invocation recorded beside the head's own (see :func:`dormant._fold.apply_detached`).
 
         A ``compaction`` the newer head already made (it compacted this range or a later one:
         ``compacted_to >= tail_start``) is dropped from the slice: a racing turn's summary

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from dormant import _decide
 from dormant._decide import Ask, EventType
-from dormant._head import Head, apply, status_of
+from dormant._fold import apply
+from dormant._head import Head, status_of
 from dormant._ids import new_id, now_ms
 from dormant._inputs import IfBusy
 from dormant._patch import to_json_value

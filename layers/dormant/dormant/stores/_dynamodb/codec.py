@@ -35,7 +35,7 @@ events with a few fixed rules (positions, the last event, the turn and commit in
 and invocation digests). An ordinary turn's delta is empty: its head costs nothing beyond the
 events. In both, the head's windows are stored tightly: digests as one base64 string,
 positions as the first and the gaps. The predictor is not the session fold
-(``dormant._head.apply``), which may change between releases; it is frozen here (the same in
+(``dormant._fold.apply``), which may change between releases; it is frozen here (the same in
 both formats), and when it guesses wrong the delta simply holds the field.
 """
 
