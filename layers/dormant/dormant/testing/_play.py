@@ -1,0 +1,141 @@
+"""How a script's steps become deliveries: each step, in order, as the request a client would
+send (answers by tool name or call id, decisions by approval id, call id or tool name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dormant._ids import new_id
+from dormant.models.scripted import ScriptError
+from dormant.session import Session
+from dormant.testing._drivers import Driver
+from dormant.testing.steps import (
+    ApprovalStep,
+    ConflictStep,
+    CrashStep,
+    InterruptStep,
+    PauseStep,
+    RedeliverStep,
+    RespondStep,
+    ResumeStep,
+    RetryStep,
+    Step,
+    TimerStep,
+    ToolInputStep,
+    ToolResultStep,
+    UserStep,
+)
+
+__all__ = ["play"]
+
+
+def play(driver: Driver, steps: list[Step]) -> None:
+    """Deliver ``steps`` to ``driver`` in order."""
+    for step in steps:
+        if isinstance(step, UserStep):
+            # The id is minted here so a redelivery resends it, wherever the message went.
+            given: dict[str, Any] = {"message": step.text,
+                                     "message_id": step.id or new_id("msg")}
+            if step.if_busy is not None:
+                given["if_busy"] = step.if_busy
+            driver.deliver(given)
+        elif isinstance(step, ToolInputStep):
+            driver.deliver({"tools": _answer(driver.session(), step.answers)})
+        elif isinstance(step, ToolResultStep):
+            driver.deliver({"tool_results": [{"call_id": _deferred(driver.session(), step.call),
+                                              "result": step.result,
+                                              "is_error": step.is_error}]})
+        elif isinstance(step, ApprovalStep):
+            driver.deliver({"approvals": _decide(driver.session(), step.decisions)})
+        elif isinstance(step, RetryStep):
+            driver.deliver({"retry": {"retry_id": step.retry_id or new_id("retry")}})
+        elif isinstance(step, ConflictStep):
+            driver.conflict_next = True
+        elif isinstance(step, CrashStep):
+            driver.crash_next = True
+        elif isinstance(step, RedeliverStep):
+            driver.redeliver()
+        elif isinstance(step, PauseStep):
+            driver.deliver({"pause": True})
+        elif isinstance(step, ResumeStep):
+            driver.deliver({"resume": True})
+        elif isinstance(step, InterruptStep):
+            owner = step.owner or _waited_on(driver.session())
+            driver.deliver({"interrupt": {"owner": owner}})
+        elif isinstance(step, RespondStep):
+            driver.deliver({"inputs": [{"input_id": step.input_id, "value": step.value}]})
+        elif isinstance(step, TimerStep):
+            driver.timer(step.name)
+
+
+def _waited_on(session: Session) -> str:
+    """What ``interrupt()`` ends by default: the first pending call or approval, else the
+    first input request, else the failed invocation."""
+    head = session.head
+    for call in head.unresolved():
+        return call.approval_id or call.call_id
+    for item in head.inputs:
+        return str(item["input_id"])
+    if head.failed and head.open_invocation is not None:
+        return head.open_invocation
+    raise ScriptError("interrupt(): the session waits on nothing (no pending call, approval, "
+                      "input request or failed invocation); name the owner")
+
+
+def _answer(session: Session, answers: dict[str, Any]) -> list[dict[str, Any]]:
+    pending = session.yielded_tools
+    given: list[dict[str, Any]] = []
+    for key, value in answers.items():
+        by_id = [p for p in pending if p.call_id == key]
+        by_name = [p for p in pending if p.name == key]
+        if by_id:
+            target = by_id[0]
+        elif len(by_name) == 1:
+            target = by_name[0]
+        elif by_name:
+            ids = ", ".join(p.call_id for p in by_name)
+            raise ScriptError(f"{key!r} yielded {len(by_name)} times; answer by call id: {ids}")
+        else:
+            waiting = ", ".join(f"{p.name} ({p.call_id})" for p in pending) or "nothing"
+            raise ScriptError(f"tool_input for {key!r}, but the run waits on {waiting}")
+        given.append({"call_id": target.call_id, "input": value})
+    return given
+
+
+def _deferred(session: Session, key: str) -> str:
+    """The call id of the waiting deferred call ``key`` names (by id or by tool name); a key
+    that names none is passed on as it is (the request refuses it, as production would)."""
+    pending = session.deferred_tools
+    by_name = [p for p in pending if p.name == key]
+    if any(p.call_id == key for p in pending) or not by_name:
+        return key
+    if len(by_name) > 1:
+        ids = ", ".join(p.call_id for p in by_name)
+        raise ScriptError(f"{key!r} was called {len(by_name)} times; give the result by "
+                          f"call id: {ids}")
+    return by_name[0].call_id
+
+
+def _decide(session: Session, decisions: dict[str | None, Any]) -> list[dict[str, Any]]:
+    """The wire decisions (``approvals``) for ``decisions``: each key names one pending
+    request (approval id, call id, else tool name); ``None`` names every pending one."""
+    pending = session.pending_approvals
+    given: list[dict[str, Any]] = []
+    for key, value in decisions.items():
+        if key is None:
+            matches = list(pending)
+        else:
+            matches = [p for p in pending if key in (p.approval_id, p.call_id)] or \
+                [p for p in pending if p.tool == key]
+        if not matches or (key is not None and len(matches) != 1):
+            waiting = ", ".join(f"{p.tool} ({p.approval_id})" for p in pending) or "nothing"
+            what = ("a decision on every pending approval" if key is None
+                    else f"approval for {key!r}")
+            raise ScriptError(f"{what} matches {len(matches)} pending requests; "
+                              f"pending: {waiting}")
+        decision = value if isinstance(value, dict) else {"approved": value}
+        given.extend({"approval_id": match.approval_id, "approved": decision["approved"],
+                      "reason": decision.get("reason")} for match in matches)
+    return given
+
+
