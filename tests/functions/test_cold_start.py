@@ -251,6 +251,7 @@ API_INIT_MODULES = {
     "dormant.stores.dynamodb", "dormant.stores.memory", "dormant.tools", "dormant.types",
     "dormant._window",  # the session's ledger window, under Session (it was in session.py)
     "dormant._fold",  # each event's rule, out of _head (the head and its questions stay)
+    "dormant.models._openai_client",  # the OpenAI models' one lazy client (no openai import)
 }
 #: The packages outside the standard library it may import at init (and their own deps).
 API_INIT_PACKAGES = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from dormant.errors import ConfigError
 from dormant.models._base import ModelChunk, ModelError, ModelRequest
 from dormant.models._hints import HINTS
+from dormant.models._openai_client import LazyClient
 from dormant.models._openai_errors import classify, redact
 from dormant.models._openai_key import deployment_key, openai_api_key_from_settings
 from dormant.models._retry import RETRY_AFTER_CAP, Verdict, attempts, with_retries
@@ -62,6 +62,10 @@ def _sdk() -> ModuleType:
     except ImportError as missing:
         raise ImportError(_MISSING) from missing
     return openai
+
+
+def _unbuilt(reason: str) -> ModelError:
+    return ModelError(f"{reason}; {_HINTS['auth_failed']}", code="auth_failed", retryable=False)
 
 
 class OpenAIModel:
@@ -132,11 +136,8 @@ class OpenAIModel:
         self.max_retries = max_retries
         self.timeout = timeout
         self.settings = settings
-        self._given = client
-        self._api_key = api_key
-        self._base_url = base_url
-        self._client: openai.OpenAI | None = None
-        self._lock = threading.Lock()
+        self._client = LazyClient(client, own_retries=True, api_key=api_key, base_url=base_url,
+                                  max_retries=0)
 
     def __repr__(self) -> str:
         return f"OpenAIModel({self.model!r}, api={self.api!r})"
@@ -288,23 +289,8 @@ class OpenAIModel:
         return {"timeout": min(limits)} if limits else {}
 
     def _openai(self) -> openai.OpenAI:
-        openai = _sdk()
-        with self._lock:
-            if self._client is None:
-                try:
-                    if self._given is not None:
-                        self._client = self._given
-                        if isinstance(self._given, openai.OpenAI) and self._given.max_retries:
-                            # retries are ours, bounded by the turn's deadline
-                            self._client = self._given.with_options(max_retries=0)
-                    else:
-                        self._client = openai.OpenAI(api_key=self._api_key,
-                                                     base_url=self._base_url, max_retries=0)
-                except openai.OpenAIError as error:
-                    raise ModelError(f"cannot build the OpenAI client: {error}; "
-                                     f"{_HINTS['auth_failed']}", code="auth_failed",
-                                     retryable=False) from error
-            return self._client
+        client: openai.OpenAI = self._client.get(_sdk(), _unbuilt)
+        return client
 
     # --- errors ---------------------------------------------------------------------------------
 

@@ -9,12 +9,12 @@ the first call needs its client, so a Lambda function builds them at cold start 
 from __future__ import annotations
 
 import importlib.util
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from dormant.errors import ConfigError
 from dormant.models._base import ModelError
+from dormant.models._openai_client import LazyClient
 from dormant.models._openai_errors import classify, redact
 from dormant.models._openai_key import deployment_key
 from dormant.settings import Settings
@@ -31,6 +31,11 @@ MIME_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg", "ogg": "audio/ogg", "webm
 #: The formats the speech API can answer in.
 _SPEECH_FORMATS = ("wav", "mp3", "opus", "aac", "flac", "pcm")
 _MISSING = "dormant.models.{} needs the openai package: pip install 'dormant[openai]'"
+
+
+def _unbuilt(reason: str) -> ModelError:
+    return ModelError(f"{reason}; check the API key (OPENAI_API_KEY)", code="auth_failed",
+                      retryable=False)
 
 
 class _OpenAIAudio:
@@ -53,11 +58,8 @@ class _OpenAIAudio:
         self.timeout = timeout
         self.max_retries = max_retries
         self.settings = settings
-        self._given = client
-        self._api_key = api_key
-        self._base_url = base_url
-        self._client: openai.OpenAI | None = None
-        self._lock = threading.Lock()
+        self._client = LazyClient(client, api_key=api_key, base_url=base_url,
+                                  max_retries=max_retries)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r})"
@@ -67,17 +69,8 @@ class _OpenAIAudio:
             import openai
         except ImportError as missing:
             raise ImportError(_MISSING.format(type(self).__name__)) from missing
-        with self._lock:
-            if self._client is None:
-                try:
-                    self._client = self._given or openai.OpenAI(
-                        api_key=self._api_key, base_url=self._base_url,
-                        max_retries=self.max_retries)
-                except openai.OpenAIError as error:
-                    raise ModelError(f"cannot build the OpenAI client: {error}; check the "
-                                     "API key (OPENAI_API_KEY)", code="auth_failed",
-                                     retryable=False) from error
-            return self._client
+        client: openai.OpenAI = self._client.get(openai, _unbuilt)
+        return client
 
     def _call(self, make: Callable[[openai.OpenAI], Any]) -> Any:
         import openai

@@ -36,6 +36,7 @@ from dormant.models._base import (
     UsageChunk,
     UserMessage,
 )
+from dormant.models._openai_client import LazyClient
 from dormant.models._openai_errors import API_CODES, classify
 from dormant.models._openai_key import deployment_key
 from dormant.settings import Settings
@@ -160,12 +161,8 @@ class OpenAIRealtimeModel:
         self.max_retries = max_retries
         self.timeout = timeout
         self.settings = settings
-        self._given = client
-        self._api_key = api_key
-        self._base_url = base_url
-        self._websocket_base_url = websocket_base_url
-        self._client: openai.OpenAI | None = None
-        self._lock = threading.Lock()
+        self._client = LazyClient(client, api_key=api_key, base_url=base_url,
+                                  websocket_base_url=websocket_base_url, max_retries=0)
 
     def __repr__(self) -> str:
         return f"OpenAIRealtimeModel({self.model!r}, audio={self.audio!r})"
@@ -352,20 +349,10 @@ class OpenAIRealtimeModel:
                              retryable=False) from failure
 
     def _openai(self) -> openai.OpenAI:
-        openai = _sdk()
-        with self._lock:
-            if self._client is None:
-                if self._given is not None:
-                    self._client = self._given
-                else:
-                    try:
-                        self._client = openai.OpenAI(
-                            api_key=self._api_key, base_url=self._base_url,
-                            websocket_base_url=self._websocket_base_url, max_retries=0)
-                    except openai.OpenAIError as error:
-                        raise ModelError(self._text(f"cannot build the OpenAI client: {error}"),
-                                         code="auth_failed", retryable=False) from error
-            return self._client
+        client: openai.OpenAI = self._client.get(
+            _sdk(), lambda reason: ModelError(self._text(reason), code="auth_failed",
+                                              retryable=False))
+        return client
 
     # --- errors ---------------------------------------------------------------------------------
 

@@ -176,9 +176,10 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
 
     ``through="run"`` (default) serves each step in process, as its own request, with the
     request executor the handlers run (open, run, commit, drain), and reports the run's
-    result; ``through="handlers"`` sends each step to the REST handler as its own request and commit (a :func:`timer` to the
-    wake handler). ``store`` (default: a new :class:`MemoryStore`) holds the session;
-    ``session_id`` names it (it may exist already in ``store``).
+    result; ``through="handlers"`` sends each step to the REST handler as its own request
+    and commit (a :func:`timer` to the wake handler). ``store`` (default: a new
+    :class:`MemoryStore`) holds the session; ``session_id`` names it (it may exist already
+    in ``store``).
 
     Steps: :func:`user` / :func:`message`, :func:`model`, :func:`tool_input`,
     :func:`tool_result`, :func:`approval` (:func:`approve`, :func:`deny`), :func:`respond`,
