@@ -252,6 +252,7 @@ API_INIT_MODULES = {
     "dormant._window",  # the session's ledger window, under Session (it was in session.py)
     "dormant._fold",  # each event's rule, out of _head (the head and its questions stay)
     "dormant.models._openai_client",  # the OpenAI models' one lazy client (no openai import)
+    "dormant.http._routes", "dormant.http._sse",  # the HTTP API by job (was http/__init__)
 }
 #: The packages outside the standard library it may import at init (and their own deps).
 API_INIT_PACKAGES = {

@@ -486,7 +486,7 @@ def _feeds(lines: Iterator[str], until: Any, timeout: float = 10.0) -> tuple[
 
 def test_dev_follow_streams_a_commit_made_by_another_request(
         served: tuple[dormant.App, DevServer], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dormant.http.FOLLOW_KEEPALIVE", 0.3)
+    monkeypatch.setattr("dormant.http._routes.FOLLOW_KEEPALIVE", 0.3)
     app, server = served
     first = httpx.post(f"{server.url}/turns", json={"sessionId": "live", "message": "hi"},
                        timeout=10)

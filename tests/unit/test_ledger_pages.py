@@ -160,7 +160,7 @@ def test_a_forks_pages_walk_what_it_inherits_then_its_own(store: Store) -> None:
 
 def test_dev_follow_streams_every_page_then_waits(store: Store,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dormant.http.FOLLOW_KEEPALIVE", 0.05)
+    monkeypatch.setattr("dormant.http._routes.FOLLOW_KEEPALIVE", 0.05)
     app, resolver = _app(store)
     _session(app, SID, 9)
     feeds: list[dict[str, Any]] = []
