@@ -91,6 +91,7 @@ from dormant.testing.steps import (
     controls_by_reply,
     crash,
     deny,
+    input,  # noqa: F401  (an alias of tool_input, kept out of __all__: it shadows a builtin)
     interrupt,
     message,
     model,
