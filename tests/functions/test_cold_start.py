@@ -253,6 +253,8 @@ API_INIT_MODULES = {
     "dormant._fold",  # each event's rule, out of _head (the head and its questions stay)
     "dormant.models._openai_client",  # the OpenAI models' one lazy client (no openai import)
     "dormant.http._routes", "dormant.http._sse",  # the HTTP API by job (was http/__init__)
+    # the DynamoDB store's listing and control record (were in stores/dynamodb.py)
+    "dormant.stores._dynamodb.control", "dormant.stores._dynamodb.listing",
 }
 #: The packages outside the standard library it may import at init (and their own deps).
 API_INIT_PACKAGES = {

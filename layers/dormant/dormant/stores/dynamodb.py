@@ -52,19 +52,21 @@ from dormant.errors import ConfigError, StoreError
 from dormant.events import Event, load_events
 from dormant.settings import Settings
 from dormant.stores._base import LedgerPage, commit_head, once_keys
-from dormant.stores._dynamodb import commits, deletes, forks, reads, writes
+from dormant.stores._dynamodb import commits, deletes, forks, listing, reads, writes
+from dormant.stores._dynamodb import control as controls
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader, is_pointer
+
+# TRANSACTION_ATTEMPTS and RETRY_BACKOFF (from ``table``, with the other retry rules every
+# transaction shares) are still importable from here, where they were first named.
+from dormant.stores._dynamodb.table import RETRY_BACKOFF as RETRY_BACKOFF
+from dormant.stores._dynamodb.table import TRANSACTION_ATTEMPTS as TRANSACTION_ATTEMPTS
 from dormant.stores._dynamodb.table import (
-    RETRY_BACKOFF,
-    RETRYABLE,
-    TRANSACTION_ATTEMPTS,
     Items,
     Table,
     call,
     code,
     no_bucket,
-    store_error,
 )
 from dormant.stores._dynamodb.window import WindowEstimator
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
@@ -75,8 +77,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DynamoDBStore"]
 
-# TRANSACTION_ATTEMPTS and RETRY_BACKOFF (from ``table``, with the other retry rules every
-# transaction shares) are still importable from here, where they were first named.
 #: Sessions whose head this process remembers (to write the next version as a delta).
 _MEMO_SIZE = 4096
 #: Turns a compacting read without ``turns`` first asks for when no head is remembered.
@@ -241,7 +241,8 @@ class DynamoDBStore:
                 turns is None and compacted and head.turns_since(start) is not None):
             in_window = sum(1 for t in head.turn_starts if t >= start)
             self._window.observe(session_id, max(in_window, 1), max(used, 1))
-        control = _control_of(found.control, now_s) if found.control is not None else None
+        control = (controls.control_of(found.control, now_s) if found.control is not None
+                   else None)
         return StoredSession(head, events, first, control)
 
     def read_page(self, head: Head, after: int, skip: int, limit: int) -> LedgerPage | None:
@@ -327,133 +328,10 @@ class DynamoDBStore:
 
     def list(self, *, principal: str | None = None,
              limit: int = 100) -> builtins.list[SessionSummary]:
-        """Reads the ``by_owner`` index newest first, then each session's newest item.
-
-        The index is sparse: a session's version item carries the index keys when it is the
-        session's first and again once its last entry is ``LIST_REFRESH_MS`` old (one index
-        write per session and quarter hour of activity, not one per turn); so an entry says
-        which sessions are the principal's and, within ``LIST_REFRESH_MS``, when they last
-        changed. Each listed session's version, status and time come from its newest item
-        (one eventually consistent ``Query`` of its key range, a few dozen bytes), and the
-        reading stops once ``limit`` sessions are known newer than any entry not yet read
-        could make a session. ``list()`` without a principal scans the index."""
-        now_s = int(self._clock())
-        if principal is not None:
-            request: dict[str, Any] = {
-                "TableName": self.table_name,
-                "IndexName": lay.INDEX_NAME,
-                "KeyConditionExpression": "#own = :own",
-                "ExpressionAttributeNames": {"#own": lay.OWNER},
-                "ExpressionAttributeValues": {":own": {"S": lay.owner_key(principal, "")}},
-                "ScanIndexForward": False,
-                "Limit": 2 * limit + 10,
-            }
-            read = self._client.query
-        else:
-            request = {"TableName": self.table_name, "IndexName": lay.INDEX_NAME}
-            read = self._client.scan  # type: ignore[assignment]
-        done: set[str] = set()
-        found: builtins.list[SessionSummary] = []
-        pending: Items = []
-        exhausted = False
-        while True:
-            if not pending and not exhausted:
-                page = call("list sessions", principal or "*", read, **request)
-                pending = list(page.get("Items", []))
-                if "LastEvaluatedKey" in page:
-                    request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-                else:
-                    exhausted = True
-                if principal is None:  # a scan: every entry, then newest first
-                    while not exhausted:
-                        page = call("list sessions", "*", read, **request)
-                        pending += page.get("Items", [])
-                        if "LastEvaluatedKey" not in page:
-                            exhausted = True
-                        else:
-                            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-                    pending.sort(key=lambda i: int(i[lay.UPDATED]["N"]), reverse=True)
-            if not pending:
-                break
-            entry = pending.pop(0)
-            # No session whose newest entry is this one or older changed after it plus the
-            # refresh period: with ``limit`` sessions newer than that, the listing is whole.
-            bound = int(entry[lay.UPDATED]["N"]) + lay.LIST_REFRESH_MS
-            if len(found) >= limit and sorted(
-                    (s.updated_at for s in found), reverse=True)[limit - 1] >= bound:
-                break
-            sid = entry[lay.PK]["S"]
-            if sid in done:
-                continue
-            listed = self._listed(entry, now_s)
-            if listed is False:
-                continue  # an entry of an incarnation that is gone: a newer one may follow
-            done.add(sid)
-            if isinstance(listed, SessionSummary):
-                found.append(listed)
-        found.sort(key=lambda s: (s.updated_at, s.version), reverse=True)
-        return found[:limit]
-
-    def _listed(self, entry: dict[str, Any], now_s: int) -> SessionSummary | bool | None:
-        """The ``list`` line of the session an index entry names, from its newest item: None
-        when it is deleted or expired; False when the entry is of an older incarnation than
-        the newest item's (its session was deleted and made again)."""
-        sid = entry[lay.PK]["S"]
-        if not lay.is_version_item(entry):  # an old layout's head: rewritten on every commit
-            if self._index_expired(entry, now_s) or _deleted(entry):
-                return None
-            return reads.summary(entry)
-        if _deleted(entry):
-            self._purge_again(entry)
-            return None
-        request: dict[str, Any] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
-            "ExpressionAttributeValues": {":pk": {"S": sid}, ":lo": {"S": lay.VERSION_PREFIX},
-                                          ":hi": {"S": lay.VERSION_PREFIX + "~"}},
-            "ProjectionExpression": "pk, sk, #ua, #st, #ver, #lx, #ttl, #del",
-            "ExpressionAttributeNames": {"#ua": lay.UPDATED, "#st": lay.STATUS,
-                                         "#ver": lay.VERSION, "#lx": lay.LOGICAL_EXPIRY,
-                                         "#ttl": lay.TTL_ATTRIBUTE, "#del": lay.DELETED},
-            "ScanIndexForward": False, "Limit": 4,
-        }
-        while True:
-            page = call("list sessions", sid, self._client.query, **request)
-            newest = next((i for i in page.get("Items", [])
-                           if lay.parse_version_key(i[lay.SK]["S"])[1] == 0), None)
-            if newest is not None or "LastEvaluatedKey" not in page:
-                break
-            request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        if newest is not None and lay.DELETED in newest:
-            self._purge_again(newest)  # the entry is a deleted incarnation's: not purged yet
-            return None
-        if newest is None or lay.expired(newest, now_s):
-            return None
-        if lay.incarnation_of(newest) != lay.incarnation_of(entry):
-            return False
-        return reads.summary({**newest, lay.OWNER: entry[lay.OWNER]})
-
-    def _purge_again(self, marker: dict[str, Any]) -> None:
-        """An index entry of a deleted session (the marker's own, or an item of the deleted
-        incarnation): its purge has not finished (the purge deletes those items, and takes
-        the marker out of the index last). :data:`~layout.LIST_REFRESH_MS` after the delete
-        (the marker's ``ua``; a marker without one is older), a step lost (its send failed,
-        its record dead-lettered) is likely: hand the purge on again. Inline purges (no
-        ``purge_later``) are not run from a listing."""
-        if self.purge_later is None:
-            return
-        deleted_ms = int(marker.get(lay.UPDATED, {}).get("N", "0"))
-        if int(self._clock() * 1000) - deleted_ms >= lay.LIST_REFRESH_MS:
-            self.purge_later(marker[lay.PK]["S"], None)
-
-    def _index_expired(self, item: dict[str, Any], now_s: int) -> bool:
-        """An index entry's session has expired: the index projects ``expires_at``, not a
-        version item's logical expiry ``lx``, which is ``expires_at`` less this store's
-        margin (see ``layout``)."""
-        if lay.is_version_item(item) and lay.TTL_ATTRIBUTE in item and self.ttl_seconds:
-            stamp = int(item[lay.TTL_ATTRIBUTE]["N"]) - self.ttl_seconds // 4 - 1
-            return stamp <= now_s
-        return lay.expired(item, now_s)
+        """Reads the ``by_owner`` index newest first, then each session's newest item (see
+        :func:`~dormant.stores._dynamodb.listing.list_sessions`). ``list()`` without a
+        principal scans the index."""
+        return listing.list_sessions(self._table, principal, limit, self.purge_later)
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -617,54 +495,15 @@ class DynamoDBStore:
     def read_control(self, session_id: str) -> Control | None:
         """One ``GetItem``, strongly consistent (an eventually consistent read may miss a stop
         for a while); an expired record (TTL) reads as none."""
-        found = call("read the control record", session_id, self._client.get_item,
-                           TableName=self.table_name, ConsistentRead=True,
-                           Key={lay.PK: {"S": session_id}, lay.SK: {"S": lay.CONTROL_SK}})
-        item = found.get("Item")
-        return _control_of(item, int(self._clock())) if item is not None else None
+        return controls.read_control(self._table, session_id)
 
     def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
         """One ``TransactWriteItems``: ``ConditionCheck``s that the head is still at
         ``head_version`` (see ``layout``) and the ``Put`` of the record, conditioned on the
         revision it replaces. An expired head or record (TTL, not deleted yet) counts as
         absent, as everywhere in this store."""
-        if control.rev < 1:
-            return False  # no stored revision is ever below 0
-        known = self._memo.get(session_id)
-        if known is None or known.version != head_version:
-            known = self._known_at(session_id)
-            if known.version != head_version:
-                return False
-        now_s = int(self._clock())
-        expires_at = now_s + self.ttl_seconds if self.ttl_seconds else None
-        item = lay.control_item(session_id, control.rev, control.model_dump_json(), expires_at)
-        actions: builtins.list[Any] = [
-            {"ConditionCheck": check} for check in writes.head_checks(
-                self.table_name, session_id, known, head_version, now_s)]
-        actions.append({"Put": writes.control_put(self.table_name, item, control.rev, now_s)})
-        for attempt in range(1, TRANSACTION_ATTEMPTS + 1):
-            try:
-                self._client.transact_write_items(TransactItems=actions)
-                return True
-            except ClientError as error:
-                if code(error) != "TransactionCanceledException":
-                    raise store_error("write the control record", session_id,
-                                       error) from error
-                reasons = error.response.get("CancellationReasons") or []
-                codes = {r.get("Code") for r in reasons} - {"None", None}
-                if "ConditionalCheckFailed" in codes:
-                    self._memo.pop(session_id)
-                    return False  # the head or the record moved: the caller re-reads
-                retryable = codes <= RETRYABLE
-                if not retryable or attempt == TRANSACTION_ATTEMPTS:
-                    raise StoreError(
-                        f"the control record of session {session_id} was not written "
-                        f"({', '.join(sorted(str(c) for c in codes))}) after {attempt} "
-                        "attempt(s)", retryable=retryable) from error
-            except BotoCoreError as error:
-                raise store_error("write the control record", session_id, error) from error
-            time.sleep(RETRY_BACKOFF * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+        return controls.write_control(self._table, self._memo, self._known_at, session_id,
+                                      control, head_version)
 
     # --- deleting ------------------------------------------------------------------------------
 
@@ -698,18 +537,6 @@ class DynamoDBStore:
 
     def __repr__(self) -> str:
         return f"DynamoDBStore({self.table_name!r}, bucket={self.bucket!r})"
-
-
-def _deleted(item: dict[str, Any]) -> bool:
-    """An index entry of a deletion marker (its session's newest until purged)."""
-    return bool(item.get(lay.STATUS, {}).get("S") == "deleted")
-
-
-def _control_of(item: dict[str, Any], now_s: int) -> Control | None:
-    """The control record a ``~ctl`` item holds (None once it expired)."""
-    if lay.expired(item, now_s):
-        return None
-    return Control.model_validate_json(item[lay.CONTROL]["S"])
 
 
 def _dynamodb_client(region_name: str | None) -> DynamoDBClient:
