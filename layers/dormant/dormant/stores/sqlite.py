@@ -50,13 +50,27 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from dormant._head import Head
 from dormant._lru import Lru
-from dormant.errors import SessionNotFound, StoreError
+from dormant.errors import StoreError
 from dormant.events import Event, load_event, load_events
 from dormant.stores._base import LedgerPage, commit_head, lineage_key, once_keys, status_of
+from dormant.stores._sqlite import (
+    BACKFILL_ONCE_KEYS,
+    HEAD_AND_CONTROL,
+    SCHEMA,
+    archive_id,
+    control_of,
+    held_key,
+    inherited_events,
+    move_head,
+    refused,
+    release,
+    source_id,
+    version_of,
+    write_version,
+)
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["SqliteStore"]
@@ -71,62 +85,6 @@ SCHEMA_VERSION = 4
 BUSY_TIMEOUT = 30.0
 #: Decoded events kept across loads, all sessions together (see the module's docstring).
 CACHE_EVENTS = 50_000
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    version    INTEGER NOT NULL,
-    status     TEXT NOT NULL,
-    principal  TEXT,
-    updated_at INTEGER NOT NULL,
-    head       TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated_at DESC);
-CREATE TABLE IF NOT EXISTS commits (
-    session_id   TEXT NOT NULL,
-    version      INTEGER NOT NULL,
-    committed_at INTEGER NOT NULL,
-    end_seq      INTEGER,
-    PRIMARY KEY (session_id, version)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS forks (
-    source     TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    fork       TEXT NOT NULL,
-    PRIMARY KEY (source, created_at, fork)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS once_keys (
-    session_id TEXT NOT NULL,
-    key        TEXT NOT NULL,
-    PRIMARY KEY (session_id, key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS controls (
-    session_id TEXT PRIMARY KEY,
-    rev        INTEGER NOT NULL,
-    body       TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
-    session_id TEXT NOT NULL,
-    seq        INTEGER NOT NULL,
-    type       TEXT NOT NULL,
-    body       TEXT NOT NULL,
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
-"""
-
-
-#: The head and the control record in one statement (one snapshot without a transaction).
-_HEAD_AND_CONTROL = ("SELECT head, (SELECT body FROM controls WHERE session_id = ?1) "
-                     "FROM sessions WHERE session_id = ?1")
-#: A commit moves the head with this, on condition that it is where the commit found it.
-_MOVE_HEAD = ("UPDATE sessions SET version = ?, status = ?, updated_at = ?, head = ? "
-              "WHERE session_id = ? AND ")
-
-_BACKFILL_ONCE_KEYS = """
-INSERT OR IGNORE INTO once_keys (session_id, key)
-SELECT session_id, 'm:' || json_extract(body, '$.message_id') FROM events WHERE type = 'user'
-"""
-
 
 class _Stale(Exception):
     """The rows a load kept decoded are not the session's rows any more."""
@@ -179,9 +137,9 @@ class SqliteStore:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(commits)")}
             if columns and "end_seq" not in columns:  # a file made before schema 4
                 conn.execute("ALTER TABLE commits ADD COLUMN end_seq INTEGER")
-            conn.executescript(_SCHEMA)
+            conn.executescript(SCHEMA)
             if version == 1:  # schema 1 had no once_keys: the ledger holds every message id
-                conn.execute(_BACKFILL_ONCE_KEYS)
+                conn.execute(BACKFILL_ONCE_KEYS)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def __repr__(self) -> str:
@@ -240,7 +198,7 @@ class SqliteStore:
         with self._connection() as conn:
             try:
                 if kept is not None:  # the head alone first: is it still the one kept?
-                    found = conn.execute(_HEAD_AND_CONTROL, (session_id,)).fetchone()
+                    found = conn.execute(HEAD_AND_CONTROL, (session_id,)).fetchone()
                     if found is None:
                         self._decoded.pop(session_id)
                         return None
@@ -264,8 +222,8 @@ class SqliteStore:
                     "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
                     "ORDER BY seq", (session_id, kept.end - 1 if kept else start, head.seq),
                 ).fetchall()
-                inherited = _inherited(conn, head, wanted) if wanted < start else []
-                control = _control(conn, session_id)
+                inherited = inherited_events(conn, head, wanted) if wanted < start else []
+                control = control_of(conn, session_id)
                 conn.rollback()
             except sqlite3.Error as error:
                 raise StoreError(f"cannot read session {session_id} from {self.path}: "
@@ -304,7 +262,7 @@ class SqliteStore:
                     return None
                 low = min(start + skip, head.seq)
                 high = min(low + limit, head.seq)
-                inherited = _inherited(conn, head, low, high) if low < head.fork_point else []
+                inherited = inherited_events(conn, head, low, high) if low < head.fork_point else []
                 bodies = conn.execute(
                     "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
                     "ORDER BY seq", (sid, max(low, head.fork_point), high)).fetchall()
@@ -331,7 +289,7 @@ class SqliteStore:
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                moved = _move_head(conn, written, written_json, expected_version, base)
+                moved = move_head(conn, written, written_json, expected_version, base)
                 if moved is not None:
                     conn.execute("INSERT INTO commits (session_id, version, committed_at, "
                                  "end_seq) VALUES (?, ?, ?, ?)",
@@ -352,7 +310,7 @@ class SqliteStore:
                 try:
                     if conn.in_transaction:
                         conn.rollback()
-                    return _refused(conn, sid, expected_version, [key for _, key in keys])
+                    return refused(conn, sid, expected_version, [key for _, key in keys])
                 except sqlite3.Error as error:
                     raise StoreError(f"cannot read session {sid} from {self.path}: "
                                      f"{error}") from error
@@ -370,16 +328,16 @@ class SqliteStore:
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                current = _version(conn, sid)
+                current = version_of(conn, sid)
                 if current:
                     conn.rollback()
                     return CommitResult(ok=False, conflict=True, current_version=current)
                 for segment in head.lineage:
-                    _source_id(conn, segment)  # raises if the source is gone
+                    source_id(conn, segment)  # raises if the source is gone
                 conn.executemany("INSERT OR IGNORE INTO forks (source, created_at, fork) "
                                  "VALUES (?, ?, ?)",
                                  [(*lineage_key(segment), sid) for segment in head.lineage])
-                _write_version(conn, written, status_of(written))
+                write_version(conn, written, status_of(written))
                 conn.commit()
             except sqlite3.IntegrityError:
                 conn.rollback()
@@ -401,7 +359,7 @@ class SqliteStore:
     def has_once(self, session_id: str, key: str) -> bool:
         with self._connection() as conn:
             try:
-                return _held(conn, session_id, [key]) is not None
+                return held_key(conn, session_id, [key]) is not None
             except sqlite3.Error as error:
                 raise StoreError(f"cannot read session {session_id} from {self.path}: "
                                  f"{error}") from error
@@ -419,7 +377,7 @@ class SqliteStore:
     def read_control(self, session_id: str) -> Control | None:
         with self._connection() as conn:
             try:
-                return _control(conn, session_id)
+                return control_of(conn, session_id)
             except sqlite3.Error as error:
                 raise StoreError(f"cannot read the control record of session {session_id} "
                                  f"from {self.path}: {error}") from error
@@ -432,7 +390,7 @@ class SqliteStore:
                 row = conn.execute("SELECT rev FROM controls WHERE session_id = ?",
                                    (session_id,)).fetchone()
                 stored = int(row[0]) if row is not None else 0
-                if _version(conn, session_id) != head_version or stored != control.rev - 1:
+                if version_of(conn, session_id) != head_version or stored != control.rev - 1:
                     conn.rollback()
                     return False
                 conn.execute(
@@ -447,7 +405,7 @@ class SqliteStore:
 
     def _current(self, session_id: str) -> int:
         with self._connection() as conn:
-            return _version(conn, session_id)
+            return version_of(conn, session_id)
 
     def delete(self, session_id: str) -> bool:
         with self._connection() as conn:
@@ -462,10 +420,10 @@ class SqliteStore:
                         "SELECT 1 FROM forks WHERE source = ? AND created_at = ? LIMIT 1",
                         (session_id, head.created_at)).fetchone() is not None:
                     conn.execute("UPDATE events SET session_id = ? WHERE session_id = ?",
-                                 (_archive_id(session_id, head.created_at), session_id))
+                                 (archive_id(session_id, head.created_at), session_id))
                 conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
                 for segment in head.lineage if head is not None else ():
-                    _release(conn, segment, session_id)
+                    release(conn, segment, session_id)
                 conn.execute("DELETE FROM commits WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM once_keys WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM controls WHERE session_id = ?", (session_id,))
@@ -495,39 +453,6 @@ class SqliteStore:
                 for sid, version, status, updated_at, owner in rows]
 
 
-def _move_head(conn: sqlite3.Connection, written: Head, body: str, expected_version: int,
-               base: str | None) -> bool | None:
-    """Move the session's head to ``written`` iff it is at ``expected_version`` (a new
-    session's insert raises ``IntegrityError`` if the id is taken). None: not moved; True:
-    moved from the JSON ``base`` exactly (or a new session), so the ledger below the commit is
-    the one ``base`` ends; False: moved from another head at that version."""
-    sid = written.session_id
-    if expected_version == 0:
-        conn.execute("INSERT INTO sessions (session_id, version, status, principal, updated_at, "
-                     "head) VALUES (?, ?, ?, ?, ?, ?)",
-                     (sid, written.version, status_of(written), written.principal,
-                      written.updated_at, body))
-        return True
-    values = (written.version, status_of(written), written.updated_at, body, sid)
-    if base is not None and conn.execute(_MOVE_HEAD + "head = ?", (*values, base)).rowcount:
-        return True
-    if conn.execute(_MOVE_HEAD + "version = ?", (*values, expected_version)).rowcount:
-        return False
-    return None
-
-
-def _refused(conn: sqlite3.Connection, session_id: str, expected_version: int,
-             keys: list[str]) -> CommitResult:
-    """Why a commit was refused, read after its transaction rolled back: the version moved,
-    or a once-only key is held (or both); a key taken otherwise counts as a conflict."""
-    conn.execute("BEGIN")  # one snapshot for the version and the keys
-    current = _version(conn, session_id)
-    held = _held(conn, session_id, keys)
-    conn.rollback()
-    return CommitResult(ok=False, conflict=current != expected_version or held is None,
-                        current_version=current, duplicate=held)
-
-
 def _from_kept(kept: _Decoded, control: str | None, turns: int | None,
                compacted: bool) -> StoredSession | None:
     """The session as a load answers it, from what was kept (its stored head is the one
@@ -538,85 +463,3 @@ def _from_kept(kept: _Decoded, control: str | None, turns: int | None,
         return None
     return StoredSession(head, kept.events[wanted - kept.start:], wanted,
                          Control.model_validate_json(control) if control is not None else None)
-
-
-def _held(conn: sqlite3.Connection, session_id: str, keys: list[str]) -> str | None:
-    """The first of ``keys`` the session already holds, if any."""
-    for key in keys:
-        if conn.execute("SELECT 1 FROM once_keys WHERE session_id = ? AND key = ?",
-                        (session_id, key)).fetchone() is not None:
-            return key
-    return None
-
-
-def _write_version(conn: sqlite3.Connection, written: Head, status: str) -> None:
-    """The version's ``commits`` row (its key is the optimistic lock) and the head moved to it:
-    what every commit and a fork's creation write."""
-    conn.execute("INSERT INTO commits (session_id, version, committed_at, end_seq) "
-                 "VALUES (?, ?, ?, ?)",
-                 (written.session_id, written.version, written.updated_at, written.seq))
-    conn.execute(
-        "INSERT INTO sessions (session_id, version, status, principal, updated_at, head) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
-        "version = excluded.version, status = excluded.status, "
-        "updated_at = excluded.updated_at, head = excluded.head",
-        (written.session_id, written.version, status, written.principal, written.updated_at,
-         written.model_dump_json()))
-
-
-def _archive_id(session_id: str, created_at: int) -> str:
-    """Where a deleted session's events wait for the last fork that reads them."""
-    return f"~{session_id}@{created_at}"
-
-
-def _source_id(conn: sqlite3.Connection, segment: dict[str, Any]) -> str:
-    """The rows' session id holding a lineage segment's events: its archive, once the
-    session was deleted, else the live session (the incarnation the segment names)."""
-    sid, created_at = lineage_key(segment)
-    archive = _archive_id(sid, created_at)
-    if conn.execute("SELECT 1 FROM events WHERE session_id = ? LIMIT 1",
-                    (archive,)).fetchone() is not None:
-        return archive
-    row = conn.execute("SELECT head FROM sessions WHERE session_id = ?", (sid,)).fetchone()
-    if row is None or Head.model_validate_json(row[0]).created_at != created_at:
-        raise SessionNotFound(sid)
-    return sid
-
-
-def _inherited(conn: sqlite3.Connection, head: Head, start: int,
-               stop: int | None = None) -> list[Event]:
-    """A fork's inherited events from position ``start`` to its fork point (or ``stop``)."""
-    events: list[Event] = []
-    below = 0
-    for segment in head.lineage:
-        end = int(segment["end"]) if stop is None else min(int(segment["end"]), stop)
-        if max(start, below) < end:
-            rows = conn.execute(
-                "SELECT body FROM events WHERE session_id = ? AND seq >= ? AND seq < ? "
-                "ORDER BY seq", (_source_id(conn, segment), max(start, below), end)).fetchall()
-            events.extend(load_event(body) for (body,) in rows)
-        below = int(segment["end"])
-    return events
-
-
-def _release(conn: sqlite3.Connection, segment: dict[str, Any], fork: str) -> None:
-    """``fork`` no longer reads ``segment``'s session: the last reader of a deleted one
-    takes its archived events with it."""
-    sid, created_at = lineage_key(segment)
-    conn.execute("DELETE FROM forks WHERE source = ? AND created_at = ? AND fork = ?",
-                 (sid, created_at, fork))
-    if conn.execute("SELECT 1 FROM forks WHERE source = ? AND created_at = ? LIMIT 1",
-                    (sid, created_at)).fetchone() is None:
-        conn.execute("DELETE FROM events WHERE session_id = ?", (_archive_id(sid, created_at),))
-
-
-def _control(conn: sqlite3.Connection, session_id: str) -> Control | None:
-    row = conn.execute("SELECT body FROM controls WHERE session_id = ?",
-                       (session_id,)).fetchone()
-    return Control.model_validate_json(row[0]) if row is not None else None
-
-
-def _version(conn: sqlite3.Connection, session_id: str) -> int:
-    row = conn.execute("SELECT version FROM sessions WHERE session_id = ?",
-                       (session_id,)).fetchone()
-    return int(row[0]) if row is not None else 0
