@@ -18,7 +18,6 @@ from dormant._head import (
     DIGEST_DECIDED,
     DIGEST_EVENT,
     DIGEST_INPUT,
-    DIGEST_RETRY,
     INVOCATION_WINDOW,
     MESSAGE_ID_WINDOW,
     TURN_INDEX_SIZE,
@@ -37,7 +36,6 @@ from dormant.errors import (
     NotRunning,
     PendingInputError,
     ResumeError,
-    RetryRefused,
     SessionFailed,
     SessionRunning,
     StaleTimer,
@@ -427,12 +425,7 @@ def _remember(head: Head, digest: str) -> None:
 
 
 def _on_retry(head: Head, event: RetryEvent) -> None:
-    digest = message_digest(DIGEST_RETRY + event.retry_id)
-    if digest in head.message_ids:
-        raise RetryRefused(head.session_id, event.retry_id, duplicate=True)
-    if not head.failed or head.open_invocation != event.invocation_id:
-        raise RetryRefused(head.session_id, event.retry_id)
-    _remember(head, digest)
+    _remember(head, head.admit_retry(event.retry_id, event.invocation_id))
     head.failed = False
     head.retries += 1
 

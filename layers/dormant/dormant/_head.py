@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 
 from dormant._patch import json_copy
+from dormant.errors import RetryRefused
 from dormant.events import (
     LEDGER_FORMAT,
 )
@@ -239,6 +240,17 @@ class Head:
     def has_retry(self, retry_id: str) -> bool:
         """Whether a recent retry carried ``retry_id``."""
         return message_digest(DIGEST_RETRY + retry_id) in self.message_ids
+
+    def admit_retry(self, retry_id: str, invocation_id: str | None) -> str:
+        """The digest a retry of ``invocation_id`` lands under. Raises
+        :class:`~dormant.errors.RetryRefused` for one that landed already, and for one of an
+        invocation that is not the failed one."""
+        digest = message_digest(DIGEST_RETRY + retry_id)
+        if digest in self.message_ids:
+            raise RetryRefused(self.session_id, retry_id, duplicate=True)
+        if not self.failed or self.open_invocation != invocation_id:
+            raise RetryRefused(self.session_id, retry_id)
+        return digest
 
     @property
     def knows_every_message(self) -> bool:
