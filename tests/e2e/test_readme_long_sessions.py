@@ -1,5 +1,6 @@
-"""The README's "Long sessions" example, run as a user would: its ```python block in an empty
-directory with the installed package, printing exactly the ```text block that follows it."""
+"""The long-sessions page's worked example (docs/long-sessions.md), run as a user would: its
+```python block in an empty directory with the installed package, printing exactly the ```text
+block that follows it."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ from pathlib import Path
 
 from .conftest import ROOT
 
-SECTION = "## Long sessions"
+SECTION = "## A worked example"
+PAGE = ROOT / "docs" / "long-sessions.md"
 
 
 def _blocks(readme: str) -> tuple[str, str]:
-    assert SECTION in readme, f"README.md has no {SECTION!r} section"
+    assert SECTION in readme, f"{PAGE.name} has no {SECTION!r} section"
     section = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     expected = section.split("```text\n", 1)[1].split("```", 1)[0]
     return code, expected
 
 
-def test_the_long_sessions_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
-    code, expected = _blocks((ROOT / "README.md").read_text())
+def test_the_long_sessions_example_prints_what_the_page_shows(tmp_path: Path) -> None:
+    code, expected = _blocks(PAGE.read_text())
     script = tmp_path / "long.py"
     script.write_text(code)
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "PYTHONPATH")}
