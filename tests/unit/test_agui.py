@@ -402,7 +402,7 @@ def test_a_turn_past_its_timeout_ends_with_run_error(app):
                                     "unreached"])
 
     events = run(app, concierge, {"session_id": "s-slow", "input": {"message": "hi"}},
-                 timeout=0.05)
+                 timeout=0.5)  # time for the tool to start on a loaded machine
 
     assert types(events)[-1] == "RUN_ERROR"
     assert "RUN_FINISHED" not in types(events)

@@ -41,7 +41,6 @@ from dormant._request.serve import (
     MAX_DRAIN,
     Served,
     Serving,
-    finish_request,
     serve,
 )
 from dormant.schedulers import LEASE_GRACE_MS, LEASE_TIMER
@@ -62,7 +61,6 @@ __all__ = [
     "SessionsPort",
     "TurnInput",
     "derive_invocation",
-    "finish_request",
     "open_request",
     "open_turn",
     "serve",

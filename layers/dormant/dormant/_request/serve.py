@@ -46,8 +46,7 @@ if TYPE_CHECKING:
     from dormant._head import Head
     from dormant.agent import Agent, ErrorHandler, Hook
 
-__all__ = ["DEADLINE_MARGIN", "DRAIN_BUDGET", "MAX_DRAIN", "Served", "Serving",
-           "finish_request", "serve"]
+__all__ = ["DEADLINE_MARGIN", "DRAIN_BUDGET", "MAX_DRAIN", "Served", "Serving", "serve"]
 
 log = logging.getLogger("dormant")
 
@@ -96,10 +95,6 @@ class Served:
     code: str | None = None
     drained: list[str] = field(default_factory=list)
     handed_on: bool = False
-
-    @property
-    def session(self) -> Session | None:
-        return self.opened.session if self.opened is not None else None
 
     @property
     def errored(self) -> bool:
@@ -164,7 +159,7 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             _commit(serving, served, request, session)
     _done(served, on_done)
     if drains and not served.errored:
-        _drain(serving, served, served.session or session, request, signal)
+        _drain(serving, served, session, request, signal)
     return served
 
 
@@ -218,35 +213,24 @@ def _commit(serving: Serving, served: Served, request: HandlerInput,
 
 
 def _finish(serving: Serving, served: Served, opened: Opened) -> None:
-    """A request that runs no turn: commit what its inputs recorded (a claim may have
-    already), then write what it asks of the running turn."""
+    """A request that runs no turn: commit what its inputs recorded that its claim did not
+    (if anything), then write what it asks of the running turn. A store that cannot be
+    written, or inputs that no longer fit a newer head (``SessionMoved``), fail it."""
+    session = opened.session
+    served.commit = opened.commit
+    served.version = opened.version if opened.commit else session.version
     try:
-        served.commit, served.version = finish_request(serving.host, opened,
-                                                       _reload(serving, opened.session))
+        if session.dirty:
+            outcome = serving.host.sessions.policy.commit(session)
+            if outcome.status == "failed":
+                raise outcome.error or StoreError(
+                    f"session {session.session_id} could not be written")
+            if outcome.status == "superseded":
+                raise SessionMoved(session.session_id)
+            served.commit, served.version = outcome.status, outcome.version
+        _write_asks(serving, session)
     except DormantError as error:
         _failed(served, error)
-
-
-def finish_request(host: Host, opened: Opened, reload: Callable[[], Session | None]
-                   ) -> tuple[CommitStatus | None, int | None]:
-    """A request that runs no turn: commit what its inputs recorded that its claim did not
-    (if anything), then write what it asks of the running turn. Returns how it was written
-    (None: nothing to write) and the session's version. Raises :class:`StoreError` when the
-    store could not be written and :class:`SessionMoved` when the inputs no longer fit a
-    newer head."""
-    session = opened.session
-    commit, version = opened.commit, opened.version if opened.commit else session.version
-    if session.dirty:
-        outcome = host.sessions.policy.commit(session)
-        if outcome.status == "failed":
-            raise outcome.error or StoreError(f"session {session.session_id} could not be "
-                                              "written")
-        if outcome.status == "superseded":
-            raise SessionMoved(session.session_id)
-        commit, version = outcome.status, outcome.version
-    if session.control_asks:
-        write_asks(host.store, session, reload)
-    return commit, version
 
 
 # --- the inbox and handing on ------------------------------------------------------------------
