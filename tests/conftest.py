@@ -34,8 +34,16 @@ SLOW_ENGINES = ("dynamodb-local", "dynamodb-server", "DynamoDBLocal", "MotoServe
 #: Modules of long sessions (thousands of turns), benchmarks, property searches, the CLI.
 SLOW_MODULES = frozenset({
     "test_bench_harness", "test_cli_errors", "test_dynamodb_deletes", "test_dynamodb_forks",
-    "test_ledger_pages", "test_scaffold", "test_side_effect_properties",
+    "test_ledger_pages", "test_scaffold", "test_side_effect_properties", "test_sim_matrix",
 })
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sim-seed", action="append", dest="sim_seed", default=[],
+                     metavar="SEED",
+                     help="replay a simulator schedule (repeatable): a random schedule's "
+                          "seed, or SETUP/KIND,KIND/CHOICES for one schedule of a pair, as a "
+                          "failure of tests/conformance/test_sim.py prints it")
 
 
 def is_slow(item: pytest.Item) -> bool:
@@ -72,6 +80,12 @@ def missing_tools() -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    runs = [value for report in terminalreporter.stats.get("passed", [])
+            for key, value in getattr(report, "user_properties", []) if key == "sim"]
+    if runs:  # the simulator's schedules: how many, and how long they took
+        terminalreporter.section("request simulator")
+        for line in sorted(runs):
+            terminalreporter.write_line(str(line))
     missing = missing_tools()
     if not missing:
         return

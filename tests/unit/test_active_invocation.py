@@ -23,7 +23,7 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant._control import announced
+from dormant._decide import announced
 from dormant._head import PREVIEW_CHARS, preview_of
 from dormant.agui import from_run_agent_input
 from dormant.errors import InputError, ServerOnly

@@ -10,8 +10,9 @@ up what is still pending (:func:`dormant._decide.take_pending`).
 A turn still running at its first poll also **announces** itself there
 (:attr:`Control.running <dormant.types.Control.running>`): a client that did not start it
 learns its invocation id, to stop it, before its first commit. A turn that ends sooner writes
-nothing. The announcement is never cleared: :func:`announced` reads it as live only while
-the head is still at the version the turn started from and has not seen the invocation end.
+nothing. The announcement is never cleared: :func:`dormant._decide.announced` reads it as live
+only while the head is still at the version the turn started from and has not seen the
+invocation end.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dormant._decide import Ask, Slice, running
+from dormant._decide import Ask, live, running
 from dormant._ids import now_ms
 from dormant.errors import InputError, NotRunning, StoreError
 from dormant.types import Control, ControlRunning, ControlSteer, ControlStop
@@ -37,7 +38,6 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "MAX_STEERS",
     "ControlWatch",
-    "announced",
     "write_asks",
 ]
 
@@ -52,25 +52,6 @@ WRITE_ATTEMPTS = 8
 
 
 # --- the running turn's announcement -------------------------------------------------------------
-
-
-def announced(session: Slice) -> ControlRunning | None:
-    """The turn the session's control record says runs now, while that can still be true.
-
-    The record keeps an announcement until somebody rewrites it, so it is read against the
-    head: live while the head is still at the version the turn started from (any commit,
-    the turn's own end first of all, moves it) and the head does not know the invocation
-    ended (:func:`dormant._decide.running`). A turn whose process died without committing
-    reads as running until the session's next commit; a stop sent to it then is accepted and
-    never seen, as for any invocation running elsewhere."""
-    control = session.control
-    return _live(control.running if control is not None else None, session)
-
-
-def _live(entry: ControlRunning | None, session: Slice) -> ControlRunning | None:
-    if entry is None or entry.version != session.head.version:
-        return None
-    return entry if running(session, entry.invocation_id) else None
 
 
 # --- writing the control record ------------------------------------------------------------------
@@ -133,7 +114,7 @@ def _with(base: Control, asks: list[Ask], session: Session) -> Control:
         raise InputError(f"session {session.session_id} already holds {MAX_STEERS} steers "
                          "the running turn has not taken; wait for it")
     return Control(rev=rev, stop=stop, pause=pause_rev, steers=steers, compaction=claim,
-                   running=_live(base.running, session))
+                   running=live(base.running, session))
 
 
 # --- the running turn's side ---------------------------------------------------------------------

@@ -60,7 +60,7 @@ from dormant.events import (
     ToolInput,
     ToolResult,
 )
-from dormant.types import Control, ControlSteer
+from dormant.types import Control, ControlRunning, ControlSteer
 
 __all__ = [
     "Ask",
@@ -137,11 +137,53 @@ def running(session: Slice, invocation_id: str, *, resumable: bool = False) -> b
     return not head.knows_invocation(invocation_id)
 
 
+def announced(session: Slice) -> ControlRunning | None:
+    """The turn the session's control record says runs now, while that can still be true.
+
+    The record keeps an announcement until somebody rewrites it, so it is read against the
+    head: live while the head is still at the version the turn started from (any commit,
+    the turn's own end first of all, moves it) and the head does not know the invocation
+    ended (:func:`running`). A turn whose process died without committing reads as running
+    until the session's next commit."""
+    control = session.control
+    return live(control.running if control is not None else None, session)
+
+
+def live(entry: ControlRunning | None, session: Slice) -> ControlRunning | None:
+    """``entry`` if the turn it announces can still be running (see :func:`announced`)."""
+    if entry is None or entry.version != session.head.version:
+        return None
+    return entry if running(session, entry.invocation_id) else None
+
+
+def _never_ran(session: Slice, invocation_id: str) -> NotRunning | None:
+    """A stop for an invocation the head never saw can match nothing while no turn can be
+    running it: the session waits on people, failed, is paused, or runs another invocation
+    (claimed, or announced in the control record). Then it is refused (409), never asked.
+    On a free session (or one with no ledger yet) a turn that has not announced itself may
+    be running it: that stop is asked."""
+    head = session.head
+    entry = announced(session)
+    if head.knows_invocation(invocation_id) or (
+            entry is not None and entry.invocation_id == invocation_id):
+        return None
+    busy = head.busy() or ("paused" if session.pause_pending else None)
+    if busy is None and entry is None:
+        return None
+    now = head.open_invocation or (entry.invocation_id if entry is not None else None)
+    return NotRunning(head.session_id, invocation_id, "the session never ran it"
+                      + (f"; {now} is its open invocation" if now else ""))
+
+
 def stop(session: Slice, invocation_id: str, seen: int | None = None
          ) -> Literal["stopped", "accepted"]:
     """Stop ``invocation_id``. A waiting (parked or paused) one ends now, in the slice; one
-    that may be running elsewhere gets an :class:`Ask`; anything else is refused."""
+    that may be running elsewhere gets an :class:`Ask`; anything else is refused, and so is
+    a stop that can match nothing (:func:`_never_ran`)."""
     head = session.head
+    never = _never_ran(session, invocation_id)
+    if never is not None:
+        raise never
     if head.open_invocation == invocation_id:
         if head.failed:
             raise NotRunning(head.session_id, invocation_id,

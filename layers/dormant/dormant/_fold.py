@@ -37,6 +37,7 @@ from dormant.errors import (
     PendingInputError,
     ResumeError,
     SessionFailed,
+    SessionPaused,
     SessionRunning,
     StaleTimer,
 )
@@ -125,6 +126,7 @@ def _on_invocation_start(head: Head, event: InvocationStart) -> None:
     _refuse_if_parked_on_tools(head)
     _refuse_if_failed(head)
     _refuse_if_running(head)
+    _refuse_if_paused(head)
     if event.invocation_id is not None:
         _remember_invocation(head, event.invocation_id)
     head.open_invocation = event.invocation_id
@@ -372,6 +374,14 @@ def _refuse_if_running(head: Head) -> None:
     turn is superseded, its message not run beside the other."""
     if head.open_invocation is not None and head.parked is None and not head.paused:
         raise SessionRunning(head.session_id, head.open_invocation)
+
+
+def _refuse_if_paused(head: Head) -> None:
+    """Nothing new starts while the session is paused (messages wait in the inbox). A turn
+    that read the session before the pause landed and merges onto it lands here: it is
+    superseded, and what its tools did is kept beside the paused invocation."""
+    if head.paused:
+        raise SessionPaused(head.session_id)
 
 
 def _refuse_if_failed(head: Head) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from dormant._control import announced
+from dormant._decide import announced
 from dormant._head import SessionStatus
 from dormant._inputs import (
     IfBusy,

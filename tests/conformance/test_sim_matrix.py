@@ -1,0 +1,79 @@
+"""The simulator on the other stores: every pair of inputs on SQLite, a sample of pairs on
+DynamoDB (moto, in process), and random schedules on both (``test_sim`` runs memory).
+
+Each schedule uses a session of its own on one store, so a store is set up once per test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dormant.stores import Store
+
+from .conftest import STORE_FACTORIES
+from .sim_world import INPUTS, SETUPS
+from .test_sim import _quiet, every_pair, pair_schedules, random_seeds
+
+__all__ = ["_quiet"]
+
+#: Pairs run on DynamoDB: each input against a message (the input that runs a turn) and
+#: against itself, on every setup.
+DYNAMODB_PAIRS = [("message", kind) for kind in INPUTS] + [(kind, kind) for kind in INPUTS]
+
+
+@pytest.fixture
+def sqlite() -> Iterator[Store]:
+    yield from STORE_FACTORIES["sqlite"][1]()
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Store]:
+    yield from STORE_FACTORIES["dynamodb-moto"][1]()
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_every_pair_on_sqlite(sqlite: Store, setup: str,
+                              record_property: Any) -> None:
+    started = time.monotonic()
+    runs, failures = every_pair(sqlite, setup)
+    record_property("sim", f"pairs on sqlite/{setup}: {runs} schedules in "
+              f"{time.monotonic() - started:.1f} s")
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_a_sample_of_pairs_on_dynamodb(dynamodb: Store, setup: str,
+                                       record_property: Any) -> None:
+    started, runs, failures = time.monotonic(), 0, []
+    for kinds in DYNAMODB_PAIRS:
+        for choices, broken, description in pair_schedules(dynamodb, setup, list(kinds)):
+            runs += 1
+            if broken:
+                failures.append(f"--sim-seed={setup}/{','.join(kinds)}/"
+                                f"{'.'.join(map(str, choices))}\n  " + "\n  ".join(broken)
+                                + "\n" + description)
+                break
+    record_property("sim", f"pairs on dynamodb-moto/{setup}: {runs} schedules in "
+              f"{time.monotonic() - started:.1f} s")
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.parametrize("store_name", ["sqlite", "dynamodb-moto"])
+def test_random_schedules_on_the_other_stores(store_name: str,
+                                              record_property: Any) -> None:
+    seeds = range(10_000, 10_400 if store_name == "sqlite" else 10_150)
+    started = time.monotonic()
+    with pytest.MonkeyPatch.context():
+        store_gen = STORE_FACTORIES[store_name][1]()
+        store = next(store_gen)
+        try:
+            failures = random_seeds(store, seeds)
+        finally:
+            next(store_gen, None)
+    record_property("sim", f"random on {store_name}: {len(seeds)} seeds in "
+              f"{time.monotonic() - started:.1f} s")
+    assert not failures, "\n\n".join(failures)
