@@ -602,25 +602,12 @@ class SideEffectMachine(RuleBasedStateMachine):
         live: set[str | None] = {stream.invocation_id for _, _, stream in self.streams.values()}
         if self.session is not None and self.session.head.running:
             live.add(self.session.head.open_invocation)
-        live |= self._retryable()
         lost = [(tool, call_id, self._request(serial)) for serial, tool, call_id
                 in self.executed if call_id not in settled and serial not in excused
                 and self.ran_in[call_id] not in live]
         assert not lost, f"tools ran but their results are not in the ledger: {lost}"
         assert set(settled) - ran == set(), \
             f"results in the ledger of tools that never ran: {sorted(set(settled) - ran)}"
-
-    def _retryable(self) -> set[str | None]:
-        """The failed invocation a retry reruns, under the same call ids: a redelivery of its
-        message that ran a tool before that invocation (started from the inbox) failed ahead
-        of the tool is refused as a duplicate, and its result is not kept; the call is the
-        failed step's, and the retry runs it again under its id (the tools' idempotency
-        key), so its result is that retry's to record. A failed turn's own tools keep their
-        results (what changed the world is committed with the failure)."""
-        head = self.session.head if self.session is not None else None
-        if head is None or not head.failed:
-            return set()
-        return {head.open_invocation}
 
     def _approvals(self, events: list[Event]) -> None:
         """4. No approval is both denied and executed (and none is decided twice)."""
@@ -670,10 +657,16 @@ class SideEffectMachine(RuleBasedStateMachine):
         return f"stream {serial} (not finished)"
 
     def _refusals_write_nothing(self) -> None:
-        """A request the session refused wrote nothing (not even a claim)."""
+        """A request the session refused wrote nothing (not even a claim) but, refused as a
+        duplicate after its tools ran, the record of those tools: one closed invocation,
+        ended ``superseded``."""
         for done in self.done:
             if done.result.code in REFUSALS:
-                assert not done.wrote, (
+                wrote = done.wrote
+                if done.result.code in ("duplicate_message", "duplicate_retry") \
+                        and len(done.slices) == 1 and _kept_record(done.slices[0], self):
+                    wrote = []
+                assert not wrote, (
                     f"request {done.input} was refused ({done.result.code}) yet wrote "
                     f"versions {done.wrote}")
 
@@ -732,11 +725,8 @@ class SideEffectMachine(RuleBasedStateMachine):
         assert not unsettled, (
             f"calls a decision or answer let run have no final result: {unsettled} "
             f"(recovery: {self._request(recovery.serial)})")
-        # every tool that ran (a dead stream's too) ended with a final result of its call,
-        # but for one that waits for a retry (see _retryable)
-        retryable = self._retryable()
-        orphans = sorted({c for _, _, c in self.executed
-                          if self.ran_in[c] not in retryable} - final)
+        # every tool that ran (a dead stream's too) ended with a final result of its call
+        orphans = sorted({c for _, _, c in self.executed} - final)
         assert not orphans, f"tools ran but their calls have no final result: {orphans}"
 
 
@@ -760,6 +750,18 @@ def test_side_effects_land_once_under_interleaved_writers(store_name: str) -> No
     run_state_machine_as_test(machine, settings=settings(
         max_examples=EXAMPLES[store_name], stateful_step_count=25, deadline=None,
         phases=phases, suppress_health_check=[HealthCheck.too_slow]))
+
+
+def _kept_record(ids: list[str], machine: SideEffectMachine) -> bool:
+    """Whether the slice of event ids ``ids`` is a refused turn's record of its tools."""
+    session = machine.session
+    if session is None:
+        return False
+    events = {e.id: e for e in session.events}
+    kinds = [events[i].type for i in ids if i in events]
+    return (len(kinds) == len(ids) and kinds[0] == "invocation_start"
+            and kinds[-1] == "invocation_end"
+            and set(kinds[1:-1]) <= {"tool_call", "tool_result"})
 
 
 # --- found sequences -----------------------------------------------------------------------------

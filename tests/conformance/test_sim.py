@@ -36,6 +36,10 @@ FOUND: dict[str, str] = {
     "934": "a turn merged onto a paused session started an invocation beside the paused one",
     # A superseded turn's kept tool results are recorded beside a claimed invocation.
     "95": "the ledger of a superseded turn beside a claimed one did not fold",
+    # Two deliveries of one message run at once while a stop waits: one takes the stop after
+    # its first tool and lands; the other ran both tools and is refused as a duplicate, and
+    # its second tool's result was dropped with it. Now it is kept beside.
+    "3890": "a tool's result was dropped with a delivery refused as a duplicate",
     # A stop naming an invocation the waiting session never ran was accepted (202), and
     # nothing ever matched it.
     "waiting/message,stop/": "a stop for an invocation a waiting session never ran was accepted",

@@ -650,6 +650,17 @@ def test_a_stranded_invocation_can_be_interrupted(store: Store) -> None:
     assert dead.ends() == ["interrupted"]
 
 
+def test_a_stop_that_finds_a_stranded_invocation_ends_it_in_the_same_request(
+        store: Store) -> None:
+    dead = _Stranding(store)
+    invocation = dead.die_after_the_claim()
+
+    done = dead.rest({"session_id": "dead", "input": {"stop": {"invocation_id": invocation}}})
+
+    assert (done.status, done.commit_status) == ("stopped", "committed")
+    assert dead.ends() == ["stopped"]
+
+
 def test_a_live_claimed_invocation_is_not_interrupted(store: Store) -> None:
     live = _Stranding(store)
     invocation = live.die_after_the_claim(lease_left_ms=60_000)  # its claimer is within it

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dormant._ids import new_id
 from dormant._inputs import CommitStatus
 from dormant.errors import (
     DormantError,
@@ -40,9 +41,12 @@ from dormant.errors import (
 from dormant.events import (
     Event,
     InvocationEnd,
+    InvocationStart,
     RetryEvent,
     TimerCancelled,
     TimerSet,
+    ToolCall,
+    ToolResult,
     UserEvent,
 )
 from dormant.types import CommitResult, StoredSession
@@ -121,8 +125,16 @@ class CommitPolicy:
         """Commit a turn's slice: committed, merged, superseded or failed.
 
         Raises :class:`DuplicateMessage` when the slice's message already landed (a
-        concurrent or late redelivery): nothing of it is written.
+        concurrent or late redelivery), :class:`RetryRefused` when its retry did: nothing
+        of its turn is written, but what changed the world is (:meth:`_keep_refused`).
         """
+        try:
+            return self._commit(session)
+        except (DuplicateMessage, RetryRefused):
+            self._keep_refused(session)
+            raise
+
+    def _commit(self, session: Session) -> Outcome:
         if not session.dirty:
             return Outcome("committed", session.version)
         own_ts: int | None = None  # (read at the first lost race, before any rebase)
@@ -179,6 +191,50 @@ class CommitPolicy:
                 if outcome.status in ("committed", "merged"):
                     return Outcome("superseded", outcome.version)
                 return outcome
+            assert writer.stored is not None
+            stored = writer.stored
+
+    def _keep_refused(self, session: Session) -> None:
+        """A turn refused as a duplicate (its message or retry landed through another
+        delivery) keeps the tools it ran: the results of calls the ledger holds no final
+        result of are written as a closed invocation of their own beside the session's,
+        ended ``superseded``. The calls keep their ids (the tools' idempotency keys), so a
+        call the other delivery settled is not written twice. Nothing ran: nothing is
+        written. A store that cannot be written loses them, as it would the turn."""
+        keep = session.window.effects_end
+        if keep == 0:
+            return
+        stored = self.store.load(session.session_id)
+        if stored is None:
+            return
+        settled = {e.call_id for e in stored.events
+                   if isinstance(e, ToolResult) and not e.preliminary}
+        ran = [e for e in session.new_events[:keep] if isinstance(e, ToolCall | ToolResult)
+               and e.call_id not in settled]
+        finals = {e.call_id for e in ran if isinstance(e, ToolResult) and not e.preliminary}
+        ran = [e for e in ran if e.call_id in finals]
+        if not ran:
+            return
+        invocation = new_id("inv")
+        kept: list[Event] = [InvocationStart(invocation_id=invocation),
+                             *(e.model_copy(update={"invocation_id": invocation}) for e in ran),
+                             InvocationEnd(invocation_id=invocation, status="superseded")]
+        writer = _Writer(self, session)
+        while True:
+            try:
+                session.window.rebase(stored, events=kept, detached=True)
+            except DormantError as error:
+                log.error("tools ran in a turn refused as a duplicate but their results no "
+                          "longer fit the session; they are not recorded: %s", error,
+                          extra={"session_id": session.session_id})
+                return
+            outcome = writer.attempt()
+            if outcome is not None:
+                if outcome.status == "failed":
+                    log.error("tools ran in a turn refused as a duplicate but the store "
+                              "could not record them: %s", outcome.error,
+                              extra={"session_id": session.session_id})
+                return
             assert writer.stored is not None
             stored = writer.stored
 

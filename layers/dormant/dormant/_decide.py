@@ -175,8 +175,8 @@ def _never_ran(session: Slice, invocation_id: str) -> NotRunning | None:
                       + (f"; {now} is its open invocation" if now else ""))
 
 
-def stop(session: Slice, invocation_id: str, seen: int | None = None
-         ) -> Literal["stopped", "accepted"]:
+def stop(session: Slice, invocation_id: str, seen: int | None = None,
+         now: int | None = None) -> Literal["stopped", "accepted"]:
     """Stop ``invocation_id``. A waiting (parked or paused) one ends now, in the slice; one
     that may be running elsewhere gets an :class:`Ask`; anything else is refused, and so is
     a stop that can match nothing (:func:`_never_ran`)."""
@@ -188,7 +188,9 @@ def stop(session: Slice, invocation_id: str, seen: int | None = None
         if head.failed:
             raise NotRunning(head.session_id, invocation_id,
                              "it failed; retry it (input.retry) or interrupt it")
-        if head.parked == "tool" or head.paused:  # it waits on people: end it now
+        if head.parked == "tool" or head.paused or (now is not None and head.stranded(now)):
+            # it waits on people, or its claimer died (``now`` is past its lease): nobody
+            # would see an ask, so it ends now
             end_waiting(session, STOPPED, seen=seen)
             return "stopped"
         # parked on a message yield: a message may be resuming it in another process right
@@ -586,7 +588,7 @@ def plan(session: Slice, given: Input, *, holds: Callable[[str], bool],
         interrupt(session, given.interrupt.owner, now)
         controls, status = True, "interrupted"
     if given.stop is not None:
-        status = stop(session, given.stop.invocation_id, given.stop.seen)
+        status = stop(session, given.stop.invocation_id, given.stop.seen, now)
         controls = True
         if status == "stopped":
             result.stopped = given.stop.invocation_id
