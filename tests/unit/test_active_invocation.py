@@ -61,7 +61,8 @@ class _Desk:
             ctx.signal.wait(ctx.args.seconds)
             return "waited"
 
-        tool = self.app.tool(name="wait", description="Wait", schema=Wait, execute=wait)
+        self.tool = tool = self.app.tool(name="wait", description="Wait", schema=Wait,
+                                         execute=wait)
         self.agent = self.app.agent(name="desk", tools=[tool], model=ScriptedModel(["Hello."] + [
             {"tool_calls": [{"name": "wait", "args": {"seconds": 30}}]}, "Done."] * 4))
         self.resolver = build_resolver(self.app, self.agent, poll_interval=POLL)
@@ -123,15 +124,51 @@ def test_a_turn_started_by_another_client_is_named_and_stopped_from_here(desk: _
     assert session is not None and announced(session) is None
 
 
+def test_a_sessions_first_turn_is_shown_and_stopped_from_another_client_while_it_runs(
+        desk: _Desk) -> None:
+    """A session exists to readers from its first request: its first turn (the tool waits)
+    shows in ``GET /sessions/{id}`` before anything is committed, to its owner alone, and a
+    stop by the invocation id read there ends it."""
+    desk.agent = desk.app.agent(name="first", tools=[desk.tool], model=ScriptedModel([
+        {"tool_calls": [{"name": "wait", "args": {"seconds": 30}}]}, "Done."]))
+    resolver = build_resolver(desk.app, desk.agent, poll_interval=POLL)
+    answers: list[tuple[int, Any]] = []
+    teller = threading.Thread(target=lambda: answers.append(_call(
+        resolver, "POST", "/turns", {"sessionId": "new", "message": "wait for me"},
+        )))
+    teller.start()
+    try:
+        assert desk.started.wait(10)
+        status, view = _call(resolver, "GET", "/sessions/new")
+        assert status == 200 and view["version"] == 0 and view["status"] == "active", view
+        active = view["activeInvocation"]["invocationId"]
+        assert desk.app.sessions.get("new") is None  # nothing committed yet
+
+        status, body = _call(resolver, "POST", "/turns", {
+            "sessionId": "new", "stop": {"invocationId": active}})
+        assert (status, body["status"]) == (202, "accepted"), body
+        teller.join(10)
+    finally:
+        teller.join()
+    [(status, ended)] = answers
+    assert (status, ended["status"]) == (200, "stopped"), ended
+
+
 def test_a_turn_that_ends_within_its_first_poll_writes_no_control_record() -> None:
+    """But a session's first turn, which names itself as it starts: until it commits, the
+    record is all a reader can find of the session."""
     store = MemoryStore()
     app = dormant.App(name="quick", store=store)
-    agent = app.agent(name="quick", model=ScriptedModel(["Hello."]))
+    agent = app.agent(name="quick", model=ScriptedModel(["Hello.", "Again."]))
     resolver = build_resolver(app, agent)  # the default interval: a second
     status, body = _call(resolver, "POST", "/turns", {"sessionId": "q", "message": "hi"})
+    first = store.read_control("session_q")
+    assert first is not None and first.running is not None and first.running.version == 0
+
+    status, body = _call(resolver, "POST", "/turns", {"sessionId": "q", "message": "again"})
 
     assert (status, body["status"]) == (200, "completed")
-    assert store.read_control("session_q") is None
+    assert store.read_control("session_q") == first
     assert _call(resolver, "GET", "/sessions/q")[1]["activeInvocation"] is None
 
 

@@ -76,8 +76,9 @@ def test_an_expired_claim_is_taken_over_and_a_live_one_is_left_alone(expired: bo
     session = app.sessions.get(SID)
     assert session is not None
     until = now_ms() + (-1 if expired else 60_000)  # expired: its claimer died
-    dead = Control(rev=1, compaction=ControlCompaction(
-        tail_start=session.head.seq + 100, covered_from=0, until=until, rev=1,
+    rev = (app.store.read_control(SID) or Control()).rev + 1  # (the first turn announced)
+    dead = Control(rev=rev, compaction=ControlCompaction(
+        tail_start=session.head.seq + 100, covered_from=0, until=until, rev=rev,
         invocation_id="inv_elsewhere"))
     assert app.store.write_control(SID, dead, head_version=session.version)
 
@@ -91,7 +92,7 @@ def test_an_expired_claim_is_taken_over_and_a_live_one_is_left_alone(expired: bo
     if expired:
         assert len(calls) == 1 and len(compactions) == 1
         claim = control.compaction
-        assert control.rev == 2 and claim.rev == 2 and claim.until > now_ms()
+        assert control.rev == rev + 1 and claim.rev == rev + 1 and claim.until > now_ms()
         assert claim.invocation_id == result.invocation_id
         assert claim.tail_start == compactions[0].tail_start
     else:

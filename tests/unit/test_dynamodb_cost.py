@@ -175,8 +175,9 @@ def test_an_ordinary_turn_writes_one_item_of_at_most_two_write_units(
         store: DynamoDBStore) -> None:
     """The cost target: one item written (the version item: events and head), priced by
     DynamoDB's rules at no more than 2 write units, at turn 3 and at turn 40 alike."""
-    chat = Chat(store, [REPLY] * 40, history=5)
+    chat = Chat(store, [REPLY] * 41, history=5)
     wire = chat.wire
+    assert chat(message=MESSAGE).commit_status == "committed"  # the first: see below
     for n in range(40):
         wire.start()
         assert chat(message=f"{n}: {MESSAGE}").commit_status == "committed"
@@ -186,6 +187,16 @@ def test_an_ordinary_turn_writes_one_item_of_at_most_two_write_units(
         assert units <= 2, (n, units, item_bytes(params["Item"]))
     # With no message id there is no guard item: the id was minted by the turn itself.
     assert not [i for i in _items(store, SID) if i[layout.SK]["S"].startswith("#o#")]
+
+
+def test_a_sessions_first_turn_also_names_itself_in_the_control_record(
+        store: DynamoDBStore) -> None:
+    """A session exists to readers from its first request: its first turn writes the control
+    record's announcement as it starts (one conditional write), then commits as any turn."""
+    chat = Chat(store, [REPLY])
+    wire = chat.wire.start()
+    assert chat(message=MESSAGE).commit_status == "committed"
+    assert wire.operations == ["Query", "TransactWriteItems", "PutItem"]
 
 
 # --- (b) an approval turn ------------------------------------------------------------------------
@@ -359,8 +370,9 @@ def test_an_ordinary_turn_with_a_control_record_is_still_one_query_and_one_write
         assert chat(message=f"turn {n}").status == "completed"
     stored = store.load(SID)
     assert stored is not None
-    # A record with nothing pending: the turn has nothing to take up, only to read past it.
-    control = Control(rev=1)
+    # A record with nothing pending (the first turn's announcement, long past): the turn has
+    # nothing to take up, only to read past it.
+    control = Control(rev=(store.read_control(SID) or Control()).rev + 1)
     assert store.write_control(SID, control, head_version=stored.head.version)
 
     wire = chat.wire.start()
@@ -383,7 +395,9 @@ def test_polling_the_control_record_is_one_strongly_consistent_read_of_under_1_k
     assert chat(message="hi").status == "completed"
     stored = store.load(SID, turns=0)
     assert stored is not None
+    base = (store.read_control(SID) or Control()).rev  # (the first turn's announcement)
     for control in _realistic_controls():
+        control = control.model_copy(update={"rev": control.rev + base})
         assert store.write_control(SID, control, head_version=stored.head.version)
     sent: list[dict[str, Any]] = []
     items: list[dict[str, Any]] = []
@@ -433,5 +447,7 @@ def test_each_step_boundary_reads_the_control_record_once(
     done = rest({"session_id": "cost", "input": {"message": "close T-7"}})
 
     assert (done.status, done.commit_status) == ("completed", "committed")
-    assert wire.timeline == ["Query", TOOL_RAN, *boundary, TOOL_RAN, *boundary, "PutItem"]
+    announce = ["TransactWriteItems"] if boundary else []  # a session's first turn's
+    assert wire.timeline == ["Query", *announce, TOOL_RAN, *boundary, TOOL_RAN, *boundary,
+                             "PutItem"]
     model.assert_consumed()

@@ -661,7 +661,8 @@ def test_an_oversized_turn_with_no_bucket_fails_once_and_says_retrying_will_not_
     assert reply.commit_status == "failed" and reply.code == "store_error"
     assert reply.retryable is False
     assert "DORMANT_BUCKET" in (reply.error or "") and "retry the request" not in reply.error
-    assert calls.operations.count("TransactWriteItems") == 0  # refused before any request
+    # refused before any request: the one transaction is the first turn's announcement
+    assert calls.operations == ["Query", "TransactWriteItems", "GetItem"]
     assert store.load("session_nobucket") is None
 
 

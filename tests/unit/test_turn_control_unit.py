@@ -9,10 +9,12 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
+from dormant._ids import now_ms
 from dormant._inspect import render_session, session_json
 from dormant._schema import schema_errors
 from dormant.events import InputRequested, InputResponse, ToolResult
 from dormant.models import ScriptedModel
+from dormant.types import Control, ControlRunning
 
 
 class Question(BaseModel):
@@ -174,6 +176,9 @@ def test_several_asks_reach_a_session_whose_first_turn_has_not_committed_yet() -
     app = dormant.App()
     agent = app.agent(name="c", model=ScriptedModel(["x"]))
     rest = app.handler.rest(agent=agent)
+    # the first turn, running elsewhere, named itself as it started
+    assert app.store.write_control("session_fresh", Control(rev=1, running=ControlRunning(
+        invocation_id="inv_first", since=now_ms())), head_version=0)
     steer = rest({"session_id": "fresh", "input": {"steer": {
         "text": "shorter", "invocation_id": "inv_first", "id": "st-1"}}})
     pause = rest({"session_id": "fresh", "input": {"pause": True}})
@@ -181,10 +186,39 @@ def test_several_asks_reach_a_session_whose_first_turn_has_not_committed_yet() -
 
     assert (steer.status, pause.status, stop.status) == ("accepted", "paused", "accepted")
     control = app.store.read_control("session_fresh")
-    assert control is not None and control.rev == 3
-    assert control.pause == 2 and control.stop is not None and [s.id for s in control.steers] \
+    assert control is not None and control.rev == 4
+    assert control.pause == 3 and control.stop is not None and [s.id for s in control.steers] \
         == ["st-1"]
     assert app.sessions.get("fresh") is None  # nothing was written to a ledger
+
+
+def test_a_pause_or_stop_for_a_session_that_does_not_exist_is_404_and_writes_nothing() -> None:
+    app = dormant.App()
+    agent = app.agent(name="c", model=ScriptedModel(["x"]))
+    rest = app.handler.rest(agent=agent)
+    pause = rest({"session_id": "nobody", "input": {"pause": True}})
+    stop = rest({"session_id": "nobody", "input": {"stop": {"invocation_id": "inv_never"}}})
+
+    assert (pause.code, stop.code) == ("session_not_found", "session_not_found")
+    assert app.store.read_control("session_nobody") is None
+    assert app.sessions.get("nobody") is None
+
+
+def test_a_stop_naming_an_invocation_a_waiting_session_never_ran_is_409() -> None:
+    app = dormant.App()
+    agent = app.agent(name="c", model=ScriptedModel(["x"]))
+    rest = app.handler.rest(agent=agent)
+    assert rest({"session_id": "s", "input": {"message": "hi"}}).status == "completed"
+    session = app.sessions.get("s")
+    assert session is not None
+    session.request_input("budget", {"type": "object"})
+    assert app.sessions.commit(session).ok
+    before = app.store.read_control("session_s")
+
+    stop = rest({"session_id": "s", "input": {"stop": {"invocation_id": "inv_never"}}})
+
+    assert (stop.status, stop.code) == ("error", "not_running")
+    assert app.store.read_control("session_s") == before
 
 
 def test_a_pause_after_the_control_record_expired_and_restarted_its_revisions_still_pauses(

@@ -168,7 +168,14 @@ class ControlWatch:
         return self._closed
 
     def start(self) -> ControlWatch:
+        """Start polling. A session's first turn names itself in the control record now,
+        before it runs: until it commits, that record is all a reader can find of the session
+        (one conditional write, on the first turn only)."""
         if self._interval > 0:
+            if self._session is not None and self._version == 0:
+                with self._reading:
+                    self._first = False
+                    self.announce()
             _POLLER.add(self, time.monotonic() + self._interval)
         return self
 
@@ -253,7 +260,7 @@ class ControlWatch:
         if session is None or invocation is None or self._signal.stopped:
             return
         entry = ControlRunning(invocation_id=invocation, since=self._since,
-                               version=self._version)
+                               version=self._version, principal=session.head.principal)
         control = self._seen
         try:
             for _ in range(WRITE_ATTEMPTS):

@@ -28,6 +28,7 @@ from dormant._inputs import IfBusy, Input, QueuedRef, TurnStatus
 from dormant._patch import to_json_value
 from dormant._schema import schema_errors
 from dormant.errors import (
+    DormantError,
     DuplicateMessage,
     EventRefused,
     InputError,
@@ -36,6 +37,7 @@ from dormant.errors import (
     PendingInputError,
     RetryRefused,
     SessionFailed,
+    SessionNotFound,
     SessionPaused,
     SessionRunning,
 )
@@ -156,15 +158,19 @@ def live(entry: ControlRunning | None, session: Slice) -> ControlRunning | None:
     return entry if running(session, entry.invocation_id) else None
 
 
-def _never_ran(session: Slice, invocation_id: str) -> NotRunning | None:
-    """A stop for an invocation the head never saw can match nothing while no turn can be
-    running it: the session waits on people, failed, is paused, or runs another invocation
-    (claimed, or announced in the control record). Then it is refused (409), never asked.
-    On a free session (or one with no ledger yet) a turn that has not announced itself may
-    be running it: that stop is asked."""
+def _unmatched(session: Slice, invocation_id: str | None) -> DormantError | None:
+    """Why a stop (of ``invocation_id``) or a pause (None) can match nothing, or None if it
+    may match. A session with no ledger whose control record announces no turn of the
+    caller's does not exist yet (404): a session's first turn announces itself as it starts.
+    An invocation the head never saw cannot be running while the session waits on people,
+    failed, is paused or runs another invocation (claimed, or announced): 409. On a free
+    session a turn that has not announced itself yet may be running it: that stop is
+    asked."""
     head = session.head
     entry = announced(session)
-    if head.knows_invocation(invocation_id) or (
+    if head.version == 0 and (entry is None or entry.principal != head.principal):
+        return SessionNotFound(head.session_id)
+    if invocation_id is None or head.knows_invocation(invocation_id) or (
             entry is not None and entry.invocation_id == invocation_id):
         return None
     busy = head.busy() or ("paused" if session.pause_pending else None)
@@ -179,11 +185,11 @@ def stop(session: Slice, invocation_id: str, seen: int | None = None,
          now: int | None = None) -> Literal["stopped", "accepted"]:
     """Stop ``invocation_id``. A waiting (parked or paused) one ends now, in the slice; one
     that may be running elsewhere gets an :class:`Ask`; anything else is refused, and so is
-    a stop that can match nothing (:func:`_never_ran`)."""
+    a stop that can match nothing (:func:`_unmatched`)."""
     head = session.head
-    never = _never_ran(session, invocation_id)
-    if never is not None:
-        raise never
+    unmatched = _unmatched(session, invocation_id)
+    if unmatched is not None:
+        raise unmatched
     if head.open_invocation == invocation_id:
         if head.failed:
             raise NotRunning(head.session_id, invocation_id,
@@ -303,6 +309,9 @@ def pause(session: Slice) -> Literal["paused", "accepted"]:
     request takes it up. Already paused: nothing to do."""
     if session.head.paused or session.pause_pending:
         return "paused"
+    unmatched = _unmatched(session, None)
+    if unmatched is not None:
+        raise unmatched
     session.control_asks.append(Ask("pause"))
     return "accepted"
 
@@ -520,13 +529,14 @@ def take_pending(session: Slice, *, take_pause: bool = True) -> list[ControlStee
     """What a turn starting now takes up from the control record: a pause nobody took
     (applied first, so the request's message queues), and steers whose invocation ended
     without taking them (returned: the turn runs them as ordinary messages first). A pause
-    is not taken up while a claimed invocation runs: that turn takes it at its next step
-    boundary (taking it here would make a live invocation look like a waiting one)."""
+    is not taken up while a claimed (or announced) invocation runs: that turn takes it at
+    its next step boundary (taking it here would make a live invocation look like a waiting
+    one)."""
     control = session.control
     if control is None:
         return []
     head = session.head
-    if take_pause and session.pause_pending and not head.running:
+    if take_pause and session.pause_pending and not head.running and announced(session) is None:
         session.add_event(PauseEvent(invocation_id=None, rev=control.pause or 0))
     return [s for s in control.steers
             if not head.has_message(s.id) and not running(session, s.invocation_id)]

@@ -131,15 +131,18 @@ class ControlCompaction(BaseModel):
 
 class ControlRunning(BaseModel):
     """A turn that announced itself while it runs: invocation ``invocation_id``, started at
-    ``since`` (epoch ms) from head version ``version``. Written by the turn itself at its
-    first poll (a turn that ends within a poll interval writes nothing), so that a client
-    which did not start it can still stop it. Never cleared: it is live only while the head
-    is still at ``version`` and has not seen the invocation end
-    (:func:`dormant._control.announced`)."""
+    ``since`` (epoch ms) from head version ``version``, for ``principal`` (the caller that
+    started it; None: trusted code). Written by the turn itself at its first poll (a turn
+    that ends within a poll interval writes nothing), or as it starts when it is the
+    session's first (so the session exists to readers from its first request), so that a
+    client which did not start it can still find and stop it. Never cleared: it is live only
+    while the head is still at ``version`` and has not seen the invocation end
+    (:func:`dormant._decide.announced`)."""
 
     invocation_id: str
     since: int
     version: int = 0
+    principal: str | None = None
 
 
 class Control(BaseModel):

@@ -141,6 +141,11 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
         session = host.sessions.bind(Session.new(
             sid, state=_initial_state(rules, request.input.initial_state),
             principal=request.principal))
+        given = request.input
+        if given.stop is not None or given.pause or given.steer is not None:
+            # A session's first turn is in its control record alone until it commits: what
+            # asks a running turn for something reads it (one read, only for these).
+            session.control = host.store.read_control(session.session_id)
     elif not session.head.visible_to(request.principal):
         raise SessionNotFound(sid)
     if agent.app_events is not None:  # the agent's app's contract (``app.event``)

@@ -16,6 +16,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
+from dormant._decide import announced
 from dormant._follow import (
     DEFAULT_LIMIT,
     Feed,
@@ -66,7 +67,7 @@ from dormant.http._wire import (
     request_id_of,
     waiting_on,
 )
-from dormant.session import Session
+from dormant.session import Session, normalize_session_id
 
 if TYPE_CHECKING:
     from dormant._turn_wire import TurnResult
@@ -267,7 +268,7 @@ class Routes:
         # session id has no ``%``, so decoding an already decoded one changes nothing.
         session_id = unquote(session_id)
         principal = self.principal()
-        session = self._load(session_id, principal, turns=0)
+        session = self._load(session_id, principal, turns=0, first_turn=True)
         head = session.head
         schemas = self._input_schemas(session, whole=False)
         after, skip = decode_cursor(cursor or "0")
@@ -415,12 +416,27 @@ class Routes:
         return Response(status_code=200, content_type=JSON,
                         body={"sessionId": session.session_id, "deleted": True})
 
-    def _load(self, session_id: str, principal: str | None, *, turns: int | None) -> Session:
+    def _load(self, session_id: str, principal: str | None, *, turns: int | None,
+              first_turn: bool = False) -> Session:
+        """The session, if ``principal`` may see it. ``first_turn``: a session whose first
+        turn is running (it has no ledger yet, only its control record's announcement) is
+        shown too, as the empty session that turn started."""
         sid = checked_session_id(session_id)
         session = self.app.sessions.load(sid, turns=turns)
+        if session is None and first_turn:
+            session = self._first_turn(normalize_session_id(sid))
         if session is None or not session.head.visible_to(principal):
             raise SessionNotFound(sid)
         return session
+
+    def _first_turn(self, sid: str) -> Session | None:
+        control = self.app.store.read_control(sid)
+        entry = control.running if control is not None else None
+        if entry is None or entry.version != 0:
+            return None
+        session = Session.new(sid, principal=entry.principal)
+        session.control = control
+        return session if announced(session) is not None else None
 
     # --- POST /agui ----------------------------------------------------------------------------
 
