@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -186,6 +187,8 @@ class ControlWatch:
         if self._interval <= 0:
             return
         _POLLER.remove(self)
+        if sys.is_finalizing():  # the control thread is frozen: nothing of it to wait for
+            return
         if not _POLLER.is_current() and self._reading.acquire(timeout=5.0):
             self._reading.release()
 
@@ -341,9 +344,17 @@ class _Poller:
                 self._wake.notify()
 
     def remove(self, watch: ControlWatch) -> None:
-        """``watch`` reads no more (its thread, waking for it, finds nothing to do)."""
-        with self._wake:
+        """``watch`` reads no more (its thread, waking for it, finds nothing to do).
+
+        Never waits long: at interpreter exit a turn stream left suspended is closed while
+        the control thread (a daemon) may be frozen holding the lock. Then the entry stays;
+        the closed watch is skipped when it comes due."""
+        if not self._wake.acquire(timeout=1.0):
+            return
+        try:
             self._due.pop(watch, None)
+        finally:
+            self._wake.release()
 
     def is_current(self) -> bool:
         return threading.current_thread() is self._thread
