@@ -141,6 +141,9 @@ class Head:
     #: The session's first user message, shortened (:func:`preview_of`), for lists of
     #: sessions (None: no message yet). Set once: later messages leave it as it is.
     preview: str | None = None
+    #: The boot id (:data:`dormant._ids.BOOT`) of the process whose claim holds the lease
+    #: ("": none, or a claim written before claims named their process).
+    holder: str = ""
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -195,7 +198,7 @@ class Head:
                     self.control_rev, list(self.invocations), list(self.commit_seqs),
                     [dict(s) for s in self.lineage] if self.lineage else [],
                     dict(self.fork_of) if self.fork_of else None, self.compacted_to,
-                    self.compactions, self.lease, self.takeovers, self.preview)
+                    self.compactions, self.lease, self.takeovers, self.preview, self.holder)
 
     # --- reading -------------------------------------------------------------------------------
 

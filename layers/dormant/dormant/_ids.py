@@ -46,3 +46,9 @@ def new_id(prefix: str) -> str:
 def now_ms() -> int:
     """Wall-clock time in epoch milliseconds (the ledger's timestamp unit)."""
     return time.time_ns() // 1_000_000
+
+
+#: This process's boot id: a claim names the process that holds it (``Head.holder``), so a
+#: process that is the only one serving its store (``dormant dev``) knows a claim another
+#: boot holds is dead, without waiting for its lease.
+BOOT = new_id("boot")

@@ -322,6 +322,10 @@ class App:
         #: function sends it to the webhook queue; ``dormant dev``: its worker thread. None:
         #: the request drains the inbox itself, however long that takes.
         self.hand_on: Callable[[HandlerInput], None] | None = None
+        #: True when this process is the only one serving the store (``dormant dev`` sets
+        #: it): a claim written by an earlier run of it is taken over at once, its lease not
+        #: waited out.
+        self.sole = False
         self._handler: Handlers | None = None
 
     # --- declarations --------------------------------------------------------------------------

@@ -239,10 +239,11 @@ def _dev(args: argparse.Namespace) -> int:
     # Timers of committed turns fire here, as the wake Lambda's turns do on AWS.
     scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=timeout))
     app.scheduler = scheduler
+    app.sole = True  # one process serves this database: an earlier run's claims are dead
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)  # even when started with SIGINT ignored (`cmd &`)
     try:
-        rearmed = scheduler.recover(store)
+        rearmed = scheduler.recover(store, sole=True)
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
               f"(model: {served}; sessions in SQLite at {store.path}; timers served locally, "
               f"{rearmed} pending re-armed). "

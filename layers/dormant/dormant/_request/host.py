@@ -55,6 +55,12 @@ class Host(Protocol):
     @property
     def hand_on(self) -> Callable[[HandlerInput], None] | None: ...
 
+    @property
+    def sole(self) -> bool:
+        """Whether this process is the only one serving the store (``dormant dev``): a claim
+        another boot holds is then dead (see :data:`dormant._ids.BOOT`)."""
+        ...
+
 
 @dataclass(frozen=True)
 class RequestRules:

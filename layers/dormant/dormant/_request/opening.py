@@ -13,7 +13,7 @@ from dormant import _decide
 from dormant._commit import LostClaim
 from dormant._decide import Plan, plan, take_pending
 from dormant._head import Head
-from dormant._ids import new_id
+from dormant._ids import BOOT, new_id
 from dormant._inputs import CommitStatus, HandlerInput, Input
 from dormant._request.host import Host, RequestRules, derive_invocation
 from dormant._request.invocation import TurnInput, open_invocation, open_turn
@@ -148,6 +148,10 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
             session.control = host.store.read_control(session.session_id)
     elif not session.head.visible_to(request.principal):
         raise SessionNotFound(sid)
+    elif host.sole and session.head.running and session.head.holder != BOOT:
+        # The only process serving this store did not write this claim: its holder was an
+        # earlier run of it, killed before it committed. Its lease is not waited out.
+        session.head.lease = 0
     if agent.app_events is not None:  # the agent's app's contract (``app.event``)
         session.event_types = agent.app_events
     if request.public and request.input.state:
@@ -370,6 +374,7 @@ def _claim(host: Host, opened: Opened, lease: float) -> None:
     if opened.turn is not None and session.head.running:
         until = host.clock() + max(int(lease * 1000), 1)
         session.head.lease = until
+        session.head.holder = BOOT
         if opened.recovering:
             session.head.takeovers += 1
     outcome = host.sessions.policy.claim(session)

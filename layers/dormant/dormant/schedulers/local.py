@@ -95,12 +95,14 @@ class LocalScheduler:
 
     # --- the rest ------------------------------------------------------------------------------
 
-    def recover(self, store: Any) -> int:
+    def recover(self, store: Any, *, sole: bool = False) -> int:
         """Re-arm every pending timer found in ``store``'s sessions (each session head keeps
         its timers), and a lease wake-up (:data:`~dormant.schedulers.LEASE_TIMER`) for each
         session whose head shows a claimed invocation running: it fires just after the lease
         (at once if that is past) and takes the invocation over if its claimer died. Call it
-        at start-up; returns how many timers were armed, wake-ups included."""
+        at start-up; returns how many timers were armed, wake-ups included. ``sole``: this
+        process is the only one serving ``store``, so every claim found at start-up is an
+        earlier run's, dead: its wake-up fires at once."""
         armed = 0
         for summary in store.list(limit=RECOVER_LIMIT):
             stored = store.load(summary.session_id, turns=0)
@@ -110,7 +112,8 @@ class LocalScheduler:
                 self.set(TimerDelivery.of(stored.head.session_id, timer))
                 armed += 1
             if stored.head.running:  # its wake-up was in the memory of whoever claimed it
-                fire_at = max(stored.head.lease + LEASE_GRACE_MS, self._clock())
+                fire_at = self._clock() if sole \
+                    else max(stored.head.lease + LEASE_GRACE_MS, self._clock())
                 self.set(TimerDelivery(session_id=stored.head.session_id, name=LEASE_TIMER,
                                        fire_at=fire_at))
                 armed += 1
