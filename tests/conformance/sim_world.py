@@ -24,6 +24,7 @@ from dormant._fold import apply, apply_detached
 from dormant._head import Head
 from dormant._request.host import derive_invocation
 from dormant._resume import validate_resume_state
+from dormant.errors import DormantError
 from dormant.events import (
     ApprovalDecided,
     Event,
@@ -126,6 +127,12 @@ class World:
     #: (call id, invocation id, the request that ran it) of every side effect.
     executed: list[tuple[str, str | None, str]] = field(default_factory=list)
     timer: TimerDelivery | None = None
+    #: Forks made during the schedule: (fork id, its version, what it was forked from).
+    forks: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    expected_forks: dict[str, list[str]] = field(default_factory=dict)
+    #: Calls run in, and requests that read, an incarnation of the session since deleted.
+    gone_calls: set[str] = field(default_factory=set)
+    gone_requests: set[str] = field(default_factory=set)
     waiting_on: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -178,6 +185,27 @@ class World:
             return
         stored = self.store.unwrapped.load(self.session_id, turns=0)
         request.seen = stored is None or (stored.head.free and not stored.head.paused)
+
+    def fork(self, index: int) -> dormant.Session:
+        """Fork the session as it is now (trusted code, beside the requests)."""
+        fork = self.app.sessions.fork(self.session_id,
+                                      new_session_id=f"{self.session_id}-f{index}")
+        fork_of = fork.head.fork_of or {}
+        self.forks.append((fork.session_id, fork.version, fork_of))
+        source = self.store.unwrapped.load(self.session_id)  # (no interleaving point)
+        if source is not None:
+            self.expected_forks[fork.session_id] = [
+                e.id for e in source.events[:int(fork_of.get("seq", 0))]]
+        return fork
+
+    def delete(self) -> bool:
+        """Delete the session (trusted code, beside the requests). What the requests that
+        read it before ran belongs to the incarnation deleted: it is not checked."""
+        deleted = self.app.sessions.delete(self.session_id)
+        if deleted:
+            self.gone_calls |= {call for call, _, _ in self.executed}
+            self.gone_requests |= {r.name for r in self.sim.requests if r.ops}
+        return deleted
 
     def send(self, given: dict[str, Any]) -> TurnResult:
         stream = self.turn({"session_id": self.session_id, "input": given})
@@ -289,7 +317,7 @@ class Input:
                 return {"events": [{"name": "ping", "data": {"n": i}, "id": "e-1"}]}
             case "nudge":
                 return {}
-            case "timer":
+            case "timer" | "fork" | "delete":
                 return None
         raise ValueError(f"no input kind {self.kind!r}")
 
@@ -306,7 +334,7 @@ def _target(world: World, others: Sequence[str]) -> str:
 
 INPUTS = ("message", "redelivered", "answer", "approve", "deny", "input", "stop", "steer",
           "pause", "resume", "interrupt", "retry", "edit", "move", "remove", "send_now",
-          "timer", "deferred", "event")
+          "timer", "deferred", "event", "fork")
 
 
 # --- one schedule ------------------------------------------------------------------------------
@@ -343,14 +371,15 @@ def run_schedule(store: Any, setup: str, kinds: Sequence[str], chooser: Chooser)
     for index, kind in enumerate(kinds):
         given = Input(kind, index).given(world, kinds)
         inputs.append((kind, given))
-        requests.append(Request(f"{index}:{kind}", _caller(world, given)))
+        requests.append(Request(f"{index}:{kind}", _caller(world, given, kind, index)))
     sim.run(requests)
     sim.now += 2 * LEASE_MS + 1
     # A caller that got no answer sends again (a client retries, the queue redelivers): the
     # same input, the same ids. Then one empty request, as the next request on the session.
-    recovery = [_caller(world, given)() for (_, given), request in zip(inputs, requests,
-                                                                        strict=True)
-                if request.crashed]
+    recovery = [_caller(world, given, kind, index)()
+                for index, ((kind, given), request) in enumerate(zip(inputs, requests,
+                                                                     strict=True))
+                if request.crashed and kind not in ("fork", "delete")]
     recovery.append(world.send({}))
     session = world.app.sessions.get(world.session_id)
     if session is not None and session.status == "paused":
@@ -358,13 +387,26 @@ def run_schedule(store: Any, setup: str, kinds: Sequence[str], chooser: Chooser)
     return Outcome(world, inputs, requests, recovery, sim.trace)
 
 
-def _caller(world: World, given: dict[str, Any] | None) -> Any:
+def _caller(world: World, given: dict[str, Any] | None, kind: str = "", index: int = 0
+            ) -> Any:
+    if kind == "fork":
+        return lambda: _refused(lambda: world.fork(index))
+    if kind == "delete":
+        return lambda: _refused(world.delete)
     if given is None:
         delivery = world.timer or TimerDelivery(
             session_id=world.session_id, name="nudge", fire_at=int(FIRE_AT.timestamp() * 1000),
             message="hello from a timer", message_id="timer-none")
         return lambda: world.wake(delivery)
     return lambda: world.send(given)
+
+
+def _refused(call: Any) -> Any:
+    """What trusted code's call returned, or the library's refusal it raised."""
+    try:
+        return call()
+    except DormantError as error:
+        return error
 
 
 # --- the invariants ----------------------------------------------------------------------------
@@ -379,6 +421,7 @@ def check(outcome: Outcome) -> list[str]:
     for request in outcome.requests:
         if request.error is not None:
             broken.append(f"request {request.name} raised {request.error!r}")
+    broken += _forks_whole(world)
     session = world.app.sessions.get(world.session_id)
     if session is None:
         return broken
@@ -392,12 +435,30 @@ def check(outcome: Outcome) -> list[str]:
     return broken
 
 
+def _forks_whole(world: World) -> list[str]:
+    """A fork reads exactly its source's ledger up to the version it was forked at, whatever
+    the source did next (more commits, a delete)."""
+    broken = []
+    for fork_id, _, fork_of in world.forks:
+        fork = world.app.sessions.get(fork_id)
+        if fork is None:
+            broken.append(f"fork {fork_id} is gone")
+            continue
+        seq = int(fork_of.get("seq", 0))
+        if len(fork.events) != seq:
+            broken.append(f"fork {fork_id} reads {len(fork.events)} events, forked at {seq}")
+        elif world.expected_forks.get(fork_id) not in (None, [e.id for e in fork.events]):
+            broken.append(f"fork {fork_id} reads other events than its source had")
+    return broken
+
+
 def _tools_once(world: World, events: list[Event]) -> list[str]:
     """A tool executed ⇔ exactly one final result of its call in the ledger."""
     finals = Counter(e.call_id for e in events if isinstance(e, ToolResult) and not e.preliminary)
     broken = [f"call {c} has {n} final results" for c, n in finals.items() if n > 1]
     ran = {call for call, _, _ in world.executed}
-    lost = sorted(ran - set(finals))
+    lost = sorted({call for call, _, name in world.executed if call not in world.gone_calls
+                   and name not in world.gone_requests} - set(finals))
     if lost:
         broken.append(f"tools ran but their calls have no result in the ledger: {lost}")
     ok = {e.call_id for e in events if isinstance(e, ToolResult) and not e.preliminary

@@ -1,5 +1,6 @@
-"""The simulator on the other stores: every pair of inputs on SQLite, a sample of pairs on
-DynamoDB (moto, in process), and random schedules on both (``test_sim`` runs memory).
+"""The simulator in the whole suite: every pair of inputs with a crash anywhere on memory and
+SQLite, a sample of pairs on DynamoDB (moto, in process), and random schedules on all three
+(``test_sim``, in the fast loop, runs a slice on memory).
 
 Each schedule uses a session of its own on one store, so a store is set up once per test.
 """
@@ -12,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from dormant.stores import Store
+from dormant.stores import MemoryStore, Store
 
 from .conftest import STORE_FACTORIES
 from .sim_world import SETUPS
-from .test_sim import _quiet, every_pair, pair_schedules, random_seeds
+from .test_sim import RANDOM_SEEDS, _quiet, every_pair, pair_schedules, random_seeds
 
 __all__ = ["_quiet"]
 
@@ -39,6 +40,25 @@ def sqlite() -> Iterator[Store]:
 @pytest.fixture
 def dynamodb() -> Iterator[Store]:
     yield from STORE_FACTORIES["dynamodb-moto"][1]()
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_every_pair_with_a_crash_anywhere_on_memory(setup: str, record_property: Any) -> None:
+    started = time.monotonic()
+    runs, failures = every_pair(MemoryStore(), setup)
+    record_property("sim", f"pairs on memory/{setup}, a crash anywhere: {runs} schedules in "
+                           f"{time.monotonic() - started:.1f} s")
+    assert runs > 2000
+    assert not failures, "\n\n".join(failures)
+
+
+def test_more_random_schedules_on_memory(record_property: Any) -> None:
+    seeds = range(RANDOM_SEEDS, RANDOM_SEEDS + 3000)
+    started = time.monotonic()
+    failures = random_seeds(MemoryStore(), seeds)
+    record_property("sim", f"random on memory: {len(seeds)} more seeds in "
+                           f"{time.monotonic() - started:.1f} s")
+    assert not failures, "\n\n".join(failures)
 
 
 @pytest.mark.parametrize("setup", sorted(SETUPS))
