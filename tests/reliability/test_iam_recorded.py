@@ -263,5 +263,7 @@ def test_without_the_new_grants_those_paths_would_be_refused(
 
     problems = refused(narrowed, iam_recorded.recorder.calls, deployed.names())
 
-    assert {c.action for c in problems} == {"dynamodb:DeleteItem"}
+    # DeleteItem for the expired id; ConditionCheckItem for the new session's first turn,
+    # which names itself in the control record (a write conditional on no head existing)
+    assert {c.action for c in problems} == {"dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}
     assert refused(template(), iam_recorded.recorder.calls, deployed.names()) == []

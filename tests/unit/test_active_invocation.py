@@ -154,6 +154,31 @@ def test_a_sessions_first_turn_is_shown_and_stopped_from_another_client_while_it
     assert (status, ended["status"]) == (200, "stopped"), ended
 
 
+def test_a_first_turn_that_writes_nothing_takes_its_announcement_back() -> None:
+    """A session's first turn abandoned before anything was committed was never there: the
+    session reads 404 again, and a pause for it is refused."""
+    store = MemoryStore()
+    app = dormant.App(name="gone", store=store)
+    agent = app.agent(name="gone", model=ScriptedModel(["one two three four five"]))
+    stream = app.handler.turn(agent=agent, poll_interval=POLL)(
+        {"session_id": "gone", "input": {"message": "hi"}})
+    events = iter(stream)
+    next(events)
+    named = store.read_control("session_gone")
+    assert named is not None and named.running is not None  # it announced itself
+
+    stream.abort()
+    assert [e for e in events if e.type == "invocation_end"] == []
+
+    assert app.sessions.get("gone") is None
+    control = store.read_control("session_gone")
+    assert control is not None and control.running is None
+    resolver = build_resolver(app, agent)
+    assert _call(resolver, "GET", "/sessions/gone")[0] == 404
+    status, body = _call(resolver, "POST", "/turns", {"sessionId": "gone", "pause": True})
+    assert (status, body["code"]) == (404, "session_not_found")
+
+
 def test_a_turn_that_ends_within_its_first_poll_writes_no_control_record() -> None:
     """But a session's first turn, which names itself as it starts: until it commits, the
     record is all a reader can find of the session."""

@@ -163,6 +163,8 @@ class ControlWatch:
         self._first = True
         #: What the last read returned.
         self._seen: Control | None = None
+        #: The invocation a session's first turn announced as it started (None: none).
+        self._opened: str | None = None
 
     @property
     def closed(self) -> bool:
@@ -176,7 +178,7 @@ class ControlWatch:
             if self._session is not None and self._version == 0:
                 with self._reading:
                     self._first = False
-                    self.announce()
+                    self._opened = self.announce()
             _POLLER.add(self, time.monotonic() + self._interval)
         return self
 
@@ -251,17 +253,43 @@ class ControlWatch:
                 if item.invocation_id == invocation and item.id not in self._taken:
                     self._steers.setdefault(item.id, item)
 
-    def announce(self) -> None:
+    def retract(self) -> None:
+        """A session's first turn that ended with nothing committed (aborted, failed before
+        any tool) takes back the announcement it made as it started, so the session it never
+        wrote does not read as running (one conditional write, at no head). Never raises."""
+        invocation = self._opened
+        if invocation is None:
+            return
+        self._opened = None
+        try:
+            control = self._store.read_control(self._session_id)
+            for _ in range(WRITE_ATTEMPTS):
+                if control is None or control.running is None \
+                        or control.running.invocation_id != invocation:
+                    return
+                record = control.model_copy(update={"rev": control.rev + 1, "running": None})
+                if self._store.write_control(self._session_id, record, head_version=0):
+                    return
+                rev = control.rev
+                control = self._store.read_control(self._session_id)
+                if control is not None and control.rev == rev:
+                    return  # the record did not move, so a head exists now: it is moot
+        except Exception:  # the record then reads as running until the session's first commit
+            log.exception("could not take back the first turn's announcement",
+                          extra={"session_id": self._session_id})
+
+    def announce(self) -> str | None:
         """Name this turn in the control record, unless the record read last already does:
         the record's next revision with ``running`` set, written at the head version the
         turn started from, as every writer does. A lost race (another writer added a stop, a
         steer, a pause meanwhile) is re-read, acted on and tried again, at most
         :data:`WRITE_ATTEMPTS` times; a head that moved on ends it (the announcement would
         read as ended). Never raises: a turn that could not announce itself runs on (only a
-        client that did not start it cannot stop it)."""
+        client that did not start it cannot stop it). Returns the invocation announced (None:
+        none)."""
         session, invocation = self._session, self._invocation()
         if session is None or invocation is None or self._signal.stopped:
-            return
+            return None
         entry = ControlRunning(invocation_id=invocation, since=self._since,
                                version=self._version, principal=session.head.principal)
         control = self._seen
@@ -269,23 +297,24 @@ class ControlWatch:
             for _ in range(WRITE_ATTEMPTS):
                 if control is not None and control.running is not None \
                         and control.running.invocation_id == invocation:
-                    return
+                    return invocation
                 base = control or Control()
                 record = base.model_copy(update={"rev": base.rev + 1, "running": entry})
                 if self._store.write_control(self._session_id, record,
                                              head_version=self._version):
                     self._adopt(session, base, record)
-                    return
+                    return invocation
                 control = self._store.read_control(self._session_id)
                 if (control.rev if control is not None else 0) == base.rev:
-                    return  # the record did not move, so the head did
+                    return None  # the record did not move, so the head did
                 self.apply(control)
         except Exception:  # announcing is a courtesy to other clients: the turn goes on
             log.exception("could not announce the running turn in the control record",
                           extra={"session_id": self._session_id})
-            return
+            return None
         log.warning("could not announce the running turn: the control record kept changing",
                     extra={"session_id": self._session_id})
+        return None
 
     @staticmethod
     def _adopt(session: Session, base: Control, record: Control) -> None:

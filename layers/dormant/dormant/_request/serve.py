@@ -157,6 +157,8 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             watch.close()
         if served.error is None:
             _commit(serving, served, request, session)
+        if session.version == 0:  # a first turn that wrote nothing: it was never there
+            watch.retract()
     _done(served, on_done)
     if drains and not served.errored:
         _drain(serving, served, session, request, signal)
