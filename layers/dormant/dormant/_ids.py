@@ -50,5 +50,6 @@ def now_ms() -> int:
 
 #: This process's boot id: a claim names the process that holds it (``Head.holder``), so a
 #: process that is the only one serving its store (``dormant dev``) knows a claim another
-#: boot holds is dead, without waiting for its lease.
-BOOT = new_id("boot")
+#: boot holds is dead, without waiting for its lease. Its own random bits, not a
+#: :func:`new_id`: the ids a process mints count from 1, as its first turn's show.
+BOOT = "boot_" + os.urandom(8).hex()
