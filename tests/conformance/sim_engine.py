@@ -20,7 +20,9 @@ reported as a failure of the schedule.
 from __future__ import annotations
 
 import random
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -261,9 +263,17 @@ class Sim:
                 raise AssertionError(
                     f"request {request.name} neither reached a store call nor ended within "
                     f"{STUCK_AFTER} s: it waits on something outside the store "
-                    f"(trace: {' '.join(self.trace)})")
+                    f"(trace: {' '.join(self.trace)})\n{_stacks()}")
         if request.done and request.thread is not None:
             request.thread.join()
+
+
+def _stacks() -> str:
+    """Where every thread of the process is now: what a stuck request waits on."""
+    frames = sys._current_frames()
+    return "\n".join(
+        f"thread {thread.name}:\n" + "".join(traceback.format_stack(frames[thread.ident]))
+        for thread in threading.enumerate() if thread.ident in frames)
 
 
 class SimStore:

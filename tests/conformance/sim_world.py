@@ -51,7 +51,7 @@ from dormant.tools import Signal
 
 from .sim_engine import CURRENT, Chooser, Request, Sim, SimStore
 
-__all__ = ["INPUTS", "SETUPS", "Outcome", "check", "run_schedule"]
+__all__ = ["INPUTS", "SETUPS", "Outcome", "check", "describe", "forget", "run_schedule"]
 
 START_MS = 1_700_000_000_000
 LEASE = 60.0
@@ -610,3 +610,14 @@ def _said(request: Request) -> str:
     if isinstance(result, TurnResult):
         return f"{result.status}/{result.commit_status}@{result.version} {result.code or ''}"
     return repr(request.error or result)
+
+
+def forget(outcome: Outcome) -> None:
+    """Delete what the schedule wrote (the session, its forks), once it was checked and
+    described: a store that keeps every schedule's sessions slows down as they pile up (moto
+    copies a whole table for each transaction it runs)."""
+    world = outcome.world
+    store = world.store.unwrapped
+    for fork_id, _, _ in world.forks:
+        store.delete(fork_id)
+    store.delete(world.session_id)

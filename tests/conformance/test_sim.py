@@ -25,7 +25,7 @@ import pytest
 from dormant.stores import MemoryStore, Store
 
 from .sim_engine import Exhaustive, Random
-from .sim_world import INPUTS, SETUPS, check, describe, run_schedule
+from .sim_world import INPUTS, SETUPS, check, describe, forget, run_schedule
 
 #: Random schedules per run on memory (the fast loop), and per store in the matrix.
 RANDOM_SEEDS = 600
@@ -62,7 +62,9 @@ def random_schedule(store: Store, seed: int) -> tuple[str, list[str], list[str],
     setup = rng.choice(sorted(SETUPS))
     kinds = [rng.choice(INPUTS) for _ in range(rng.randint(3, 6))]
     outcome = run_schedule(store, setup, kinds, Random(seed, crash_rate=0.05))
-    return setup, kinds, check(outcome), describe(outcome)
+    broken, description = check(outcome), describe(outcome)
+    forget(outcome)
+    return setup, kinds, broken, description
 
 
 def pair_schedules(store: Store, setup: str, kinds: list[str], *,
@@ -76,7 +78,9 @@ def pair_schedules(store: Store, setup: str, kinds: list[str], *,
     while True:
         explorer.reset()
         outcome = run_schedule(store, setup, kinds, explorer)
-        yield [i for i, _ in explorer.path], check(outcome), describe(outcome)
+        broken, description = check(outcome), describe(outcome)
+        forget(outcome)
+        yield [i for i, _ in explorer.path], broken, description
         if prefix is not None or not explorer.advance():
             return
 
