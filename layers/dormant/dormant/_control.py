@@ -134,11 +134,17 @@ class ControlWatch:
     Given the turn's ``session``, the first scheduled read also announces the turn in the
     record (:meth:`announce`): one conditional write, only for a turn running past its first
     interval (a step boundary's read never announces, so a short turn writes nothing).
+
+    With a ``heartbeat`` (seconds; the turn holds a claim, or is the session's first), the
+    announcement carries it (:attr:`ControlRunning.until`, ``heartbeat`` past ``clock()``)
+    and the scheduled reads renew it every half heartbeat: a claim's lease then runs out
+    ``heartbeat`` after its process died rather than at its request's deadline.
     """
 
     def __init__(self, store: Store, session_id: str, invocation: Callable[[], str | None],
                  signal: Signal, *, interval: float, control_rev: int,
-                 session: Session | None = None) -> None:
+                 session: Session | None = None, heartbeat: float = 0.0,
+                 clock: Callable[[], int] = now_ms) -> None:
         self._store = store
         self._session_id = session_id
         self._invocation = invocation
@@ -165,6 +171,11 @@ class ControlWatch:
         self._seen: Control | None = None
         #: The invocation a session's first turn announced as it started (None: none).
         self._opened: str | None = None
+        #: The heartbeat in ms (0: none), the clock it is read on, and when the next beat is
+        #: due.
+        self._heartbeat = int(heartbeat * 1000) if session is not None else 0
+        self._clock = clock
+        self._beat_due = 0  # (set by the announcement: the first beat)
 
     @property
     def closed(self) -> bool:
@@ -202,6 +213,8 @@ class ControlWatch:
             if self._first:
                 self._first = False
                 self.announce()
+            elif self._beat_due and self._clock() >= self._beat_due:
+                self.announce(renew=True)
         return time.monotonic() + self._interval
 
     def at_boundary(self) -> None:
@@ -278,31 +291,39 @@ class ControlWatch:
             log.exception("could not take back the first turn's announcement",
                           extra={"session_id": self._session_id})
 
-    def announce(self) -> str | None:
-        """Name this turn in the control record, unless the record read last already does:
-        the record's next revision with ``running`` set, written at the head version the
-        turn started from, as every writer does. A lost race (another writer added a stop, a
-        steer, a pause meanwhile) is re-read, acted on and tried again, at most
-        :data:`WRITE_ATTEMPTS` times; a head that moved on ends it (the announcement would
-        read as ended). Never raises: a turn that could not announce itself runs on (only a
-        client that did not start it cannot stop it). Returns the invocation announced (None:
-        none)."""
+    def announce(self, *, renew: bool = False) -> str | None:
+        """Name this turn in the control record, unless the record read last already does
+        (``renew``: its heartbeat is due, so it is written again): the record's next revision
+        with ``running`` set, written at the head version the turn started from, as every
+        writer does. A lost race (another writer added a stop, a steer, a pause meanwhile) is
+        re-read, acted on and tried again, at most :data:`WRITE_ATTEMPTS` times; a head that
+        moved on ends it (the announcement would read as ended). Never raises: a turn that
+        could not announce itself runs on (only a client that did not start it cannot stop
+        it; a claim whose heartbeat was not renewed may be taken over). Returns the
+        invocation announced (None: none)."""
         session, invocation = self._session, self._invocation()
         if session is None or invocation is None or self._signal.stopped:
             return None
+        now = self._clock() if self._heartbeat else 0
         entry = ControlRunning(invocation_id=invocation, since=self._since,
-                               version=self._version, principal=session.head.principal)
+                               version=self._version, principal=session.head.principal,
+                               until=now + self._heartbeat if self._heartbeat else 0)
         control = self._seen
         try:
             for _ in range(WRITE_ATTEMPTS):
-                if control is not None and control.running is not None \
-                        and control.running.invocation_id == invocation:
-                    return invocation
+                held = control.running if control is not None else None
+                if held is not None and held.invocation_id == invocation \
+                        and held.version == entry.version \
+                        and held.until >= (entry.until if renew else 0):
+                    return invocation  # (an invocation resumed: announced again, anew)
                 base = control or Control()
                 record = base.model_copy(update={"rev": base.rev + 1, "running": entry})
                 if self._store.write_control(self._session_id, record,
                                              head_version=self._version):
                     self._adopt(session, base, record)
+                    self._seen = record
+                    if self._heartbeat:
+                        self._beat_due = now + self._heartbeat // 2
                     return invocation
                 control = self._store.read_control(self._session_id)
                 if (control.rev if control is not None else 0) == base.rev:

@@ -21,6 +21,7 @@ from dormant._ids import new_id
 from dormant._inputs import HandlerInput, ResponseOptions
 from dormant._request import (
     DEADLINE_MARGIN,
+    DEFAULT_HEARTBEAT,
     DRAIN_BUDGET,
     MAX_DRAIN,
     Host,
@@ -74,6 +75,7 @@ class TurnConfig:
         drain_budget: float = DRAIN_BUDGET,
         client_state: Sequence[str] = (),
         lease: float | None = None,
+        heartbeat: float = DEFAULT_HEARTBEAT,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
@@ -101,9 +103,15 @@ class TurnConfig:
                             f"write, e.g. client_state=['theme'], got {client_state!r}")
         if lease is not None and lease <= 0:
             raise ValueError("lease must be positive (seconds)")
+        if heartbeat < 0:
+            raise ValueError("heartbeat must be >= 0 seconds (0: a claim's lease runs to its "
+                             "request's deadline)")
         #: The rules the request room applies (state schema, client state keys, the lease a
-        #: claim holds when the request has no deadline).
+        #: claim holds when the request has no deadline, its heartbeat). The heartbeat beats
+        #: on the control thread's reads, so it needs them at least every half heartbeat.
         self.rules = RequestRules(schema=schema, client_state=frozenset(client_state),
+                                  heartbeat=heartbeat if 0 < 2 * poll_interval <= heartbeat
+                                  else 0.0,
                                   **({"lease": lease} if lease is not None else {}))
         #: What the request executor (:func:`dormant._request.serve`) serves with.
         self.serving = Serving(host, agent, self.rules, self.hooks, self.error_handlers,

@@ -271,7 +271,12 @@ class Session:
     @classmethod
     def from_stored(cls, stored: StoredSession) -> Session:
         session = cls(stored.head, stored.events, stored.first_seq)
-        session.control = stored.control
+        control = session.control = stored.control
+        head, entry = session.head, control.running if control is not None else None
+        if entry is not None and entry.until > head.lease and head.running \
+                and entry.invocation_id == head.open_invocation \
+                and entry.version == head.version:
+            head.lease = entry.until  # the claim's heartbeat renewed its lease
         return session
 
     @property

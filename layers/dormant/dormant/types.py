@@ -137,12 +137,18 @@ class ControlRunning(BaseModel):
     session's first (so the session exists to readers from its first request), so that a
     client which did not start it can still find and stop it. Never cleared: it is live only
     while the head is still at ``version`` and has not seen the invocation end
-    (:func:`dormant._decide.announced`)."""
+    (:func:`dormant._decide.announced`).
+
+    ``until``: the turn's heartbeat (epoch ms; 0: none). A turn that holds a claim, or is the
+    session's first, renews it every half heartbeat while it works: a claimed invocation's
+    lease runs to the later of the claim's and this (a loaded head shows that one), and an
+    announcement past it is a turn that died."""
 
     invocation_id: str
     since: int
     version: int = 0
     principal: str | None = None
+    until: int = 0
 
 
 class Control(BaseModel):

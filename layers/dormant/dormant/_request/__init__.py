@@ -27,6 +27,7 @@ the same call ids (the tools' idempotency key) and drains the inbox.
 """
 
 from dormant._request.host import (
+    DEFAULT_HEARTBEAT,
     DEFAULT_LEASE,
     Host,
     RequestRules,
@@ -48,6 +49,7 @@ from dormant.schedulers import LEASE_GRACE_MS, LEASE_TIMER
 __all__ = [
     "CLAIM_ATTEMPTS",
     "DEADLINE_MARGIN",
+    "DEFAULT_HEARTBEAT",
     "DEFAULT_LEASE",
     "DRAIN_BUDGET",
     "LEASE_GRACE_MS",

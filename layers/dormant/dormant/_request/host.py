@@ -17,11 +17,15 @@ if TYPE_CHECKING:
     from dormant.session import Session
     from dormant.stores._base import Store
 
-__all__ = ["DEFAULT_LEASE", "Host", "RequestRules", "SessionsPort", "derive_invocation"]
+__all__ = ["DEFAULT_HEARTBEAT", "DEFAULT_LEASE", "Host", "RequestRules", "SessionsPort",
+           "derive_invocation"]
 
 #: Seconds a claim's lease lasts when the request has no deadline of its own (a Lambda's
 #: remaining time or the handler's ``timeout`` set one).
 DEFAULT_LEASE = 120.0
+#: Seconds a claim's lease runs past the running turn's last heartbeat (it renews every half
+#: of this): how soon after a crash another request may take the invocation over.
+DEFAULT_HEARTBEAT = 10.0
 
 
 class SessionsPort(Protocol):
@@ -65,11 +69,13 @@ class Host(Protocol):
 @dataclass(frozen=True)
 class RequestRules:
     """A handler's rules for its requests: the state schema, the state keys public clients
-    may write, and the claim's lease when the request has no deadline."""
+    may write, the claim's lease when the request has no deadline, and its heartbeat (0:
+    none; the lease then runs to the request's deadline)."""
 
     schema: type[BaseModel] | None = None
     client_state: frozenset[str] = frozenset()
     lease: float = DEFAULT_LEASE
+    heartbeat: float = 0.0
 
 
 def derive_invocation(session_id: str, key: str) -> str:

@@ -117,7 +117,7 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
         opened = _decided(host, agent, session, request, on_start, invocation_id)
         if _claims(opened):
             try:
-                _claim(host, opened, rules.lease if lease is None else lease)
+                _claim(host, opened, rules.lease if lease is None else lease, rules.heartbeat)
             except LostClaim:
                 continue  # somebody's progress: decide again from the newer head
         if opened.turn is not None:
@@ -260,6 +260,8 @@ def _decided(host: Host, agent: Agent, session: Session, request: HandlerInput,
     head = session.head
     if wake_up and not stranded and not (head.queue and head.free):
         decided.finish("recorded")  # a lease's wake-up, its claim long committed: no-op
+        if now is not None and head.running:  # its claimer is alive (its heartbeat says)
+            host.sessions.arm(session.session_id, LEASE_TIMER, head.lease + LEASE_GRACE_MS)
     if decided.run:
         _what_runs(host, agent, opened, given, first, fresh)
     return opened
@@ -366,14 +368,17 @@ def _claims(opened: Opened) -> bool:
     return any(isinstance(event, _CLAIMED) for event in opened.session.new_events)
 
 
-def _claim(host: Host, opened: Opened, lease: float) -> None:
+def _claim(host: Host, opened: Opened, lease: float, heartbeat: float) -> None:
     """Write the claim. One that lets a turn run holds a lease until ``lease`` seconds from
-    now and arms the wake-up timer that takes the invocation over if nobody commits it."""
+    now, or with a ``heartbeat`` only that many (the running turn renews it, see
+    :class:`~dormant._control.ControlWatch`), and arms the wake-up timer that takes the
+    invocation over if nobody commits it by the end of ``lease``."""
     session = opened.session
     until = 0
     if opened.turn is not None and session.head.running:
-        until = host.clock() + max(int(lease * 1000), 1)
-        session.head.lease = until
+        now = host.clock()
+        until = now + max(int(lease * 1000), 1)
+        session.head.lease = min(until, now + int(heartbeat * 1000)) if heartbeat else until
         session.head.holder = BOOT
         if opened.recovering:
             session.head.takeovers += 1

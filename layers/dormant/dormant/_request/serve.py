@@ -139,9 +139,13 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
     else:  # the turn runs here, in this frame: every event of the turn passes through it
         host = serving.host
         running = _Running(start.invocation_id)
+        # a claim's lease, and a first turn's announcement, live on the turn's heartbeat
+        beats = session.version == 0 or (session.claimed and session.head.running)
         watch = ControlWatch(host.store, session.session_id, running.reader(), signal,
                              interval=serving.poll_interval,
-                             control_rev=session.head.control_rev, session=session).start()
+                             control_rev=session.head.control_rev, session=session,
+                             heartbeat=serving.rules.heartbeat if beats else 0.0,
+                             clock=host.clock).start()
         try:
             yield from opened.shown  # committed by the claim, or opened in the slice
             served.result = yield from run_turn(

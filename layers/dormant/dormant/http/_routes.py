@@ -432,8 +432,8 @@ class Routes:
     def _first_turn(self, sid: str) -> Session | None:
         control = self.app.store.read_control(sid)
         entry = control.running if control is not None else None
-        if entry is None or entry.version != 0:
-            return None
+        if entry is None or entry.version != 0 or 0 < entry.until <= self.app.clock():
+            return None  # (past its heartbeat: the turn died before it wrote anything)
         session = Session.new(sid, principal=entry.principal)
         session.control = control
         return session if announced(session) is not None else None
