@@ -32,6 +32,7 @@ from dormant.models import ScriptedModel
 from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta
 from dormant.stores import MemoryStore
 from dormant.tools import Signal
+from dormant.types import Control, ControlRunning
 from tests.unit.test_http_turn_control import _event
 
 POLL = 0.05
@@ -143,6 +144,13 @@ def test_a_sessions_first_turn_is_shown_and_stopped_from_another_client_while_it
         assert status == 200 and view["version"] == 0 and view["status"] == "active", view
         active = view["activeInvocation"]["invocationId"]
         assert desk.app.sessions.get("new") is None  # nothing committed yet
+        status, listed = _call(resolver, "GET", "/sessions")
+        assert status == 200 and [(s["sessionId"], s["version"], s["status"])
+                                  for s in listed["sessions"]] == [("session_new", 0, "active")]
+        status, detailed = _call(resolver, "GET", "/sessions", detail="true")
+        [line] = detailed["sessions"]
+        assert (line["sessionId"], line["version"], line["status"]) == ("session_new", 0,
+                                                                        "active"), line
 
         status, body = _call(resolver, "POST", "/turns", {
             "sessionId": "new", "stop": {"invocationId": active}})
@@ -152,6 +160,27 @@ def test_a_sessions_first_turn_is_shown_and_stopped_from_another_client_while_it
         teller.join()
     [(status, ended)] = answers
     assert (status, ended["status"]) == (200, "stopped"), ended
+
+
+def test_a_first_turn_whose_process_died_is_gone_one_heartbeat_later() -> None:
+    """A first turn announces itself with a heartbeat: once that ran out, its process died
+    before it wrote anything, and the session is neither listed nor found."""
+    store = MemoryStore()
+    now = [1_800_000_000_000]
+    app = dormant.App(name="died", store=store, clock=lambda: now[0])
+    agent = app.agent(name="died", model=ScriptedModel(["Hello."]))
+    resolver = build_resolver(app, agent)
+    running = ControlRunning(invocation_id="inv_dead", since=now[0], until=now[0] + 10_000,
+                             principal="ann")  # (the caller ``_call`` sends as)
+    assert store.write_control("session_d", Control(rev=1, running=running), head_version=0)
+    assert _call(resolver, "GET", "/sessions/d")[0] == 200
+    assert [s["sessionId"] for s in _call(resolver, "GET", "/sessions")[1]["sessions"]] == [
+        "session_d"]
+
+    now[0] += 10_000
+    assert _call(resolver, "GET", "/sessions/d")[0] == 404
+    assert _call(resolver, "GET", "/sessions")[1]["sessions"] == []
+    assert _call(resolver, "GET", "/sessions", detail="true")[1]["sessions"] == []
 
 
 def test_a_first_turn_that_writes_nothing_takes_its_announcement_back() -> None:

@@ -316,12 +316,15 @@ class Routes:
 
     def list(self, limit: int, detail: bool) -> Response[Any]:
         principal = self.principal()
-        summaries = self.app.sessions.list(principal=principal, limit=limit)
+        # (a version-0 line is a first turn that announced itself: shown while it is live)
+        summaries = [s for s in self.app.sessions.list(principal=principal, limit=limit)
+                     if s.version > 0 or self._first_turn(s.session_id) is not None]
         if not detail:
             lines = [SessionLine(session_id=s.session_id, status=s.status, version=s.version,
                                  updated_at=s.updated_at) for s in summaries]
         else:
-            heads = (self.app.sessions.load(s.session_id, turns=0) for s in summaries)
+            heads = (self.app.sessions.load(s.session_id, turns=0)
+                     or self._first_turn(s.session_id) for s in summaries)
             # A session deleted since the listing is left out, not a 404 for the whole list.
             now = self.app.clock()
             lines = [SessionLine.detailed(session, now) for session in heads

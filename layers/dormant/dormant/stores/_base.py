@@ -10,8 +10,8 @@ from dormant._ids import now_ms
 from dormant.events import AppEvent, Event, QueuedEvent, RetryEvent, SeedEvent, UserEvent
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
-__all__ = ["LedgerPage", "Store", "commit_head", "lineage_key", "once_keys", "stamp_commit",
-           "status_of"]
+__all__ = ["LedgerPage", "Store", "commit_head", "first_turn", "lineage_key", "once_keys",
+           "stamp_commit", "status_of"]
 
 
 class LedgerPage(NamedTuple):
@@ -101,8 +101,24 @@ class Store(Protocol):
         ...
 
     def list(self, *, principal: str | None = None, limit: int = 100) -> list[SessionSummary]:
-        """Sessions, most recently updated first (only ``principal``'s when given)."""
+        """Sessions, most recently updated first (only ``principal``'s when given). A session
+        whose first turn runs now (no ledger yet, its control record announces the turn, see
+        :func:`first_turn`) is listed too, at version 0, ``active``, updated when it started:
+        readers check the announcement is still live (its heartbeat)."""
         ...
+
+
+def first_turn(session_id: str, control: Control | None,
+               principal: str | None = None) -> SessionSummary | None:
+    """The ``list`` line of a session that has no ledger yet, from its control record: its
+    first turn, announced as it started (only ``principal``'s when given); None when the
+    record announces no first turn."""
+    entry = control.running if control is not None else None
+    if entry is None or entry.version != 0 \
+            or (principal is not None and entry.principal != principal):
+        return None
+    return SessionSummary(session_id=session_id, version=0, status="active",
+                          updated_at=entry.since, principal=entry.principal)
 
 
 def commit_head(head: Head, expected_version: int, events: Sequence[Event] = ()) -> Head:

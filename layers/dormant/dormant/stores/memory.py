@@ -10,7 +10,14 @@ from typing import Literal
 from dormant._head import Head
 from dormant.errors import SessionNotFound
 from dormant.events import Event
-from dormant.stores._base import LedgerPage, lineage_key, once_keys, stamp_commit, status_of
+from dormant.stores._base import (
+    LedgerPage,
+    first_turn,
+    lineage_key,
+    once_keys,
+    stamp_commit,
+    status_of,
+)
 from dormant.types import CommitResult, Control, SessionSummary, StoredSession
 
 __all__ = ["MemoryStore"]
@@ -230,12 +237,11 @@ class MemoryStore:
 
     def list(self, *, principal: str | None = None, limit: int = 100) -> list[SessionSummary]:
         with self._lock:
-            rows = [(sid, row) for sid, row in self._rows.items()
-                    if principal is None or row.principal == principal]
-            rows.sort(key=lambda item: item[1].updated_at, reverse=True)
-            return [
-                SessionSummary(session_id=sid, version=row.version,
-                               status=row.status,
-                               updated_at=row.updated_at, principal=row.principal)
-                for sid, row in rows[:limit]
-            ]
+            lines = [SessionSummary(session_id=sid, version=row.version, status=row.status,
+                                    updated_at=row.updated_at, principal=row.principal)
+                     for sid, row in self._rows.items()
+                     if principal is None or row.principal == principal]
+            lines += [line for sid, control in self._controls.items() if sid not in self._rows
+                      and (line := first_turn(sid, control, principal)) is not None]
+        lines.sort(key=lambda line: line.updated_at, reverse=True)
+        return lines[:limit]

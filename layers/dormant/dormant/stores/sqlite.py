@@ -55,7 +55,14 @@ from dormant._head import Head
 from dormant._lru import Lru
 from dormant.errors import StoreError
 from dormant.events import Event, load_event, load_events
-from dormant.stores._base import LedgerPage, commit_head, lineage_key, once_keys, status_of
+from dormant.stores._base import (
+    LedgerPage,
+    commit_head,
+    first_turn,
+    lineage_key,
+    once_keys,
+    status_of,
+)
 from dormant.stores._sqlite import (
     BACKFILL_ONCE_KEYS,
     HEAD_AND_CONTROL,
@@ -444,13 +451,21 @@ class SqliteStore:
         with self._connection() as conn:
             try:
                 rows = conn.execute(query, (*params, limit)).fetchall()
+                # sessions whose first turn runs: a control record and no ledger yet
+                firsts = conn.execute(
+                    "SELECT session_id, body FROM controls WHERE session_id NOT IN "
+                    "(SELECT session_id FROM sessions)").fetchall()
             except sqlite3.Error as error:
                 raise StoreError(f"cannot list sessions in {self.path}: {error}") from error
-        return [SessionSummary(session_id=sid, version=version,
-                               status=status if status in ("awaiting_input", "failed", "paused")
-                               else "active",
-                               updated_at=updated_at, principal=owner)
-                for sid, version, status, updated_at, owner in rows]
+        lines = [SessionSummary(session_id=sid, version=version,
+                                status=status if status in ("awaiting_input", "failed",
+                                                            "paused") else "active",
+                                updated_at=updated_at, principal=owner)
+                 for sid, version, status, updated_at, owner in rows]
+        lines += [line for sid, body in firsts if (line := first_turn(
+            sid, Control.model_validate_json(body), principal)) is not None]
+        lines.sort(key=lambda line: line.updated_at, reverse=True)
+        return lines[:limit]
 
 
 def _from_kept(kept: _Decoded, control: str | None, turns: int | None,

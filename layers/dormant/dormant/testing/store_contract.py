@@ -16,7 +16,7 @@ import dormant
 from dormant.events import CompactionEvent, PauseEvent, StateDelta, UserEvent
 from dormant.session import Session
 from dormant.stores import Store
-from dormant.types import Control, ControlSteer, ControlStop
+from dormant.types import Control, ControlRunning, ControlSteer, ControlStop
 
 __all__ = ["StoreContract"]
 
@@ -211,6 +211,30 @@ class StoreContract:
         for sid, status in listed.items():
             loaded = app.sessions.load(sid, turns=0)
             assert loaded is not None and loaded.status == status
+
+    def test_list_shows_a_first_turn_that_announced_itself(self, store: Store) -> None:
+        """A session whose first turn runs has no ledger yet, only its control record: the
+        list shows it (version 0, ``active``), for its principal, until the turn takes its
+        announcement back or its first commit lists it as any session."""
+        app = _app(store)
+        running = ControlRunning(invocation_id="inv_first", since=1_700_000_000_000,
+                                 principal="alice")
+        assert store.write_control("session_new", Control(rev=1, running=running),
+                                   head_version=0)
+        [line] = [s for s in app.sessions.list() if s.session_id == "session_new"]
+        assert (line.version, line.status, line.principal) == (0, "active", "alice")
+        assert [s.session_id for s in app.sessions.list(principal="alice")] == ["session_new"]
+        assert app.sessions.list(principal="bob") == []
+
+        assert store.write_control("session_new", Control(rev=2), head_version=0)  # taken back
+        assert app.sessions.list() == []
+        assert store.write_control("session_new", Control(rev=3, running=running),
+                                   head_version=0)
+        session = Session.new("session_new", principal="alice")
+        session.input.message("hello")
+        assert app.sessions.commit(session).ok
+        [line] = app.sessions.list()
+        assert (line.session_id, line.version) == ("session_new", 1)
 
     def test_concurrent_commits_on_one_version_have_exactly_one_winner(
             self, store: Store) -> None:

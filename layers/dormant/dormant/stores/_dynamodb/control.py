@@ -41,7 +41,8 @@ def write_control(table: Table, memo: Lru[writes.Known], known_at: Callable[[str
     """One ``TransactWriteItems``: ``ConditionCheck``s that the head is still at
     ``head_version`` (see ``layout``) and the ``Put`` of the record, conditioned on the
     revision it replaces. An expired head or record (TTL, not deleted yet) counts as
-    absent, as everywhere in this store."""
+    absent, as everywhere in this store. A record that announces a session's first turn
+    carries the ``by_owner`` index keys (any later write drops them)."""
     if control.rev < 1:
         return False  # no stored revision is ever below 0
     known = memo.get(session_id)
@@ -52,6 +53,12 @@ def write_control(table: Table, memo: Lru[writes.Known], known_at: Callable[[str
     now_s = int(table.clock())
     expires_at = now_s + table.ttl_seconds if table.ttl_seconds else None
     item = lay.control_item(session_id, control.rev, control.model_dump_json(), expires_at)
+    first = control.running
+    if head_version == 0 and first is not None and first.version == 0:
+        # a session's first turn, announced: ``list`` finds the session by this entry until
+        # its ledger has one of its own (see ``listing``)
+        item[lay.OWNER] = {"S": lay.owner_key(first.principal, session_id)}
+        item[lay.UPDATED] = {"N": str(first.since)}
     actions: list[Any] = [
         {"ConditionCheck": check} for check in writes.head_checks(
             table.name, session_id, known, head_version, now_s)]

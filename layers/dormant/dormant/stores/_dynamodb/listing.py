@@ -90,6 +90,8 @@ def _listed(table: Table, entry: dict[str, Any], now_s: int,
     when it is deleted or expired; False when the entry is of an older incarnation than
     the newest item's (its session was deleted and made again)."""
     sid = entry[lay.PK]["S"]
+    if lay.is_control_item(entry):  # a first turn's announcement
+        return _first_turn(table, entry, now_s)
     if not lay.is_version_item(entry):  # an old layout's head: rewritten on every commit
         if _index_expired(table, entry, now_s) or deleted(entry):
             return None
@@ -97,6 +99,34 @@ def _listed(table: Table, entry: dict[str, Any], now_s: int,
     if deleted(entry):
         _purge_again(table, purge_later, entry)
         return None
+    newest = _newest(table, sid)
+    if newest is not None and lay.DELETED in newest:
+        # the entry is a deleted incarnation's: not purged yet
+        _purge_again(table, purge_later, newest)
+        return None
+    if newest is None or lay.expired(newest, now_s):
+        return None
+    if lay.incarnation_of(newest) != lay.incarnation_of(entry):
+        return False
+    return reads.summary({**newest, lay.OWNER: entry[lay.OWNER]})
+
+
+def _first_turn(table: Table, entry: dict[str, Any], now_s: int) -> SessionSummary | bool | None:
+    """The ``list`` line of a session whose first turn announced itself (the control item's
+    entry): version 0, ``active``, while the session has no live version item; once it has,
+    False (that item's own entry lists it)."""
+    if lay.expired(entry, now_s):
+        return None
+    newest = _newest(table, entry[lay.PK]["S"])
+    if newest is not None and lay.DELETED not in newest and not lay.expired(newest, now_s):
+        return False
+    return SessionSummary(session_id=entry[lay.PK]["S"], version=0, status="active",
+                          updated_at=int(entry[lay.UPDATED]["N"]),
+                          principal=lay.principal_of(entry[lay.OWNER]["S"]))
+
+
+def _newest(table: Table, sid: str) -> dict[str, Any] | None:
+    """The session's newest version item (the keys and what a list line needs), or None."""
     request: dict[str, Any] = {
         "TableName": table.name,
         "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
@@ -113,17 +143,8 @@ def _listed(table: Table, entry: dict[str, Any], now_s: int,
         newest = next((i for i in page.get("Items", [])
                        if lay.parse_version_key(i[lay.SK]["S"])[1] == 0), None)
         if newest is not None or "LastEvaluatedKey" not in page:
-            break
+            return newest
         request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-    if newest is not None and lay.DELETED in newest:
-        # the entry is a deleted incarnation's: not purged yet
-        _purge_again(table, purge_later, newest)
-        return None
-    if newest is None or lay.expired(newest, now_s):
-        return None
-    if lay.incarnation_of(newest) != lay.incarnation_of(entry):
-        return False
-    return reads.summary({**newest, lay.OWNER: entry[lay.OWNER]})
 
 def _purge_again(table: Table, purge_later: PurgeLater | None,
                  marker: dict[str, Any]) -> None:
