@@ -334,7 +334,7 @@ def _target(world: World, others: Sequence[str]) -> str:
 
 INPUTS = ("message", "redelivered", "answer", "approve", "deny", "input", "stop", "steer",
           "pause", "resume", "interrupt", "retry", "edit", "move", "remove", "send_now",
-          "timer", "deferred", "event", "fork")
+          "timer", "deferred", "event", "fork", "delete")
 
 
 # --- one schedule ------------------------------------------------------------------------------
@@ -480,7 +480,8 @@ def _answered_inputs_land(outcome: Outcome, events: list[Event]) -> list[str]:
     decided = {e.approval_id for e in events if isinstance(e, ApprovalDecided)}
     for (kind, given), request in zip(outcome.inputs, outcome.requests, strict=True):
         result = request.result
-        if request.crashed or not isinstance(result, TurnResult) or given is None:
+        if request.crashed or not isinstance(result, TurnResult) or given is None \
+                or request.name in outcome.world.gone_requests:  # (deleted with its session)
             continue
         said_superseded = result.commit_status == "superseded" and not result.landed
         taken = (result.status in TAKEN or result.landed) and not said_superseded

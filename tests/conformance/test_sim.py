@@ -43,6 +43,10 @@ FOUND: dict[str, str] = {
     "3890": "a tool's result was dropped with a delivery refused as a duplicate",
     # A stop naming an invocation the waiting session never ran was accepted (202), and
     # nothing ever matched it.
+    # A session is deleted while a redelivery that read it runs; an app event makes the
+    # session again under its id, at version 1; the redelivery then commits at its version
+    # 1, onto the new session, with the deleted one's head (failed, an open invocation).
+    "468": "a request that read a deleted session landed its slice on the one made again",
     "waiting/message,stop/": "a stop for an invocation a waiting session never ran was accepted",
     "failed/redelivered,stop/": "a stop for an invocation a failed session never ran was accepted",
 }

@@ -205,8 +205,9 @@ class CommitPolicy:
         if keep == 0:
             return
         stored = self.store.load(session.session_id)
-        if stored is None:
-            return
+        if stored is None or (session.version > 0
+                              and stored.head.created_at != session.head.created_at):
+            return  # the session is gone (deleted; perhaps made again): so is what it ran
         settled = {e.call_id for e in stored.events
                    if isinstance(e, ToolResult) and not e.preliminary}
         ran = [e for e in session.new_events[:keep] if isinstance(e, ToolCall | ToolResult)
@@ -271,7 +272,8 @@ class CommitPolicy:
         result = CommitResult(ok=False, conflict=True, current_version=session.version)
         for _ in range(self.merge_attempts):
             stored = self.store.load(session.session_id, turns=turns, compacted=compacted)
-            if stored is None:
+            if stored is None or (session.version > 0
+                                  and stored.head.created_at != session.head.created_at):
                 raise InputError(f"session {session.session_id} no longer exists")
             session.window.rebase(stored)
             result = self.write(session)
@@ -299,6 +301,9 @@ class _Writer:
         self.stored: StoredSession | None = None
         self.failures = 0
         self.conflicts = 0
+        #: The incarnation the slice was made on: when the session was created (a session
+        #: deleted and made again under its id is another one), None for a new session.
+        self.born = session.head.created_at if session.version > 0 else None
 
     def attempt(self) -> Outcome | None:
         policy, session = self.policy, self.session
@@ -353,9 +358,11 @@ class _Writer:
                 # The "failed" write landed after all: report it as what it was.
                 policy._landed(session, slice_, expected + 1)
                 return Outcome("committed", expected + 1)
-            if stored is None:
-                if expected == 0:
-                    continue  # a new session whose first write did not land: try again
+            if stored is None and expected == 0:
+                continue  # a new session whose first write did not land: try again
+            if stored is None or (self.born is not None
+                                  and stored.head.created_at != self.born):
+                # what the slice was made on is gone: it fits no other session of the id
                 return Outcome("failed", error=StoreError(
                     f"session {session.session_id} was deleted while this turn ran",
                     retryable=False))

@@ -64,7 +64,9 @@ class Store(Protocol):
     def append(self, head: Head, events: Sequence[Event], *, expected_version: int) -> CommitResult:
         """Write ``events`` (positions ``head.seq - len(events)`` … ``head.seq - 1``) and
         ``head`` iff the stored version is ``expected_version`` (0: the session must not
-        exist). The written head carries version ``expected_version + 1``.
+        exist) of the session ``head`` continues: one deleted and made again under its id
+        (another ``created_at``) refuses it as a conflict. The written head carries version
+        ``expected_version + 1``.
 
         Once-only ids (:func:`once_keys` of ``events``) are the session's own keys, kept for
         its life: a slice carrying one the session already holds is refused, nothing

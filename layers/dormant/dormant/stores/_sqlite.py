@@ -79,7 +79,8 @@ SELECT session_id, 'm:' || json_extract(body, '$.message_id') FROM events WHERE 
 def move_head(conn: sqlite3.Connection, written: Head, body: str, expected_version: int,
                base: str | None) -> bool | None:
     """Move the session's head to ``written`` iff it is at ``expected_version`` (a new
-    session's insert raises ``IntegrityError`` if the id is taken). None: not moved; True:
+    session's insert raises ``IntegrityError`` if the id is taken) and holds the session
+    ``written`` continues (its ``created_at``). None: not moved; True:
     moved from the JSON ``base`` exactly (or a new session), so the ledger below the commit is
     the one ``base`` ends; False: moved from another head at that version."""
     sid = written.session_id
@@ -92,7 +93,10 @@ def move_head(conn: sqlite3.Connection, written: Head, body: str, expected_versi
     values = (written.version, status_of(written), written.updated_at, body, sid)
     if base is not None and conn.execute(MOVE_HEAD + "head = ?", (*values, base)).rowcount:
         return True
-    if conn.execute(MOVE_HEAD + "version = ?", (*values, expected_version)).rowcount:
+    # at that version, of the same incarnation (a session deleted and made again under its
+    # id is another one)
+    if conn.execute(MOVE_HEAD + "version = ? AND COALESCE(json_extract(head, '$.created_at'), "
+                    "0) = ?", (*values, expected_version, written.created_at)).rowcount:
         return False
     return None
 

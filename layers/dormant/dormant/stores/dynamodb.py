@@ -347,6 +347,13 @@ class DynamoDBStore:
             known = self._known_at(sid)
             if known.version != expected_version:
                 return CommitResult(ok=False, conflict=True, current_version=known.version)
+        if expected_version and known.head is not None \
+                and known.head.get("created_at", 0) != head.created_at:
+            # the session as known is another incarnation (deleted and made again under the
+            # id) than the one ``head`` continues; one this process did not see yet has its
+            # deletion marker at this head's next key, which refuses the write
+            self._memo.pop(sid)
+            return CommitResult(ok=False, conflict=True, current_version=known.version)
         if expected_version == 0 and known.stale:
             deletes.purge_expired(self._table, sid, now_s)
         if written.lineage and known.head is not None:

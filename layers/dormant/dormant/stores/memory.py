@@ -149,8 +149,11 @@ class MemoryStore:
                     if key in once:
                         held = key
                         break
-            if current != expected_version or held is not None:
-                return CommitResult(ok=False, conflict=current != expected_version,
+            # (a session deleted and made again under its id is another one: not this head's)
+            other = row is not None and expected_version > 0 \
+                and row.head.created_at != head.created_at
+            if current != expected_version or held is not None or other:
+                return CommitResult(ok=False, conflict=current != expected_version or other,
                                     current_version=current, duplicate=held)
             if row is None:
                 row = _Row(written, written.version, written.updated_at, "active", head.principal)

@@ -321,6 +321,22 @@ class StoreContract:
         assert store.landed("session_nobody", 0, first.id) is False
         assert store.has_once("session_nobody", "m:x") is False
 
+    def test_a_commit_made_on_a_deleted_incarnation_is_refused(self, store: Store) -> None:
+        """A session deleted and made again under its id is another session: a slice made
+        on the first (the request read it before the delete) is refused at the second,
+        even at the same version, and writes nothing."""
+        app = _app(store)
+        old = app.sessions.create("again")
+        old.input.message("made on the first")
+        assert store.delete("session_again")
+        time.sleep(0.002)  # created_at has millisecond resolution
+        new = app.sessions.create("again")
+        assert new.version == 1 and new.head.created_at != old.head.created_at
+        result = store.append(old.head, old.new_events, expected_version=1)
+        assert not result.ok and result.conflict
+        loaded = app.sessions.get("again")
+        assert loaded is not None and loaded.version == 1 and loaded.events == []
+
     def test_delete_forgets_the_ids(self, store: Store) -> None:
         app = _app(store)
         assert app.sessions.append("forget", "hello", id="m-1").ok
