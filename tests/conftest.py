@@ -42,8 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--sim-seed", action="append", dest="sim_seed", default=[],
                      metavar="SEED",
                      help="replay a simulator schedule (repeatable): a random schedule's "
-                          "seed, or SETUP/KIND,KIND/CHOICES for one schedule of a pair, as a "
-                          "failure of tests/conformance/test_sim.py prints it")
+                          "seed (stall:SEED: one with stalled claims), or "
+                          "SETUP/KIND,KIND/CHOICES for one schedule of a pair, as a failure "
+                          "of tests/conformance/test_sim.py prints it")
 
 
 def is_slow(item: pytest.Item) -> bool:

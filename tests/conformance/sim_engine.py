@@ -103,10 +103,12 @@ class Random(Chooser):
     """A seeded random schedule; ``crash_rate``: the chance a step is a crash instead (at
     most ``crashes`` per schedule)."""
 
-    def __init__(self, seed: int, *, crash_rate: float = 0.05, crashes: int = 1) -> None:
+    def __init__(self, seed: int, *, crash_rate: float = 0.05, crashes: int = 1,
+                 stall_rate: float = 0.0) -> None:
         self.rng = random.Random(seed)
         self.crash_rate = crash_rate
         self.crashes = crashes
+        self.stall_rate = stall_rate
 
     def choose(self, options: Sequence[Step], requests: Sequence[Request]) -> Step:
         steps = [o for o in options if o.action == "step"]
@@ -114,7 +116,10 @@ class Random(Chooser):
         if crashes and self.crashes > 0 and self.rng.random() < self.crash_rate:
             self.crashes -= 1
             return self.rng.choice(crashes)
-        return self.rng.choice(steps)
+        chosen = self.rng.choice(steps)
+        if self.stall_rate and self.rng.random() < self.stall_rate:
+            return Step("stall", chosen.request)
+        return chosen
 
 
 class Exhaustive(Chooser):
@@ -227,6 +232,9 @@ class Sim:
                 if step.action == "crash":
                     self.trace.append(f"{request.index}:crash@{request.pending}")
                     request.crash_at = True
+                    self.now += 2 * self.lease_ms
+                elif step.action == "stall":  # alive, but its lease ran out (a lost beat)
+                    self.trace.append(f"{request.index}:stall@{request.pending}")
                     self.now += 2 * self.lease_ms
                 self._resume(request)
         finally:

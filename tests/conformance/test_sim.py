@@ -27,8 +27,10 @@ from dormant.stores import MemoryStore, Store
 from .sim_engine import Exhaustive, Random
 from .sim_world import INPUTS, SETUPS, check, describe, forget, run_schedule
 
-#: Random schedules per run on memory (the fast loop), and per store in the matrix.
+#: Random schedules per run on memory (the fast loop), and per store in the matrix; and
+#: random schedules with stalls (the fast loop).
 RANDOM_SEEDS = 600
+STALL_SEEDS = 300
 #: Schedules found failing once, kept: (seed or pair schedule, what went wrong then).
 FOUND: dict[str, str] = {
     # Two first turns run at once while a pause lands: both take it up at a step boundary;
@@ -47,6 +49,14 @@ FOUND: dict[str, str] = {
     # session again under its id, at version 1; the redelivery then commits at its version
     # 1, onto the new session, with the deleted one's head (failed, an open invocation).
     "468": "a request that read a deleted session landed its slice on the one made again",
+    # Stalled claims, taken over while their requests still ran: the late request, its
+    # commit superseded, recorded the calls the takeover had already settled a second time.
+    "stall:2966": "a call settled by a takeover got a second result from the claim it took over",
+    "stall:3230": "a call settled by a takeover got a second result from the claim it took over",
+    # Two runners of a queued message's calls (its claimed start, stalled, and a redelivery
+    # refused as a duplicate, which kept its results beside): the claimed run then merged
+    # the same calls' results again.
+    "stall:106": "a merged turn recorded calls another runner had settled",
     "waiting/message,stop/": "a stop for an invocation a waiting session never ran was accepted",
     "failed/redelivered,stop/": "a stop for an invocation a failed session never ran was accepted",
 }
@@ -60,12 +70,21 @@ def _quiet() -> Iterator[None]:
     logging.disable(logging.NOTSET)
 
 
-def random_schedule(store: Store, seed: int) -> tuple[str, list[str], list[str], str]:
-    """Run the random schedule ``seed``: (setup, kinds, broken invariants, description)."""
+#: The chance a random step stalls its request instead (``stall:SEED`` schedules): it lives
+#: on, but the clock passes its lease, as when a claim's heartbeat was lost, so another
+#: request may take its invocation over while it still runs.
+STALL_RATE = 0.2
+
+
+def random_schedule(store: Store, seed: int, *, stalls: bool = False
+                    ) -> tuple[str, list[str], list[str], str]:
+    """Run the random schedule ``seed`` (``stalls``: with stalled steps): (setup, kinds,
+    broken invariants, description)."""
     rng = random.Random(seed)
     setup = rng.choice(sorted(SETUPS))
     kinds = [rng.choice(INPUTS) for _ in range(rng.randint(3, 6))]
-    outcome = run_schedule(store, setup, kinds, Random(seed, crash_rate=0.05))
+    outcome = run_schedule(store, setup, kinds, Random(
+        seed, crash_rate=0.05, stall_rate=STALL_RATE if stalls else 0.0))
     broken, description = check(outcome), describe(outcome)
     forget(outcome)
     return setup, kinds, broken, description
@@ -105,12 +124,13 @@ def every_pair(store: Store, setup: str, *, crashes: int = 1) -> tuple[int, list
     return runs, failures
 
 
-def random_seeds(store: Store, seeds: range) -> list[str]:
+def random_seeds(store: Store, seeds: range, *, stalls: bool = False) -> list[str]:
     failures = []
     for seed in seeds:
-        setup, kinds, broken, description = random_schedule(store, seed)
+        setup, kinds, broken, description = random_schedule(store, seed, stalls=stalls)
         if broken:
-            failures.append(f"--sim-seed={seed} ({setup}: {', '.join(kinds)})\n  "
+            spec = f"stall:{seed}" if stalls else str(seed)
+            failures.append(f"--sim-seed={spec} ({setup}: {', '.join(kinds)})\n  "
                             + "\n  ".join(broken) + "\n" + description)
     return failures
 
@@ -118,8 +138,10 @@ def random_seeds(store: Store, seeds: range) -> list[str]:
 def replay(store: Store, spec: str) -> list[str]:
     """Replay one schedule named by ``spec`` (a seed, or SETUP/KIND,KIND/CHOICES): the
     invariants it breaks, with its description."""
-    if spec.isdigit():
-        setup, kinds, broken, description = random_schedule(store, int(spec))
+    stalled = spec.removeprefix("stall:")
+    if stalled.isdigit():
+        setup, kinds, broken, description = random_schedule(store, int(stalled),
+                                                            stalls=stalled != spec)
         return [*broken, description] if broken else []
     setup, kinds, choices = spec.split("/")
     prefix = [int(c) for c in choices.split(".") if c] if choices else None
@@ -151,6 +173,18 @@ def test_random_schedules_with_crashes_keep_the_invariants(
     failures = random_seeds(MemoryStore(), range(RANDOM_SEEDS))
     took = time.monotonic() - started
     record_property("sim", f"random on memory: {RANDOM_SEEDS} seeds in {took:.1f} s")
+    assert not failures, "\n\n".join(failures)
+
+
+def test_random_schedules_where_a_live_claim_is_taken_over_keep_the_invariants(
+        record_property: Any) -> None:
+    """A claim's lease runs out while its request still works (a heartbeat lost to a stalled
+    process): another request takes the invocation over and runs its step again; whichever
+    lands second adds nothing the first landed."""
+    started = time.monotonic()
+    failures = random_seeds(MemoryStore(), range(STALL_SEEDS), stalls=True)
+    took = time.monotonic() - started
+    record_property("sim", f"random with stalls on memory: {STALL_SEEDS} seeds in {took:.1f} s")
     assert not failures, "\n\n".join(failures)
 
 

@@ -19,7 +19,14 @@ from dormant.stores import MemoryStore, Store
 
 from .conftest import STORE_FACTORIES
 from .sim_world import SETUPS
-from .test_sim import RANDOM_SEEDS, _quiet, every_pair, pair_schedules, random_seeds
+from .test_sim import (
+    RANDOM_SEEDS,
+    STALL_SEEDS,
+    _quiet,
+    every_pair,
+    pair_schedules,
+    random_seeds,
+)
 
 __all__ = ["_quiet"]
 
@@ -66,6 +73,15 @@ def test_more_random_schedules_on_memory(record_property: Any) -> None:
     started = time.monotonic()
     failures = random_seeds(MemoryStore(), seeds)
     record_property("sim", f"random on memory: {len(seeds)} more seeds in "
+                           f"{time.monotonic() - started:.1f} s")
+    assert not failures, "\n\n".join(failures)
+
+
+def test_more_random_schedules_with_stalls_on_memory(record_property: Any) -> None:
+    seeds = range(STALL_SEEDS, STALL_SEEDS + 3000)
+    started = time.monotonic()
+    failures = random_seeds(MemoryStore(), seeds, stalls=True)
+    record_property("sim", f"random with stalls on memory: {len(seeds)} more seeds in "
                            f"{time.monotonic() - started:.1f} s")
     assert not failures, "\n\n".join(failures)
 

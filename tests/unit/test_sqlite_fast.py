@@ -4,6 +4,7 @@ load after it that reads the head alone. Statement counts, not timings (those ar
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,8 +104,9 @@ def test_a_warm_load_equals_a_cold_one_whatever_wrote_last(tmp_path: Path) -> No
 def test_a_session_made_again_at_the_same_version_is_not_read_from_what_was_kept(
         tmp_path: Path) -> None:
     """The head kept names the ledger below a commit only when the commit moved that very
-    head: a session deleted and made again elsewhere, up to the same version and length,
-    takes the same commit (the version is all the key checks) but not the same events."""
+    head: a session deleted and made again elsewhere, up to the same version and length, is
+    another session. A commit made on the first life is refused there (it continues another
+    ``created_at``), and what is read is the second life's, not what was kept."""
     db = tmp_path / "again.db"
     mine, other = SqliteStore(db), SqliteStore(db)
     mine_app, other_app = dormant.App(store=mine), dormant.App(store=other)
@@ -112,15 +114,16 @@ def test_a_session_made_again_at_the_same_version_is_not_read_from_what_was_kept
     session = mine_app.sessions.get("s")  # mine keeps the first life's events and head
     assert session is not None
     assert other.delete("session_s")
+    time.sleep(0.002)  # created_at has millisecond resolution
     _turn(other_app, "s", "second life")
     session.input.message("late")
-    assert mine_app.sessions.commit(session).ok
+    refused = mine_app.sessions.commit(session)
+    assert not refused.ok and refused.conflict
 
     stored = mine.load("session_s")
 
     _same(stored, SqliteStore(db, cache_events=0).load("session_s"))
-    assert [e.text for e in stored.events if isinstance(e, UserEvent)] \
-        == ["second life", "late"]
+    assert [e.text for e in stored.events if isinstance(e, UserEvent)] == ["second life"]
 
 
 def test_a_refused_commit_writes_nothing_and_says_what_refused_it(tmp_path: Path) -> None:

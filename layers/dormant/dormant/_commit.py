@@ -153,6 +153,10 @@ class CommitPolicy:
             _refuse_duplicates(session, stored)
             if own_ts is not None and stored.head.last_user_ts > own_ts:
                 return self._supersede(session, stored)
+            if self._settled_elsewhere(session):
+                # another runner of its invocation (a takeover, another delivery) landed
+                # results of its calls first: it records only what nobody else did
+                return self._supersede(session, stored)
             try:
                 session.window.rebase(stored)
             except DuplicateMessage:
@@ -169,7 +173,9 @@ class CommitPolicy:
         keep = session.window.effects_end
         if keep == 0:
             return Outcome("superseded")
-        kept = session.new_events[:keep]
+        kept = self._unsettled(session, session.new_events[:keep])
+        if not kept:
+            return Outcome("superseded")
         invocation = kept[-1].invocation_id
         if not _ended_in(stored, invocation):  # an invocation ends once
             kept.append(InvocationEnd(invocation_id=invocation, status="superseded"))
@@ -193,6 +199,34 @@ class CommitPolicy:
                 return outcome
             assert writer.stored is not None
             stored = writer.stored
+
+    def _settled_elsewhere(self, session: Session) -> bool:
+        """Whether the ledger holds a final result of a call this slice has one of (read
+        only when the slice has any: a lost race of a turn whose tools ran)."""
+        mine = {e.call_id for e in session.new_events
+                if isinstance(e, ToolResult) and not e.preliminary}
+        return bool(mine) and bool(mine & self._settled(session.session_id))
+
+    def _settled(self, session_id: str) -> set[str]:
+        """The calls the session's ledger holds a final result of."""
+        stored = self.store.load(session_id)
+        return set() if stored is None else {
+            e.call_id for e in stored.events if isinstance(e, ToolResult) and not e.preliminary}
+
+    def _unsettled(self, session: Session, kept: list[Event]) -> list[Event]:
+        """``kept`` without the calls the ledger already holds a final result of: a request
+        whose claim was taken over (its lease ran out while it still worked: a lost
+        heartbeat) ran the same calls, under the same ids, as the request that took it over,
+        which landed them first. Empty when no call of its own is left."""
+        if not any(isinstance(e, ToolResult) for e in kept):
+            return kept
+        settled = self._settled(session.session_id)
+        if not settled:
+            return kept
+        kept = [e for e in kept
+                if not (isinstance(e, ToolCall | ToolResult) and e.call_id in settled)]
+        return kept if any(isinstance(e, ToolResult) and not e.preliminary for e in kept) \
+            else []
 
     def _keep_refused(self, session: Session) -> None:
         """A turn refused as a duplicate (its message or retry landed through another
