@@ -226,6 +226,34 @@ def test_a_turn_that_ends_within_its_first_poll_writes_no_control_record() -> No
     assert _call(resolver, "GET", "/sessions/q")[1]["activeInvocation"] is None
 
 
+def test_a_stop_that_matches_nothing_yet_says_so_and_shows_until_it_matches() -> None:
+    """On a free session a turn that has not announced itself yet may be running any
+    invocation: a stop naming one the session is not known to run is kept (202 `accepted`),
+    its answer says it matched nothing yet, and the session shows it as ``pendingStop``. An
+    invocation the session ran and ended is refused (409)."""
+    store = MemoryStore()
+    app = dormant.App(name="idle", store=store)
+    agent = app.agent(name="idle", model=ScriptedModel(["Hello.", "Again."]))
+    resolver = build_resolver(app, agent, poll_interval=0)
+    status, done = _call(resolver, "POST", "/turns", {"sessionId": "i", "message": "hi"})
+    assert (status, done["status"]) == (200, "completed")
+    assert _call(resolver, "GET", "/sessions/i")[1].get("pendingStop") is None
+
+    status, body = _call(resolver, "POST", "/turns", {
+        "sessionId": "i", "stop": {"invocationId": "inv_not_yet"}})
+    assert (status, body["status"]) == (202, "accepted"), body
+    assert "inv_not_yet" in body["warning"] and "waits" in body["warning"], body
+    view = _call(resolver, "GET", "/sessions/i")[1]
+    assert view["pendingStop"]["invocationId"] == "inv_not_yet", view
+
+    ran = app.sessions.get("i")
+    assert ran is not None
+    [ended] = {e.invocation_id for e in ran.events if e.type == "invocation_end"}
+    status, body = _call(resolver, "POST", "/turns", {
+        "sessionId": "i", "stop": {"invocationId": ended}})
+    assert (status, body["code"]) == (409, "not_running"), body
+
+
 def test_a_steer_sent_after_the_announcement_is_kept_beside_it(desk: _Desk) -> None:
     """The announcement is one more revision of the record: a steer written after it (at the
     next revision) keeps it, and the turn still stops by the id it announced."""

@@ -181,6 +181,16 @@ def _unmatched(session: Slice, invocation_id: str | None) -> DormantError | None
                       + (f"; {now} is its open invocation" if now else ""))
 
 
+def unmatched_stop(session: Slice, invocation_id: str) -> bool:
+    """Whether a stop of ``invocation_id`` matches nothing the session knows of: it never ran
+    that invocation and no turn announced it. On a free session a turn that has not
+    announced itself yet (one running less than a poll interval) may still be it: the stop
+    then waits in the control record, and says so."""
+    entry = announced(session)
+    return not session.head.knows_invocation(invocation_id) and (
+        entry is None or entry.invocation_id != invocation_id)
+
+
 def stop(session: Slice, invocation_id: str, seen: int | None = None,
          now: int | None = None) -> Literal["stopped", "accepted"]:
     """Stop ``invocation_id``. A waiting (parked or paused) one ends now, in the slice; one
@@ -561,6 +571,8 @@ class Plan:
     queued: QueuedRef | None = None
     invocation_key: str | None = None
     stopped: str | None = None
+    #: What the caller should know of how it finished (a stop that matched nothing yet).
+    note: str | None = None
 
     @property
     def run(self) -> bool:
@@ -602,6 +614,11 @@ def plan(session: Slice, given: Input, *, holds: Callable[[str], bool],
         controls = True
         if status == "stopped":
             result.stopped = given.stop.invocation_id
+        elif unmatched_stop(session, given.stop.invocation_id):
+            result.note = (
+                f"no turn of session {session.head.session_id} is known to run invocation "
+                f"{given.stop.invocation_id}: the stop waits in the session's control record "
+                "(GET /sessions/{id}: pendingStop) and ends that invocation if it runs")
     if given.pause:
         pause(session)
         controls, status = True, "paused"

@@ -252,7 +252,8 @@ class TurnStream(Iterator[StreamEvent]):
             self.result = TurnResult(
                 session_id=session.session_id, status=plan.status,
                 commit_status=served.commit, invocation_id=self.invocation_id,
-                version=served.version, queued=plan.queued, state=dict(session.state))
+                version=served.version, queued=plan.queued, state=dict(session.state),
+                note=plan.note)
         else:
             assert served.outcome is not None
             self.result = self._turn_result(session, served.result, served.outcome)

@@ -46,6 +46,8 @@ class TurnResult(BaseModel):
     handed_on: bool | None = None
     #: Ids of the queued messages this request ran after its own turn (the inbox drained).
     drained: list[str] | None = None
+    #: What the caller should know of how the request finished (the ``warning`` it gets).
+    note: str | None = Field(default=None, exclude=True)
 
     @property
     def landed(self) -> bool:
@@ -57,7 +59,10 @@ class TurnResult(BaseModel):
     @property
     def warning(self) -> str | None:
         """Why the commit was not clean (merged, superseded, failed), or that a failed turn
-        kept its progress; else None."""
+        kept its progress, or what else the caller should know (:attr:`note`); else
+        None."""
+        if self.note is not None:
+            return self.note
         if self.commit_status == "superseded" and self.version is not None:
             return _KEPT
         if self.status == "error" and self.commit_status in ("committed", "merged"):

@@ -57,6 +57,7 @@ from dormant.http._wire import (
     ForkOf,
     ForkRequest,
     PendingCall,
+    PendingStop,
     Running,
     SessionLine,
     SessionList,
@@ -286,6 +287,7 @@ class Routes:
             inbox=session.inbox, open_invocation=session.open_invocation,
             running=Running.of(session, self.app.clock()),
             active_invocation=ActiveInvocation.of(session, self.app.clock()),
+            pending_stop=PendingStop.of(session),
             state=session.state, preview=head.preview,
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],

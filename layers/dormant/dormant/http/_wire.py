@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from dormant._decide import announced
+from dormant._decide import announced, unmatched_stop
 from dormant._head import SessionStatus
 from dormant._inputs import (
     IfBusy,
@@ -34,6 +34,7 @@ __all__ = [
     "ForkOf",
     "ForkRequest",
     "PendingCall",
+    "PendingStop",
     "SessionLine",
     "SessionList",
     "SessionView",
@@ -130,8 +131,9 @@ class TurnRequest(_Wire):
         default=None, description="Stop the running (or waiting) invocation: "
         "{invocationId, seen?}. `seen`: how many of its stream events you had received, so "
         "the stored reply ends where your screen does. Answers `stopped`, or 202 `accepted` "
-        "when it runs elsewhere (it stops at its next check); 409 `not_running` when that "
-        "invocation already ended.")
+        "when it runs elsewhere (it stops at its next check; with a `warning` when no turn "
+        "is known to run it: it waits as the session's `pendingStop`); 409 `not_running` "
+        "when that invocation already ended or cannot be running.")
     steer: SteerRequest | None = Field(
         default=None, description="A message for the running invocation, taken at its next "
         "step boundary: {text, invocationId, id?} (202 `accepted`; 409 `not_running` when "
@@ -256,6 +258,22 @@ class Running(_Wire):
                    stranded=head.stranded(now), takeovers=head.takeovers or None)
 
 
+class PendingStop(_Wire):
+    """A stop sent for an invocation the session is not known to run (202 `accepted`, with a
+    `warning` saying so): it waits in the session's control record and ends that invocation
+    if a turn runs it (one that has not announced itself yet, say)."""
+
+    invocation_id: str
+    at: int = Field(description="When it was sent (epoch ms).")
+
+    @classmethod
+    def of(cls, session: Session) -> PendingStop | None:
+        stop = session.control.stop if session.control is not None else None
+        if stop is None or not unmatched_stop(session, stop.invocation_id):
+            return None
+        return cls(invocation_id=stop.invocation_id, at=stop.at)
+
+
 class ActiveInvocation(_Wire):
     """The invocation running now, wherever it was started: what ``stop: {invocationId}``
     names. A claimed one (``running``) unless its claimer died; else one that announced
@@ -314,6 +332,10 @@ class SessionView(_Wire):
         "`stop: {invocationId}` (202 `accepted`: it stops at its next check). A turn "
         "started elsewhere shows here once it has run about a second (it announces itself "
         "at its first check of the control record). `null` when none runs.")
+    pending_stop: PendingStop | None = Field(
+        default=None, description="A stop sent for an invocation the session is not known "
+        "to run: {invocationId, at}; it ends that invocation if a turn runs it. Absent "
+        "otherwise.")
     timers: list[dict[str, Any]] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
     preview: str | None = Field(default=None, description="Its first user message, on one "
