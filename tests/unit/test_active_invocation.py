@@ -90,6 +90,16 @@ def _until(check: Any, seconds: float = 10.0) -> Any:
     raise AssertionError(f"not within {seconds} s")
 
 
+def _stop_from_here(resolver: Any, session_id: str, invocation: str,
+                    teller: threading.Thread) -> None:
+    """Stop ``invocation``, running in ``teller``'s request: accepted (202), and the turn
+    ends within 10 s."""
+    status, body = _call(resolver, "POST", "/turns", {
+        "sessionId": session_id, "stop": {"invocationId": invocation}})
+    assert (status, body["status"]) == (202, "accepted"), body
+    teller.join(10)
+
+
 def test_a_turn_started_by_another_client_is_named_and_stopped_from_here(desk: _Desk) -> None:
     desk.open("s")
     answers: list[tuple[int, Any]] = []
@@ -107,10 +117,7 @@ def test_a_turn_started_by_another_client_is_named_and_stopped_from_here(desk: _
         assert record is not None and record.running is not None
         assert record.running.invocation_id == active["invocationId"]
 
-        status, body = _call(desk.resolver, "POST", "/turns", {
-            "sessionId": "s", "stop": {"invocationId": active["invocationId"]}})
-        assert (status, body["status"]) == (202, "accepted"), body
-        teller.join(10)
+        _stop_from_here(desk.resolver, "s", active["invocationId"], teller)
     finally:
         teller.join()
 
@@ -152,10 +159,7 @@ def test_a_sessions_first_turn_is_shown_and_stopped_from_another_client_while_it
         assert (line["sessionId"], line["version"], line["status"]) == ("session_new", 0,
                                                                         "active"), line
 
-        status, body = _call(resolver, "POST", "/turns", {
-            "sessionId": "new", "stop": {"invocationId": active}})
-        assert (status, body["status"]) == (202, "accepted"), body
-        teller.join(10)
+        _stop_from_here(resolver, "new", active, teller)
     finally:
         teller.join()
     [(status, ended)] = answers

@@ -153,10 +153,11 @@ class CommitPolicy:
             _refuse_duplicates(session, stored)
             if own_ts is not None and stored.head.last_user_ts > own_ts:
                 return self._supersede(session, stored)
-            if self._settled_elsewhere(session):
+            settled = self._settled_first(session)
+            if settled:
                 # another runner of its invocation (a takeover, another delivery) landed
                 # results of its calls first: it records only what nobody else did
-                return self._supersede(session, stored)
+                return self._supersede(session, stored, settled)
             try:
                 session.window.rebase(stored)
             except DuplicateMessage:
@@ -167,13 +168,14 @@ class CommitPolicy:
                 return self._supersede(session, stored)
             merged = True
 
-    def _supersede(self, session: Session, stored: StoredSession) -> Outcome:
+    def _supersede(self, session: Session, stored: StoredSession,
+                   settled: set[str] | None = None) -> Outcome:
         """Drop the reply, keep what changed the world: the slice up to its last ran tool's
         result, closed by ``invocation_end(superseded)``. Nothing ran: drop it all."""
         keep = session.window.effects_end
         if keep == 0:
             return Outcome("superseded")
-        kept = self._unsettled(session, session.new_events[:keep])
+        kept = self._unsettled(session, session.new_events[:keep], settled)
         if not kept:
             return Outcome("superseded")
         invocation = kept[-1].invocation_id
@@ -200,33 +202,36 @@ class CommitPolicy:
             assert writer.stored is not None
             stored = writer.stored
 
-    def _settled_elsewhere(self, session: Session) -> bool:
-        """Whether the ledger holds a final result of a call this slice has one of (read
-        only when the slice has any: a lost race of a turn whose tools ran)."""
-        mine = {e.call_id for e in session.new_events
-                if isinstance(e, ToolResult) and not e.preliminary}
-        return bool(mine) and bool(mine & self._settled(session.session_id))
+    def _settled_first(self, session: Session) -> set[str]:
+        """The calls the ledger holds a final result of, when this slice has a final result
+        of one of them too (else empty; the ledger is read only when the slice has any: a
+        lost race of a turn whose tools ran)."""
+        mine = _finals(session.new_events)
+        if not mine:
+            return set()
+        settled = _finals(self._ledger(session.session_id))
+        return settled if settled & mine else set()
 
-    def _settled(self, session_id: str) -> set[str]:
-        """The calls the session's ledger holds a final result of."""
+    def _ledger(self, session_id: str) -> list[Event]:
         stored = self.store.load(session_id)
-        return set() if stored is None else {
-            e.call_id for e in stored.events if isinstance(e, ToolResult) and not e.preliminary}
+        return stored.events if stored is not None else []
 
-    def _unsettled(self, session: Session, kept: list[Event]) -> list[Event]:
-        """``kept`` without the calls the ledger already holds a final result of: a request
-        whose claim was taken over (its lease ran out while it still worked: a lost
-        heartbeat) ran the same calls, under the same ids, as the request that took it over,
-        which landed them first. Empty when no call of its own is left."""
+    def _unsettled(self, session: Session, kept: list[Event],
+                   settled: set[str] | None = None) -> list[Event]:
+        """``kept`` without the calls the ledger already holds a final result of
+        (``settled``, when already read): a request whose claim was taken over (its lease ran
+        out while it still worked: a lost heartbeat) ran the same calls, under the same ids,
+        as the request that took it over, which landed them first. Empty when no call of its
+        own is left."""
         if not any(isinstance(e, ToolResult) for e in kept):
             return kept
-        settled = self._settled(session.session_id)
+        if settled is None:
+            settled = _finals(self._ledger(session.session_id))
         if not settled:
             return kept
         kept = [e for e in kept
                 if not (isinstance(e, ToolCall | ToolResult) and e.call_id in settled)]
-        return kept if any(isinstance(e, ToolResult) and not e.preliminary for e in kept) \
-            else []
+        return kept if _finals(kept) else []
 
     def _keep_refused(self, session: Session) -> None:
         """A turn refused as a duplicate (its message or retry landed through another
@@ -239,14 +244,13 @@ class CommitPolicy:
         if keep == 0:
             return
         stored = self.store.load(session.session_id)
-        if stored is None or (session.version > 0
-                              and stored.head.created_at != session.head.created_at):
+        if _gone(session, stored):
             return  # the session is gone (deleted; perhaps made again): so is what it ran
-        settled = {e.call_id for e in stored.events
-                   if isinstance(e, ToolResult) and not e.preliminary}
+        assert stored is not None
+        settled = _finals(stored.events)
         ran = [e for e in session.new_events[:keep] if isinstance(e, ToolCall | ToolResult)
                and e.call_id not in settled]
-        finals = {e.call_id for e in ran if isinstance(e, ToolResult) and not e.preliminary}
+        finals = _finals(ran)
         ran = [e for e in ran if e.call_id in finals]
         if not ran:
             return
@@ -306,9 +310,9 @@ class CommitPolicy:
         result = CommitResult(ok=False, conflict=True, current_version=session.version)
         for _ in range(self.merge_attempts):
             stored = self.store.load(session.session_id, turns=turns, compacted=compacted)
-            if stored is None or (session.version > 0
-                                  and stored.head.created_at != session.head.created_at):
+            if _gone(session, stored):
                 raise InputError(f"session {session.session_id} no longer exists")
+            assert stored is not None
             session.window.rebase(stored)
             result = self.write(session)
             if result.ok:
@@ -404,6 +408,18 @@ class _Writer:
                 continue  # nothing landed and nobody moved: the same write again
             self.stored = stored
             return None
+
+
+def _finals(events: Sequence[Event]) -> set[str]:
+    """The calls ``events`` hold a final result of."""
+    return {e.call_id for e in events if isinstance(e, ToolResult) and not e.preliminary}
+
+
+def _gone(session: Session, stored: StoredSession | None) -> bool:
+    """Whether the session ``session`` was loaded from is gone from the store: deleted, and
+    perhaps made again under its id (another incarnation: another ``created_at``)."""
+    return stored is None or (session.version > 0
+                              and stored.head.created_at != session.head.created_at)
 
 
 def _ended_in(stored: StoredSession, invocation_id: str | None) -> bool:

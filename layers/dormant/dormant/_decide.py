@@ -139,22 +139,26 @@ def running(session: Slice, invocation_id: str, *, resumable: bool = False) -> b
     return not head.knows_invocation(invocation_id)
 
 
-def announced(session: Slice) -> ControlRunning | None:
+def announced(session: Slice, now: int | None = None) -> ControlRunning | None:
     """The turn the session's control record says runs now, while that can still be true.
 
     The record keeps an announcement until somebody rewrites it, so it is read against the
     head: live while the head is still at the version the turn started from (any commit,
     the turn's own end first of all, moves it) and the head does not know the invocation
     ended (:func:`running`). A turn whose process died without committing reads as running
-    until the session's next commit."""
+    until the session's next commit, or, given ``now`` (epoch ms), until its heartbeat
+    (:attr:`ControlRunning.until`) ran out."""
     control = session.control
-    return live(control.running if control is not None else None, session)
+    return live(control.running if control is not None else None, session, now)
 
 
-def live(entry: ControlRunning | None, session: Slice) -> ControlRunning | None:
+def live(entry: ControlRunning | None, session: Slice,
+         now: int | None = None) -> ControlRunning | None:
     """``entry`` if the turn it announces can still be running (see :func:`announced`)."""
     if entry is None or entry.version != session.head.version:
         return None
+    if now is not None and 0 < entry.until <= now:
+        return None  # its heartbeat ran out: its process died
     return entry if running(session, entry.invocation_id) else None
 
 

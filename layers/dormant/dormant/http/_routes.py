@@ -318,15 +318,17 @@ class Routes:
 
     def list(self, limit: int, detail: bool) -> Response[Any]:
         principal = self.principal()
-        # (a version-0 line is a first turn that announced itself: shown while it is live)
-        summaries = [s for s in self.app.sessions.list(principal=principal, limit=limit)
-                     if s.version > 0 or self._first_turn(s.session_id) is not None]
+        listed = self.app.sessions.list(principal=principal, limit=limit)
+        # a version-0 line is a first turn that announced itself: shown while it is live
+        firsts = {s.session_id: first for s in listed if s.version == 0
+                  and (first := self._first_turn(s.session_id)) is not None}
+        summaries = [s for s in listed if s.version > 0 or s.session_id in firsts]
         if not detail:
             lines = [SessionLine(session_id=s.session_id, status=s.status, version=s.version,
                                  updated_at=s.updated_at) for s in summaries]
         else:
-            heads = (self.app.sessions.load(s.session_id, turns=0)
-                     or self._first_turn(s.session_id) for s in summaries)
+            heads = (firsts.get(s.session_id) or self.app.sessions.load(s.session_id, turns=0)
+                     for s in summaries)
             # A session deleted since the listing is left out, not a 404 for the whole list.
             now = self.app.clock()
             lines = [SessionLine.detailed(session, now) for session in heads
@@ -437,11 +439,11 @@ class Routes:
     def _first_turn(self, sid: str) -> Session | None:
         control = self.app.store.read_control(sid)
         entry = control.running if control is not None else None
-        if entry is None or entry.version != 0 or 0 < entry.until <= self.app.clock():
-            return None  # (past its heartbeat: the turn died before it wrote anything)
+        if entry is None or entry.version != 0:
+            return None
         session = Session.new(sid, principal=entry.principal)
         session.control = control
-        return session if announced(session) is not None else None
+        return session if announced(session, self.app.clock()) is not None else None
 
     # --- POST /agui ----------------------------------------------------------------------------
 
