@@ -23,8 +23,10 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
-from dormant._decide import announced
+from dormant._control import ControlWatch
+from dormant._decide import PENDING_STOP_MS, announced
 from dormant._head import PREVIEW_CHARS, preview_of
+from dormant._ids import now_ms
 from dormant.agui import from_run_agent_input
 from dormant.errors import InputError, ServerOnly
 from dormant.http import build_resolver
@@ -32,7 +34,7 @@ from dormant.models import ScriptedModel
 from dormant.models._base import ModelChunk, ModelError, ModelRequest, TextDelta
 from dormant.stores import MemoryStore
 from dormant.tools import Signal
-from dormant.types import Control, ControlRunning
+from dormant.types import Control, ControlRunning, ControlStop
 from tests.unit.test_http_turn_control import _event
 
 POLL = 0.05
@@ -256,6 +258,31 @@ def test_a_stop_that_matches_nothing_yet_says_so_and_shows_until_it_matches() ->
     status, body = _call(resolver, "POST", "/turns", {
         "sessionId": "i", "stop": {"invocationId": ended}})
     assert (status, body["code"]) == (409, "not_running"), body
+
+
+def test_a_stop_that_matched_nothing_for_a_minute_is_stale() -> None:
+    """A pending stop waits a minute at most: then the session no longer shows it, and a
+    turn of its invocation that starts later is not stopped by it; one still within the
+    minute stops that turn as soon as it reads the record."""
+    store = MemoryStore()
+    app = dormant.App(name="stale", store=store)
+    agent = app.agent(name="stale", model=ScriptedModel(["Hello."]))
+    resolver = build_resolver(app, agent, poll_interval=0)
+    assert _call(resolver, "POST", "/turns", {"sessionId": "o", "message": "hi"})[0] == 200
+    now = now_ms()
+    old = ControlStop(invocation_id="inv_late", rev=1, at=now - PENDING_STOP_MS - 1)
+    assert store.write_control("session_o", Control(rev=1, stop=old), head_version=1)
+    assert _call(resolver, "GET", "/sessions/o")[1].get("pendingStop") is None
+
+    fresh = old.model_copy(update={"at": now})
+    assert store.write_control("session_o", Control(rev=2, stop=fresh), head_version=1)
+    assert _call(resolver, "GET", "/sessions/o")[1]["pendingStop"]["invocationId"] == "inv_late"
+    for held, stops in ((old, False), (fresh, True)):
+        signal = Signal()
+        watch = ControlWatch(store, "session_o", lambda: "inv_late", signal, interval=0,
+                             control_rev=0)
+        watch.apply(Control(rev=1, stop=held))
+        assert signal.stopped is stops
 
 
 def test_a_steer_sent_after_the_announcement_is_kept_beside_it(desk: _Desk) -> None:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from dormant._decide import Ask, live, running
+from dormant._decide import Ask, live, running, stale_stop
 from dormant._ids import now_ms
 from dormant.errors import InputError, NotRunning, StoreError
 from dormant.types import Control, ControlRunning, ControlSteer, ControlStop
@@ -257,7 +257,8 @@ class ControlWatch:
             return
         invocation = self._invocation()
         if control.stop is not None and invocation is not None \
-                and control.stop.invocation_id == invocation and not self._signal.stopped:
+                and control.stop.invocation_id == invocation and not self._signal.stopped \
+                and not stale_stop(control.stop, self._since):
             self._signal.stop(control.stop.seen, control.stop.rev)
         with self._lock:
             if control.pause is not None and control.pause != self._control_rev:

@@ -62,7 +62,7 @@ from dormant.events import (
     ToolInput,
     ToolResult,
 )
-from dormant.types import Control, ControlRunning, ControlSteer
+from dormant.types import Control, ControlRunning, ControlSteer, ControlStop
 
 __all__ = [
     "Ask",
@@ -74,6 +74,7 @@ __all__ = [
     "interrupt",
     "message",
     "pause",
+    "pending_stop",
     "plan",
     "queue_op",
     "request_input",
@@ -82,12 +83,18 @@ __all__ = [
     "retry",
     "running",
     "seed",
+    "stale_stop",
     "steer",
     "stop",
     "take_pending",
     "tool",
     "tool_result",
 ]
+
+#: How long (ms) a stop that matches nothing the session knows of waits for its invocation
+#: to run: the session shows it as pending meanwhile, and a turn of that invocation that
+#: starts later ignores it.
+PENDING_STOP_MS = 60_000
 
 STOPPED: Literal["stopped"] = "stopped"
 INTERRUPTED: Literal["interrupted"] = "interrupted"
@@ -193,6 +200,24 @@ def unmatched_stop(session: Slice, invocation_id: str) -> bool:
     entry = announced(session)
     return not session.head.knows_invocation(invocation_id) and (
         entry is None or entry.invocation_id != invocation_id)
+
+
+def pending_stop(session: Slice, now: int) -> ControlStop | None:
+    """The stop waiting in the control record for an invocation the session is not known to
+    run (:func:`unmatched_stop`), unless it went stale (:func:`stale_stop`) by ``now`` (epoch
+    ms, the wall clock the record is stamped with)."""
+    control = session.control
+    held = control.stop if control is not None else None
+    if held is None or stale_stop(held, now) or not unmatched_stop(session, held.invocation_id):
+        return None
+    return held
+
+
+def stale_stop(held: ControlStop, now: int) -> bool:
+    """Whether ``held`` was sent more than :data:`PENDING_STOP_MS` before ``now``: a stop that
+    matched nothing by then matches nothing later either (a turn that runs its invocation
+    names itself within a poll interval). A turn that starts after that ignores it."""
+    return 0 < held.at < now - PENDING_STOP_MS
 
 
 def stop(session: Slice, invocation_id: str, seen: int | None = None,
@@ -622,7 +647,8 @@ def plan(session: Slice, given: Input, *, holds: Callable[[str], bool],
             result.note = (
                 f"no turn of session {session.head.session_id} is known to run invocation "
                 f"{given.stop.invocation_id}: the stop waits in the session's control record "
-                "(GET /sessions/{id}: pendingStop) and ends that invocation if it runs")
+                "(GET /sessions/{id}: pendingStop) and ends that invocation if it starts "
+                f"within {PENDING_STOP_MS // 1000} s")
     if given.pause:
         pause(session)
         controls, status = True, "paused"

@@ -9,8 +9,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from dormant._decide import announced, unmatched_stop
+from dormant._decide import announced, pending_stop
 from dormant._head import SessionStatus
+from dormant._ids import now_ms
 from dormant._inputs import (
     IfBusy,
     InputAnswer,
@@ -261,17 +262,16 @@ class Running(_Wire):
 class PendingStop(_Wire):
     """A stop sent for an invocation the session is not known to run (202 `accepted`, with a
     `warning` saying so): it waits in the session's control record and ends that invocation
-    if a turn runs it (one that has not announced itself yet, say)."""
+    if a turn runs it (one that has not announced itself yet, say) within a minute; after
+    that it is stale, shown nowhere and applied to nothing."""
 
     invocation_id: str
     at: int = Field(description="When it was sent (epoch ms).")
 
     @classmethod
     def of(cls, session: Session) -> PendingStop | None:
-        stop = session.control.stop if session.control is not None else None
-        if stop is None or not unmatched_stop(session, stop.invocation_id):
-            return None
-        return cls(invocation_id=stop.invocation_id, at=stop.at)
+        held = pending_stop(session, now_ms())  # (the record is stamped by the wall clock)
+        return None if held is None else cls(invocation_id=held.invocation_id, at=held.at)
 
 
 class ActiveInvocation(_Wire):
