@@ -26,7 +26,8 @@ Resumed turns, on the same session, by a ``history(limit=5)`` agent whose tool n
 ``user-approval``: a message whose answer is a tool call that waits for a decision (an
 ordinary turn: 1 read + 1 write), then the approval (approval -> tool -> reply). Expected for
 the approval: 1 read + 2 writes (the decision is claimed before the tool runs, then the turn
-commits).
+commits). And a message whose answer is a tool call that runs at once (message -> tool ->
+reply): 1 read + 2 writes (the tool step's calls land before the tool runs, then the turn).
 
 Turn control polling: a running turn reads the session's control record (stop / steer / pause
 asked by other requests) every poll interval (default 1 s), one strongly consistent
@@ -158,6 +159,7 @@ def _operation(request: Any) -> str:
 TEXT_TURN = "text turn"
 PAUSE_TURN = "message -> approval request"
 RESUMED_TURN = "approval -> tool -> reply"
+TOOL_TURN = "message -> tool -> reply"
 
 
 @dataclass
@@ -214,6 +216,9 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
             name="approver", model=model, context=[app.context.history(WINDOW)],
             tools=[extend], tool_approval={"extend_stay": "user-approval"}))
         approver_label = f"history(limit={WINDOW}), a tool under user-approval"
+        doer = app.handler.rest(agent=app.agent(
+            name="doer", model=model, context=[app.context.history(WINDOW)], tools=[extend]))
+        doer_label = f"history(limit={WINDOW}), a tool"
         seed = handlers[next(iter(handlers))]
         turn = 0
         for checkpoint in checkpoints:
@@ -237,6 +242,11 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
                 resumed.add(wire)
             rows.append(_row(PAUSE_TURN, approver_label, checkpoint, paused, samples))
             rows.append(_row(RESUMED_TURN, approver_label, checkpoint, resumed, samples))
+            wire.reset()
+            for _ in range(samples):
+                turn += 1
+                _tool_turn(doer, model, turn)
+            rows.append(_row(TOOL_TURN, doer_label, checkpoint, wire, samples))
     return rows
 
 
@@ -275,6 +285,16 @@ def _pause(rest: Any, model: Any, n: int) -> str:
             or not response.pending_approvals:
         raise SystemExit(f"turn {n} did not park on an approval: {response}")
     return str(response.pending_approvals[0].approval_id)
+
+
+def _tool_turn(rest: Any, model: Any, n: int) -> None:
+    """A message whose answer is a tool call that runs at once, then the reply: the tool
+    step's calls land before the tool runs (its write-ahead), then the turn."""
+    model.add({"tool_calls": [{"name": "extend_stay", "args": {"nights": 1}}]})
+    model.add(REPLY)
+    response = rest({"session_id": "bench", "input": {"message": f"{n}: Extend my stay."}})
+    if response.status != "completed" or response.commit_status != "committed":
+        raise SystemExit(f"turn {n} did not commit cleanly: {response}")
 
 
 def _approve(rest: Any, model: Any, approval_id: str, n: int) -> None:

@@ -167,11 +167,9 @@ class Sim:
     """One schedule's world: the clock, the scheduler, the requests."""
 
     def __init__(self, chooser: Chooser, *, start_ms: int, lease_ms: int,
-                 crashable: Callable[[Request], bool] = lambda request: True,
                  observe: Callable[[Request], None] = lambda request: None) -> None:
         self.chooser = chooser
         self.observe = observe
-        self.crashable = crashable
         self.now = start_ms
         self.lease_ms = lease_ms
         self.requests: list[Request] = []
@@ -225,7 +223,7 @@ class Sim:
                 if not live:
                     break
                 options = [Step("step", r.index) for r in live]
-                options += [Step("crash", r.index) for r in live if self.crashable(r)]
+                options += [Step("crash", r.index) for r in live]
                 step = self.chooser.choose(options, self.requests)
                 request = self.requests[step.request]
                 self.now += 1

@@ -161,22 +161,6 @@ class World:
         self.turn = app.handler.turn(agent=self.agent, lease=LEASE, poll_interval=3600.0)
         self.wake = app.handler.wake(agent=self.agent, lease=LEASE, poll_interval=3600.0)
 
-    def crashable(self, request: Request) -> bool:
-        """Whether a crash of ``request`` now is one dormant promises to recover from: every
-        tool it ran has its call in the ledger already (a claim or a commit wrote it), so the
-        call ends with a final result (a takeover reruns it under its id, or a stop or an
-        interrupt settles it). A turn that wrote nothing yet when its process dies leaves
-        tools it ran known to nobody but the redelivery of its input, which reruns them under
-        the same ids only if nothing changed the conversation meanwhile; that case is open
-        (see docs/guarantees.md), and is not crashed here."""
-        mine = {call for call, _, name in self.executed if name == request.name}
-        if not mine:
-            return True
-        stored = self.store.unwrapped.load(self.session_id)
-        recorded = set() if stored is None else {
-            e.call_id for e in stored.events if isinstance(e, ToolCall)}
-        return mine <= recorded
-
     def observe(self, request: Request) -> None:
         """Before a request's first store call: whether the session could be running a turn
         nobody knows of yet (no ledger, or free), which a stop for an unknown invocation
@@ -361,7 +345,6 @@ def run_schedule(store: Any, setup: str, kinds: Sequence[str], chooser: Chooser)
     sim = Sim(chooser, start_ms=START_MS, lease_ms=LEASE_MS)
     proxy = SimStore(store)
     world = World(proxy, sim, f"sim-{setup}-{next(_serials)}")
-    sim.crashable = world.crashable
     sim.observe = world.observe
     SETUPS[setup](world)
     proxy.sim = sim

@@ -301,14 +301,71 @@ def _overtake(support: Support, session_id: str,
     return out[0], newer_reply
 
 
-def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Store) -> None:
+def test_a_message_sent_after_a_turns_tool_ran_waits_for_that_turn(store: Store) -> None:
+    """A tool step's calls land before its tools run: from then on the turn holds a claim,
+    and a newer message queues behind it instead of overtaking it."""
     support = Support(store, clock=_ticking())
 
     slow, newer = _overtake(support, "overtaken", lambda: support.rest(
         {"session_id": "overtaken", "input": {"message": "newer"}}))
 
+    assert newer.status == "queued"
+    assert slow.status == "completed" and slow.commit_status in ("committed", "merged")
+    events = support.ledger("overtaken")
+    assert [e.text for e in events if isinstance(e, UserEvent)] == ["close T-7", "newer"]
+    assert [r.call_id for r in _results(events)] == support.ran
+    assert "done" in [getattr(e, "text", None) for e in events]
+    assert [e.status for e in events if e.type == "invocation_end"] == [  # type: ignore[union-attr]
+        "completed", "completed"]
+
+
+def test_a_turn_overtaken_before_its_first_tool_runs_no_tool(store: Store) -> None:
+    """A newer message lands while the model answers with a call: the call's write-ahead
+    finds the turn superseded, so the tool never runs and nothing of the turn lands."""
+    support = Support(store, clock=_ticking())
+    answered, release = threading.Event(), threading.Event()
+
+    def gate(ctx: dormant.HookContext) -> None:
+        if ctx.request is not None and ctx.request.step == 1:
+            answered.set()
+            assert release.wait(WAIT)
+
+    slow = support.app.handler.rest(agent=support.agent, hooks=[dormant.Hook(after_model=gate)])
+    out: list[RestResponse] = []
+    thread = threading.Thread(target=lambda: out.append(slow(
+        {"session_id": "early", "input": {"message": "close T-9"}})))
+    thread.start()
+    assert answered.wait(WAIT)
+    newer = support.rest({"session_id": "early", "input": {"message": "newer"}})
+    release.set()
+    thread.join(WAIT)
+
     assert newer.commit_status == "committed"
-    assert slow.commit_status == "superseded" and "kept" in (slow.warning or "")
+    assert out[0].commit_status == "superseded" and not out[0].landed
+    assert support.ran == []
+    events = support.ledger("early")
+    assert [e.text for e in events if isinstance(e, UserEvent)] == ["newer"]
+    assert not any(e.type == "tool_call" for e in events)
+
+
+def _overtake_in_process(support: Support, session_id: str,
+                         newer: Callable[[], RestResponse]) -> tuple[Any, RestResponse]:
+    """Run "close T-7" in process (trusted code: nothing lands before its commit) until its
+    tool ran, let ``newer`` land, then commit it through the app's commit policy."""
+    session = support.app.sessions.get(session_id) or support.app.sessions.create(session_id)
+    result = support.app.run(support.agent, session=session, message="close T-7")
+    newer_reply = newer()
+    return support.app.sessions.policy.commit(result.session), newer_reply
+
+
+def test_an_overtaken_turn_keeps_the_tools_it_ran_and_drops_its_reply(store: Store) -> None:
+    support = Support(store, clock=_ticking())
+
+    slow, newer = _overtake_in_process(support, "overtaken", lambda: support.rest(
+        {"session_id": "overtaken", "input": {"message": "newer"}}))
+
+    assert newer.commit_status == "committed"
+    assert slow.status == "superseded" and slow.version is not None
     events = support.ledger("overtaken")
     assert [e.text for e in events if isinstance(e, UserEvent)] == ["newer", "close T-7"]
     assert [r.call_id for r in _results(events)] == support.ran
@@ -325,11 +382,12 @@ def test_an_overtaken_turn_keeps_its_tools_even_when_the_newer_turn_is_parked(
     asker = support.app.agent(name="asker", tools=[ask], model=ScriptedModel(
         [{"tool_calls": [{"name": "ask_guest", "args": {"ticket_id": "T-8"}}]}]))
 
-    slow, newer = _overtake(support, "parked", lambda: support.app.handler.rest(agent=asker)(
-        {"session_id": "parked", "input": {"message": "newer"}}))
+    slow, newer = _overtake_in_process(
+        support, "parked", lambda: support.app.handler.rest(agent=asker)(
+            {"session_id": "parked", "input": {"message": "newer"}}))
 
     assert newer.status == "yielded_tool" and newer.commit_status == "committed"
-    assert slow.commit_status == "superseded" and slow.landed
+    assert slow.status == "superseded" and slow.version is not None
     session = support.app.sessions.get("parked")
     assert session is not None
     assert [r.call_id for r in _results(session.events)] == support.ran
@@ -389,7 +447,7 @@ def test_a_server_append_of_an_old_message_id_lands_once(store: Store) -> None:
     assert len(session.events) == 40
 
 
-def test_a_redelivery_after_an_interleaved_message_derives_the_same_call_ids(
+def test_a_redelivery_after_an_interleaved_message_runs_its_tool_once(
         store: Store) -> None:
     support = Support(store)
     turn = support.app.handler.turn(agent=support.agent)
@@ -399,11 +457,12 @@ def test_a_redelivery_after_an_interleaved_message_derives_the_same_call_ids(
     again = turn({"session_id": "ids", "input": {"message": "close T-7", "message_id": "m1"}})
     next(again)  # reads it after "hi" landed
 
-    one, two = first.run(), again.run()
+    two, one = again.run(), first.run()
 
-    assert one.landed and two.code == "duplicate_message"
-    assert len(set(support.ran)) == 1  # two executions, one call id: one side effect
-    assert [r.call_id for r in _results(support.ledger("ids"))] == support.ran[:1]
+    # The first delivery's call is refused where it would land, before its tool runs.
+    assert two.landed and one.code == "duplicate_message"
+    assert len(support.ran) == 1
+    assert [r.call_id for r in _results(support.ledger("ids"))] == support.ran
 
 
 def test_two_racing_deliveries_of_one_retry_land_once(store: Store) -> None:

@@ -57,6 +57,12 @@ FOUND: dict[str, str] = {
     # refused as a duplicate, which kept its results beside): the claimed run then merged
     # the same calls' results again.
     "stall:106": "a merged turn recorded calls another runner had settled",
+    # A process dies after its turn ran a tool and before anything it wrote named the call
+    # (a fresh turn; a later step of a claimed one): nobody knew the call, so its result was
+    # lost. Now each tool step's calls land before its tools run (the write-ahead), and the
+    # takeover runs them again under their ids.
+    "129": "a tool ran in a request that crashed, and its call has no result",
+    "175": "a tool ran in a request that crashed, and its call has no result",
     "waiting/message,stop/": "a stop for an invocation a waiting session never ran was accepted",
     "failed/redelivered,stop/": "a stop for an invocation a failed session never ran was accepted",
 }

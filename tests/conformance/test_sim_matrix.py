@@ -1,5 +1,5 @@
-"""The simulator in the whole suite: every pair of inputs with a crash anywhere on memory and
-SQLite, a sample of pairs on DynamoDB (moto, in process), and random schedules on all three
+"""The simulator in the whole suite: every pair of inputs with a crash anywhere on memory (and
+SQLite, but for two first turns at once: there without a crash), a sample of pairs on DynamoDB (moto, in process), and random schedules on all three
 (``test_sim``, in the fast loop, runs a slice on memory).
 
 Each schedule uses a session of its own on one store, so a store is set up once per test (on
@@ -86,13 +86,22 @@ def test_more_random_schedules_with_stalls_on_memory(record_property: Any) -> No
     assert not failures, "\n\n".join(failures)
 
 
+#: Crashes per pair schedule on SQLite, by setup. Two first turns at once with a crash
+#: anywhere (every tool step writes ahead: about 94,000 schedules, 9 minutes on memory) run
+#: on memory only; on SQLite the fresh pairs run every schedule without a crash, and its
+#: crashes come from the random schedules below.
+SQLITE_CRASHES = {"fresh": 0, "waiting": 1, "failed": 1}
+
+
 @pytest.mark.parametrize("setup", sorted(SETUPS))
 def test_every_pair_on_sqlite(sqlite: Store, setup: str,
                               record_property: Any) -> None:
     started = time.monotonic()
-    runs, failures = every_pair(sqlite, setup)
-    record_property("sim", f"pairs on sqlite/{setup}: {runs} schedules in "
-              f"{time.monotonic() - started:.1f} s")
+    crashes = SQLITE_CRASHES[setup]
+    runs, failures = every_pair(sqlite, setup, crashes=crashes)
+    record_property("sim", f"pairs on sqlite/{setup}, "
+                           f"{'a crash anywhere' if crashes else 'no crash'}: {runs} schedules "
+                           f"in {time.monotonic() - started:.1f} s")
     assert not failures, "\n\n".join(failures)
 
 

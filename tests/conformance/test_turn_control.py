@@ -672,7 +672,7 @@ def test_a_live_claimed_invocation_is_not_interrupted(store: Store) -> None:
     assert live.ends() == []
 
 
-def test_a_turn_whose_redelivery_was_queued_meanwhile_takes_its_message_out_of_the_inbox(
+def test_a_turn_whose_redelivery_was_queued_meanwhile_runs_it_once_from_the_inbox(
         store: Store) -> None:
     app = dormant.App(name="control", store=store)
     ran: list[str] = []
@@ -704,8 +704,18 @@ def test_a_turn_whose_redelivery_was_queued_meanwhile_takes_its_message_out_of_t
 
     result = first.run()
 
-    assert result.commit_status == "superseded" and result.version is not None  # tools kept
+    # Its call's write-ahead found a newer message: its tool did not run, nothing landed,
+    # and the redelivery waits in the inbox to run the message once the session is free.
+    assert result.commit_status == "superseded" and not result.landed
+    assert ran == []
     session = app.sessions.get("dup")
-    assert session is not None and session.inbox == []  # it took its message out
-    results = [e.call_id for e in session.events if isinstance(e, ToolResult)]
+    assert session is not None and [q.id for q in session.inbox] == ["w"]
+    (asked,) = session.yielded_tools
+    answered = turn({"session_id": "dup", "input": {"tools": [
+        {"call_id": asked.call_id, "input": {"answer": "yes"}}]}}).run()
+    assert answered.status == "completed"
+    session = app.sessions.get("dup")
+    assert session is not None and session.inbox == []
+    results = [e.call_id for e in session.events if isinstance(e, ToolResult)
+               and e.name == "work"]
     assert ran == results == [ran[0]]  # the tool ran once and is recorded once

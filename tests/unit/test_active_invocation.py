@@ -92,6 +92,17 @@ def _until(check: Any, seconds: float = 10.0) -> Any:
     raise AssertionError(f"not within {seconds} s")
 
 
+def _announced(desk: _Desk, session_id: str, invocation: str) -> None:
+    """Wait until the control record names ``invocation`` (its turn's first scheduled read
+    writes it; the head shows a turn whose tool step landed before that)."""
+    def names() -> bool:
+        record = desk.store.read_control(session_id)
+        return record is not None and record.running is not None \
+            and record.running.invocation_id == invocation
+
+    _until(names)
+
+
 def _stop_from_here(resolver: Any, session_id: str, invocation: str,
                     teller: threading.Thread) -> None:
     """Stop ``invocation``, running in ``teller``'s request: accepted (202), and the turn
@@ -115,9 +126,7 @@ def test_a_turn_started_by_another_client_is_named_and_stopped_from_here(desk: _
         active = view["activeInvocation"]
         assert active["invocationId"].startswith("inv_")
         assert started - 1000 <= active["since"] <= int(time.time() * 1000)
-        record = desk.store.read_control("session_s")
-        assert record is not None and record.running is not None
-        assert record.running.invocation_id == active["invocationId"]
+        _announced(desk, "session_s", active["invocationId"])
 
         _stop_from_here(desk.resolver, "s", active["invocationId"], teller)
     finally:
@@ -136,9 +145,10 @@ def test_a_turn_started_by_another_client_is_named_and_stopped_from_here(desk: _
 
 def test_a_sessions_first_turn_is_shown_and_stopped_from_another_client_while_it_runs(
         desk: _Desk) -> None:
-    """A session exists to readers from its first request: its first turn (the tool waits)
-    shows in ``GET /sessions/{id}`` before anything is committed, to its owner alone, and a
-    stop by the invocation id read there ends it."""
+    """A session exists to readers from its first request: its first turn shows in
+    ``GET /sessions/{id}`` and the list while it runs (here its tool waits, its call landed
+    before it ran: version 1), and a stop by the invocation id read there ends it. (Before
+    anything landed, its announcement alone names it: see the tests below.)"""
     desk.agent = desk.app.agent(name="first", tools=[desk.tool], model=ScriptedModel([
         {"tool_calls": [{"name": "wait", "args": {"seconds": 30}}]}, "Done."]))
     resolver = build_resolver(desk.app, desk.agent, poll_interval=POLL)
@@ -150,15 +160,14 @@ def test_a_sessions_first_turn_is_shown_and_stopped_from_another_client_while_it
     try:
         assert desk.started.wait(10)
         status, view = _call(resolver, "GET", "/sessions/new")
-        assert status == 200 and view["version"] == 0 and view["status"] == "active", view
+        assert status == 200 and view["version"] == 1 and view["status"] == "active", view
         active = view["activeInvocation"]["invocationId"]
-        assert desk.app.sessions.get("new") is None  # nothing committed yet
         status, listed = _call(resolver, "GET", "/sessions")
         assert status == 200 and [(s["sessionId"], s["version"], s["status"])
-                                  for s in listed["sessions"]] == [("session_new", 0, "active")]
+                                  for s in listed["sessions"]] == [("session_new", 1, "active")]
         status, detailed = _call(resolver, "GET", "/sessions", detail="true")
         [line] = detailed["sessions"]
-        assert (line["sessionId"], line["version"], line["status"]) == ("session_new", 0,
+        assert (line["sessionId"], line["version"], line["status"]) == ("session_new", 1,
                                                                         "active"), line
 
         _stop_from_here(resolver, "new", active, teller)
@@ -297,6 +306,7 @@ def test_a_steer_sent_after_the_announcement_is_kept_beside_it(desk: _Desk) -> N
         view = _until(lambda: (v := _call(desk.resolver, "GET", "/sessions/t"))[1].get(
             "activeInvocation") and v[1])
         invocation = view["activeInvocation"]["invocationId"]
+        _announced(desk, "session_t", invocation)
         status, _ = _call(desk.resolver, "POST", "/turns", {"sessionId": "t", "steer": {
             "text": "hurry", "invocationId": invocation, "id": "steer-1"}})
         assert status == 202

@@ -435,7 +435,8 @@ def test_each_step_boundary_reads_the_control_record_once(
         store: DynamoDBStore, poll_interval: float | None, boundary: list[str]) -> None:
     """Two tool steps, then the answer: one ``GetItem`` at each of the two boundaries (the
     turn ends well within the poll interval, so the background poller never reads), and
-    nothing else beyond one read and one write; with polling off, not even those."""
+    nothing else beyond one read, one write per tool step before its tool runs (the
+    write-ahead) and the turn's own write; with polling off, no ``GetItem``."""
     app, wire, tool = _closing(store)
     model = ScriptedModel([{"tool_calls": [CLOSE]},
                            {"tool_calls": [{**CLOSE, "id": "call_close_2"}]}, "Closed T-7."])
@@ -448,6 +449,6 @@ def test_each_step_boundary_reads_the_control_record_once(
 
     assert (done.status, done.commit_status) == ("completed", "committed")
     announce = ["TransactWriteItems"] if boundary else []  # a session's first turn's
-    assert wire.timeline == ["Query", *announce, TOOL_RAN, *boundary, TOOL_RAN, *boundary,
-                             "PutItem"]
+    assert wire.timeline == ["Query", *announce, "PutItem", TOOL_RAN, *boundary,
+                             "PutItem", TOOL_RAN, *boundary, "PutItem"]
     model.assert_consumed()

@@ -346,8 +346,9 @@ def test_a_one_megabyte_tool_result_round_trips_in_chunks(aws: None) -> None:
     assert _result_of(app, sid) == _noise(ONE_MB)
     items = {item["sk"]["S"]: item for item in _items(sid)}
     parts = [sk for sk in items if sk.startswith("e#v") and sk.count("#") == 2]
-    assert parts and parts[0] == "e#v0000000001#001"  # the version item is part 0
-    assert items["e#v0000000001"]["parts"] == {"N": str(len(parts) + 1)}
+    # (version 1: the tool step's call, before it ran; version 2: its result, in parts)
+    assert parts and parts[0] == "e#v0000000002#001"  # the version item is part 0
+    assert items["e#v0000000002"]["parts"] == {"N": str(len(parts) + 1)}
     assert all(layout.item_size(item) <= layout.ITEM_LIMIT for item in items.values())
     assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")
 
@@ -371,7 +372,7 @@ def test_a_one_megabyte_tool_result_can_live_in_s3(aws: None) -> None:
     assert all(layout.item_size(item) < 20_000 for item in _items(sid))
     assert app.sessions.delete(sid) is True
     # Only the deletion marker stays: it holds the next version's key.
-    assert [(i["sk"]["S"], "del" in i) for i in _items(sid)] == [("e#v0000000002", True)]
+    assert [(i["sk"]["S"], "del" in i) for i in _items(sid)] == [("e#v0000000003", True)]
     assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET).get("Contents")
 
 
@@ -653,19 +654,22 @@ def test_an_oversized_turn_with_no_bucket_fails_once_and_says_retrying_will_not_
                      execute=lambda ctx: "x" * 5_000_000)
     agent = app.agent(name="reader", tools=[fetch], model=ScriptedModel(
         [{"tool_calls": [{"name": "fetch", "args": {"ref": "doc"}}]}, "Read it."]))
-    calls = Calls(store._client)
-
     reply = app.handler.rest(agent=agent)({"session_id": "nobucket",
                                            "input": {"message": "read the doc"}})
 
     assert reply.commit_status == "failed" and reply.code == "store_error"
     assert reply.retryable is False
     assert "DORMANT_BUCKET" in (reply.error or "") and "retry the request" not in reply.error
-    # refused before any request: the transactions are the first turn's announcement and,
-    # as the turn wrote nothing, its taking back
-    assert calls.operations.count("TransactWriteItems") == 2
-    assert "PutItem" not in calls.operations
-    assert store.load("session_nobucket") is None
+    # The tool step's call landed before the tool ran (a small write); the slice with its
+    # result was refused before any request (no transaction tried it), and the invocation
+    # then ended failed where it landed: nobody takes it over only to be refused again.
+    stored = store.load("session_nobucket")
+    assert stored is not None and stored.head.version == 2
+    assert [e.type for e in stored.events] == [
+        "invocation_start", "user", "tool_call", "invocation_failed"]
+    failed = stored.events[-1]
+    assert failed.code == "store_error" and not failed.retryable  # type: ignore[union-attr]
+    assert stored.head.failed and not stored.head.running
 
 
 def test_access_denied_is_not_retried(aws: None) -> None:

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 import dormant
 from dormant.errors import ConfigError, SchedulerError
 from dormant.models import ScriptedModel
-from dormant.schedulers import EventBridgeScheduler, TimerDelivery
+from dormant.schedulers import LEASE_TIMER, EventBridgeScheduler, TimerDelivery
 from dormant.schedulers.eventbridge import MIN_LEAD_SECONDS, at_expression, schedule_name
 from dormant.settings import Settings
 from tests._moto import aws_env, in_process_aws
@@ -255,7 +255,8 @@ def test_a_committed_turn_leaves_one_schedule_whose_input_wakes_the_session_once
         {"session_id": "s1", "input": {"message": "remind me in 90s to call Ana"}})
     assert reply.status == "completed" and reply.commit_status == "committed"
 
-    (schedule,) = schedules(client)
+    lease, schedule = sorted(schedules(client), key=lambda s: "reminder" in s["Name"])
+    assert lease["Name"] == schedule_name("session_s1", LEASE_TIMER)  # the tool step's claim
     assert schedule["Name"] == schedule_name("session_s1", "reminder:call_r1")
     event = json.loads(schedule["Target"]["Input"])  # what Scheduler hands the wake function
     wake = app.handler.wake(agent=agent)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 import dormant
 from dormant._ids import now_ms
 from dormant.models import ScriptedModel
-from dormant.schedulers import LocalScheduler, Scheduler, TimerDelivery
+from dormant.schedulers import LEASE_TIMER, LocalScheduler, Scheduler, TimerDelivery
 from dormant.stores import SqliteStore
 
 WAIT = 10.0  # seconds an Event may take before the test fails (never reached when it works)
@@ -279,6 +279,11 @@ def _serve(db: Path, replies: list[Any], *, clock: Callable[[], int] = now_ms,
     return app, agent, scheduler, store
 
 
+def _timers(scheduler: LocalScheduler) -> list[TimerDelivery]:
+    """The armed timers turns asked for (not the wake-up a tool step's claim arms)."""
+    return [t for t in scheduler.pending() if t.name != LEASE_TIMER]
+
+
 def test_a_committed_timer_is_delivered_through_the_wake_handler(tmp_path: Path) -> None:
     app, agent, scheduler, store = _serve(tmp_path / "live.db", [
         {"tool_calls": [{"name": "set_reminder", "args": {"delay_ms": 20,
@@ -289,7 +294,7 @@ def test_a_committed_timer_is_delivered_through_the_wake_handler(tmp_path: Path)
                                                "input": {"message": "remind me"}})
         assert reply.status == "completed"
         _wait_until(lambda: _user_texts(app, "live")[-1:] == ["Reminder: stretch"])
-        _wait_until(lambda: scheduler.pending() == [])
+        _wait_until(lambda: _timers(scheduler) == [])
         session = app.sessions.get("live")
         assert session is not None and session.timers == []
         assert [e.text for e in session.events if e.type == "assistant"][-1] == "Time to stretch!"
@@ -306,16 +311,16 @@ def test_a_pending_timer_survives_a_restart_and_lands_once(tmp_path: Path) -> No
                                                           "reminder": "stretch"}}]},
         "I'll remind you."], clock=frozen)
     app.handler.rest(agent=agent)({"session_id": "r", "input": {"message": "remind me"}})
-    assert [t.message for t in scheduler.pending()] == ["Reminder: stretch"]
+    assert [t.message for t in _timers(scheduler)] == ["Reminder: stretch"]
     scheduler.close()
     store.close()
 
     app, agent, scheduler, store = _serve(db, ["Time to stretch!"])  # recover() re-arms it
     try:
-        _wait_until(lambda: scheduler.pending() == [] and _user_texts(app, "r")[-1:] == [
+        _wait_until(lambda: _timers(scheduler) == [] and _user_texts(app, "r")[-1:] == [
             "Reminder: stretch"])
         scheduler.recover(store)  # nothing left to re-arm: it landed
-        assert scheduler.pending() == []
+        assert _timers(scheduler) == []
         session = app.sessions.get("r")
         assert session is not None
         assert _user_texts(app, "r") == ["remind me", "Reminder: stretch"]

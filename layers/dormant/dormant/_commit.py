@@ -52,10 +52,11 @@ from dormant.events import (
 from dormant.types import CommitResult, StoredSession
 
 if TYPE_CHECKING:
+    from dormant._head import Head
     from dormant.session import Session
     from dormant.stores._base import Store
 
-__all__ = ["STORE_ATTEMPTS", "CommitPolicy", "CommitStatus", "LostClaim", "Outcome"]
+__all__ = ["STORE_ATTEMPTS", "CommitPolicy", "CommitStatus", "Hold", "LostClaim", "Outcome"]
 
 log = logging.getLogger("dormant")
 
@@ -86,6 +87,21 @@ class Outcome:
     status: CommitStatus
     version: int | None = None
     error: StoreError | None = None
+
+
+@dataclass(frozen=True)
+class Hold:
+    """The lease a turn's own writes carry while it runs (its write-ahead): a head that
+    leaves ``invocation`` running says the process ``holder`` holds it until ``lease`` (epoch
+    ms). Stamped on the head each attempt writes, after any rebase onto a newer head."""
+
+    invocation: str
+    lease: int
+    holder: str
+
+    def stamp(self, head: Head) -> None:
+        if head.running and head.open_invocation == self.invocation:
+            head.lease, head.holder = self.lease, self.holder
 
 
 class CommitPolicy:
@@ -121,25 +137,26 @@ class CommitPolicy:
 
     # --- the handler's commit ----------------------------------------------------------------
 
-    def commit(self, session: Session) -> Outcome:
-        """Commit a turn's slice: committed, merged, superseded or failed.
+    def commit(self, session: Session, *, hold: Hold | None = None) -> Outcome:
+        """Commit a turn's slice: committed, merged, superseded or failed. ``hold``: the
+        lease the written head carries while it leaves the turn's invocation running.
 
         Raises :class:`DuplicateMessage` when the slice's message already landed (a
         concurrent or late redelivery), :class:`RetryRefused` when its retry did: nothing
         of its turn is written, but what changed the world is (:meth:`_keep_refused`).
         """
         try:
-            return self._commit(session)
+            return self._commit(session, hold)
         except (DuplicateMessage, RetryRefused):
             self._keep_refused(session)
             raise
 
-    def _commit(self, session: Session) -> Outcome:
+    def _commit(self, session: Session, hold: Hold | None) -> Outcome:
         if not session.dirty:
             return Outcome("committed", session.version)
         own_ts: int | None = None  # (read at the first lost race, before any rebase)
         merged = False
-        writer = _Writer(self, session)
+        writer = _Writer(self, session, hold=hold)
         while True:
             outcome = writer.attempt()
             if outcome is not None:
@@ -331,9 +348,10 @@ class _Writer:
     """
 
     def __init__(self, policy: CommitPolicy, session: Session, *, turns: int | None = 0,
-                 compacted: bool = False) -> None:
+                 compacted: bool = False, hold: Hold | None = None) -> None:
         self.policy = policy
         self.session = session
+        self.hold = hold
         self.turns = turns
         self.compacted = compacted
         self.stored: StoredSession | None = None
@@ -349,6 +367,8 @@ class _Writer:
             slice_ = session.new_events
             expected, first_seq = session.version, session.base_seq
             ambiguous = False
+            if self.hold is not None:
+                self.hold.stamp(session.head)
             try:
                 try:
                     result = policy.write(session)

@@ -205,6 +205,15 @@ class ControlWatch:
         if not _POLLER.is_current() and self._reading.acquire(timeout=5.0):
             self._reading.release()
 
+    def claimed(self, version: int, heartbeat: float) -> None:
+        """The turn's own write (a step's write-ahead) moved the head to ``version`` and
+        holds a claim there: its announcement and heartbeat follow (the next beat is due half
+        a ``heartbeat`` on, at ``version``; 0: none)."""
+        with self._reading:
+            self._version = version
+            self._heartbeat = int(heartbeat * 1000) if self._session is not None else 0
+            self._beat_due = self._clock() + self._heartbeat // 2 if self._heartbeat else 0
+
     def tick(self) -> float | None:
         """One scheduled read (on the control thread): when to read next, None to stop."""
         with self._reading:

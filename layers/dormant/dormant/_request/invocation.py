@@ -29,6 +29,7 @@ from dormant.errors import (
 from dormant.events import AppEvent, Event, InvocationResume, InvocationStart, UserEvent
 
 if TYPE_CHECKING:
+    from dormant._head import Head
     from dormant.agent import Agent
     from dormant.session import Session
 
@@ -77,10 +78,9 @@ def open_turn(agent: Agent, session: Session, turn: TurnInput, *,
     if turn.claimed is not None:  # the claim committed the opening: carry on from there
         if trigger is None and session.loaded_events:  # the last event the claim committed
             trigger = session.loaded_events[-1]
-        unsettled = any(not call.settled for call in head.step)
         return Start(head.open_invocation,
-                     "tools" if turn.claimed in ("resume", "recover") and unsettled
-                     else "model",
+                     "tools" if turn.claimed in ("resume", "recover", "retry")
+                     and _unsettled(head) else "model",
                      hooks=turn.claimed in ("start", "resume"), state=turn.state,
                      trigger=trigger)
     if turn.message is None and turn.retry_id is None and head.queue and head.free:
@@ -93,7 +93,8 @@ def open_turn(agent: Agent, session: Session, turn: TurnInput, *,
     if turn.retry_id is not None:
         retried = _decide.retry(session, turn.retry_id)
         session.add_event(retried)
-        return Start(retried.invocation_id, hooks=False, trigger=retried)
+        return Start(retried.invocation_id, "tools" if _unsettled(head) else "model",
+                     hooks=False, trigger=retried)
     if turn.message is not None:
         return _open_for_message(agent, session, turn, clock, trigger)
     if head.parked != "tool":
@@ -174,6 +175,13 @@ def open_invocation(session: Session, agent: Agent | None, invocation: str,
     for event in opening:
         add(event)
     return opening
+
+
+def _unsettled(head: Head) -> bool:
+    """Whether the open step has calls without a result: a settled step's held calls, or
+    calls that landed before their tools ran and whose request then ended (a crash, a
+    deadline): the turn runs them first (``tools``), under the same call ids."""
+    return any(not call.settled for call in head.step)
 
 
 def _trigger(slice_: list[Event]) -> Event | None:

@@ -47,7 +47,7 @@ from dormant.session import Session, mint_session_id, normalize_session_id
 if TYPE_CHECKING:
     from dormant.agent import Agent
 
-__all__ = ["CLAIM_ATTEMPTS", "Opened", "open_request"]
+__all__ = ["CLAIM_ATTEMPTS", "Opened", "claim_lease", "open_request"]
 
 #: Decisions one request makes at most while other writers keep landing first.
 CLAIM_ATTEMPTS = 16
@@ -376,9 +376,7 @@ def _claim(host: Host, opened: Opened, lease: float, heartbeat: float) -> None:
     session = opened.session
     until = 0
     if opened.turn is not None and session.head.running:
-        now = host.clock()
-        until = now + max(int(lease * 1000), 1)
-        session.head.lease = min(until, now + int(heartbeat * 1000)) if heartbeat else until
+        until, session.head.lease = claim_lease(host, lease, heartbeat)
         session.head.holder = BOOT
         if opened.recovering:
             session.head.takeovers += 1
@@ -387,3 +385,12 @@ def _claim(host: Host, opened: Opened, lease: float, heartbeat: float) -> None:
     if until:
         host.sessions.arm(session.session_id, LEASE_TIMER, until + LEASE_GRACE_MS)
 
+
+
+def claim_lease(host: Host, lease: float, heartbeat: float) -> tuple[int, int]:
+    """A claim made now: when its request ends (``lease`` seconds from now, where the
+    wake-up timer is armed) and the lease its head holds (one ``heartbeat`` from now when
+    the running turn renews it, else the same), in epoch ms."""
+    now = host.clock()
+    until = now + max(int(lease * 1000), 1)
+    return until, min(until, now + int(heartbeat * 1000)) if heartbeat else until

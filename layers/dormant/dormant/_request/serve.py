@@ -22,6 +22,7 @@ from dormant._commit import Outcome
 from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, write_asks
 from dormant._ids import new_id
 from dormant._inputs import CommitStatus, HandlerInput, Input, RetryRequest, landed
+from dormant._request.ahead import WriteAhead
 from dormant._request.host import Host, RequestRules
 from dormant._request.opening import Opened, open_request
 from dormant._run import run_turn
@@ -36,7 +37,7 @@ from dormant.errors import (
     StoreError,
     describe_validation,
 )
-from dormant.events import StreamEvent
+from dormant.events import InvocationFailed, StreamEvent
 from dormant.models._base import ModelError
 from dormant.results import ErrorResult, RunResult
 from dormant.session import Session
@@ -146,12 +147,15 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
                              control_rev=session.head.control_rev, session=session,
                              heartbeat=serving.rules.heartbeat if beats else 0.0,
                              clock=host.clock).start()
+        lease = _lease(serving, signal)
+        ahead = WriteAhead(host, session, watch=watch, heartbeat=serving.rules.heartbeat,
+                           lease=serving.rules.lease if lease is None else lease)
         try:
             yield from opened.shown  # committed by the claim, or opened in the slice
             served.result = yield from run_turn(
                 serving.agent, session, start, hooks=serving.hooks,
                 error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
-                watch=watch, claim_compaction=claim_in(host.store))
+                watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead)
             _check_state(serving.rules, session)
             if session.window.effects_end == 0 and not signal.stopped:
                 signal.raise_if_aborted()  # aborted at the very end: write nothing
@@ -159,7 +163,9 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             _run_failed(serving, served, error, request, session, signal)
         finally:
             watch.close()
-        if served.error is None:
+        if ahead.outcome is not None:  # superseded before a step's tools ran: written
+            served.outcome = ahead.outcome
+        elif served.error is None:
             _commit(serving, served, request, session)
         if session.version == 0:  # a first turn that wrote nothing: it was never there
             watch.retract()
@@ -211,11 +217,36 @@ def _commit(serving: Serving, served: Served, request: HandlerInput,
     except (DuplicateMessage, RetryRefused) as error:  # a redelivery lost the race
         _failed(served, error)
         return
+    if outcome.status == "failed" and session.claimed and outcome.error is not None \
+            and not outcome.error.retryable:
+        _fail_landed(serving, session, served.result, outcome.error)
     result = served.result
     if isinstance(result, ErrorResult) and result.code == "deadline" \
             and outcome.status != "failed" and outcome.version is not None:
         _hand_on_cut(serving, served, request, session)
     _write_asks(serving, session)
+
+
+def _fail_landed(serving: Serving, session: Session, result: RunResult | None,
+                 error: StoreError) -> None:
+    """A turn whose claim (or a step's write-ahead) landed could not write the rest, and
+    never will (the store refuses it for good, e.g. it is too large): its invocation ends
+    failed where it landed, so nobody takes it over only to be refused again. Its calls
+    without a result run again only if somebody retries it. Best effort: a store that cannot
+    be written leaves the invocation to its lease."""
+    sessions = serving.host.sessions
+    invocation = result.invocation_id if result is not None else None
+    try:
+        landed = sessions.load(session.session_id, turns=0)
+        if landed is None or landed.head.open_invocation != invocation \
+                or not landed.head.running:
+            return
+        landed.add_event(InvocationFailed(invocation_id=invocation, code="store_error",
+                                          message=str(error), retryable=False))
+        sessions.policy.commit(landed)
+    except DormantError:
+        log.exception("could not record that the turn failed",
+                      extra={"session_id": session.session_id})
 
 
 def _finish(serving: Serving, served: Served, opened: Opened) -> None:

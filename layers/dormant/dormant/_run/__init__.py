@@ -15,6 +15,6 @@ What lives where:
 """
 
 from dormant._run.loop import derive_call_id, drain, run_turn
-from dormant._run.state import Start
+from dormant._run.state import Overtaken, Start, WriteAhead
 
-__all__ = ["Start", "derive_call_id", "drain", "run_turn"]
+__all__ = ["Overtaken", "Start", "WriteAhead", "derive_call_id", "drain", "run_turn"]

@@ -20,8 +20,8 @@ from dormant._context import history_messages
 from dormant._ids import new_id, now_ms
 from dormant._patch import to_json_value
 from dormant._run.compaction import compact_if_due
-from dormant._run.state import ClaimCompaction, Clock, RunState, Start
-from dormant._run.tools import Call, resume_tools, run_tools, state_delta
+from dormant._run.state import ClaimCompaction, Clock, Overtaken, RunState, Start, WriteAhead
+from dormant._run.tools import Call, resume_tools, run_tools, state_delta, written_ahead
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
 from dormant.errors import InputError
 from dormant.events import (
@@ -89,15 +89,19 @@ def run_turn(
     clock: Clock = now_ms,
     watch: Any = None,
     claim_compaction: ClaimCompaction | None = None,
+    write_ahead: WriteAhead | None = None,
 ) -> Stream:
     """Carry a turn on from ``start``: its invocation is open in ``session`` already (the
     request room, :func:`dormant._request.open_turn`, wrote the opening or a claim committed
     it). ``claim_compaction``: how concurrent turns agree on which one summarises (the
-    handlers pass :func:`dormant._run.compaction.claim_in` of their store)."""
+    handlers pass :func:`dormant._run.compaction.claim_in` of their store).
+    ``write_ahead``: how a step's calls are recorded before its tools run (the request
+    executor's; None: nothing is written before the turn ends)."""
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     run.watch = watch
     run.claim_compaction = claim_compaction
+    run.write_ahead = write_ahead
     run.invocation_id = start.invocation_id
     run.trigger = start.trigger
     if start.next == "wait":
@@ -121,6 +125,8 @@ def _guarded(run: RunState, start: Start) -> Stream:
     run.session.window.defer_events()  # timers tools ask for wait for flush (call order)
     try:
         return (yield from _body(run, start))
+    except Overtaken:  # superseded before the step's tools ran: what the turn said is all
+        return _result(run, CompletedResult())
     except Aborted as error:
         if run.signal.stopped:
             return (yield from _stopped(run))
@@ -229,8 +235,16 @@ def _body(run: RunState, start: Start) -> Stream:
     if start.state:
         yield from state_delta(run, {**run.session.state, **start.state})
     if start.next == "tools":
-        yield from resume_tools(run)
-        yield from run.flush()
+        calls = written_ahead(run)
+        if calls:  # a step whose calls landed before its tools ran, then its request ended
+            parks = yield from run_tools(run, calls)
+            yield from run.flush()
+            if parks:
+                yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="tool"))
+                return _finish_yield_tool(run)
+        else:
+            yield from resume_tools(run)
+            yield from run.flush()
     replaced = _before_agent(run) if start.hooks else None
     if replaced is not None:
         return (yield from _reply_and_end(run, replaced))

@@ -12,12 +12,22 @@ from dormant.events import NO_USAGE, Event, StreamEvent, Usage
 from dormant.session import Session
 from dormant.tools import Signal
 
-__all__ = ["ClaimCompaction", "Clock", "RunState", "Start"]
+__all__ = ["ClaimCompaction", "Clock", "Overtaken", "RunState", "Start", "WriteAhead"]
 
 Clock = Callable[[], int]
 #: Claims the compaction of ledger positions ``covered_from`` … ``tail_start`` for this turn:
 #: True, this turn summarises them; False, another turn does (this one does not pay for it).
 ClaimCompaction = Callable[["RunState", int, int], bool]
+#: Commits the turn's slice so far (the step's calls included) before the step's tools run,
+#: so a tool that runs has its call in the ledger whatever happens to this request next.
+#: Raises :class:`Overtaken` when the turn must end there instead (its tools do not run).
+WriteAhead = Callable[[], None]
+
+
+class Overtaken(Exception):
+    """The turn's write-ahead found it superseded (a newer message landed while its model
+    ran): the step's tools do not run and the turn ends there. The write-ahead's owner knows
+    what was written (the commit policy's outcome)."""
 
 
 @dataclass(slots=True)
@@ -64,6 +74,9 @@ class RunState:
     #: How the turn claims a compaction before paying for the summary (see
     #: :func:`dormant._run.compaction.claim_in`); None: no store to claim in, it just compacts.
     claim_compaction: ClaimCompaction | None = None
+    #: How the turn records a step's calls before their tools run (None: it writes nothing
+    #: before its end; whoever runs it commits it then).
+    write_ahead: WriteAhead | None = None
     #: The current model step's text deltas as streamed (a stop keeps those the client saw),
     #: and the id its assistant event takes.
     deltas: list[Any] = field(default_factory=list)

@@ -38,7 +38,7 @@ from dormant.events import (
 from dormant.models._base import DENIED
 from dormant.tools import APPROVAL_POLICIES, CURRENT_TOOL, Aborted, Tool, ToolContext
 
-__all__ = ["Call", "resume_tools", "run_tools", "state_delta"]
+__all__ = ["Call", "resume_tools", "run_tools", "state_delta", "written_ahead"]
 
 #: What a call's thread puts on the queue once it is done (after its preliminary outputs).
 _DONE = object()
@@ -92,6 +92,8 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
             call.approval_id = new_id("apr")
         else:
             runnable.append(call)
+    if runnable and run.write_ahead is not None:
+        run.write_ahead()  # the calls land before anything of theirs runs
     yield from _execute_all(run, runnable, work)
     yield from state_delta(run, work)
     ran = any(call.ran for call in calls)
@@ -193,6 +195,17 @@ def _needs_approval(run: RunState, call: Call) -> bool:
 
 
 # --- the resume of a parked step ---------------------------------------------------------------
+
+
+def written_ahead(run: RunState) -> list[Call]:
+    """The open step's calls that landed before their tools ran (a write-ahead) and that
+    nothing settled, held or parked since: the step's request ended before its results
+    landed (its process died, its deadline cut it). They run again as the step they were,
+    under the same call ids. Empty for a parked step (its calls are held or answered)."""
+    step = run.session.head.step
+    if any(c.settled or c.yielded or c.approval_id is not None or c.deferred for c in step):
+        return []
+    return [Call(call_id=c.call_id, name=c.name, args=c.args) for c in step]
 
 
 def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
