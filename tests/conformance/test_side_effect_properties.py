@@ -526,6 +526,7 @@ class SideEffectMachine(RuleBasedStateMachine):
         assert [e.id for e in events] == [i for _, _, ids in self.writes for i in ids], \
             "the ledger is not the slices written, in order"
         runs = Counter(e.message_id for e in events if isinstance(e, UserEvent))
+        by_id = {e.id: e for e in events}
         for done in self.done:
             for queued in done.result.drained or ():
                 assert runs[queued] == 1, (
@@ -540,10 +541,14 @@ class SideEffectMachine(RuleBasedStateMachine):
                 assert done.result.version in done.wrote, (
                     f"request {done.input} reported v{done.result.version}, "
                     f"wrote {done.wrote}")
+                # Each tool step of those turns writes once more, before its tools run:
+                # a slice that ends with the step's calls (the write-ahead).
                 after = done.wrote.index(done.result.version) + 1
                 takeovers = sum(1 for ids in done.slices[after:] if not ids)
                 drained = len(done.result.drained or ())
-                assert len(done.wrote) - after == 2 * (drained + takeovers), (
+                ahead = sum(1 for ids in done.slices[after:]
+                            if ids and isinstance(by_id.get(ids[-1]), ToolCall))
+                assert len(done.wrote) - after == 2 * (drained + takeovers) + ahead, (
                     f"request {done.input} reported v{done.result.version}, wrote "
                     f"{done.wrote} ({done.slices}), drained {done.result.drained}")
 

@@ -1,6 +1,7 @@
 """The simulator in the whole suite: every pair of inputs with a crash anywhere on memory (and
-SQLite, but for two first turns at once: there without a crash), a sample of pairs on DynamoDB (moto, in process), and random schedules on all three
-(``test_sim``, in the fast loop, runs a slice on memory).
+SQLite, but for two first turns at once: there without a crash), a sample of pairs on
+DynamoDB (moto, in process), and random schedules on all three (``test_sim``, in the fast
+loop, runs a slice on memory).
 
 Each schedule uses a session of its own on one store, so a store is set up once per test (on
 DynamoDB once per pair).

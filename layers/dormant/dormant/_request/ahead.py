@@ -10,6 +10,7 @@ the turn's end: a turn that runs no tool writes nothing before its end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dormant._commit import Hold, Outcome
@@ -29,7 +30,8 @@ __all__ = ["WriteAhead"]
 
 class WriteAhead:
     """A turn's write-ahead (``RunState.write_ahead``), called by the tool phase before a
-    step's tools run. ``lease``: seconds the request has left; ``heartbeat``: the claim's
+    step's tools run. ``lease``: seconds the request has left, asked at each write (None:
+    no deadline, ``default_lease`` then); ``heartbeat``: the claim's
     (0: none, the lease lasts the request); ``watch``: the turn's control watch, whose
     announcement and heartbeat follow the head the write moved.
 
@@ -39,11 +41,12 @@ class WriteAhead:
     run. The first write-ahead of a request that claimed nothing yet arms the lease's
     wake-up timer."""
 
-    def __init__(self, host: Host, session: Session, *, lease: float, heartbeat: float,
-                 watch: ControlWatch) -> None:
+    def __init__(self, host: Host, session: Session, *, lease: Callable[[], float | None],
+                 heartbeat: float, watch: ControlWatch, default_lease: float) -> None:
         self.host = host
         self.session = session
         self.lease = lease
+        self.default_lease = default_lease
         self.heartbeat = heartbeat
         self.watch = watch
         #: Set when a write-ahead found the turn superseded: the request's outcome.
@@ -55,7 +58,9 @@ class WriteAhead:
         invocation = session.head.open_invocation
         if not session.dirty or invocation is None:
             return  # the calls are in the ledger already (a takeover runs them again)
-        until, held = claim_lease(host, self.lease, self.heartbeat)
+        left = self.lease()
+        until, held = claim_lease(host, self.default_lease if left is None else left,
+                                  self.heartbeat)
         outcome = host.sessions.policy.commit(session, hold=Hold(invocation, held, BOOT))
         if outcome.status == "failed":
             raise outcome.error or StoreError(

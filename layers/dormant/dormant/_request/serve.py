@@ -147,9 +147,9 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
                              control_rev=session.head.control_rev, session=session,
                              heartbeat=serving.rules.heartbeat if beats else 0.0,
                              clock=host.clock).start()
-        lease = _lease(serving, signal)
         ahead = WriteAhead(host, session, watch=watch, heartbeat=serving.rules.heartbeat,
-                           lease=serving.rules.lease if lease is None else lease)
+                           lease=lambda: _lease(serving, signal),
+                           default_lease=serving.rules.lease)
         try:
             yield from opened.shown  # committed by the claim, or opened in the slice
             served.result = yield from run_turn(
