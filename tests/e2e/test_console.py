@@ -510,11 +510,14 @@ def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: De
     assert fork.status_code == 201, fork.text
     api(server, "POST", "/turns", {"sessionId": "branch", "message": "book me in"})
 
+    at = api(server, "GET", "/sessions/origin").json()["version"]
+    assert at == 2  # the turn's tool step wrote ahead, then its end landed
+
     page.goto("/")
     row = page.get_by_role("row").filter(has_text="branch")
-    expect(row).to_contain_text("fork of origin@1", timeout=WAIT)
+    expect(row).to_contain_text(f"fork of origin@{at}", timeout=WAIT)
     row.get_by_role("link", name="branch").click()
-    expect(page.locator(".meta")).to_contain_text("fork of origin at version 1")
+    expect(page.locator(".meta")).to_contain_text(f"fork of origin at version {at}")
     timeline = page.get_by_role("list", name="Timeline")
     entries = timeline.get_by_role("listitem")
     texts = entries.all_inner_texts()

@@ -146,7 +146,8 @@ def test_a_reminder_arrives_as_a_message_and_gets_a_reply(dev_server: DevServer)
     assert types.count("timer_set") == 1
     assert types[types.index("timer_fired"):] == [
         "timer_fired", "invocation_start", "user", "assistant", "invocation_end"]
-    assert ledger["status"] == "active" and ledger["version"] == 2
+    # three writes: the tool step's write-ahead, the turn's end, the reminder's turn
+    assert ledger["status"] == "active" and ledger["version"] == 3
     shown = _inspect(dev_server, "show", "remind")
     assert "⏱ timer reminder:call_" in shown and "fired" in shown
     assert "timers:" not in shown  # nothing pending any more
@@ -165,7 +166,7 @@ def test_a_reminder_survives_a_restart_and_lands_once(dev_server: DevServer) -> 
     dev_server.restart()  # and again: nothing left to re-arm, nothing delivered twice
     assert "0 pending re-armed" in dev_server.startup_line
     again = _session(dev_server, "remind-restart", events="true").json()
-    assert again["version"] == ledger["version"] == 2
+    assert again["version"] == ledger["version"] == 3  # write-ahead, turn's end, reminder
     assert _texts(again, "user") == ["remind me in 3 seconds to drink water",
                                      "Reminder: drink water"]
     assert [e["type"] for e in again["events"]].count("timer_fired") == 1

@@ -167,6 +167,10 @@ class Deployment:
                  ["Schedules"]]
         return [client.get_schedule(Name=n, GroupName=self.schedule_group) for n in names]
 
+    def timers(self) -> dict[str, dict[str, Any]]:
+        """Every schedule in the timer group by the timer it delivers (its event's ``name``)."""
+        return {json.loads(s["Target"]["Input"])["name"]: s for s in self.schedules()}
+
     def queued(self) -> list[dict[str, Any]]:
         """Take every message waiting in the webhook queue (body, attributes), in order."""
         import boto3

@@ -10,7 +10,7 @@ import pytest
 
 import dormant
 from dormant._ids import now_ms
-from dormant.schedulers import RecordingScheduler
+from dormant.schedulers import LEASE_TIMER, RecordingScheduler
 
 
 @pytest.fixture
@@ -149,7 +149,10 @@ def test_a_reminder_is_scheduled_then_delivered_as_a_message() -> None:
     [call] = [e for e in done["events"] if e["type"] == "tool_call"]
     assert (call["name"], call["args"]) == ("set_reminder",
                                             {"delay_seconds": 30, "reminder": "check out"})
-    [timer] = scheduler.timers.values()
+    # the reminder, beside the wake-up of the lease the tool step's write-ahead held
+    assert sorted(t.name for t in scheduler.timers.values()) == [
+        LEASE_TIMER, f"reminder:{call['call_id']}"]
+    [timer] = [t for t in scheduler.timers.values() if t.name != LEASE_TIMER]
     assert (timer.session_id, timer.name) == ("session_remind", f"reminder:{call['call_id']}")
     assert timer.message == "Reminder: check out"
     assert before + 30_000 <= timer.fire_at <= now_ms() + 30_000

@@ -228,9 +228,10 @@ API_INIT_MODULES = {
     "dormant", "dormant._appspec", "dormant._clients", "dormant._commit", "dormant._context",
     "dormant._control", "dormant._decide", "dormant._follow", "dormant._fork", "dormant._head",
     "dormant._ids", "dormant._inputs", "dormant._lru", "dormant._patch", "dormant._request",
-    # the request room by job (it was one module): the executor, the opening, the invocation
-    "dormant._request.host", "dormant._request.invocation", "dormant._request.opening",
-    "dormant._request.serve",
+    # the request room by job (it was one module): the executor, the opening, the invocation,
+    # and the write-ahead of a tool step (every turn that runs a tool writes one)
+    "dormant._request.ahead", "dormant._request.host", "dormant._request.invocation",
+    "dormant._request.opening", "dormant._request.serve",
     "dormant._resume", "dormant._run", "dormant._run.compaction", "dormant._run.loop",
     "dormant._run.state", "dormant._run.tools", "dormant._schema", "dormant._turn",
     "dormant._turn_wire", "dormant._voice", "dormant.agent", "dormant.app", "dormant.aws",
