@@ -114,6 +114,17 @@ def pair_schedules(store: Store, setup: str, kinds: list[str], *,
             return
 
 
+def strided_schedules(store: Store, setup: str, kinds: list[str], *, every: int
+                      ) -> Iterator[tuple[list[int], list[str], str]]:
+    """Every ``every``-th schedule of ``kinds`` on ``setup`` without a crash, in the order
+    :func:`pair_schedules` walks them (the walk itself is taken on memory, where it is
+    cheap): a sample spread over the whole tree, each replayable as ``pair_schedules`` is."""
+    walked = [choices for choices, _, _ in pair_schedules(MemoryStore(), setup, kinds,
+                                                           crashes=0)]
+    for choices in walked[::every]:
+        yield from pair_schedules(store, setup, kinds, prefix=choices, crashes=0)
+
+
 def every_pair(store: Store, setup: str, *, crashes: int = 1) -> tuple[int, list[str]]:
     """Every pair of inputs on ``setup``, exhaustively: (schedules run, failures)."""
     runs, failures = 0, []
