@@ -63,6 +63,11 @@ FOUND: dict[str, str] = {
     # takeover runs them again under their ids.
     "129": "a tool ran in a request that crashed, and its call has no result",
     "175": "a tool ran in a request that crashed, and its call has no result",
+    # Two first requests made the session within one millisecond (a redelivery beside its
+    # message); one landed, the session was deleted, the other made it again: both heads
+    # said the same created_at, so the first one's next write landed on the second
+    # incarnation (a ledger that does not fold). Each new session's created_at is its own.
+    "861": "a write made on a deleted session landed on the one made again under its id",
     "waiting/message,stop/": "a stop for an invocation a waiting session never ran was accepted",
     "failed/redelivered,stop/": "a stop for an invocation a failed session never ran was accepted",
 }

@@ -23,7 +23,7 @@ from typing import Any
 
 from dormant._fold import apply
 from dormant._head import Head
-from dormant._ids import now_ms
+from dormant._ids import birth_ms
 from dormant.errors import InputError
 from dormant.events import Event
 from dormant.types import StoredSession
@@ -58,7 +58,7 @@ def fork_head(source: StoredSession, version: int, end: int, session_id: str,
     if len(events) != end:
         raise InputError(f"session {source.head.session_id}: version {version} ends at "
                          f"position {end}, past the {len(source.events)} events read")
-    stamp = now_ms()
+    stamp = birth_ms()
     head = Head(session_id=session_id, principal=owner, created_at=stamp, updated_at=stamp,
                 messages=0)
     for event in events:
@@ -77,7 +77,7 @@ def fork_of_head(source: Head, session_id: str, owner: str | None) -> Head:
     event read): what :func:`fork_head` folds from the events up to there is the head as it
     stands, less what belongs to the source alone (its id, owner, times, timers, control
     revision, commit positions, lineage); not yet written (version 0)."""
-    stamp = now_ms()
+    stamp = birth_ms()
     head = source.clone()
     head.session_id, head.principal = session_id, owner
     head.created_at = head.updated_at = stamp

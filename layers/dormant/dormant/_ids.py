@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 
-__all__ = ["new_id", "now_ms", "register_snapshot_restore_hook"]
+__all__ = ["birth_ms", "new_id", "now_ms", "register_snapshot_restore_hook"]
 
 # 64 random bits per process plus a counter: unique across processes, cheap per id (the
 # turn path mints about ten). Re-seeded in a forked child so parent and child never collide,
@@ -46,6 +47,21 @@ def new_id(prefix: str) -> str:
 def now_ms() -> int:
     """Wall-clock time in epoch milliseconds (the ledger's timestamp unit)."""
     return time.time_ns() // 1_000_000
+
+
+_births = [0]
+_births_lock = threading.Lock()
+
+
+def birth_ms() -> int:
+    """:func:`now_ms` for a new session's ``created_at``, never the same twice in this
+    process: it names the session's incarnation (a session deleted and made again under its
+    id is another one, and a write made on the first is refused on the second), so two
+    sessions made under one id within a millisecond (two first requests racing, one of them
+    landing after a delete) must not share it."""
+    with _births_lock:
+        _births[0] = stamp = max(now_ms(), _births[0] + 1)
+    return stamp
 
 
 #: This process's boot id: a claim names the process that holds it (``Head.holder``), so a

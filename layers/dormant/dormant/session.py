@@ -13,7 +13,7 @@ from dormant import _decide
 from dormant._decide import Ask, EventType
 from dormant._fold import apply
 from dormant._head import Head, status_of
-from dormant._ids import new_id, now_ms
+from dormant._ids import birth_ms, new_id, now_ms
 from dormant._inputs import IfBusy
 from dormant._patch import to_json_value
 from dormant._window import Window
@@ -251,7 +251,7 @@ class Session:
     @classmethod
     def new(cls, session_id: str, *, state: dict[str, Any] | None = None,
             principal: str | None = None) -> Session:
-        stamp = now_ms()
+        stamp = birth_ms()
         head = Head(session_id=session_id, state=copy.deepcopy(state or {}),
                     principal=principal, created_at=stamp, updated_at=stamp, messages=0)
         return cls(head)

@@ -290,9 +290,11 @@ class SqliteStore:
                 for i, (e, body) in enumerate(zip(events, bodies, strict=True))]
         keys = [(sid, key) for key in once_keys(events)]
         kept = self._decoded.get(sid)
-        # What is kept ends where this commit starts: then the head kept is the one it moves.
+        # What is kept ends where this commit starts: then the head kept is the one it moves
+        # (of the same incarnation: a session deleted and made again under its id is another).
         base = kept.head_json if kept is not None and kept.end == first \
-            and kept.head.version == expected_version else None
+            and kept.head.version == expected_version \
+            and kept.head.created_at == head.created_at else None
         with self._connection() as conn:
             try:
                 conn.execute("BEGIN IMMEDIATE")

@@ -337,6 +337,28 @@ class StoreContract:
         loaded = app.sessions.get("again")
         assert loaded is not None and loaded.version == 1 and loaded.events == []
 
+    def test_a_session_made_again_within_a_millisecond_is_another_incarnation(
+            self, store: Store) -> None:
+        """Two requests that both found no session make it at once (a redelivery beside its
+        message): one lands, the session is deleted, the other lands, making it again. The
+        first one's next write is refused there: the two are different incarnations however
+        close their making (no ``sleep`` here)."""
+        app = _app(store)
+        first = app.sessions.bind(Session.new("session_twice"))
+        second = app.sessions.bind(Session.new("session_twice"))
+        assert first.head.created_at != second.head.created_at
+        first.input.message("from the first")
+        assert app.sessions.commit(first).ok
+        assert store.delete("session_twice")
+        second.input.message("from the second")
+        assert app.sessions.commit(second).ok
+        first.input.message("the first's next write")
+        result = store.append(first.head, first.new_events, expected_version=1)
+        assert not result.ok and result.conflict
+        loaded = app.sessions.get("twice")
+        assert loaded is not None and [e.text for e in loaded.events] == [  # type: ignore[union-attr]
+            "from the second"]
+
     def test_delete_forgets_the_ids(self, store: Store) -> None:
         app = _app(store)
         assert app.sessions.append("forget", "hello", id="m-1").ok
