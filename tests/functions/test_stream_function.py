@@ -218,18 +218,31 @@ def test_a_client_that_hangs_up_stops_the_turn(deployed_over_http: Deployment) -
     assert deployed_over_http.session("session_stream_e") is None
 
 
-def test_the_deadline_hands_the_turn_on(deployed_over_http: Deployment) -> None:
+@pytest.mark.parametrize("route", ["turns-events", "turns", "agui"])
+def test_the_deadline_hands_the_turn_on(deployed_over_http: Deployment, route: str) -> None:
+    """Every route that runs a turn bounds it by the invocation's deadline: the turn ends as
+    a retryable ``deadline`` failure and its input goes on to the webhook queue."""
+    session = f"session_stream_g_{route.replace('-', '_')}"
     # 8 s to the invocation's deadline, 5 of them kept for the commit: the turn gets 3.
     with running(words=40, delay=0.25, timeout_s=8.0) as gateway:
-        reply = post(gateway, "/turns", {"sessionId": "session_stream_g", "message": "long"},
-                     accept="text/event-stream")
-        seen = [fields for _, fields in frames(reply)]
-    result = json.loads(seen[-1]["data"])
-    assert (result["status"], result["code"], result["retryable"]) == (
-        "error", "deadline", True), result
-    assert result["handedOn"] is True, result
+        if route == "agui":
+            reply = post(gateway, "/agui", agui_input(session, "long"))
+            [ended] = [json.loads(f["data"]) for _, f in frames(reply)][-1:]
+            assert (ended["type"], ended["code"]) == ("RUN_ERROR", "deadline"), ended
+        else:
+            reply = post(gateway, "/turns", {"sessionId": session, "message": "long"},
+                         accept="text/event-stream" if route == "turns-events" else None)
+            if route == "turns":  # nothing was written: the turn's error, as its status
+                assert reply.status == 504
+                result = json.loads(reply.read())
+                assert (result["code"], result["retryable"]) == ("deadline", True), result
+            else:
+                result = json.loads([fields for _, fields in frames(reply)][-1]["data"])
+                assert (result["status"], result["code"], result["retryable"]) == (
+                    "error", "deadline", True), result
+            assert result["handedOn"] is True, result
     [handed] = [json.loads(m["Body"]) for m in deployed_over_http.queued()]
-    assert (handed["kind"], handed["sessionId"]) == ("hand_on", "session_stream_g")
+    assert (handed["kind"], handed["sessionId"]) == ("hand_on", session)
     # Nothing was written (a text turn cut short keeps nothing): the message itself goes on.
     assert handed["input"]["message"] == "long", handed
 

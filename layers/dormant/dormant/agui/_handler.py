@@ -45,11 +45,15 @@ class AgUIRun(Iterator[BaseEvent]):
     ``adapter`` the :class:`AgUIAdapter` in use once the run has started. ``request_id``
     names the request in the log record of a server-side failure, and in its ``RUN_ERROR``
     (whose message never carries the failure's own text: see :meth:`AgUIAdapter.finish`).
+    ``remaining_time``: seconds the request has left (a Lambda invocation's), as
+    :class:`~dormant.TurnStream` takes it: the turn ends as a retryable ``deadline`` failure,
+    progress kept, before the platform would kill it.
     """
 
     def __init__(self, config: TurnConfig, request: HandlerInput | dict[str, Any], *,
-                 request_id: str | None = None, positions: bool = False) -> None:
-        self.turn = TurnStream(config, request)
+                 request_id: str | None = None, positions: bool = False,
+                 remaining_time: float | None = None) -> None:
+        self.turn = TurnStream(config, request, remaining_time=remaining_time)
         self.request_id = request_id
         self.positions = positions
         self.turn.capture_start = True  # the opening snapshots need the head at turn start
@@ -212,14 +216,17 @@ def _known(turn: TurnStream, invocation: str) -> bool:
 
 
 def agui_handler(config: TurnConfig) -> Callable[..., AgUIRun]:
-    """``handler(request, *, request_id=None, positions=False) -> AgUIRun``: a thin loop over
-    the turn, translated by :class:`AgUIAdapter` (``positions``: each event carries its stream
-    position, ``rawEvent.seq``, which a stop's ``seen`` counts; for the adapter's other options
-    (steps, raw events, transformers, reasoning off) write the loop yourself)."""
+    """``handler(request, *, request_id=None, positions=False, remaining_time=None) ->
+    AgUIRun``: a thin loop over the turn, translated by :class:`AgUIAdapter` (``positions``:
+    each event carries its stream position, ``rawEvent.seq``, which a stop's ``seen``
+    counts; ``remaining_time``: the request's deadline, see :class:`AgUIRun`; for the
+    adapter's other options (steps, raw events, transformers, reasoning off) write the loop
+    yourself)."""
 
-    def handle(request: HandlerInput | dict[str, Any], *,
-               request_id: str | None = None, positions: bool = False) -> AgUIRun:
-        return AgUIRun(config, request, request_id=request_id, positions=positions)
+    def handle(request: HandlerInput | dict[str, Any], *, request_id: str | None = None,
+               positions: bool = False, remaining_time: float | None = None) -> AgUIRun:
+        return AgUIRun(config, request, request_id=request_id, positions=positions,
+                       remaining_time=remaining_time)
 
     return handle
 

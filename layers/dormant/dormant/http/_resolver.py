@@ -43,7 +43,7 @@ def error_response(code: str, message: str, *, request_id: str | None = None,
                   extra={"request_id": request_id, "error_code": code})
         message = public_message(code, message, request_id)
         extra = {"session_id": extra.get("session_id"), "request_id": request_id,
-                 "retryable": extra.get("retryable")}
+                 "retryable": extra.get("retryable"), "handed_on": extra.get("handed_on")}
     body = ErrorBody(code=code, message=message, **extra)
     return Response(status_code=status, content_type=JSON, headers=dict(headers or {}),
                     body=body.model_dump(by_alias=True, mode="json", exclude_none=True))

@@ -203,7 +203,8 @@ class Routes:
             if code == "awaiting_input" and session_id else None
         return error_response(code, ended.error or "the turn failed",
                               request_id=self.request_id(), session_id=session_id or None,
-                              pending=pending, retryable=ended.retryable)
+                              pending=pending, retryable=ended.retryable,
+                              handed_on=ended.handed_on)
 
     def _remaining_time(self) -> float | None:
         """Seconds this Lambda invocation has left (None off Lambda): the turn ends as a
@@ -470,7 +471,8 @@ class Routes:
         # An AgUIRun: iterable, and close() stops the turn. Its RUN_ERROR names a server-side
         # failure by code and this request id; the detail goes to the log.
         run: Any = self._agui(request, request_id=self.request_id(),
-                              positions=wants_positions(body))
+                              positions=wants_positions(body),
+                              remaining_time=self._remaining_time())
         # The first event comes once the turn has read the session: a request refused by then
         # (another principal's session, a state key it may not write...) wrote nothing and
         # streamed nothing, so it gets the JSON error POST /turns gives, not a 200.

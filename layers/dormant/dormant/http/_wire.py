@@ -483,6 +483,9 @@ class ErrorBody(_Wire):
     retryable: bool | None = Field(
         default=None, description="A failed turn: whether the same request can succeed "
                                   "later (`rate_limited`: yes; `context_overflow`: no).")
+    handed_on: bool | None = Field(
+        default=None, description="A turn that ran out of time (`deadline`): its input went "
+                                  "on to the queue, which runs it; do not send it again.")
 
 
 def principal_of(event: Mapping[str, Any]) -> str | None:
