@@ -177,6 +177,10 @@ class Row:
     read_bytes: float
     read_units: float
     wire_read_bytes: float
+    #: Calls to the app's scheduler (a claim's lease wake-up set, then cancelled), and the
+    #: wake-ups still armed after the turn: each would fire once, one wake invocation.
+    scheduler_calls: float = 0.0
+    wake_ups_left: float = 0.0
 
 
 def measure(checkpoints: list[int], samples: int) -> list[Row]:
@@ -188,6 +192,7 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
 
     import dormant
     from dormant.models import ScriptedModel
+    from dormant.schedulers import RecordingScheduler, is_lease_timer
     from dormant.stores import DynamoDBStore
 
     class Stay(BaseModel):
@@ -199,7 +204,14 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
         store.ensure_table()
         wire = Wire()
         wire.attach(store._client)
-        app = dormant.App(name="bench", store=store)
+        scheduler = RecordingScheduler()
+        app = dormant.App(name="bench", store=store, scheduler=scheduler)
+
+        def timers(row: Row, since: int) -> Row:
+            """``row`` with the scheduler's calls since ``since`` and the wake-ups left."""
+            row.scheduler_calls = (len(scheduler.calls) - since) / samples
+            row.wake_ups_left = sum(is_lease_timer(t.name) for t in scheduler.timers.values())
+            return row
         reply = dormant.Hook(before_agent=lambda ctx: REPLY)
         agents = {
             f"history(limit={WINDOW})": app.agent(
@@ -227,26 +239,35 @@ def measure(checkpoints: list[int], samples: int) -> list[Row]:
                 _turn(seed, turn)
             for label, rest in handlers.items():
                 wire.reset()
+                since = len(scheduler.calls)
                 for _ in range(samples):
                     turn += 1
                     _turn(rest, turn)
-                rows.append(_row(TEXT_TURN, label, checkpoint, wire, samples))
+                rows.append(timers(_row(TEXT_TURN, label, checkpoint, wire, samples), since))
             paused, resumed = Wire(), Wire()
+            pausing = resuming = 0
             for _ in range(samples):
                 turn += 1
                 wire.reset()
+                since = len(scheduler.calls)
                 approval_id = _pause(approver, model, turn)
                 paused.add(wire)
+                pausing += len(scheduler.calls) - since
                 wire.reset()
+                since = len(scheduler.calls)
                 _approve(approver, model, approval_id, turn)
                 resumed.add(wire)
-            rows.append(_row(PAUSE_TURN, approver_label, checkpoint, paused, samples))
-            rows.append(_row(RESUMED_TURN, approver_label, checkpoint, resumed, samples))
+                resuming += len(scheduler.calls) - since
+            rows.append(timers(_row(PAUSE_TURN, approver_label, checkpoint, paused, samples),
+                               len(scheduler.calls) - pausing))
+            rows.append(timers(_row(RESUMED_TURN, approver_label, checkpoint, resumed, samples),
+                               len(scheduler.calls) - resuming))
             wire.reset()
+            since = len(scheduler.calls)
             for _ in range(samples):
                 turn += 1
                 _tool_turn(doer, model, turn)
-            rows.append(_row(TOOL_TURN, doer_label, checkpoint, wire, samples))
+            rows.append(timers(_row(TOOL_TURN, doer_label, checkpoint, wire, samples), since))
     return rows
 
 
@@ -475,15 +496,16 @@ def table(rows: list[Row]) -> str:
     lines = [
         "| turn kind | agent | turn | read requests | write requests | other | items "
         "written | write units | index write units | write bytes (request) | read bytes "
-        "(items) | read units | read bytes (wire) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "(items) | read units | read bytes (wire) | scheduler calls | wake-ups left |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row.kind} | {row.agent} | {row.turn:,} | {row.reads:g} | {row.writes:g} | "
             f"{row.other:g} | {row.items_written:g} | {row.write_units:g} | "
             f"{row.index_write_units:g} | {row.write_bytes:,.0f} | {row.read_bytes:,.0f} | "
-            f"{row.read_units:g} | {row.wire_read_bytes:,.0f} |")
+            f"{row.read_units:g} | {row.wire_read_bytes:,.0f} | {row.scheduler_calls:g} | "
+            f"{row.wake_ups_left:g} |")
     return "\n".join(lines)
 
 

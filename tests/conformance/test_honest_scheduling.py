@@ -16,7 +16,7 @@ from pydantic import BaseModel
 import dormant
 from dormant.errors import SchedulerError, TimerRefused
 from dormant.models import ScriptedModel, ToolMessage
-from dormant.schedulers import LEASE_TIMER, RecordingScheduler, TimerDelivery
+from dormant.schedulers import RecordingScheduler, TimerDelivery, is_lease_timer
 from dormant.stores import Store
 
 
@@ -61,7 +61,7 @@ class Flaky(RecordingScheduler):
         self.attempts: list[TimerDelivery] = []
 
     def set(self, delivery: TimerDelivery) -> None:
-        if delivery.name == LEASE_TIMER:  # (the wake-up a tool step's claim arms)
+        if is_lease_timer(delivery.name):  # (the wake-up a tool step's claim arms)
             super().set(delivery)
             return
         self.attempts.append(delivery)
@@ -101,7 +101,7 @@ def test_a_timer_the_scheduler_rejects_for_good_is_a_tool_error(store: Store) ->
 
     _refused(app, agent, scripted, "beyond this scheduler's horizon")
     # nothing was handed over either (but the wake-up of the tool step's claim)
-    assert [call for call in scheduler.calls if call[2] != LEASE_TIMER] == []
+    assert [call for call in scheduler.calls if not is_lease_timer(call[2])] == []
 
 
 def test_a_transient_failure_is_retried_with_the_same_name_and_time(store: Store) -> None:
@@ -116,7 +116,7 @@ def test_a_transient_failure_is_retried_with_the_same_name_and_time(store: Store
     assert reply.status == "completed" and reply.commit_status == "committed"
     assert len(scheduler.attempts) == 3
     assert len({(a.name, a.fire_at, a.message_id) for a in scheduler.attempts}) == 1
-    (timer,) = [t for t in scheduler.timers.values() if t.name != LEASE_TIMER]
+    (timer,) = [t for t in scheduler.timers.values() if not is_lease_timer(t.name)]
     session = app.sessions.get("s1")
     assert session is not None
     assert [(t.name, t.fire_at) for t in session.timers] == [(timer.name, timer.fire_at)]
@@ -133,4 +133,4 @@ def test_a_refusal_for_good_after_the_commit_is_not_retried(store: Store) -> Non
 
     assert reply.commit_status == "committed"
     assert len(scheduler.attempts) == 1  # the same call cannot succeed: tried once
-    assert [t.name for t in scheduler.timers.values()] == [LEASE_TIMER]
+    assert list(scheduler.timers.values()) == []  # (the lease's wake-up: cancelled)

@@ -10,7 +10,7 @@ import pytest
 
 import dormant
 from dormant._ids import now_ms
-from dormant.schedulers import LEASE_TIMER, RecordingScheduler
+from dormant.schedulers import RecordingScheduler, is_lease_timer
 
 
 @pytest.fixture
@@ -149,10 +149,11 @@ def test_a_reminder_is_scheduled_then_delivered_as_a_message() -> None:
     [call] = [e for e in done["events"] if e["type"] == "tool_call"]
     assert (call["name"], call["args"]) == ("set_reminder",
                                             {"delay_seconds": 30, "reminder": "check out"})
-    # the reminder, beside the wake-up of the lease the tool step's write-ahead held
-    assert sorted(t.name for t in scheduler.timers.values()) == [
-        LEASE_TIMER, f"reminder:{call['call_id']}"]
-    [timer] = [t for t in scheduler.timers.values() if t.name != LEASE_TIMER]
+    # the reminder; the wake-up of the lease the tool step's write-ahead held was cancelled
+    # once the turn committed
+    [timer] = scheduler.timers.values()
+    assert [(c[0], c[2]) for c in scheduler.calls if is_lease_timer(c[2])] == [
+        ("set", "dormant.lease.1"), ("cancel", "dormant.lease.1")]
     assert (timer.session_id, timer.name) == ("session_remind", f"reminder:{call['call_id']}")
     assert timer.message == "Reminder: check out"
     assert before + 30_000 <= timer.fire_at <= now_ms() + 30_000

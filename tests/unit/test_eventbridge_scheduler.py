@@ -19,7 +19,7 @@ from pydantic import BaseModel
 import dormant
 from dormant.errors import ConfigError, SchedulerError
 from dormant.models import ScriptedModel
-from dormant.schedulers import LEASE_TIMER, EventBridgeScheduler, TimerDelivery
+from dormant.schedulers import EventBridgeScheduler, TimerDelivery, lease_timer
 from dormant.schedulers.eventbridge import MIN_LEAD_SECONDS, at_expression, schedule_name
 from dormant.settings import Settings
 from tests._moto import aws_env, in_process_aws
@@ -251,12 +251,17 @@ def test_a_committed_turn_leaves_one_schedule_whose_input_wakes_the_session_once
     agent = app.agent(name="assistant", tools=[tool], model=ScriptedModel(
         [{"tool_calls": [call]}, "I'll remind you.", "Time to call Ana!"]))
 
+    deleted: list[dict[str, Any]] = []
+    client.meta.events.register("provide-client-params.scheduler.DeleteSchedule",
+                                lambda params, **_: deleted.append(dict(params)))
     reply = app.handler.rest(agent=agent)(
         {"session_id": "s1", "input": {"message": "remind me in 90s to call Ana"}})
     assert reply.status == "completed" and reply.commit_status == "committed"
 
-    lease, schedule = sorted(schedules(client), key=lambda s: "reminder" in s["Name"])
-    assert lease["Name"] == schedule_name("session_s1", LEASE_TIMER)  # the tool step's claim
+    # the tool step's write-ahead armed its lease's wake-up, and the turn's end cancelled it
+    (schedule,) = schedules(client)
+    assert lease_timer(1) == "dormant.lease.1"
+    assert [c["Name"] for c in deleted] == [schedule_name("session_s1", lease_timer(1))]
     assert schedule["Name"] == schedule_name("session_s1", "reminder:call_r1")
     event = json.loads(schedule["Target"]["Input"])  # what Scheduler hands the wake function
     wake = app.handler.wake(agent=agent)

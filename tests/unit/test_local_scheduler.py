@@ -13,7 +13,7 @@ from pydantic import BaseModel
 import dormant
 from dormant._ids import now_ms
 from dormant.models import ScriptedModel
-from dormant.schedulers import LEASE_TIMER, LocalScheduler, Scheduler, TimerDelivery
+from dormant.schedulers import LocalScheduler, Scheduler, TimerDelivery, is_lease_timer
 from dormant.stores import SqliteStore
 
 WAIT = 10.0  # seconds an Event may take before the test fails (never reached when it works)
@@ -281,7 +281,7 @@ def _serve(db: Path, replies: list[Any], *, clock: Callable[[], int] = now_ms,
 
 def _timers(scheduler: LocalScheduler) -> list[TimerDelivery]:
     """The armed timers turns asked for (not the wake-up a tool step's claim arms)."""
-    return [t for t in scheduler.pending() if t.name != LEASE_TIMER]
+    return [t for t in scheduler.pending() if not is_lease_timer(t.name)]
 
 
 def test_a_committed_timer_is_delivered_through_the_wake_handler(tmp_path: Path) -> None:

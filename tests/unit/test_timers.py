@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 import dormant
 from dormant.models import ScriptedModel
-from dormant.schedulers import LEASE_TIMER, RecordingScheduler, TimerDelivery, parse_delay
+from dormant.schedulers import RecordingScheduler, TimerDelivery, is_lease_timer, parse_delay
 
 
 class Reminder(BaseModel):
@@ -38,11 +38,11 @@ REMIND = {"name": "set_reminder", "args": {"delay_seconds": 90, "reminder": "cal
 def _timers(scheduler: RecordingScheduler) -> list[TimerDelivery]:
     """The timers turns asked for: not the lease's wake-up a turn that ran a tool arms (it
     takes the turn over if its process dies before the turn ends)."""
-    return [t for t in scheduler.timers.values() if t.name != LEASE_TIMER]
+    return [t for t in scheduler.timers.values() if not is_lease_timer(t.name)]
 
 
 def _calls(scheduler: RecordingScheduler) -> list[str]:
-    return [call[0] for call in scheduler.calls if call[2] != LEASE_TIMER]
+    return [call[0] for call in scheduler.calls if not is_lease_timer(call[2])]
 
 
 @pytest.fixture()
@@ -275,3 +275,50 @@ def test_a_commit_that_landed_despite_an_error_still_hands_its_timers_over(
         ("session_lost", "reminder:call_r1")]
     # the tool step's calls, then the turn's end: each landed once despite its lost reply
     assert app.sessions.get("lost").version == 2  # type: ignore[union-attr]
+
+
+# --- the lease's wake-up: armed for a claim, cancelled once its turn committed ---------------
+
+
+def _leases(scheduler: RecordingScheduler) -> list[tuple[str, str]]:
+    return [(call[0], call[2]) for call in scheduler.calls if is_lease_timer(call[2])]
+
+
+def test_a_tool_turn_that_committed_cancels_its_lease_wake_up(
+        app: dormant.App, scheduler: RecordingScheduler) -> None:
+    rest = app.handler.rest(agent=_agent(app, [{"tool_calls": [REMIND]}, "Done.",
+                                               {"tool_calls": [REMIND]}, "Done again."]))
+    assert rest({"session_id": "l1", "input": {"message": "remind me"}}).status == "completed"
+    assert rest({"session_id": "l1", "input": {"message": "again"}}).status == "completed"
+
+    # each request's write-ahead armed a wake-up of its own (named by the version it landed
+    # at), and cancelled it once its turn committed: none is left to fire
+    assert _leases(scheduler) == [("set", "dormant.lease.1"), ("cancel", "dormant.lease.1"),
+                                  ("set", "dormant.lease.3"), ("cancel", "dormant.lease.3")]
+    assert [t for t in scheduler.timers.values() if is_lease_timer(t.name)] == []
+
+
+def test_a_turn_whose_end_cannot_be_written_keeps_its_lease_wake_up(
+        scheduler: RecordingScheduler) -> None:
+    """The tool ran under the write-ahead's claim, then the store refused the turn's end (as
+    a process that died there): the wake-up stays, to take the invocation over."""
+    from dormant.stores import MemoryStore
+
+    class Refusing(MemoryStore):
+        appends = 0
+
+        def append(self, *args: Any, **kwargs: Any) -> Any:
+            Refusing.appends += 1
+            if Refusing.appends > 1:  # the write-ahead lands; nothing after it does
+                raise dormant.errors.StoreError("the store is down", retryable=True)
+            return super().append(*args, **kwargs)
+
+    app = dormant.App(name="timers", store=Refusing(), scheduler=scheduler)
+    app.sessions.policy.backoff = 0
+    rest = app.handler.rest(agent=_agent(app, [{"tool_calls": [REMIND]}, "Done."]))
+    reply = rest({"session_id": "l2", "input": {"message": "remind me"}})
+
+    assert reply.status == "error" and reply.code == "store_error", reply
+    assert _leases(scheduler) == [("set", "dormant.lease.1")]
+    [wake_up] = [t for t in scheduler.timers.values() if is_lease_timer(t.name)]
+    assert wake_up.session_id == "session_l2"

@@ -82,6 +82,13 @@ class Sessions:
         if scheduler is not None:
             hand_over(scheduler, session_id, [TimerSet(name=name, fire_at=fire_at)])
 
+    def disarm(self, session_id: str, name: str) -> None:
+        """Cancel a wake-up :meth:`arm` set (its claim committed in time: it has nothing to
+        take over). One that cannot be cancelled fires later and does nothing."""
+        scheduler = self._scheduler()
+        if scheduler is not None:
+            hand_over(scheduler, session_id, [TimerCancelled(name=name)])
+
     def create(self, session_id: str | None = None, state: dict[str, Any] | None = None, *,
                owner: str | None = None, principal: str | None = None) -> Session:
         """Create and commit an empty session (``InputError`` if the id is taken).

@@ -18,7 +18,7 @@ from dormant._ids import BOOT
 from dormant._request.opening import claim_lease
 from dormant._run import Overtaken
 from dormant.errors import StoreError
-from dormant.schedulers import LEASE_GRACE_MS, LEASE_TIMER
+from dormant.schedulers import LEASE_GRACE_MS, lease_timer
 
 if TYPE_CHECKING:
     from dormant._control import ControlWatch
@@ -39,7 +39,7 @@ class WriteAhead:
     commit): superseded, the step's tools do not run and the turn ends there (``outcome``
     then holds what was written); a store that cannot be written fails the turn before they
     run. The first write-ahead of a request that claimed nothing yet arms the lease's
-    wake-up timer."""
+    wake-up timer (``armed``), which the request cancels once its turn committed."""
 
     def __init__(self, host: Host, session: Session, *, lease: Callable[[], float | None],
                  heartbeat: float, watch: ControlWatch, default_lease: float) -> None:
@@ -51,6 +51,9 @@ class WriteAhead:
         self.watch = watch
         #: Set when a write-ahead found the turn superseded: the request's outcome.
         self.outcome: Outcome | None = None
+        #: The lease wake-up the first write-ahead armed (None: none yet, or the request's
+        #: claim armed one already).
+        self.armed: str | None = None
         self._armed = session.claimed  # (the request's claim armed the wake-up)
 
     def __call__(self) -> None:
@@ -73,4 +76,5 @@ class WriteAhead:
         self.watch.claimed(session.version, self.heartbeat)
         if not self._armed:
             self._armed = True
-            host.sessions.arm(session.session_id, LEASE_TIMER, until + LEASE_GRACE_MS)
+            self.armed = lease_timer(session.version)
+            host.sessions.arm(session.session_id, self.armed, until + LEASE_GRACE_MS)

@@ -41,7 +41,7 @@ from dormant.events import (
     TimerFired,
     ToolResult,
 )
-from dormant.schedulers import LEASE_GRACE_MS, LEASE_TIMER
+from dormant.schedulers import LEASE_GRACE_MS, is_lease_timer, lease_timer
 from dormant.session import Session, mint_session_id, normalize_session_id
 
 if TYPE_CHECKING:
@@ -82,6 +82,8 @@ class Opened:
     recovering: bool = False
     #: The queued message the claim started (the inbox's next one), if any.
     dequeued: str | None = None
+    #: The lease wake-up its claim armed (:func:`~dormant.schedulers.lease_timer`), if any.
+    armed: str | None = None
 
     @property
     def shown(self) -> list[Event]:
@@ -223,7 +225,7 @@ def _decided(host: Host, agent: Agent, session: Session, request: HandlerInput,
     """Apply the request's inputs to ``session`` and decide what runs (nothing written)."""
     given = request.input
     sessions = host.sessions
-    wake_up = given.timer is not None and given.timer.name == LEASE_TIMER
+    wake_up = given.timer is not None and is_lease_timer(given.timer.name)
     if given.timer is not None and not wake_up:  # a wake delivery: consume the firing first
         session.add_event(TimerFired(name=given.timer.name, fire_at=given.timer.fire_at))
     if given.message_id is not None and sessions.holds_message(session, given.message_id):
@@ -261,7 +263,10 @@ def _decided(host: Host, agent: Agent, session: Session, request: HandlerInput,
     if wake_up and not stranded and not (head.queue and head.free):
         decided.finish("recorded")  # a lease's wake-up, its claim long committed: no-op
         if now is not None and head.running:  # its claimer is alive (its heartbeat says)
-            host.sessions.arm(session.session_id, LEASE_TIMER, head.lease + LEASE_GRACE_MS)
+            # the same wake-up again, later (its claimer cancels it once it commits)
+            assert given.timer is not None
+            host.sessions.arm(session.session_id, given.timer.name,
+                              head.lease + LEASE_GRACE_MS)
     if decided.run:
         _what_runs(host, agent, opened, given, first, fresh)
     return opened
@@ -383,7 +388,8 @@ def _claim(host: Host, opened: Opened, lease: float, heartbeat: float) -> None:
     outcome = host.sessions.policy.claim(session)
     opened.commit, opened.version = outcome.status, outcome.version
     if until:
-        host.sessions.arm(session.session_id, LEASE_TIMER, until + LEASE_GRACE_MS)
+        opened.armed = lease_timer(session.version)
+        host.sessions.arm(session.session_id, opened.armed, until + LEASE_GRACE_MS)
 
 
 

@@ -167,6 +167,7 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             served.outcome = ahead.outcome
         elif served.error is None:
             _commit(serving, served, request, session)
+        _disarm(serving, served, session, [opened.armed, ahead.armed])
         if session.version == 0:  # a first turn that wrote nothing: it was never there
             watch.retract()
     _done(served, on_done)
@@ -225,6 +226,22 @@ def _commit(serving: Serving, served: Served, request: HandlerInput,
             and outcome.status != "failed" and outcome.version is not None:
         _hand_on_cut(serving, served, request, session)
     _write_asks(serving, session)
+
+
+def _disarm(serving: Serving, served: Served, session: Session,
+            armed: list[str | None]) -> None:
+    """Cancel the lease wake-ups this request armed once what it claimed is over: its turn
+    committed, or was superseded (whoever overtook it holds a claim of its own, or ended
+    it). A turn that failed to commit, or left its invocation running, keeps them: they
+    take it over."""
+    outcome = served.outcome
+    if served.error is not None or outcome is None or outcome.status == "failed":
+        return
+    if outcome.status != "superseded" and session.head.running:
+        return
+    for name in armed:
+        if name is not None:
+            serving.host.sessions.disarm(session.session_id, name)
 
 
 def _fail_landed(serving: Serving, session: Session, result: RunResult | None,

@@ -44,7 +44,7 @@ from dormant.aws.hand_on import handing_on_from
 from dormant.aws.tracing import tracer as make_tracer
 from dormant.errors import StaleTimer, describe_validation
 from dormant.handlers import TurnResult
-from dormant.schedulers import LEASE_TIMER, TimerDelivery
+from dormant.schedulers import TimerDelivery, is_lease_timer
 
 __all__ = ["InvalidTimerEvent", "TimerNotDelivered", "handler"]
 
@@ -98,7 +98,7 @@ def _report(delivery: TimerDelivery, result: TurnResult) -> dict[str, Any]:
         logger.info("timer no longer pending (a repeat firing, perhaps one that ran beside "
                     "this one and landed first, or cancelled/replaced): nothing to do")
         return summary
-    if delivery.name == LEASE_TIMER and result.status == "recorded" \
+    if is_lease_timer(delivery.name) and result.status == "recorded" \
             and result.commit_status is None:  # a lease wake-up, nothing stranded: a no-op
         metrics.add_metric(name="TimersStale", unit=MetricUnit.Count, value=1)
         logger.info("lease wake-up: nothing to take over, nothing written")

@@ -20,6 +20,8 @@ from dormant.schedulers._base import (
     check_timer,
     fire_at_ms,
     hand_over,
+    is_lease_timer,
+    lease_timer,
     parse_delay,
 )
 
@@ -39,6 +41,8 @@ __all__ = [
     "check_timer",
     "fire_at_ms",
     "hand_over",
+    "is_lease_timer",
+    "lease_timer",
     "parse_delay",
 ]
 

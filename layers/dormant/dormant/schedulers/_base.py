@@ -48,10 +48,24 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 #: The wake-up timer a claim arms (:mod:`dormant._request`): it fires just after the claim's
 #: lease and takes a stranded invocation over (or, the claim long committed, does nothing).
-#: It is set outside the session's ledger, so it is not among ``session.timers``.
+#: It is set outside the session's ledger, so it is not among ``session.timers``. Each claim
+#: names its own (:func:`lease_timer`), which its request cancels once the turn it claimed
+#: committed; the name alone is a wake-up's too.
 LEASE_TIMER = "dormant.lease"
 #: Milliseconds past the lease the wake-up timer fires.
 LEASE_GRACE_MS = 2_000
+
+
+def lease_timer(version: int) -> str:
+    """The name of the wake-up a claim that landed at ``version`` arms: one per claim, so a
+    request cancelling its own never cancels a later claim's."""
+    return f"{LEASE_TIMER}.{version}"
+
+
+def is_lease_timer(name: str) -> bool:
+    """Whether ``name`` is a claim's wake-up (:data:`LEASE_TIMER`) rather than a session's
+    timer."""
+    return name == LEASE_TIMER or name.startswith(f"{LEASE_TIMER}.")
 
 
 class TimerDelivery(BaseModel):
