@@ -40,14 +40,18 @@ TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
 @contextmanager
 def running(words: int = 5, delay: float = 0.2, *, mode: str = "STREAM",
-            timeout_s: float = 900.0) -> Iterator[Gateway]:
-    """The gateway, and the function's runtime process serving it until the block ends."""
+            timeout_s: float = 900.0, fail: bool = False,
+            printed: list[str] | None = None) -> Iterator[Gateway]:
+    """The gateway, and the function's runtime process serving it until the block ends
+    (``fail``: its model fails after its words; ``printed``: gets what the process
+    printed, once it ended)."""
     with Gateway(TOKENS, mode=mode, timeout_s=timeout_s) as gateway:
         env = {**os.environ, "AWS_LAMBDA_RUNTIME_API": gateway.runtime_api,
                "LAMBDA_TASK_ROOT": str(ROOT / "functions"), "DORMANT_APP": str(APP),
                "AWS_LAMBDA_FUNCTION_NAME": "dormant-stream",
                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024",
-               "STREAM_TEST_WORDS": str(words), "STREAM_TEST_DELAY": str(delay)}
+               "STREAM_TEST_WORDS": str(words), "STREAM_TEST_DELAY": str(delay),
+               **({"STREAM_TEST_FAIL": "1"} if fail else {})}
         # As template.yaml sets it: no turn timeout of its own (the api function's 25 s is
         # for API Gateway's buffered 29 s); the invocation's deadline bounds the turn.
         env.pop("DORMANT_TURN_TIMEOUT", None)
@@ -58,6 +62,8 @@ def running(words: int = 5, delay: float = 0.2, *, mode: str = "STREAM",
         finally:
             process.kill()
             output = process.communicate(timeout=10)[0].decode(errors="replace")
+            if printed is not None:
+                printed.append(output)
             if os.environ.get("STREAM_TEST_SHOW"):
                 print(output)
             if gateway.init_errors:
@@ -245,6 +251,43 @@ def test_the_deadline_hands_the_turn_on(deployed_over_http: Deployment, route: s
     assert (handed["kind"], handed["sessionId"]) == ("hand_on", session)
     # Nothing was written (a text turn cut short keeps nothing): the message itself goes on.
     assert handed["input"]["message"] == "long", handed
+
+
+def _emf(printed: str) -> list[dict[str, Any]]:
+    """The CloudWatch embedded-metric-format records among the lines a process printed."""
+    lines = (json.loads(line) for line in printed.splitlines() if line.startswith('{"_aws"'))
+    return [record for record in lines if "CloudWatchMetrics" in record["_aws"]]
+
+
+@pytest.mark.parametrize("route", ["turns-events", "agui"])
+def test_a_turn_that_fails_mid_stream_is_counted_as_failed(deployed_over_http: Deployment,
+                                                          route: str) -> None:
+    """Lambda counts a stream that ends in an error as a success (its ``Errors`` do not
+    move): the function's own metrics say the turn failed, and why, named by function."""
+    printed: list[str] = []
+    session = f"session_stream_fail_{route.replace('-', '_')}"
+    with running(words=3, delay=0.05, fail=True, printed=printed) as gateway:
+        if route == "agui":
+            reply = post(gateway, "/agui", agui_input(session))
+            kinds = [json.loads(f["data"])["type"] for _, f in frames(reply)]
+            assert "TEXT_MESSAGE_CONTENT" in kinds and kinds[-1] == "RUN_ERROR", kinds
+        else:
+            reply = post(gateway, "/turns", {"sessionId": session, "message": "hi"},
+                         accept="text/event-stream")
+            seen = [fields for _, fields in frames(reply)]
+            assert any(f["event"] == "assistant_delta" for f in seen)
+            assert json.loads(seen[-1]["data"])["code"] == "run_error"
+        assert reply.status == 200  # the stream had started: its status was sent
+    records = _emf(printed[0])
+    counted = [r for r in records if "Turns" in r]
+    assert len(counted) == 1, records
+    [turn] = counted
+    assert (turn["Turns"], turn["TurnsFailed"]) == ([1.0], [1.0]), turn
+    assert "TurnsCompleted" not in turn
+    assert (turn["FunctionName"], turn["service"], turn["_aws"]["CloudWatchMetrics"][0][
+        "Namespace"]) == ("dormant-stream", "dormant", "Dormant")
+    [by_code] = [r for r in records if "TurnsFailedByCode" in r]
+    assert (by_code["code"], by_code["FunctionName"]) == ("run_error", "dormant-stream")
 
 
 @pytest.mark.parametrize("seconds", [60])

@@ -9,6 +9,7 @@ Lambda deadline less :data:`DEADLINE_MARGIN`), and the :class:`TurnResult` it an
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from dormant._commit import Outcome
 from dormant._control import DEFAULT_POLL_INTERVAL
 from dormant._ids import new_id
 from dormant._inputs import HandlerInput, ResponseOptions
+from dormant._measure import measure
 from dormant._request import (
     DEADLINE_MARGIN,
     DEFAULT_HEARTBEAT,
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
     from dormant._head import Head
 
 __all__ = ["DEADLINE_MARGIN", "DRAIN_BUDGET", "MAX_DRAIN", "TurnConfig", "TurnStream"]
+
+log = logging.getLogger("dormant")
 
 #: Failures that wrote nothing and that the same request can get past when the error does not
 #: say itself (a model's or a store's error carries its own ``retryable``).
@@ -151,6 +155,8 @@ class TurnStream(Iterator[StreamEvent]):
         #: the inbox, and whether it took a stranded invocation over.
         self.dequeued: str | None = None
         self.recovered = False
+        self._claims_refused = 0
+        self._started_turn = False
 
     def __iter__(self) -> TurnStream:
         return self
@@ -200,6 +206,7 @@ class TurnStream(Iterator[StreamEvent]):
         except ValidationError as error:
             reason = "invalid request: " + describe_validation(error)
             self._fail(self._request_session_id(), InputError(reason))
+            self._measured()
             return
         served = serve(self._config.serving, request, self._signal,
                        invocation_id=self.invocation_id,
@@ -224,6 +231,19 @@ class TurnStream(Iterator[StreamEvent]):
             result.drained = done.drained
         if done.handed_on:
             result.handed_on = True
+        self._measured()
+
+    def _measured(self) -> None:
+        """Count the request, ended (``App.meter``, when the app has one)."""
+        meter = self._config.host.meter
+        if meter is None or self.result is None:
+            return
+        try:
+            meter.record(measure(self.result, self.events, started=self._started_turn,
+                                 claims_refused=self._claims_refused))
+        except Exception:
+            log.exception("the app's meter failed; the request is not counted",
+                          extra={"session_id": self.session_id})
 
     def _started(self, head: Head) -> None:
         self.start_head = head
@@ -233,6 +253,8 @@ class TurnStream(Iterator[StreamEvent]):
         self.session_id = session.session_id
         self.session = session
         self.dequeued, self.recovered = opened.dequeued, opened.recovering
+        self._claims_refused = opened.lost_claims
+        self._started_turn = opened.start is not None
         if opened.invocation_id is not None:
             self.invocation_id = opened.invocation_id
 

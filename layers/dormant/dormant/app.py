@@ -36,6 +36,7 @@ from dormant.tools import Step, Tool, ToolSource, make_tool, tool_from_function
 from dormant.types import CommitResult, SessionSummary, StoredSession
 
 if TYPE_CHECKING:
+    from dormant._measure import Meter
     from dormant.handlers import Handlers
     from dormant.models._base import Model
 
@@ -333,6 +334,11 @@ class App:
         #: it): a claim written by an earlier run of it is taken over at once, its lease not
         #: waited out.
         self.sole = False
+        #: Where each request is counted once it ended (a ``record(measure)`` method, given
+        #: a :class:`~dormant._measure.TurnMeasure`: its outcome, model calls, tool errors,
+        #: claims refused, commit conflicts). The deployed functions count them as
+        #: CloudWatch metrics (:class:`dormant.aws.metrics.TurnMetrics`). None: not counted.
+        self.meter: Meter | None = None
         self._handler: Handlers | None = None
 
     # --- declarations --------------------------------------------------------------------------

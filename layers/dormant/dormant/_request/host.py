@@ -14,6 +14,7 @@ from dormant._inputs import HandlerInput
 
 if TYPE_CHECKING:
     from dormant._commit import CommitPolicy
+    from dormant._measure import Meter
     from dormant.session import Session
     from dormant.stores._base import Store
 
@@ -60,6 +61,11 @@ class Host(Protocol):
 
     @property
     def hand_on(self) -> Callable[[HandlerInput], None] | None: ...
+
+    @property
+    def meter(self) -> Meter | None:
+        """Where each request, once ended, is counted (:mod:`dormant._measure`)."""
+        ...
 
     @property
     def sole(self) -> bool:

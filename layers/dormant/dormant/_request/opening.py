@@ -84,6 +84,8 @@ class Opened:
     dequeued: str | None = None
     #: The lease wake-up its claim armed (:func:`~dormant.schedulers.lease_timer`), if any.
     armed: str | None = None
+    #: Claims another writer's progress refused before this one was decided.
+    lost_claims: int = 0
 
     @property
     def shown(self) -> list[Event]:
@@ -114,9 +116,10 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
     if request.input.audio is not None:
         raise InputError("input.audio is for app.handler.voice (POST /voice), which "
                          "transcribes it; this handler takes a text message")
-    for _ in range(CLAIM_ATTEMPTS):
+    for attempt in range(CLAIM_ATTEMPTS):
         session = _load(host, agent, sid, request, rules)
         opened = _decided(host, agent, session, request, on_start, invocation_id)
+        opened.lost_claims = attempt
         if _claims(opened):
             try:
                 _claim(host, opened, rules.lease if lease is None else lease, rules.heartbeat)

@@ -21,6 +21,10 @@ hands committed timers to EventBridge Scheduler, whose schedules invoke the ``wa
 Without them (tests that do not exercise timers, ``sam local``) timers stay recorded in their
 session and nothing fires.
 
+Metrics: every request a function serves is counted (:class:`~dormant.aws.metrics.TurnMetrics`,
+the app's meter): turns by outcome, failures by code, claims refused, commit conflicts, tool
+errors, model latency and tokens, printed with the function's own metrics.
+
 Hand-on: with ``WEBHOOK_QUEUE_URL`` set (the template sets it for every function), work a
 request cannot finish in its invocation (the rest of an inbox, a turn cut by the deadline) is
 sent to the webhook queue (``hand_on.QueueHandOn``) and runs in the ``webhook`` function.
@@ -39,6 +43,7 @@ from dormant._appspec import build_app
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.aws.hand_on import deployed_hand_on
+from dormant.aws.metrics import TurnMetrics
 from dormant.aws.purge import QueuePurge
 from dormant.models import Model
 from dormant.schedulers import Scheduler
@@ -70,6 +75,7 @@ def deployed_app(env: Mapping[str, str] | None = None) -> Deployed:
                     "DORMANT_OPENAI_PARAMETER are empty): %s serves on its own default model, "
                     "%s", settings.app, type(agent.model).__name__)
     app.scheduler = deployed_scheduler(settings)
+    app.meter = TurnMetrics()  # every turn, as CloudWatch metrics (EMF)
     app.hand_on = deployed_hand_on(env)
     if app.hand_on is not None:  # a deleted session's purge steps run in the webhook function
         store.purge_later = QueuePurge(app.hand_on)
