@@ -1,6 +1,8 @@
 """Import and invoke what `sam build` produced, under python3.13, laid out as Lambda lays it out.
 
-Run with ``python3.13 -I .ci/sam_smoke.py .aws-sam/build [RUNTIME]``. ``sys.path`` is the
+Run with ``python3.13 -I .ci/sam_smoke.py .aws-sam/build [RUNTIME]``; with ``--layers-only``
+it checks the layers' compiled modules (below) and imports nothing (an arm64 build on an
+x86_64 machine). ``sys.path`` is the
 function's code (/var/task), then its layers (/opt/python), then what the Lambda runtime itself
 ships (boto3 and botocore: ``RUNTIME``, a directory .ci/sam installs them into), and nothing
 from a dev environment, so a dependency missing from layers/dormant/requirements.txt, or a file
@@ -16,14 +18,39 @@ import re
 import sys
 from pathlib import Path
 
-build = Path(sys.argv[1]).resolve()
+layers_only = "--layers-only" in sys.argv
+args = [arg for arg in sys.argv[1:] if arg != "--layers-only"]
+build = Path(args[0]).resolve()
 root = Path(__file__).resolve().parents[1]
+ARCHITECTURES = ("x86_64", "aarch64")  # template.yaml's Architecture: x86_64 or arm64
+
+
+def check_both_architectures(layer: Path) -> None:
+    """Every compiled module of ``layer`` is there for both Lambda architectures, named for
+    its platform (CPython imports the one for its own), and none is named for neither."""
+    modules = [p for p in layer.rglob("*.so")] + [p for p in layer.rglob("*.so.*")]
+    built: dict[str, set[str]] = {arch: set() for arch in ARCHITECTURES}
+    for module in modules:
+        relative = str(module.relative_to(layer))
+        arch = next((a for a in ARCHITECTURES if relative.endswith(f"-{a}-linux-gnu.so")), None)
+        assert arch is not None, f"{relative}: a compiled module of no single architecture"
+        built[arch].add(relative.removesuffix(f"-{arch}-linux-gnu.so"))
+    assert built["x86_64"], f"{layer}: no compiled modules at all"
+    assert built["x86_64"] == built["aarch64"], (layer, built)
+    print(f"{layer.parent.name}: {len(built['x86_64'])} compiled modules, each for x86_64 and "
+          f"aarch64")
+
+
+for built_layer in ("DormantLayer", "XRaySdkLayer"):
+    check_both_architectures(build / built_layer / "python")
+if layers_only:
+    sys.exit(0)
 # The app the functions serve, as the built template's Globals name it (DORMANT_APP): the
 # repository's sample, or a `dormant new` project's own app.
 [app_spec] = re.findall(r"^\s+DORMANT_APP:\s*(\S+)\s*$", (build / "template.yaml").read_text(),
                         re.MULTILINE)
-if len(sys.argv) > 2:  # the runtime's own packages come after the layers, as on Lambda
-    sys.path.append(str(Path(sys.argv[2]).resolve()))
+if len(args) > 1:  # the runtime's own packages come after the layers, as on Lambda
+    sys.path.append(str(Path(args[1]).resolve()))
 os.environ.update({
     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing", "DORMANT_TABLE": "dormant-smoke",
