@@ -36,6 +36,7 @@ class ENV:
     SCHEDULE_DLQ_ARN = "DORMANT_SCHEDULE_DLQ_ARN"  # SQS queue for deliveries that failed
     XRAY_SDK = "DORMANT_XRAY_SDK"  # "true": the Lambda functions trace with the X-Ray SDK
     APP = "DORMANT_APP"  # the app the Lambda functions serve: module:attribute or file.py
+    ALARM_TOPIC = "DORMANT_ALARM_TOPIC"  # SNS topic the stack's alarms notify ("" : none)
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,16 @@ sent to the webhook queue (``hand_on.QueueHandOn``) and runs in the ``webhook`` 
 Without it, ``app.hand_on`` stays None: a request drains its session's inbox itself.
 With it, a deleted session's purge steps go there too (``store.purge_later``, see
 ``purge.QueuePurge``); without it they run in the request that deletes.
+
+Alarms: the template passes its ``AlarmTopicArn`` as ``DORMANT_ALARM_TOPIC``; set but empty,
+the stack's alarms notify nobody, and each cold start logs a warning saying so (unset, as in
+tests and ``sam local``, nothing is said).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -47,10 +52,11 @@ from dormant.aws.metrics import TurnMetrics
 from dormant.aws.purge import QueuePurge
 from dormant.models import Model
 from dormant.schedulers import Scheduler
-from dormant.settings import Settings
+from dormant.settings import ENV, Settings
 from dormant.stores import DynamoDBStore
 
-__all__ = ["Deployed", "deployed_app", "deployed_model", "deployed_scheduler"]
+__all__ = ["Deployed", "deployed_app", "deployed_model", "deployed_scheduler",
+           "warn_if_alarms_notify_nobody"]
 
 log = logging.getLogger("dormant.aws")
 
@@ -67,6 +73,7 @@ def deployed_app(env: Mapping[str, str] | None = None) -> Deployed:
     """The app ``DORMANT_APP`` names on the deployment's DynamoDB table, its scheduler and
     hand-on wired, with the settings it was built from."""
     settings = Settings.from_env(env)
+    warn_if_alarms_notify_nobody(os.environ if env is None else env)
     store = DynamoDBStore.from_env(env)
     model = deployed_model(settings)
     app, agent = build_app(settings.app, store=store, model=model)
@@ -105,3 +112,14 @@ def deployed_scheduler(settings: Settings) -> Scheduler | None:
     from dormant.schedulers import EventBridgeScheduler
 
     return EventBridgeScheduler.from_settings(settings)
+
+
+def warn_if_alarms_notify_nobody(env: Mapping[str, str]) -> bool:
+    """Log a warning when the deployment names no alarm topic (``DORMANT_ALARM_TOPIC`` set
+    and empty: the template's ``AlarmTopicArn`` left empty); True if it did."""
+    if env.get(ENV.ALARM_TOPIC, None) != "":
+        return False
+    log.warning("the stack's CloudWatch alarms notify nobody (%s is empty): a failing turn, a "
+                "stuck queue or a throttled function changes an alarm's state and tells no one; "
+                "deploy with AlarmTopicArn set to an SNS topic", ENV.ALARM_TOPIC)
+    return True
