@@ -301,3 +301,35 @@ def test_a_turn_longer_than_api_gateways_buffered_limit_streams_to_its_end(
     assert seen[-1][0] >= seconds
     tokens = [at for at, e in seen if e["type"] == "TEXT_MESSAGE_CONTENT"]
     assert len(tokens) == seconds and tokens[0] < 5  # the first came long before 29 s
+
+
+def test_the_events_long_poll_and_follow_are_served_by_the_stream_function(
+        deployed_over_http: Deployment) -> None:
+    """``GET /sessions/{id}/events`` is the stream function's route (template.yaml): its
+    long-poll (``wait=``, up to 20 s) holds this function's environment, not the api
+    function's; the answer goes out whole, and ``follow=true`` streams the feed."""
+    with running(words=1, delay=0.0) as gateway:
+        made = post(gateway, "/turns", {"sessionId": "session_stream_i", "message": "hi"})
+        assert json.loads(made.read())["status"] == "completed"
+        # From the start: the turn's events at once.
+        whole = json.loads(request(gateway, "GET",
+                                   "/sessions/session_stream_i/events?after=0").read())
+        version = whole["version"]
+        assert version > 0 and whole["events"]
+        # Nothing after the latest version: the poll waits its 1 s, then answers no events.
+        sent = time.monotonic()
+        polled = request(gateway, "GET",
+                         f"/sessions/session_stream_i/events?after={version}&wait=1")
+        feed = json.loads(polled.read())
+        waited = time.monotonic() - sent
+        assert (polled.status, polled.getheader("Content-Type")) == (200, "application/json")
+        assert (feed["events"], feed["version"]) == ([], version)
+        assert waited >= 0.9, waited
+        # follow=true: the feed as server-sent events, the first page at once.
+        followed = request(gateway, "GET",
+                           "/sessions/session_stream_i/events?after=0&follow=true")
+        assert followed.getheader("Content-Type") == "text/event-stream"
+        first = next(fields for _, fields in frames(followed) if "data" in fields)
+        assert json.loads(first["data"])["version"] == version
+        followed.close()
+        followed.connection.close()  # type: ignore[attr-defined]

@@ -133,8 +133,11 @@ def test_layer_is_built_from_layers_dormant_for_python313_with_its_bytecode() ->
     assert (ROOT / "layers/dormant/dormant/__init__.py").is_file()
     recipe = (ROOT / "layers/dormant/Makefile").read_text()
     assert "build-DormantLayer:" in recipe
-    # Wheels for the runtime, not the build machine; bytecode Lambda uses as it is.
+    # Wheels for the runtime, not the build machine (both architectures' compiled modules,
+    # side by side); bytecode Lambda uses as it is.
     assert "--platform manylinux2014_x86_64" in recipe
+    assert "--platform manylinux2014_aarch64" in recipe
+    assert layer["Properties"]["CompatibleArchitectures"] == ["arm64", "x86_64"]
     assert "--python-version 3.13" in recipe
     assert "-r requirements.txt" in recipe
     assert "--invalidation-mode unchecked-hash" in recipe
@@ -168,12 +171,15 @@ def test_api_routes_are_the_resolvers_and_all_but_docs_need_a_cognito_user() -> 
         "Fn::GetAtt": ["UserPool", "Arn"]}
 
 
-def test_turns_and_agui_stream_from_the_stream_function_past_29_seconds() -> None:
+def test_turns_agui_and_the_events_long_poll_stream_from_the_stream_function() -> None:
     stream = props("StreamFunction")
     streamed = {(e["Properties"]["Method"].upper(), e["Properties"]["Path"]): e["Properties"]
                 for e in stream["Events"].values()}
-    # The two routes that answer text/event-stream, and only those, are streamed.
-    assert set(streamed) == {("POST", "/turns"), ("POST", "/agui")}
+    # The routes that answer text/event-stream (the events feed with follow=true), and only
+    # those, are streamed: the events long-poll holds its invocation up to 20 s, in the stream
+    # function's environments, not those of GET/DELETE /sessions/{id} and fork.
+    assert set(streamed) == {("POST", "/turns"), ("POST", "/agui"),
+                             ("GET", "/sessions/{id}/events")}
     for route in streamed.values():
         assert route["ResponseTransferMode"] == "RESPONSE_STREAM"
         assert route["TimeoutInMillis"] == 900_000  # API Gateway's streaming maximum
@@ -385,7 +391,8 @@ def test_the_offload_threshold_is_a_parameter_the_store_reads() -> None:
 
 def test_outputs_name_the_api_url_queue_and_table() -> None:
     assert {"ApiUrl", "WebhookQueueUrl", "SessionsTableName", "ScheduleGroupName",
-            "WakeFunctionArn", "WakeDeadLetterQueueUrl"} <= set(template()["Outputs"])
+            "WakeFunctionArn", "WakeDeadLetterQueueUrl", "AlarmNotifications"} <= set(
+        template()["Outputs"])
 
 
 # --- the layer's requirements ----------------------------------------------------------------
@@ -462,11 +469,14 @@ def test_the_xray_layer_is_the_tracer_extra_with_its_boto3_pair() -> None:
     recipe = (ROOT / "layers/xray/Makefile").read_text()
     assert "build-XRaySdkLayer:" in recipe
     assert "--platform manylinux2014_x86_64" in recipe
+    assert "--platform manylinux2014_aarch64" in recipe  # wrapt is compiled
+    assert layer["Properties"]["CompatibleArchitectures"] == ["arm64", "x86_64"]
     assert "--invalidation-mode unchecked-hash" in recipe
     # Opt-in: no function but the cleanup function (whose module builds a Tracer) takes it.
     users = [f for f in FUNCTIONS if {"Ref": "XRaySdkLayer"} in props(f).get("Layers", [])]
     assert users == ["CleanupFunction"]
-    assert template()["Globals"]["Function"]["Tracing"] == "Active"
+    assert template()["Globals"]["Function"]["Tracing"] == {
+        "Fn::If": ["TracingOn", "Active", "PassThrough"]}
 
 
 def test_every_sample_event_is_an_event_of_the_function_it_is_named_for() -> None:
@@ -555,11 +565,15 @@ def test_each_function_has_a_reserved_concurrency_parameter_zero_meaning_unreser
         "Fn::Not": [{"Fn::Equals": [{"Ref": f"{name}ReservedConcurrency"}, 0]}]}
 
 
-def test_the_webhook_reservation_covers_its_queue_s_maximum_concurrency() -> None:
+def test_the_webhook_reservation_says_it_must_cover_its_queue_s_maximum_concurrency() -> None:
     [event] = props("WebhookFunction")["Events"].values()
     maximum = event["Properties"]["ScalingConfig"]["MaximumConcurrency"]
-    assert _parameter("WebhookReservedConcurrency")["Default"] >= maximum
-    assert _parameter("ApiReservedConcurrency")["Default"] > 0  # a ceiling on API bursts
+    assert maximum == {"Ref": "WebhookQueueConcurrency"}
+    assert "at or above WebhookQueueConcurrency" in " ".join(
+        _parameter("WebhookReservedConcurrency")["Description"].split())
+    assert _parameter("WebhookQueueConcurrency")["Default"] == 10
+    assert (_parameter("WebhookQueueConcurrency")["MinValue"],
+            _parameter("WebhookQueueConcurrency")["MaxValue"]) == (2, 1000)  # what SQS allows
 
 
 def _alarms() -> dict[str, dict[str, Any]]:
@@ -572,6 +586,8 @@ def test_alarms_watch_dead_letters_function_errors_throttles_and_durations_the_a
     watched: dict[tuple[str, str, str], float] = {}
     notify = {"Fn::If": ["NotifyAlarms", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
     for alarm in _alarms().values():
+        if "Metrics" in alarm:  # metric math: tests/functions/test_template_operations.py
+            continue
         dimensions = {d["Name"]: d["Value"] for d in alarm["Dimensions"]}
         watched[(alarm["Namespace"], alarm["MetricName"], json.dumps(dimensions))] = \
             alarm["Threshold"]
@@ -599,11 +615,19 @@ def test_alarms_watch_dead_letters_function_errors_throttles_and_durations_the_a
     expected[("AWS/ApiGateway", "5XXError", api)] = 0
     expected[("AWS/ApiGateway", "4XXError", api)] = 0.1  # a rate: the Average of 4XXError
     expected[("AWS/ApiGateway", "Latency", api)] = 25_000  # p90, under the 29 s cut
+    # a webhook record waiting 3 x the function's timeout: its session is stalled
+    expected[("AWS/SQS", "ApproximateAgeOfOldestMessage",
+              json.dumps({"QueueName": {"Fn::GetAtt": ["WebhookQueue", "QueueName"]}}))] = 900
+    expected[("AWS/Lambda", "AsyncEventsDropped",
+              json.dumps({"FunctionName": {"Ref": "WakeFunction"}}))] = 0
+    group = json.dumps({"ScheduleGroup": {"Ref": "ScheduleGroup"}})
+    expected[("AWS/Scheduler", "TargetErrorCount", group)] = 0
+    expected[("AWS/Scheduler", "InvocationDroppedCount", group)] = 0
     assert watched == expected
     assert _parameter("AlarmTopicArn")["Default"] == ""
-    [latency] = [a for a in _alarms().values() if a["MetricName"] == "Latency"]
+    [latency] = [a for a in _alarms().values() if a.get("MetricName") == "Latency"]
     assert latency["ExtendedStatistic"] == "p90"
-    [rate] = [a for a in _alarms().values() if a["MetricName"] == "4XXError"]
+    [rate] = [a for a in _alarms().values() if a.get("MetricName") == "4XXError"]
     assert rate["Statistic"] == "Average"
 
 
@@ -628,13 +652,17 @@ def test_a_function_s_own_alarms_roll_its_deploy_back(function: str) -> None:
     name = function.removesuffix("Function")
     rollback = {ref["Ref"] for ref in props(function)["DeploymentPreference"]["Alarms"]}
     own = {alarm for alarm, p in _alarms().items()
-           if {"Name": "FunctionName", "Value": {"Ref": function}} in p["Dimensions"]
+           if {"Name": "FunctionName", "Value": {"Ref": function}} in p.get("Dimensions", [])
            and p["MetricName"] in ("Errors", "Throttles", "Duration")}
     assert len(own) == 3 and own <= rollback
-    assert rollback - own <= ({"Api5xxAlarm"} if name == "Api" else set())
+    # and, where turns answer over HTTP, the share of turns that failed (a failed turn is no
+    # Lambda error: its answer or its stream says so)
+    extra = {"Api": {"Api5xxAlarm", "ApiTurnFailureRateAlarm"},
+             "Stream": {"StreamTurnFailureRateAlarm"}}.get(name, set())
+    assert rollback - own == extra
 
 
-def test_snapstart_and_provisioned_concurrency_are_opt_in_on_the_api_function_only() -> None:
+def test_snapstart_and_provisioned_concurrency_are_opt_in_on_the_api_function() -> None:
     api = props("ApiFunction")
     assert api["SnapStart"] == {"Fn::If": [
         "ApiSnapStartOn", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]}
@@ -652,8 +680,19 @@ def test_snapstart_and_provisioned_concurrency_are_opt_in_on_the_api_function_on
     assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "ApiSnapStart"}, "true"]}
     assert rule["Assertions"][0]["Assert"] == {
         "Fn::Equals": [{"Ref": "ApiProvisionedConcurrency"}, "0"]}
+    # The stream function: provisioned concurrency only (tests/functions/test_snapstart_safety.py
+    # says why no SnapStart); the others: neither.
+    assert props("StreamFunction")["ProvisionedConcurrencyConfig"] == {"Fn::If": [
+        "ProvisionStream",
+        {"ProvisionedConcurrentExecutions": {"Ref": "StreamProvisionedConcurrency"}},
+        {"Ref": "AWS::NoValue"}]}
+    assert _parameter("StreamProvisionedConcurrency")["Default"] == 0
+    assert conditions["ProvisionStream"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "StreamProvisionedConcurrency"}, 0]}]}
     for name in FUNCTIONS[1:]:
-        assert "SnapStart" not in props(name) and "ProvisionedConcurrencyConfig" not in props(name)
+        assert "SnapStart" not in props(name)
+    for name in FUNCTIONS[2:]:
+        assert "ProvisionedConcurrencyConfig" not in props(name)
 
 
 # --- the web ACL's logs, the bucket's safety net, the user pool ------------------------------
