@@ -333,3 +333,26 @@ def test_the_events_long_poll_and_follow_are_served_by_the_stream_function(
         assert json.loads(first["data"])["version"] == version
         followed.close()
         followed.connection.close()  # type: ignore[attr-defined]
+
+
+def test_a_followed_session_s_stream_ends_before_the_deadline_saying_where_to_go_on(
+        deployed_over_http: Deployment) -> None:
+    """A follower never sees the invocation's timeout (an error to Lambda, and to the stream
+    function's rollback alarms): the stream ends first, with ``event: reconnect`` naming
+    the version to follow on from."""
+    with running(words=1, delay=0.0, timeout_s=8.0) as gateway:
+        made = post(gateway, "/turns", {"sessionId": "session_stream_j", "message": "hi"})
+        assert json.loads(made.read())["status"] == "completed"
+        sent = time.monotonic()
+        followed = request(gateway, "GET",
+                           "/sessions/session_stream_j/events?after=0&follow=true")
+        seen = list(frames(followed))
+        assert time.monotonic() - sent < 8.0  # ended by the function, not cut at 8 s
+        first = next(f for _, f in seen if "data" in f and "event" not in f)  # the page
+        last = seen[-1][1]
+        version = json.loads(first["data"])["version"]
+        assert last["event"] == "reconnect" and json.loads(last["data"]) == {"after": version}
+        # the function is free again, and following on from there ends the same way
+        again = list(frames(request(
+            gateway, "GET", f"/sessions/session_stream_j/events?after={version}&follow=true")))
+        assert [f.get("event") for _, f in again if "" not in f] == ["reconnect"]

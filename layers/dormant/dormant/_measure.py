@@ -80,15 +80,15 @@ def measure(result: TurnResult, events: Sequence[StreamEvent], *, started: bool,
     else:
         outcome = _OUTCOMES.get(status, status)
     ran = started or outcome in ("deadline", "aborted", "failed")
-    started: dict[int, int] = {}
+    opened: dict[int, int] = {}  # each model call's start, by step
     calls: list[ModelCall] = []
     tool_errors = 0
     for event in events:
         if isinstance(event, ModelStart):
-            started[event.step] = event.ts
+            opened[event.step] = event.ts
         elif isinstance(event, ModelEnd):
             usage = event.usage
-            begun = started.pop(event.step, event.ts)
+            begun = opened.pop(event.step, event.ts)
             calls.append(ModelCall(latency_ms=max(event.ts - begun, 0),
                                    input_tokens=usage.input_tokens,
                                    output_tokens=usage.output_tokens))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -79,6 +80,8 @@ __all__ = ["ACCEPTED_STATUSES", "Routes", "Unauthorized", "public_events"]
 
 log = logging.getLogger("dormant.http")
 
+#: Seconds a followed session's stream ends before the invocation's deadline.
+FOLLOW_DEADLINE_MARGIN = 5.0
 #: HTTP status of a successful turn by its status: the work was taken, not done yet.
 ACCEPTED_STATUSES = frozenset({"queued", "accepted"})
 
@@ -358,20 +361,29 @@ class Routes:
         writer = getattr(self.resolver.lambda_context, SSE_WRITER_ATTRIBUTE, None)
         if writer is None:
             return error_response(
-                "invalid_input", "follow=true streams only from a local server (dormant dev); "
-                "through this API, long-poll: GET /sessions/{id}/events?after=VERSION&wait=20, "
-                "then again with after = the version it answered")
+                "invalid_input", "follow=true streams only where answers stream (dormant dev, "
+                "the deployed stack's stream function); here, long-poll: GET "
+                "/sessions/{id}/events?after=VERSION&wait=20, then again with after = the "
+                "version it answered")
         feed = events_after(self.app, session_id, after, principal=principal,  # 404 first
                             skip=skip, limit=limit)
-        self._follow(writer, feed, after, principal, limit)
+        remaining = self._remaining_time()
+        until = None if remaining is None else \
+            time.monotonic() + remaining - FOLLOW_DEADLINE_MARGIN
+        self._follow(writer, feed, after, principal, limit, until=until)
         return Response(status_code=200, content_type=SSE, body="",
                         headers={"Cache-Control": "no-cache"})
 
     def _follow(self, writer: Callable[[str], None], feed: Feed, after: int,
-                principal: str | None, limit: int = DEFAULT_LIMIT) -> None:
+                principal: str | None, limit: int = DEFAULT_LIMIT, *,
+                until: float | None = None) -> None:
         """Stream the session's feeds until the client hangs up: a ``data:`` message each
         time the version moves (one per page: a page with ``next`` is followed at once by
-        the next), a comment every :data:`FOLLOW_KEEPALIVE` seconds otherwise."""
+        the next), a comment every :data:`FOLLOW_KEEPALIVE` seconds otherwise. ``until``
+        (monotonic seconds: the Lambda invocation's deadline, less a margin): the stream
+        ends before it with ``event: reconnect`` whose data says where to follow on
+        (``{"after": version}``, or ``{"cursor": ...}`` mid-page), not cut by the platform
+        (a timeout is an error to Lambda, and to the function's rollback alarms)."""
         try:
             writer(f": following {feed.session_id} after version {after}\n\n")
             while True:
@@ -382,10 +394,15 @@ class Routes:
                     writer(f"data: {json.dumps(shown, separators=(',', ':'))}\n\n")
                     after, skip = decode_cursor(feed.next) if feed.next is not None \
                         else (feed.version, 0)
+                if until is not None and time.monotonic() + self.keepalive > until:
+                    on = {"cursor": feed.next} if skip and feed.next is not None \
+                        else {"after": after}
+                    writer(f"event: reconnect\ndata: {json.dumps(on)}\n\n")
+                    return
                 try:
                     feed = events_after(self.app, feed.session_id, after, skip=skip,
                                         limit=limit, principal=principal,
-                                        wait=0 if skip or feed.next else FOLLOW_KEEPALIVE)
+                                        wait=0 if skip or feed.next else self.keepalive)
                 except SessionNotFound as error:  # deleted while followed
                     body = ErrorBody(code=error.code, message=str(error))
                     data = body.model_dump_json(by_alias=True, exclude_none=True)
