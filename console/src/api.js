@@ -156,6 +156,8 @@ export async function follow(id, after, onFeed, signal) {
           buffer = buffer.slice(cut + 2);
           const feed = parseBlock(block);
           if (feed && feed.event === "error") return;
+          // the server ends its stream before its deadline: follow on from `version`
+          if (feed && feed.event === "reconnect") continue;
           if (feed && feed.data) {
             version = feed.data.version;
             onFeed(feed.data);

@@ -394,7 +394,7 @@ class Routes:
                     writer(f"data: {json.dumps(shown, separators=(',', ':'))}\n\n")
                     after, skip = decode_cursor(feed.next) if feed.next is not None \
                         else (feed.version, 0)
-                if until is not None and time.monotonic() + self.keepalive > until:
+                if until is not None and time.monotonic() + FOLLOW_KEEPALIVE > until:
                     on = {"cursor": feed.next} if skip and feed.next is not None \
                         else {"after": after}
                     writer(f"event: reconnect\ndata: {json.dumps(on)}\n\n")
@@ -402,7 +402,7 @@ class Routes:
                 try:
                     feed = events_after(self.app, feed.session_id, after, skip=skip,
                                         limit=limit, principal=principal,
-                                        wait=0 if skip or feed.next else self.keepalive)
+                                        wait=0 if skip or feed.next else FOLLOW_KEEPALIVE)
                 except SessionNotFound as error:  # deleted while followed
                     body = ErrorBody(code=error.code, message=str(error))
                     data = body.model_dump_json(by_alias=True, exclude_none=True)
