@@ -122,8 +122,10 @@ def test_a_commit_another_writer_beat_is_a_conflict(app: dormant.App,
     assert rest({"session_id": "m4", "input": {"message": "first"}}).status == "completed"
     assert rest({"session_id": "m4", "input": {"message": "second"}}).status == "completed"
 
-    assert [m.commit for m in meter.measures] == ["committed", "merged"]
-    assert [m.commit_conflict for m in meter.measures] == [False, True]
+    # (the second turn merges onto the other write, or, its message older, is superseded)
+    first, second = meter.measures
+    assert (first.commit, first.commit_conflict) == ("committed", False)
+    assert second.commit in ("merged", "superseded") and second.commit_conflict
 
 
 def test_a_request_that_ran_no_turn_is_measured_as_what_it_did(
