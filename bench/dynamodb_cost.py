@@ -37,6 +37,11 @@ bytes of one poll of a realistic record (a stop, a pause, one short steer; and a
 Expected: 1 / interval reads per second while a turn runs (1 read unit each: the item is far
 under 4 KB), none when idle or with polling disabled.
 
+S3 reads (``bench/_offload_reads.py``): on a session holding one offloaded event, the
+``GetObject`` calls of a pause, a queued message, a resume and a message, each in a new process
+and in a warm one, deferred (what the app loads) beside eager. Expected: none for the requests
+that run no model; one for a model turn in a new process, none in a warm one.
+
 Long sessions (``bench/_long_sessions.py``): read bytes per turn of a compacted session at
 turns 10, 100, 1,000 and 2,000 (flat), beside a full-history agent on the same session
 (growing), and the writes of a fork of that session at each (independent of its length).
@@ -66,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._capacity import index_write_units, item_bytes, read_units, write_units
 from bench._long_sessions import CYCLE, fork_table, long_table, measure_long
+from bench._offload_reads import measure_offload, offload_table
 
 #: Fake credentials for moto; set unconditionally so the bench can never reach a real account.
 FAKE_AWS_ENV = {
@@ -558,6 +564,12 @@ def main(argv: list[str] | None = None) -> None:
     print("\nTurn control polling (a running turn reads its control record every poll "
           "interval: one strongly consistent GetItem; counted on the wire)\n")
     print(polling_table(polls, records))
+    offloaded = measure_offload()
+    print("\nA session holding one offloaded event (a 50 KB tool result in S3): S3 reads of "
+          "each request after it, each in a new process and in a warm one. Deferred: what "
+          "the app's sessions load (the body is read when something reads the event); eager: "
+          "the store's plain load, side by side. A warm process keeps what it read.\n")
+    print(offload_table(offloaded))
     if args.json:
         figures = {
             "samples": samples,
@@ -567,6 +579,7 @@ def main(argv: list[str] | None = None) -> None:
             "polling": [{"case": p.case, "interval": p.interval, "seconds": p.seconds,
                          "reads": p.reads, "reads_per_second": p.per_second} for p in polls],
             "control_record": [asdict(r) | {"read_units": r.read_units} for r in records],
+            "offloaded_reads": [asdict(row) for row in offloaded],
         }
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
 

@@ -11,7 +11,7 @@ ends.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from dormant._fold import apply, apply_detached
 from dormant._head import COMMIT_WINDOW, Head
@@ -25,15 +25,19 @@ class Window:
     """The ledger window, its head and the uncommitted slice (``new``).
 
     ``loaded`` holds ledger positions ``first_seq`` … ``base_seq - 1``; the slice lands at
-    ``base_seq`` if the store is still at ``base_version``."""
+    ``base_seq`` if the store is still at ``base_version``. Events the store left where they
+    live (``later``: a large event in S3, by its index in ``events``) are read the first time
+    ``loaded`` is: a request that reads no event (a stop, a queued message) never reads
+    them."""
 
-    __slots__ = ("_deferred", "_effects", "_lock", "base_seq", "base_version", "control",
-                 "first_seq", "head", "loaded", "new", "spare_ids")
+    __slots__ = ("_deferred", "_effects", "_later", "_loaded", "_lock", "base_seq",
+                 "base_version", "control", "first_seq", "head", "new", "spare_ids")
 
-    def __init__(self, head: Head, events: list[Event] | None = None,
-                 first_seq: int = 0) -> None:
+    def __init__(self, head: Head, events: list[Event] | None = None, first_seq: int = 0,
+                 later: Mapping[int, Callable[[], Event]] | None = None) -> None:
         self.head = head
-        self.loaded = events if events is not None else []
+        self._loaded = events if events is not None else []
+        self._later = dict(later) if later else None
         self.first_seq = first_seq
         self.base_version = head.version
         self.base_seq = head.seq
@@ -50,6 +54,21 @@ class Window:
         self._lock = threading.Lock()
         #: Not None while a run is active: events recorded by tools wait here.
         self._deferred: list[Event] | None = None
+
+    @property
+    def loaded(self) -> list[Event]:
+        """The committed events loaded (every one read in full)."""
+        if self._later:
+            with self._lock:  # tools running side by side read it once
+                for index, read in sorted(self._later.items()):
+                    self._loaded[index] = read()
+                    del self._later[index]
+        return self._loaded
+
+    @property
+    def loaded_count(self) -> int:
+        """How many committed events are loaded (none of them read from where they live)."""
+        return len(self._loaded)
 
     @property
     def dirty(self) -> bool:
@@ -113,7 +132,7 @@ class Window:
 
     def mark_committed(self, version: int) -> None:
         """The slice landed at ``version``: it becomes part of the loaded ledger."""
-        self.loaded.extend(self.new)  # loaded is always this window's own list
+        self._loaded.extend(self.new)  # loaded is always this window's own list
         self.new = []
         starts = self.head.commit_seqs  # where this version began (as the store wrote it)
         self.head.commit_seqs = [*starts, self.base_seq][-COMMIT_WINDOW:]
@@ -159,7 +178,7 @@ class Window:
         elif self._effects is not None and dropped:  # it still ends after the same event
             length, at = self._effects
             self._effects = (length - sum(1 for index in dropped if index < length), at)
-        self.loaded = stored.events
+        self._loaded, self._later = stored.events, None
         self.first_seq = stored.first_seq
         if stored.control is not None:
             self.control = stored.control

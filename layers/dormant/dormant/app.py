@@ -114,8 +114,12 @@ class Sessions:
              compacted: bool = False) -> Session | None:
         """The session with only the last ``turns`` turns of its ledger (the turn path);
         ``compacted``: none of what the latest compaction summarised."""
-        stored = self._store.load(normalize_session_id(session_id), turns=turns,
-                                  compacted=compacted)
+        sid = normalize_session_id(session_id)
+        deferring = getattr(self._store, "load_deferred", None)
+        if deferring is not None:  # large events stay where they live until they are read
+            loaded = deferring(sid, turns=turns, compacted=compacted)
+            return self.bind(Session.from_stored(*loaded)) if loaded is not None else None
+        stored = self._store.load(sid, turns=turns, compacted=compacted)
         return self.bind(Session.from_stored(stored)) if stored is not None else None
 
     def commit(self, session: Session) -> CommitResult:

@@ -8,7 +8,7 @@ types and new optional fields; never rename or repurpose one.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
@@ -543,6 +543,16 @@ def _events() -> TypeAdapter[list[Event]]:
 @functools.cache
 def _event() -> TypeAdapter[Event]:
     return TypeAdapter(Event)
+
+
+@functools.cache
+def _classes() -> dict[str, type[BaseModel]]:
+    return {cls.model_fields["type"].default: cls for cls in get_args(LedgerEvent)}
+
+
+def event_class(kind: str) -> type[BaseModel] | None:
+    """The ledger event class whose ``type`` is ``kind`` (None: no such event)."""
+    return _classes().get(kind)
 
 
 def load_events(data: Any) -> list[Event]:

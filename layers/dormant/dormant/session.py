@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -204,10 +204,11 @@ class Session:
     and the history window its agent asks for (``first_seq`` says where that window starts).
     """
 
-    def __init__(self, head: Head, events: list[Event] | None = None, first_seq: int = 0) -> None:
+    def __init__(self, head: Head, events: list[Event] | None = None, first_seq: int = 0,
+                 later: Mapping[int, Callable[[], Event]] | None = None) -> None:
         #: The ledger window, its head and the uncommitted slice, as the engine moves them
         #: (the commit policy, the run loop): read the session's properties instead.
-        self.window = Window(head, events, first_seq)
+        self.window = Window(head, events, first_seq, later)
         #: A retry asked for with ``input.retry`` (run by the next turn).
         self.pending_retry: str | None = None
         #: True once a claim committed this session's inputs (decisions, answers): a turn
@@ -269,8 +270,11 @@ class Session:
         return cls(head, loaded, 0)
 
     @classmethod
-    def from_stored(cls, stored: StoredSession) -> Session:
-        session = cls(stored.head, stored.events, stored.first_seq)
+    def from_stored(cls, stored: StoredSession,
+                    later: Mapping[int, Callable[[], Event]] | None = None) -> Session:
+        """The session ``stored`` holds (``later``: events the store left where they live,
+        read when the events are, see :meth:`dormant.stores.DynamoDBStore.load_deferred`)."""
+        session = cls(stored.head, stored.events, stored.first_seq, later)
         control = session.control = stored.control
         head, entry = session.head, control.running if control is not None else None
         if entry is not None and entry.until > head.lease and head.running \
@@ -501,4 +505,4 @@ class Session:
 
     def __repr__(self) -> str:
         return (f"Session({self.session_id!r}, version={self.version}, status={self.status!r}, "
-                f"events={len(self.window.loaded)}+{len(self.window.new)})")
+                f"events={self.window.loaded_count}+{len(self.window.new)})")

@@ -56,6 +56,7 @@ from dormant.stores._dynamodb import commits, deletes, forks, listing, reads, wr
 from dormant.stores._dynamodb import control as controls
 from dormant.stores._dynamodb import layout as lay
 from dormant.stores._dynamodb.offload import Offloader, is_pointer
+from dormant.stores._dynamodb.reads import Later
 
 # TRANSACTION_ATTEMPTS and RETRY_BACKOFF (from ``table``, with the other retry rules every
 # transaction shares) are still importable from here, where they were first named.
@@ -199,6 +200,19 @@ class DynamoDBStore:
 
     def load(self, session_id: str, *, turns: int | None = None,
              compacted: bool = False) -> StoredSession | None:
+        loaded = self._load(session_id, turns, compacted, defer=False)
+        return loaded[0] if loaded is not None else None
+
+    def load_deferred(self, session_id: str, *, turns: int | None = None,
+                      compacted: bool = False) -> tuple[StoredSession, Later] | None:
+        """:meth:`load`, leaving the window's offloaded events in S3 until they are read: a
+        stand-in (the event's type and id) holds each one's place in the events, and the
+        second value reads it, by its index there. What the app's sessions load (a request
+        that reads no event body, a stop or a queued message, reads nothing from S3)."""
+        return self._load(session_id, turns, compacted, defer=True)
+
+    def _load(self, session_id: str, turns: int | None, compacted: bool,
+              defer: bool) -> tuple[StoredSession, Later] | None:
         now_s = int(self._clock())
         request: dict[str, Any] = {
             "TableName": self.table_name,
@@ -218,7 +232,7 @@ class DynamoDBStore:
             items.extend(page.get("Items", []))
             exhausted = "LastEvaluatedKey" not in page
             found = reads.read(session_id, items, turns, now_s, exhausted, fetch,
-                               compacted=compacted)
+                               compacted=compacted, defer=defer)
             if found is not None:
                 break
             request["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -230,20 +244,21 @@ class DynamoDBStore:
         if head is None:
             return None
         start = head.window_start(turns, compacted=compacted)
-        events, first, used = found.events, found.first_seq, found.used
+        events, first, used, later = found.events, found.first_seq, found.used, found.later
         if head.lineage and start < head.fork_point and first == head.fork_point:
             # The window reaches below the fork point (and the fork's own events reach down
             # to it): the rest is its sources', one Query per segment read.
             inherited, first, more = forks.inherited(self._table, self._window, head, start,
                                                      now_s, fetch, windowed=limit is not None)
             events, used = inherited + events, used + more
+            later = {len(inherited) + i: read_it for i, read_it in later.items()}
         if (turns is not None and turns > 0) or (
                 turns is None and compacted and head.turns_since(start) is not None):
             in_window = sum(1 for t in head.turn_starts if t >= start)
             self._window.observe(session_id, max(in_window, 1), max(used, 1))
         control = (controls.control_of(found.control, now_s) if found.control is not None
                    else None)
-        return StoredSession(head, events, first, control)
+        return StoredSession(head, events, first, control), later
 
     def read_page(self, head: Head, after: int, skip: int, limit: int) -> LedgerPage | None:
         """At most ``limit`` events from ``skip`` after version ``after``'s end, up to

@@ -7,24 +7,28 @@ functions: no client here."""
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dormant._head import Head
 from dormant.errors import StoreError
-from dormant.events import Event, load_events
+from dormant.events import Event, load_event, load_events
 from dormant.stores._dynamodb import codec
 from dormant.stores._dynamodb import layout as lay
-from dormant.stores._dynamodb.offload import is_pointer
+from dormant.stores._dynamodb.offload import is_pointer, stand_in
 from dormant.stores._dynamodb.writes import Known
 from dormant.types import SessionSummary
 
-__all__ = ["Found", "Paged", "Segment", "Version", "decode", "items_needed", "page", "read",
-           "segment", "summary", "versions_of"]
+__all__ = ["Found", "Later", "Paged", "Segment", "Version", "decode", "items_needed", "page",
+           "read", "realise", "segment", "summary", "versions_of"]
 
 _Items = list[dict[str, Any]]
 Fetch = Callable[[dict[str, Any]], Any]
+#: Offloaded events a load left in S3: by their index in the events it returned (where a
+#: stand-in holds their place), what reads each.
+Later = dict[int, Callable[[], Event]]
 
 
 @dataclass
@@ -107,6 +111,26 @@ class Found:
     #: Event items the window needed (for the window estimator).
     used: int = 0
     control: dict[str, Any] | None = None
+    later: Later = field(default_factory=dict)
+
+
+def realise(raw: list[Any], fetch: Fetch, *, defer: bool = False) -> tuple[list[Event], Later]:
+    """Ledger events from their JSON forms and S3 pointers: the pointers' events fetched, or
+    with ``defer`` (a pointer with a stub) a stand-in in their place and how to read them."""
+    pointers = [i for i, value in enumerate(raw) if is_pointer(value)]
+    if not pointers:
+        return load_events(raw), {}
+    stand = {i: stand_in(raw[i]) for i in pointers} if defer else {}
+    if not defer or any(e is None for e in stand.values()):
+        return load_events([fetch(v) if is_pointer(v) else v for v in raw]), {}
+    bodies = iter(load_events([v for v in raw if not is_pointer(v)]))
+    events = [stand[i] if i in stand else next(bodies) for i in range(len(raw))]
+    later: Later = {i: functools.partial(_fetched, fetch, raw[i]) for i in pointers}
+    return events, later  # type: ignore[return-value]
+
+
+def _fetched(fetch: Fetch, pointer: dict[str, Any]) -> Event:
+    return load_event(fetch(pointer))
 
 
 def _payload(value: dict[str, Any]) -> bytes:
@@ -130,11 +154,11 @@ def versions_of(items: _Items) -> list[Version]:
 
 
 def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhausted: bool,
-         fetch: Fetch, *, compacted: bool = False) -> Found | None:
+         fetch: Fetch, *, compacted: bool = False, defer: bool = False) -> Found | None:
     """The session the items read so far (a descending query's, oldest last) hold, or None
     when more items are needed (``exhausted``: there are no more). A fork's window is read
     here down to its fork point at most: what it inherits is in other partitions
-    (:func:`segment`)."""
+    (:func:`segment`). ``defer``: offloaded events stay in S3 (:func:`realise`)."""
     control = next((i for i in items if lay.is_control_item(i)), None)
     head_item = next((i for i in items if lay.head_sk_is(i)), None)
     if head_item is not None and lay.is_legacy_head(head_item):
@@ -212,11 +236,16 @@ def read(session_id: str, items: _Items, turns: int | None, now_s: int, exhauste
                                    load=False)
             raw.extend(legacy)
             used += len(slices)
+    legacy_end = len(raw)  # the old layout's events are fetched as they are decoded
     for version in reversed(window):
         for offset, value in enumerate(version.events()):
             if version.first_seq + offset >= first:
-                raw.append(fetch(value) if is_pointer(value) else value)
-    return Found(head, load_events(raw), first if raw else head.seq, known, used, control)
+                raw.append(value)
+    events, later = realise(raw[legacy_end:] if legacy_end else raw, fetch, defer=defer)
+    if legacy_end:
+        events = load_events(raw[:legacy_end]) + events
+        later = {legacy_end + i: read_it for i, read_it in later.items()}
+    return Found(head, events, first if raw else head.seq, known, used, control, later)
 
 
 @dataclass

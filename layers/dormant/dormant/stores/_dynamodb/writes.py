@@ -141,7 +141,7 @@ def plan_commit(table: str, written: Head, events: Sequence[Event], known: Known
         listed = None
 
     def payload() -> bytes:
-        shown = [offloader.pointer_doc(keys[i]) if offloader and i in keys else dumped[i]
+        shown = [offloader.pointer_doc(keys[i], dumped[i]) if offloader and i in keys else dumped[i]
                  for i in range(len(dumped))]
         doc: dict[str, Any] = {"s": first_seq}
         if listed is not None:  # not in the index: when its session's entry was written
