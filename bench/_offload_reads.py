@@ -86,7 +86,10 @@ class _Process:
             ref: str
 
         class Eager(DynamoDBStore):
-            load_deferred = None  # type: ignore[assignment]
+            """Loaded with ``load`` (a store that overrides it is loaded with it)."""
+
+            def load(self, session_id: str, **kwargs: Any) -> Any:
+                return super().load(session_id, **kwargs)
 
         class Reading(ScriptedModel):
             """Reads its whole request, as a provider's client does when it sends it."""

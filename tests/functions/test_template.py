@@ -680,16 +680,26 @@ def test_snapstart_and_provisioned_concurrency_are_opt_in_on_the_api_function() 
     assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "ApiSnapStart"}, "true"]}
     assert rule["Assertions"][0]["Assert"] == {
         "Fn::Equals": [{"Ref": "ApiProvisionedConcurrency"}, "0"]}
-    # The stream function: provisioned concurrency only (tests/functions/test_snapstart_safety.py
-    # says why no SnapStart); the others: neither.
-    assert props("StreamFunction")["ProvisionedConcurrencyConfig"] == {"Fn::If": [
+    # The stream function: the same two (its runtime loop takes part in restores:
+    # tests/functions/test_snapstart_safety.py); the others: neither.
+    stream = props("StreamFunction")
+    assert stream["SnapStart"] == {"Fn::If": [
+        "StreamSnapStartOn", {"ApplyOn": "PublishedVersions"}, {"Ref": "AWS::NoValue"}]}
+    assert stream["ProvisionedConcurrencyConfig"] == {"Fn::If": [
         "ProvisionStream",
         {"ProvisionedConcurrentExecutions": {"Ref": "StreamProvisionedConcurrency"}},
         {"Ref": "AWS::NoValue"}]}
+    assert _parameter("StreamSnapStart")["Default"] == "false"
     assert _parameter("StreamProvisionedConcurrency")["Default"] == 0
+    assert conditions["StreamSnapStartOn"] == {
+        "Fn::Equals": [{"Ref": "StreamSnapStart"}, "true"]}
     assert conditions["ProvisionStream"] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "StreamProvisionedConcurrency"}, 0]}]}
-    for name in FUNCTIONS[1:]:
+    rule = template()["Rules"]["StreamSnapStartOrProvisionedConcurrency"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "StreamSnapStart"}, "true"]}
+    assert rule["Assertions"][0]["Assert"] == {
+        "Fn::Equals": [{"Ref": "StreamProvisionedConcurrency"}, "0"]}
+    for name in FUNCTIONS[2:]:
         assert "SnapStart" not in props(name)
     for name in FUNCTIONS[2:]:
         assert "ProvisionedConcurrencyConfig" not in props(name)

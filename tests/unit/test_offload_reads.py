@@ -153,3 +153,37 @@ def test_a_stub_names_the_event_it_stands_for_and_a_pointer_without_one_still_re
     events, later = reads.realise([old], fetch, defer=True)
     assert later == {} and events[0].result == "body"  # type: ignore[union-attr]
     assert codec is not None
+
+
+def test_a_store_that_overrides_load_is_loaded_with_it(aws: None) -> None:
+    """The app's sessions use ``load_deferred`` only where the class whose ``load`` runs
+    offers it too: a subclass or a wrapper that changes ``load`` is not bypassed."""
+    loads: list[str] = []
+
+    class Audited(DynamoDBStore):
+        def load(self, session_id: str, **kwargs: Any) -> Any:
+            loads.append(session_id)
+            return super().load(session_id, **kwargs)
+
+    class Forwarding:
+        def __init__(self, inner: DynamoDBStore) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def load(self, session_id: str, **kwargs: Any) -> Any:
+            loads.append(session_id)
+            return self.inner.load(session_id, **kwargs)
+
+    plain = DynamoDBStore(TABLE)
+    for store in (Audited(TABLE), Forwarding(plain)):
+        app = dormant.App(name="audit", store=store)  # type: ignore[arg-type]
+        app.sessions.create("audited")
+        loads.clear()
+        assert app.sessions.load("audited", turns=None) is not None
+        assert loads == ["session_audited"]
+        app.sessions.delete("audited")
+    app = dormant.App(name="audit", store=plain)
+    app.sessions.create("plain")
+    assert app.sessions.load("plain", turns=None) is not None and loads == ["session_audited"]

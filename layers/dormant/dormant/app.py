@@ -46,6 +46,17 @@ __all__ = ["App", "Sessions"]
 MERGE_ATTEMPTS = 5
 
 
+def _deferring(store: Store) -> Callable[..., Any] | None:
+    """The store's ``load_deferred`` (a load that leaves large events where they live until
+    they are read), when the class whose ``load`` the store runs offers it beside it: a store
+    that wraps or overrides ``load`` is loaded with its own ``load``, whatever it forwards."""
+    for cls in type(store).__mro__:
+        if "load" in cls.__dict__:
+            found = cls.__dict__.get("load_deferred")
+            return found.__get__(store) if callable(found) else None
+    return None
+
+
 class Sessions:
     """``app.sessions``: create, read, commit and merge sessions in the app's store."""
 
@@ -115,7 +126,7 @@ class Sessions:
         """The session with only the last ``turns`` turns of its ledger (the turn path);
         ``compacted``: none of what the latest compaction summarised."""
         sid = normalize_session_id(session_id)
-        deferring = getattr(self._store, "load_deferred", None)
+        deferring = _deferring(self._store)
         if deferring is not None:  # large events stay where they live until they are read
             loaded = deferring(sid, turns=turns, compacted=compacted)
             return self.bind(Session.from_stored(*loaded)) if loaded is not None else None

@@ -15,6 +15,15 @@ not the Lambda Web Adapter)::
     POST /2018-06-01/runtime/invocation/{id}/error       a failure before anything was sent
          (after that: the Lambda-Runtime-Function-Error-Type/-Body trailers)
     POST /2018-06-01/runtime/init/error                  the app could not be built
+    GET  /2018-06-01/runtime/restore/next                SnapStart: the snapshot is taken
+         while it waits; it answers in an environment restored from it
+    POST /2018-06-01/runtime/restore/error               an after-restore hook failed
+
+Under SnapStart (``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start``) the loop runs the hooks apps
+register with the runtime's ``snapshot_restore_py`` as the managed loop does: before-snapshot
+hooks last registered first, then ``restore/next``, then after-restore hooks in order (dormant
+re-seeds its ids there). Without that module it refuses to be snapshotted: every environment
+restored from one snapshot would mint the same ids.
 
 Only the standard library: nothing here costs import time beyond ``http.client``.
 """
@@ -27,12 +36,15 @@ import importlib
 import json
 import logging
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
+    "AFTER_RESTORE_ERROR",
+    "BEFORE_SNAPSHOT_ERROR",
     "CONTENT_TYPE",
     "DELIMITER",
     "Invocation",
@@ -42,6 +54,7 @@ __all__ = [
     "StreamClosed",
     "main",
     "serve_forever",
+    "snap_start",
 ]
 
 log = logging.getLogger("dormant.aws")
@@ -202,20 +215,75 @@ class RuntimeApi:
     def error(self, request_id: str, error: BaseException) -> None:
         self._post_error(f"/{_VERSION}/runtime/invocation/{request_id}/error", error)
 
-    def init_error(self, error: BaseException) -> None:
-        self._post_error(f"/{_VERSION}/runtime/init/error", error)
+    def init_error(self, error: BaseException, kind: str | None = None) -> None:
+        self._post_error(f"/{_VERSION}/runtime/init/error", error, kind)
 
-    def _post_error(self, path: str, error: BaseException) -> None:
-        kind = type(error).__name__
-        body = json.dumps({"errorMessage": str(error), "errorType": kind,
+    def restore_next(self) -> None:
+        """SnapStart: wait while the snapshot is taken; return once restored from it."""
+        conn = self.connection()
+        try:
+            conn.request("GET", f"/{_VERSION}/runtime/restore/next")
+            reply = conn.getresponse()
+            body = reply.read()
+            if reply.status != 200:
+                raise RuntimeError(f"the Runtime API answered {reply.status} to restore/next: "
+                                   f"{body!r}")
+        finally:
+            conn.close()
+
+    def restore_error(self, error: BaseException) -> None:
+        self._post_error(f"/{_VERSION}/runtime/restore/error", error, AFTER_RESTORE_ERROR)
+
+    def _post_error(self, path: str, error: BaseException, kind: str | None = None) -> None:
+        body = json.dumps({"errorMessage": str(error), "errorType": type(error).__name__,
                            "stackTrace": traceback.format_exception(error)})
         conn = self.connection(timeout=10)
         try:
             conn.request("POST", path, body=body, headers={
-                "Content-Type": "application/json", "Lambda-Runtime-Function-Error-Type": kind})
+                "Content-Type": "application/json",
+                "Lambda-Runtime-Function-Error-Type": kind or type(error).__name__})
             conn.getresponse().read()
         finally:
             conn.close()
+
+
+#: The error types the managed runtime reports for a failed SnapStart hook.
+BEFORE_SNAPSHOT_ERROR = "Runtime.BeforeSnapshotError"
+AFTER_RESTORE_ERROR = "Runtime.AfterRestoreError"
+#: Where Lambda's runtime hooks are registered (on the python3.13 runtime: /var/runtime).
+_HOOKS = "snapshot_restore_py"
+
+
+def snap_start(api: RuntimeApi) -> None:
+    """Take part in a SnapStart snapshot as the managed runtime does: run the before-snapshot
+    hooks (last registered first), wait on ``restore/next``, then run the after-restore hooks
+    (first registered first). A before-snapshot failure (or no hook registry: nothing would
+    re-seed what must differ per environment) is an init error, exit 64; an after-restore
+    failure is reported to ``restore/error``, exit 65."""
+    try:
+        try:
+            hooks = importlib.import_module(_HOOKS)
+        except ImportError as error:
+            raise RuntimeError(
+                f"SnapStart is on but {_HOOKS} cannot be imported (on Lambda it is in "
+                "/var/runtime): without it nothing re-seeds ids after a restore, so the "
+                "function refuses to be snapshotted") from error
+        before = hooks.get_before_snapshot()
+        while before:
+            func, args, kwargs = before.pop()
+            func(*args, **kwargs)
+    except Exception as error:
+        log.exception("SnapStart: before the snapshot")
+        api.init_error(error, BEFORE_SNAPSHOT_ERROR)
+        sys.exit(64)
+    api.restore_next()
+    try:
+        for func, args, kwargs in hooks.get_after_restore():
+            func(*args, **kwargs)
+    except Exception as error:
+        log.exception("SnapStart: after the restore")
+        api.restore_error(error)
+        sys.exit(65)
 
 
 #: ``handler(event, context, stream)``: answer the invocation on ``stream``.
@@ -228,13 +296,16 @@ def serve_forever(build: Callable[[], StreamHandler], *, address: str | None = N
     time, forever (or ``invocations`` of them). A handler that raises before its response
     started is reported to ``/invocation/{id}/error``; after, its stream ends with the error
     trailers. ``_X_AMZN_TRACE_ID`` carries each invocation's trace header, as the managed
-    runtime sets it."""
+    runtime sets it. Under SnapStart the handler is built before the snapshot, and the first
+    invocation is asked for once restored (:func:`snap_start`)."""
     api = RuntimeApi(address or os.environ["AWS_LAMBDA_RUNTIME_API"])
     try:
         handler = build()
     except Exception as error:
         api.init_error(error)
         raise
+    if os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "snap-start":
+        snap_start(api)
     served = 0
     while invocations is None or served < invocations:
         invocation = api.next()
