@@ -194,6 +194,21 @@ def test_naming_a_timer_twice_converges_and_cancel_removes_it(
     assert app.sessions.get("s5").timers == []  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("name", ["dormant.lease", "dormant.lease.7"])
+def test_a_session_timer_cannot_take_a_lease_wake_up_s_name(
+        app: dormant.App, scheduler: RecordingScheduler, name: str) -> None:
+    """A claim's wake-up is named ``dormant.lease.<version>``: a session timer of that name
+    would replace or cancel it, or be taken for one when it fires."""
+    session = app.sessions.create("s5b")
+    with pytest.raises(dormant.InputError, match="dormant's own wake-ups"):
+        session.schedule(name, delay="5m", message="hello")
+    with pytest.raises(dormant.InputError, match="dormant's own wake-ups"):
+        session.cancel_schedule(name)
+    session.schedule("dormant.leases", delay="5m", message="not a wake-up's name")
+    assert app.sessions.commit(session).ok
+    assert [t.name for t in session.timers] == ["dormant.leases"]
+
+
 def test_a_timer_can_answer_a_yielded_tool(app: dormant.App,
                                            scheduler: RecordingScheduler) -> None:
     """'Wait until Friday': a resume that answers a yielded call at a time."""

@@ -31,7 +31,13 @@ from dormant.events import (
     ToolResult,
     UserEvent,
 )
-from dormant.schedulers import MAX_TIMER_NAME, TimerDelivery, fire_at_ms
+from dormant.schedulers import (
+    LEASE_TIMER,
+    MAX_TIMER_NAME,
+    TimerDelivery,
+    fire_at_ms,
+    is_lease_timer,
+)
 from dormant.types import (
     CommitResult,
     Control,
@@ -457,6 +463,7 @@ class Session:
         """
         if not isinstance(name, str) or not name or len(name) > MAX_TIMER_NAME:
             raise InputError(f"a timer needs a name of 1-{MAX_TIMER_NAME} characters")
+        _not_reserved(name)
         if (message is None) == (tool_input is None):
             raise InputError(f"timer {name!r} needs exactly one of message= and tool_input=")
         if tool_input is not None and (not isinstance(tool_input, dict)
@@ -480,6 +487,7 @@ class Session:
 
     def cancel_schedule(self, name: str) -> TimerCancelled:
         """Cancel a timer (no error if there is none; it takes effect when the turn commits)."""
+        _not_reserved(name)
         event = TimerCancelled(name=name, invocation_id=self.window.head.open_invocation)
         self.record(event)
         return event
@@ -506,3 +514,11 @@ class Session:
     def __repr__(self) -> str:
         return (f"Session({self.session_id!r}, version={self.version}, status={self.status!r}, "
                 f"events={self.window.loaded_count}+{len(self.window.new)})")
+
+
+def _not_reserved(name: str) -> None:
+    """Refuse a timer name the library's own wake-ups use (a claim's lease wake-up): the
+    session's timer would replace or cancel one, or be taken for one when it fires."""
+    if is_lease_timer(name):
+        raise InputError(f"timer {name!r}: names {LEASE_TIMER!r} and {LEASE_TIMER}.* are "
+                         "dormant's own wake-ups; choose another name")
