@@ -187,3 +187,20 @@ def test_a_store_that_overrides_load_is_loaded_with_it(aws: None) -> None:
     app = dormant.App(name="audit", store=plain)
     app.sessions.create("plain")
     assert app.sessions.load("plain", turns=None) is not None and loads == ["session_audited"]
+
+
+def test_a_load_patched_on_the_store_itself_is_used(aws: None) -> None:
+    store = DynamoDBStore(TABLE)
+    loads: list[str] = []
+    inner = store.load
+
+    def load(session_id: str, **kwargs: Any) -> Any:
+        loads.append(session_id)
+        return inner(session_id, **kwargs)
+
+    store.load = load  # type: ignore[method-assign]
+    app = dormant.App(name="patched", store=store)
+    app.sessions.create("patched")
+    loads.clear()
+    assert app.sessions.load("patched", turns=None) is not None
+    assert loads == ["session_patched"]

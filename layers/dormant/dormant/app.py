@@ -49,7 +49,10 @@ MERGE_ATTEMPTS = 5
 def _deferring(store: Store) -> Callable[..., Any] | None:
     """The store's ``load_deferred`` (a load that leaves large events where they live until
     they are read), when the class whose ``load`` the store runs offers it beside it: a store
-    that wraps or overrides ``load`` is loaded with its own ``load``, whatever it forwards."""
+    that wraps or overrides ``load`` (its class, or the instance itself) is loaded with its
+    own ``load``, whatever it forwards."""
+    if "load" in getattr(store, "__dict__", ()):
+        return None
     for cls in type(store).__mro__:
         if "load" in cls.__dict__:
             found = cls.__dict__.get("load_deferred")
