@@ -112,7 +112,8 @@ def _layer(framework: Framework, plan: Plan, extra: dict[str, Any]) -> dict[str,
         mb = extra.get("coldstart", {}).get("layer_mb")
         if mb is None:
             return {"unsupported": "bench/coldstart.py --layer gave no layer_mb"}
-        return {"figures": {"mb": mb, "what": "layers/dormant/requirements.txt + dormant"}}
+        return {"figures": {"mb": mb, "what": "layers/dormant/requirements.txt + dormant "
+                                        "(x86_64 and arm64 modules: one layer serves both)"}}
     if framework.missing:
         return {"unsupported": framework.missing}
     try:

@@ -1,7 +1,9 @@
-"""A Lambda layer's size, the way ``sam build`` would make it for python3.13 x86_64: pip
+"""A peer's Lambda layer size, the way ``sam build`` would make it for python3.13 x86_64: pip
 installs the requirements as manylinux wheels for CPython 3.13 into a folder (``--target``),
 and the size is what that folder takes on disk (MiB). A peer's figure is its pinned
-distribution and what it depends on; it is cached per pin (it only changes with the pin)."""
+distribution and what it depends on; it is cached per pin (it only changes with the pin).
+dormant's own figure comes from its layer's recipe (``bench/coldstart.py --layer``), which
+carries both architectures' compiled modules: a few MB more than one architecture's."""
 
 from __future__ import annotations
 

@@ -290,10 +290,11 @@ def measure(runs: int, peers: bool = True) -> tuple[dict[str, tuple[float, float
 
 def layer_mb() -> float:
     """Size in MB (``du -sm``: disk blocks, MiB) of the layer ``sam build`` makes for
-    python3.13 x86_64, built by the same recipe (``make build-DormantLayer`` in layers/dormant:
-    the requirements as manylinux wheels for CPython 3.13, the ``dormant`` package, their
-    bytecode). pip downloads the wheels; no Docker. The bytecode is python3.13's when it is on
-    PATH, else this interpreter's (about the same size)."""
+    python3.13, built by the same recipe (``make build-DormantLayer`` in layers/dormant: the
+    requirements as manylinux wheels for CPython 3.13 with both architectures' compiled modules,
+    x86_64 and aarch64, the ``dormant`` package, their bytecode). pip downloads the wheels;
+    no Docker. The bytecode is python3.13's when it is on PATH, else this interpreter's (about
+    the same size)."""
     python = "python3.13"
     try:
         subprocess.run([python, "--version"], check=True, capture_output=True)
@@ -337,7 +338,7 @@ def main() -> None:
     figures.update({name: round(value, 3) for name, value in ratios.items()})
     if args.layer:
         size = layer_mb()
-        print(f"  {'Lambda layer (python3.13 x86_64), MB':<66}{size:>7.1f}")
+        print(f"  {'Lambda layer (python3.13, x86_64 + arm64 modules), MB':<66}{size:>7.1f}")
         figures["layer_mb"] = round(size, 1)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
