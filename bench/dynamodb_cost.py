@@ -568,7 +568,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\nA session holding one offloaded event (a 50 KB tool result in S3): S3 reads of "
           "each request after it, each in a new process and in a warm one. Deferred: what "
           "the app's sessions load (the body is read when something reads the event); eager: "
-          "the store's plain load, side by side. A warm process keeps what it read.\n")
+          "the store's plain load, side by side. A warm process keeps what it read or wrote.\n")
     print(offload_table(offloaded))
     if args.json:
         figures = {
