@@ -28,7 +28,7 @@ def register_snapshot_restore_hook() -> bool:
     (``register_after_restore``); True if registered. Elsewhere the module does not exist and
     nothing happens. Called once, at import."""
     try:
-        from snapshot_restore_py import register_after_restore  # type: ignore[import-not-found]
+        from snapshot_restore_py import register_after_restore
     except ImportError:
         return False
     register_after_restore(_reseed)
