@@ -264,6 +264,10 @@ API_INIT_PACKAGES = {
     "annotated_types", "api", "aws_lambda_powertools", "botocore", "certifi", "dateutil",
     "dormant", "jmespath", "pydantic", "pydantic_core", "six", "typing_extensions",
     "typing_inspection", "urllib3",
+    # Lambda's SnapStart hook registry, where dormant._ids registers its re-seeding (on Lambda
+    # it is the runtime's own, in /var/runtime, imported before the function; here, the dev
+    # extra's)
+    "snapshot_restore_py",
 }
 #: Never at init: boto3 (with s3transfer, multiprocessing) is not how dormant makes its
 #: clients; the model's, tracing's and tools' packages come with their first use.
