@@ -126,7 +126,7 @@ def test_a_stub_names_the_event_it_stands_for_and_a_pointer_without_one_still_re
         aws: None) -> None:
     """New pointers carry the event's type and id; a pointer written before stubs (no type,
     no id) is read at once, as it always was."""
-    from dormant.stores._dynamodb import codec, reads
+    from dormant.stores._dynamodb import reads
 
     first = Process([{"tool_calls": [{"name": "fetch", "args": {"ref": "doc"}}]}, "Read it."])
     assert first.send({"input": {"message": "read the doc"}}).status == "completed"
@@ -148,11 +148,9 @@ def test_a_stub_names_the_event_it_stands_for_and_a_pointer_without_one_still_re
     events, later = reads.realise([pointers[0]], fetch, defer=True)
     assert fetched == [] and list(later) == [0] and events[0].id == pointers[0]["i"]
     assert later[0]().result == "body" and len(fetched) == 1  # type: ignore[union-attr]
-    old = {codec_key: value for codec_key, value in pointers[0].items()
-           if codec_key not in ("t", "i")}
+    old = {key: value for key, value in pointers[0].items() if key not in ("t", "i")}
     events, later = reads.realise([old], fetch, defer=True)
     assert later == {} and events[0].result == "body"  # type: ignore[union-attr]
-    assert codec is not None
 
 
 def test_a_store_that_overrides_load_is_loaded_with_it(aws: None) -> None:

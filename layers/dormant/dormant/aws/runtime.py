@@ -198,14 +198,21 @@ class RuntimeApi:
 
     def next(self) -> Invocation:
         """Block until the next invocation (no timeout: the environment may sleep for hours)."""
+        body, headers = self._wait("invocation/next")
+        return Invocation(json.loads(body or b"null"), headers)
+
+    def _wait(self, what: str) -> tuple[bytes, dict[str, str]]:
+        """GET ``/runtime/<what>``, which answers when Lambda has something (no timeout):
+        the body and headers of its 200 answer."""
         conn = self.connection()
         try:
-            conn.request("GET", f"/{_VERSION}/runtime/invocation/next")
+            conn.request("GET", f"/{_VERSION}/runtime/{what}")
             reply = conn.getresponse()
             body = reply.read()
             if reply.status != 200:
-                raise RuntimeError(f"the Runtime API answered {reply.status} to next: {body!r}")
-            return Invocation(json.loads(body or b"null"), dict(reply.getheaders()))
+                raise RuntimeError(f"the Runtime API answered {reply.status} to {what}: "
+                                   f"{body!r}")
+            return body, dict(reply.getheaders())
         finally:
             conn.close()
 
@@ -220,16 +227,7 @@ class RuntimeApi:
 
     def restore_next(self) -> None:
         """SnapStart: wait while the snapshot is taken; return once restored from it."""
-        conn = self.connection()
-        try:
-            conn.request("GET", f"/{_VERSION}/runtime/restore/next")
-            reply = conn.getresponse()
-            body = reply.read()
-            if reply.status != 200:
-                raise RuntimeError(f"the Runtime API answered {reply.status} to restore/next: "
-                                   f"{body!r}")
-        finally:
-            conn.close()
+        self._wait("restore/next")
 
     def restore_error(self, error: BaseException) -> None:
         self._post_error(f"/{_VERSION}/runtime/restore/error", error, AFTER_RESTORE_ERROR)

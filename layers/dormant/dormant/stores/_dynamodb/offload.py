@@ -46,8 +46,6 @@ class Offloader:
         self._make_client = client
         self._client: S3Client | None = None
         self._bodies: Lru[bytes] = Lru(BODY_CACHE_BYTES, len)
-        #: ``GetObject`` calls made (what the cache saved is what a load did not add here).
-        self.gets = 0
 
     @property
     def client(self) -> S3Client:
@@ -75,7 +73,6 @@ class Offloader:
         cached = f"{ref['b']}/{ref['k']}"
         body = self._bodies.get(cached)
         if body is None:
-            self.gets += 1
             try:
                 body = self.client.get_object(Bucket=ref["b"], Key=ref["k"])["Body"].read()
             except (BotoCoreError, ClientError) as error:
