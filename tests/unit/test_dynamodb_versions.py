@@ -328,7 +328,15 @@ def test_the_omitted_defaults_are_format_1_s() -> None:
     # likewise ``deferred`` (a result supplied from outside): an older item means False.
     assert codec.EVENT_DEFAULTS["tool_result"] == {"result": None, "error": None,
                                                    "denied": False, "preliminary": False,
-                                                   "deferred": False}
+                                                   "deferred": False,
+                                                   "provider_executed": False,
+                                                   "provider_metadata": None}
+    # and the tool-call metadata (seed 003: dynamic, provider-executed, provider and tool
+    # metadata): an older item's call is none of these.
+    assert codec.EVENT_DEFAULTS["tool_call"] == {"args": None, "dynamic": False,
+                                                 "provider_executed": False,
+                                                 "provider_metadata": None,
+                                                 "tool_metadata": None}
     assert codec.EVENT_DEFAULTS["invocation_start"] == {"agent": ""}
     assert codec.EVENT_DEFAULTS["approval_decided"] == {"call_id": "", "reason": None}
     head = Head("s")

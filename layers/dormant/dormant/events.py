@@ -86,6 +86,19 @@ class ToolCall(_Base):
     call_id: str = Field(description="Id of the call; the idempotency key for side effects.")
     name: str = Field(description="Tool name as the model gave it.")
     args: Any = Field(default=None, description="Arguments as the model gave them (JSON).")
+    dynamic: bool = Field(
+        default=False, description="A tool the agent does not define, offered for one run "
+                                   "(an AG-UI client's front-end tool): its answer comes from "
+                                   "the client that offered it.")
+    provider_executed: bool = Field(
+        default=False, description="The model's provider ran the tool (a Bedrock server "
+                                   "tool): its result comes in the model's response, not "
+                                   "from a local run.")
+    provider_metadata: dict[str, Any] | None = Field(
+        default=None, description="The provider's own fields for the call, as returned (sent "
+                                  "back with it where the provider wants them).")
+    tool_metadata: dict[str, Any] | None = Field(
+        default=None, description="The tool's metadata as its definition declared it.")
 
 
 class ToolYield(_Base):
@@ -161,6 +174,11 @@ class ToolResult(_Base):
     deferred: bool = Field(
         default=False, description="Supplied from outside the turn by trusted code, for a "
                                    "deferred call (``tool_deferred``) that waits for it.")
+    provider_executed: bool = Field(
+        default=False, description="The model's provider ran the call and returned this in "
+                                   "its response.")
+    provider_metadata: dict[str, Any] | None = Field(
+        default=None, description="The provider's own fields for the result, as returned.")
 
 
 class ApprovalRequested(_Base):
