@@ -412,18 +412,43 @@ def test_a_turn_past_its_timeout_ends_with_run_error(app):
     assert [e.type for e in kept.events][-2:] == ["tool_result", "invocation_failed"]
 
 
-def test_a_client_that_hangs_up_aborts_the_turn(app, tools):
+def test_a_client_that_hangs_up_keeps_what_a_stop_keeps(app, tools):
+    concierge = agent(app, tools, ["one two three"])
+    stream = app.handler.agui(agent=concierge)({"session_id": "s-gone",
+                                                "input": {"message": "hi"}})
+
+    taken = [next(stream)]
+    while [type(e).__name__ for e in taken].count("TextMessageContentEvent") < 2:
+        taken.append(next(stream))
+    stream.close()  # what the server does when writing the last event taken failed
+
+    assert list(stream) == []
+    result = stream.turn.run()
+    assert (result.status, result.commit_status) == ("stopped", "committed")
+    kept = app.sessions.get("s-gone")
+    assert kept is not None
+    assert [e.type for e in kept.events] == [
+        "invocation_start", "user", "assistant", "stop_requested", "invocation_end"]
+    # the user's message, and the text the client was sent: not the delta whose write failed
+    shown = [e.delta for e in taken if type(e).__name__ == "TextMessageContentEvent"]
+    assert kept.events[1].text == "hi"
+    assert kept.events[2].text == shown[0] != "".join(shown)
+    assert kept.events[-1].status == "stopped"
+
+
+def test_a_client_that_hangs_up_before_anything_streamed_keeps_its_message(app, tools):
     concierge = agent(app, tools, ["one two three"])
     stream = app.handler.agui(agent=concierge)({"session_id": "s-gone",
                                                 "input": {"message": "hi"}})
 
     next(stream), next(stream)  # RUN_STARTED, STATE_SNAPSHOT
-    stream.close()  # what the server does when the connection drops
+    stream.close()
 
-    assert list(stream) == []
-    result = stream.turn.run()  # the turn underneath stops at its next check
-    assert (result.status, result.code, result.commit_status) == ("error", "aborted", None)
-    assert app.sessions.get("s-gone") is None
+    assert stream.turn.run().status == "stopped"
+    kept = app.sessions.get("s-gone")
+    assert kept is not None
+    assert [e.type for e in kept.events] == [
+        "invocation_start", "user", "stop_requested", "invocation_end"]
 
 
 def test_a_bad_request_is_a_run_error_run(app, tools):

@@ -534,6 +534,10 @@ class Turn:
     def abort(self) -> None:
         self.aborted = True
 
+    def stop(self, seen: int | None = None) -> None:
+        self.stopped_at: int | None = seen
+        self.stopped = True
+
 
 def agui_run(app: dormant.App, turn: Turn) -> AgUIRun:
     run = ui(app, app.agent("a", model=ScriptedModel([])))({"input": {}})
@@ -597,7 +601,8 @@ class Slow:
             yield TextDelta(word)
 
 
-def test_closing_the_run_mid_stream_aborts_the_turn(app: dormant.App) -> None:
+def test_closing_the_run_mid_stream_stops_the_turn_keeping_what_was_sent(
+        app: dormant.App) -> None:
     model = Slow(["one ", "two ", "three"])
     stream = ui(app, app.agent("a", model=model))(
         {"session_id": "s-gone", "input": {"message": "count"}})
@@ -608,17 +613,23 @@ def test_closing_the_run_mid_stream_aborts_the_turn(app: dormant.App) -> None:
         if event.type.value == "TEXT_MESSAGE_CONTENT":
             break
     began = time.monotonic()
-    stream.close()  # the client hung up
+    stream.close()  # the client hung up: the write of that first word failed
 
-    assert time.monotonic() - began < model.pause / 2  # the model saw the abort, no wait
+    assert time.monotonic() - began < model.pause / 2  # the model saw the stop, no wait
     assert model.saw_abort.is_set()
     assert list(stream) == []
     assert stream.result is not None
-    assert (stream.result.status, stream.result.code) == ("error", "aborted")
-    assert app.sessions.get("s-gone") is None  # nothing ran that must be kept
+    assert (stream.result.status, stream.result.commit_status) == ("stopped", "committed")
+    kept = app.sessions.get("s-gone")
+    assert kept is not None
+    # the message is kept; the word whose write failed is not (the client never saw it)
+    assert [e.type for e in kept.events] == [
+        "invocation_start", "user", "stop_requested", "invocation_end"]
+    assert kept.events[1].text == "count"
 
 
-def test_closing_the_run_while_another_thread_streams_it_aborts_the_turn(app: dormant.App) -> None:
+def test_closing_the_run_while_another_thread_streams_it_stops_the_turn(
+        app: dormant.App) -> None:
     model = Slow(["one ", "two ", "three"])
     stream = ui(app, app.agent("a", model=model))(
         {"session_id": "s-gone-2", "input": {"message": "count"}})
@@ -635,12 +646,14 @@ def test_closing_the_run_while_another_thread_streams_it_aborts_the_turn(app: do
     assert time.monotonic() - began < model.pause / 2
     assert model.saw_abort.is_set()
     data = conformant(seen)
-    assert kinds(data)[-3:] == ["TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_ERROR"]
-    assert data[-1]["code"] == "aborted"
-    assert app.sessions.get("s-gone-2") is None
+    assert kinds(data)[-3:] == ["TEXT_MESSAGE_END", "CUSTOM:dormant.stop_requested",
+                               "RUN_FINISHED"]
+    kept = app.sessions.get("s-gone-2")
+    assert kept is not None and kept.events[-1].status == "stopped"
+    assert [e.type for e in kept.events][:2] == ["invocation_start", "user"]
 
 
-def test_closing_calls_the_turns_abort_and_runs_it_to_its_end(app: dormant.App) -> None:
+def test_closing_calls_the_turns_stop_and_runs_it_to_its_end(app: dormant.App) -> None:
     turn = Turn([*text("r", ["One ", "two "]), InvocationEnd(invocation_id=INV)],
                 result("stopped"))
     stream = agui_run(app, turn)
@@ -648,7 +661,7 @@ def test_closing_calls_the_turns_abort_and_runs_it_to_its_end(app: dormant.App) 
 
     stream.close()
 
-    assert turn.aborted
+    assert turn.stopped and not turn.aborted
     assert turn.result is not None  # drained: the turn ended as its handler decided
     assert list(stream) == []
 

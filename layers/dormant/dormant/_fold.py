@@ -156,7 +156,8 @@ def _on_tool_call(head: Head, event: ToolCall) -> None:
     head.calls += 1
     if all(c.settled for c in head.step):
         head.step = []
-    head.step.append(PendingCall(call_id=event.call_id, name=event.name, args=event.args))
+    head.step.append(PendingCall(call_id=event.call_id, name=event.name, args=event.args,
+                                 dynamic=event.dynamic))
 
 
 def _on_tool_yield(head: Head, event: ToolYield) -> None:

@@ -55,6 +55,8 @@ class PendingCall:
     reason: str | None = None
     #: A deferred tool's call: it waits for a result trusted code supplies from outside.
     deferred: bool = False
+    #: A client's tool (``tool_call.dynamic``): its answer is its result.
+    dynamic: bool = False
 
 
 @dataclass(slots=True)
@@ -175,7 +177,7 @@ class Head:
             [PendingCall(c.call_id, c.name, json_copy(c.args), c.yielded,
                          json_copy(c.prepared), c.answered, json_copy(c.input),
                          c.settled, c.approval_id, c.decided, c.approved, c.reason,
-                         c.deferred)
+                         c.deferred, c.dynamic)
              for c in self.step] if self.step else [],
             list(self.turn_starts),
             list(self.message_ids),

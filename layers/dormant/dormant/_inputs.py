@@ -16,6 +16,8 @@ __all__ = [
     "ApprovalDecision",
     "AudioFormat",
     "AudioInput",
+    "ClientContext",
+    "ClientTool",
     "CommitStatus",
     "HandlerInput",
     "IfBusy",
@@ -203,6 +205,32 @@ class ToolResultInput(_In):
     is_error: bool = False
 
 
+#: What a model provider accepts as a tool name (OpenAI's and Bedrock's rule alike).
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class ClientTool(_In):
+    """A tool the client offers for one run (an AG-UI front-end tool: a CopilotKit frontend
+    action): ``{name, description, parameters}`` (``parameters``: the arguments' JSON Schema).
+    The model may call it beside the agent's own tools; the call parks the session as a yield
+    the client answers (its ``tool`` message, or an answer by call id), and the answer is the
+    call's result."""
+
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str = Field(default="", max_length=10_000)
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ClientContext(_In):
+    """A piece of context the client gives a run (AG-UI ``context``: ``{description,
+    value}``). The model reads it through the agent's context recipe (see
+    ``app.context.client``)."""
+
+    description: str = Field(max_length=10_000)
+    value: str = Field(max_length=100_000)
+
+
 class TimerRef(_In):
     """Which timer firing a wake request delivers (server-only: never from a public body)."""
 
@@ -246,6 +274,20 @@ class Input(_In):
     #: paused): ``queue`` (default: the inbox), ``reject`` (409), ``interrupt`` (end the
     #: waiting response and run this message).
     if_busy: IfBusy | None = None
+    #: Tools the client offers this run (AG-UI front-end tools). Not kept: each request
+    #: offers its own; a call already parked on one is answered by call id.
+    client_tools: list[ClientTool] | None = Field(default=None, max_length=128)
+    #: Context the client gives this run (AG-UI ``context``); not kept either.
+    context: list[ClientContext] | None = Field(default=None, max_length=128)
+
+    @field_validator("client_tools")
+    @classmethod
+    def _one_of_each(cls, tools: list[ClientTool] | None) -> list[ClientTool] | None:
+        names = [tool.name for tool in tools or ()]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"two client tools are named {twice[0]!r}")
+        return tools
 
 
 class HandlerInput(_In):

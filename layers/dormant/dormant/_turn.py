@@ -182,6 +182,13 @@ class TurnStream(Iterator[StreamEvent]):
         steps are, with an ``invocation_failed`` (code ``aborted``)."""
         self._signal.abort()
 
+    def stop(self, seen: int | None = None) -> None:
+        """Stop the run as a stop request would (from any thread): the text of the step in
+        flight up to stream position ``seen`` (None: all of it) is kept, the calls that did
+        not finish get a ``stopped`` result, the invocation ends ``stopped`` and that is
+        committed with the request's input."""
+        self._signal.stop(seen)
+
     def close(self) -> None:
         """Abandon the turn: abort it and release what it holds now (its poll of the control
         record), instead of when the stream is garbage collected. What an abort keeps is

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dormant._head import TURN_INDEX_SIZE
+from dormant._inputs import ClientContext
 from dormant.errors import ConfigError, DormantError, ToolSourceUnavailable
 from dormant.models._base import ToolSpec
 from dormant.tools import APPROVAL_POLICIES, Tool, ToolSource
@@ -19,8 +20,8 @@ if TYPE_CHECKING:
     from dormant.session import Session
     from dormant.tools import ToolContext
 
-__all__ = ["Agent", "Compaction", "ContextBuilders", "History", "Hook", "HookContext",
-           "System", "Toolset"]
+__all__ = ["Agent", "ClientPart", "Compaction", "ContextBuilders", "History", "Hook",
+           "HookContext", "System", "Toolset", "client_notes"]
 
 DEFAULT_MAX_STEPS = 16
 
@@ -110,7 +111,26 @@ class History:
     app_events: bool | Callable[[AppEvent], str | None] = False
 
 
-ContextItem = System | History
+def client_notes(items: Sequence[ClientContext]) -> str | None:
+    """The default text of a client's context (AG-UI ``context``): one system part listing
+    each item as ``- description: value``, introduced as the client's (the model should not
+    take it for the app's own instructions); None when there is none."""
+    if not items:
+        return None
+    lines = "\n".join(f"- {item.description}: {item.value}" for item in items)
+    return f"Context from the user's application (given by the client):\n{lines}"
+
+
+@dataclass(frozen=True)
+class ClientPart:
+    """Where the context a client gives a run (AG-UI ``context``) enters the model's system
+    prompts, and as what text: ``render`` maps the items to text (None: left out). An agent
+    whose recipe has no ``ClientPart`` gets the default one after its system prompts."""
+
+    render: Callable[[Sequence[ClientContext]], str | None] = client_notes
+
+
+ContextItem = System | History | ClientPart
 
 
 class ContextBuilders:
@@ -132,6 +152,17 @@ class ContextBuilders:
             raise ConfigError("history(app_events=...) takes True, False or a function of the "
                               f"event returning text; got {app_events!r}")
         return History(limit, compact, app_events)
+
+    @staticmethod
+    def client(render: Callable[[Sequence[ClientContext]], str | None] = client_notes
+               ) -> ClientPart:
+        """The client's context (AG-UI ``context`` items) as a system part, where this sits
+        in the recipe; ``render`` makes the text (return None to leave it out: an agent that
+        must not read a public client's context)."""
+        if not callable(render):
+            raise ConfigError(f"context.client(render=...) takes a function of the items, "
+                              f"got {render!r}")
+        return ClientPart(render)
 
 
 @dataclass
@@ -223,6 +254,7 @@ class Agent:
     #: agent made outside an app.
     app_events: dict[str, EventType] | None = field(default=None, repr=False)
     has_history: bool = field(init=False, repr=False)
+    places_client_context: bool = field(init=False, repr=False)
     history_turns: int | None = field(init=False, repr=False)
     #: The context's compaction (None: the history is never compacted).
     compaction: Compaction | None = field(init=False, repr=False)
@@ -242,6 +274,8 @@ class Agent:
             self.yields = is_realtime(self.model)
         # Derived once: the turn path reads these on every model call.
         self.has_history = any(isinstance(item, History) for item in self.context)
+        #: The recipe says where a client's context goes (else: after the system prompts).
+        self.places_client_context = any(isinstance(item, ClientPart) for item in self.context)
         self.history_turns = _history_turns(self.context)
         self.compaction = next((item.compact for item in self.context
                                 if isinstance(item, History) and item.compact is not None),
@@ -354,7 +388,7 @@ def build_agent(
         by_name[tool.name] = tool
     items = list(context if context is not None else [History()])
     for item in items:
-        if not isinstance(item, System | History):
+        if not isinstance(item, System | History | ClientPart):
             raise ConfigError(f"agent {name!r}: unknown context item {item!r}")
     for tool_name, policy in (tool_approval or {}).items():
         if tool_name not in by_name and not sources:  # a source's tool is checked at listing

@@ -228,17 +228,26 @@ def _firing_landed(app: Host, session: Session, fired: TimerDelivery) -> bool:
 class RestStream(Iterator[StreamEvent]):
     """A turn streamed to a REST caller: iterate it for the turn's stream events (lazy, as
     :class:`TurnStream`); once exhausted, ``response`` is what ``rest`` would have answered.
-    ``close()`` abandons the turn (the caller hung up): what its abort keeps is kept."""
+    ``close()`` is a caller that hung up: the turn is stopped as a stop would
+    (:meth:`TurnStream.stop`: the message and the text the caller was sent are kept, the
+    invocation ends ``stopped``) and run to that end; ``hang_up()`` is the stop alone, from
+    any thread. An event counts as sent once the caller asks for the next one."""
 
     def __init__(self, turn: TurnStream, options: ResponseOptions) -> None:
         self.turn = turn
         self._options = options
+        self._seen: int | None = None
+        self._last: int | None = None
 
     def __iter__(self) -> RestStream:
         return self
 
     def __next__(self) -> StreamEvent:
-        return next(self.turn)
+        if self._last is not None:
+            self._seen = self._last
+        event = next(self.turn)
+        self._last = event.seq if event.seq is not None else self._last
+        return event
 
     @property
     def result(self) -> TurnResult | None:
@@ -254,8 +263,22 @@ class RestStream(Iterator[StreamEvent]):
         check of the abort."""
         self.turn.abort()
 
+    def hang_up(self) -> None:
+        """The caller is gone: stop the turn (from any thread), keeping what it was sent."""
+        if self.turn.result is None:
+            self.turn.stop(self._seen)
+
     def close(self) -> None:
-        self.turn.close()
+        """The caller hung up: stop the turn (:meth:`hang_up`) and run it to that end."""
+        self.hang_up()
+        if self.turn.result is not None:
+            return
+        try:
+            for _ in self.turn:  # it stops at its next check of the signal
+                pass
+        except Exception:
+            log.exception("the stopped turn failed while it stopped",
+                          extra={"session_id": self.turn.session_id})
 
 
 def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) -> RestResponse:

@@ -155,7 +155,9 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             served.result = yield from run_turn(
                 serving.agent, session, start, hooks=serving.hooks,
                 error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
-                watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead)
+                watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead,
+                client_tools=request.input.client_tools or (),
+                client_context=request.input.context or ())
             _check_state(serving.rules, session)
             if session.window.effects_end == 0 and not signal.stopped:
                 signal.raise_if_aborted()  # aborted at the very end: write nothing

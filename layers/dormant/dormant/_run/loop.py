@@ -18,11 +18,19 @@ from typing import Any
 
 from dormant._context import history_messages
 from dormant._ids import new_id, now_ms
+from dormant._inputs import ClientContext, ClientTool
 from dormant._patch import to_json_value
 from dormant._run.compaction import compact_if_due
 from dormant._run.state import ClaimCompaction, Clock, Overtaken, RunState, Start, WriteAhead
-from dormant._run.tools import Call, resume_tools, run_tools, state_delta, written_ahead
-from dormant.agent import Agent, ErrorHandler, Hook, HookContext, System
+from dormant._run.tools import (
+    Call,
+    client_tool,
+    resume_tools,
+    run_tools,
+    state_delta,
+    written_ahead,
+)
+from dormant.agent import Agent, ClientPart, ErrorHandler, Hook, HookContext, System, client_notes
 from dormant.errors import InputError
 from dormant.events import (
     NO_USAGE,
@@ -57,6 +65,7 @@ from dormant.models._base import (
     ThoughtDelta,
     ToolCallChunk,
     ToolCallDelta,
+    ToolSpec,
     UsageChunk,
 )
 from dormant.results import (
@@ -90,13 +99,17 @@ def run_turn(
     watch: Any = None,
     claim_compaction: ClaimCompaction | None = None,
     write_ahead: WriteAhead | None = None,
+    client_tools: Sequence[ClientTool] = (),
+    client_context: Sequence[ClientContext] = (),
 ) -> Stream:
     """Carry a turn on from ``start``: its invocation is open in ``session`` already (the
     request room, :func:`dormant._request.open_turn`, wrote the opening or a claim committed
     it). ``claim_compaction``: how concurrent turns agree on which one summarises (the
     handlers pass :func:`dormant._run.compaction.claim_in` of their store).
     ``write_ahead``: how a step's calls are recorded before its tools run (the request
-    executor's; None: nothing is written before the turn ends)."""
+    executor's; None: nothing is written before the turn ends). ``client_tools`` and
+    ``client_context``: what the request's client offers this turn (AG-UI front-end tools and
+    ``context``)."""
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     run.watch = watch
@@ -104,6 +117,10 @@ def run_turn(
     run.write_ahead = write_ahead
     run.invocation_id = start.invocation_id
     run.trigger = start.trigger
+    if client_tools:
+        run.client_tools = {spec.name: client_tool(spec) for spec in client_tools}
+    if client_context:
+        run.client_notes = _client_notes(agent, client_context)
     if start.next == "wait":
         return _still_waiting(run)
     return _guarded(run, start)
@@ -364,8 +381,10 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     for index, call in enumerate(calls):
         if not call.call_id:
             call.call_id = derive_call_id(invocation_id, position, index)
+        call.dynamic = call.name in run.client_tools \
+            and call.name not in run.agent.toolset().tools
         yield run.emit(ToolCall(invocation_id=invocation_id, call_id=call.call_id,
-                                name=call.name, args=call.args))
+                                name=call.name, args=call.args, dynamic=call.dynamic))
     return calls
 
 
@@ -426,8 +445,18 @@ def _call_hooks(run: RunState, name: str, **fields: Any) -> None:
 def _request(run: RunState, step: int) -> ModelRequest:
     session = run.session
     agent = run.agent
-    system = [item.render(session) for item in agent.context if isinstance(item, System)]
-    tools = agent.toolset().specs
+    notes = run.client_notes
+    system = [notes if isinstance(item, ClientPart) else item.render(session)
+              for item in agent.context if isinstance(item, System | ClientPart)
+              and (notes is not None or isinstance(item, System))]
+    if notes is not None and not agent.places_client_context:
+        system.append(notes)
+    toolset = agent.toolset()
+    tools = toolset.specs
+    if run.client_tools:
+        tools = tools + [ToolSpec(tool.name, tool.description, tool.parameters())
+                         for name, tool in run.client_tools.items()
+                         if name not in toolset.tools]
     has_history = agent.has_history
     limit = agent.history_turns
     compacted = agent.compaction is not None
@@ -440,6 +469,12 @@ def _request(run: RunState, step: int) -> ModelRequest:
         return history_messages(session, limit, seen, compacted, view)
 
     return ModelRequest(system=system, tools=tools, messages=messages, step=step)
+
+
+def _client_notes(agent: Agent, items: Sequence[ClientContext]) -> str | None:
+    """The system part the client's context becomes, as the agent's recipe renders it."""
+    part = next((item for item in agent.context if isinstance(item, ClientPart)), None)
+    return (part.render if part is not None else client_notes)(items)
 
 
 def drain(stream: Stream) -> RunResult:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext
 from dormant.events import NO_USAGE, Event, StreamEvent, Usage
 from dormant.session import Session
-from dormant.tools import Signal
+from dormant.tools import Signal, Tool
 
 __all__ = ["ClaimCompaction", "Clock", "Overtaken", "RunState", "Start", "WriteAhead"]
 
@@ -87,6 +87,11 @@ class RunState:
     drafts: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: The ledger event that triggered the turn (what a tool sees as ``ToolContext.event``).
     trigger: Event | None = None
+    #: Tools the request's client offers (AG-UI front-end tools), by name: a call to one
+    #: parks as a yield the client answers. The agent's own tools win a name.
+    client_tools: dict[str, Tool] = field(default_factory=dict)
+    #: The system part made of the client's context (AG-UI ``context``), if any.
+    client_notes: str | None = None
 
     def emit(self, event: Event) -> Event:
         """Append a ledger event to the session's uncommitted slice, and hand it back to yield."""

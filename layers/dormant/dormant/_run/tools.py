@@ -18,10 +18,11 @@ from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
 from dormant._head import PendingCall
 from dormant._ids import new_id
+from dormant._inputs import ClientTool
 from dormant._patch import apply_patch, json_copy, make_patch, to_json_value
 from dormant._run.state import RunState
 from dormant._schema import schema_errors
@@ -38,7 +39,8 @@ from dormant.events import (
 from dormant.models._base import DENIED
 from dormant.tools import APPROVAL_POLICIES, CURRENT_TOOL, Aborted, Tool, ToolContext
 
-__all__ = ["Call", "resume_tools", "run_tools", "state_delta", "written_ahead"]
+__all__ = ["Call", "ClientAnswer", "client_tool", "resume_tools", "run_tools", "state_delta",
+           "written_ahead"]
 
 #: What a call's thread puts on the queue once it is done (after its preliminary outputs).
 _DONE = object()
@@ -68,6 +70,8 @@ class Call:
     patch: list[dict[str, Any]] | None = None
     #: True once its ``execute`` (or a ``before_tool`` hook standing in) was called.
     ran: bool = False
+    #: A call to a client's tool (``tool_call.dynamic``): it parks for the client's answer.
+    dynamic: bool = False
 
 
 # --- a model step's calls ----------------------------------------------------------------------
@@ -245,7 +249,7 @@ def _answer_yield(run: RunState, pending: PendingCall,
     """An answered yield: execute it with the answer (or, if the answer is invalid, only
     finalize), its state writes applied to ``work`` at once, in call order."""
     args = pending.prepared if pending.prepared is not None else pending.args
-    call = Call(call_id=pending.call_id, name=pending.name, args=args)
+    call = Call(call_id=pending.call_id, name=pending.name, args=args, dynamic=pending.dynamic)
     _resolve(run, call)
     if call.error is None:
         assert call.tool is not None and call.tool.yield_schema is not None
@@ -270,9 +274,9 @@ def _resolve(run: RunState, call: Call) -> None:
     if call.error is not None:
         return
     tools = run.agent.toolset().tools
-    tool = tools.get(call.name)
+    tool = _client_tool_of(run, call) if call.dynamic else tools.get(call.name)
     if tool is None:
-        known = ", ".join(sorted(tools)) or "none"
+        known = ", ".join(sorted({*tools, *run.client_tools})) or "none"
         call.error = f"Unknown tool {call.name!r}. Available tools: {known}"
         return
     call.tool = tool
@@ -288,6 +292,28 @@ def _resolve(run: RunState, call: Call) -> None:
     except ValidationError as error:
         reason = describe_validation(error, "(root)")
         call.error = f"Invalid arguments for {call.name}: {reason}"
+
+
+class ClientAnswer(RootModel[Any]):
+    """What a client's tool waits for: whatever the client answers (AG-UI's ``tool`` message
+    content, or a resume payload); it becomes the call's result as given."""
+
+
+def client_tool(spec: ClientTool) -> Tool:
+    """A client's tool (an AG-UI front-end tool) as the tool phase runs it: its arguments
+    are checked against the client's JSON Schema, the call parks as a yield (nothing runs
+    here), and the client's answer is its result."""
+    return Tool(name=spec.name, description=spec.description, schema=ClientAnswer,
+                yield_schema=ClientAnswer, json_schema=spec.parameters)
+
+
+def _client_tool_of(run: RunState, call: Call) -> Tool:
+    """The tool of a dynamic call: the one the request's client offers by that name, or, for
+    a parked call answered by a request that does not offer it again, a client tool of that
+    name (its answer is its result whatever the tool's schema was; the arguments were
+    checked when it was called)."""
+    offered = run.client_tools.get(call.name)
+    return offered if offered is not None else client_tool(ClientTool(name=call.name))
 
 
 def _context(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> ToolContext:

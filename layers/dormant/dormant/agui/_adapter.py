@@ -123,7 +123,8 @@ class AgUIAdapter:
     interrupt's ``responseSchema``); ``invocation_id`` is the
     invocation the run belongs to, sent as ``RUN_STARTED.metadata.invocationId`` (default: the
     run id; pass it when they differ, as for a run that reopens an invocation);
-    ``request_id`` the request a server-side failure's ``RUN_ERROR`` and log record name.
+    ``request_id`` the request a server-side failure's ``RUN_ERROR`` and log record name;
+    ``metadata``: more of ``RUN_STARTED.metadata``.
 
     Turn control: a steer's ``user`` event (``steer=True``) and a ``seed`` become a
     ``TEXT_MESSAGE_*`` of their role; a generator tool's preliminary result a ``CUSTOM``
@@ -158,8 +159,10 @@ class AgUIAdapter:
         yield_schemas: Mapping[str, dict[str, Any]] | None = None,
         invocation_id: str | None = None,
         request_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
         self.thread_id = thread_id
+        self.metadata = dict(metadata or {})
         self.run_id = run_id
         self.invocation_id = invocation_id or run_id
         self.parent_run_id = parent_run_id
@@ -184,7 +187,8 @@ class AgUIAdapter:
         run this one resumes, ``metadata.invocationId`` the invocation (what a stop names)."""
         return RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id,
                                parent_run_id=self.parent_run_id,
-                               metadata={"invocationId": self.invocation_id},
+                               metadata={"invocationId": self.invocation_id,
+                                         **self.metadata},
                                protocol_version=PROTOCOL_VERSION, timestamp=now_ms())
 
     def state_snapshot(self, state: Any) -> StateSnapshotEvent:

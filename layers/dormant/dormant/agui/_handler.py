@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ag_ui.core import BaseEvent
+from ag_ui.core import BaseEvent, RunAgentInput
 from ag_ui.encoder import EventEncoder
 
 from dormant._ids import new_id
@@ -38,10 +39,15 @@ class AgUIRun(Iterator[BaseEvent]):
     Lazy like the :class:`~dormant.TurnStream` it wraps (``turn``): nothing runs until it is
     iterated. ``abort()`` stops the turn (the run then ends as the turn does: ``RUN_ERROR``,
     code ``aborted``, when nothing was written). ``close()`` is a client that hung up: it
-    aborts the turn (:meth:`~dormant.TurnStream.abort`) and ends the iteration; the turn
-    underneath is then run to its end, which comes at its next check of the abort (what it
-    writes then is the turn's business), unless another thread is iterating the run: that
-    thread then sees the abort. ``result`` is the turn's result once it has ended;
+    stops the turn as a stop would (:meth:`~dormant.TurnStream.stop`): the user's message and
+    the text the client was sent are kept, the invocation ends ``stopped``; the iteration
+    ends and the turn underneath is run to that end, which comes at its next check of the
+    signal, unless another thread is iterating the run: that thread then sees the stop.
+    ``hang_up()`` is the stop alone, from any thread. ``echo``: the client's
+    ``RunAgentInput`` (or its JSON): ``RUN_STARTED`` and the run's end carry its
+    ``threadId``, ``runId`` and ``parentRunId``, and ``RUN_STARTED.metadata`` the server's own
+    (``sessionId``, ``dormantRunId``, ``dormantParentRunId``) beside ``invocationId``.
+    ``result`` is the turn's result once it has ended;
     ``adapter`` the :class:`AgUIAdapter` in use once the run has started. ``request_id``
     names the request in the log record of a server-side failure, and in its ``RUN_ERROR``
     (whose message never carries the failure's own text: see :meth:`AgUIAdapter.finish`).
@@ -52,10 +58,15 @@ class AgUIRun(Iterator[BaseEvent]):
 
     def __init__(self, config: TurnConfig, request: HandlerInput | dict[str, Any], *,
                  request_id: str | None = None, positions: bool = False,
-                 remaining_time: float | None = None) -> None:
+                 remaining_time: float | None = None,
+                 echo: RunAgentInput | Mapping[str, Any] | None = None) -> None:
         self.turn = TurnStream(config, request, remaining_time=remaining_time)
         self.request_id = request_id
         self.positions = positions
+        self._echo = _client_ids(echo)
+        #: The stream position of the last event whose AG-UI events the client took (the
+        #: ``seen`` of the stop a hang-up is).
+        self._seen: int | None = None
         self.turn.capture_start = True  # the opening snapshots need the head at turn start
         self.adapter: AgUIAdapter | None = None
         self._yield_schemas = {
@@ -74,12 +85,17 @@ class AgUIRun(Iterator[BaseEvent]):
         the turn then reaches."""
         self.turn.abort()
 
+    def hang_up(self) -> None:
+        """The client is gone: stop the turn (from any thread), keeping what the client was
+        sent (see the class docs)."""
+        if self.turn.result is None:
+            self.turn.stop(self._seen)
+
     def close(self) -> None:
-        """Stop early (the client hung up): abort the turn, end the iteration, and let the
-        turn run to the end its abort leads to."""
+        """Stop early (the client hung up): stop the turn as :meth:`hang_up` does, end the
+        iteration, and let the turn run to the end its stop leads to."""
         turn = self.turn
-        if turn.result is None:
-            turn.abort()
+        self.hang_up()
         started, self._gen = self._gen, self._gen or _nothing()
         if started is None:  # never iterated: the turn never ran
             return
@@ -117,11 +133,16 @@ class AgUIRun(Iterator[BaseEvent]):
                     break
             run_id, parent_run_id = run_ids(turn, opening)
             thread_id = turn.session_id or (turn.result.session_id if turn.result else "")
+            metadata: dict[str, Any] = {}
+            if self._echo is not None:
+                metadata = {"sessionId": thread_id, "dormantRunId": run_id,
+                            "dormantParentRunId": parent_run_id}
+                thread_id, run_id, parent_run_id = self._echo
             adapter = self.adapter = AgUIAdapter(thread_id, run_id, parent_run_id=parent_run_id,
                                                  invocation_id=invocation_of(turn, opening),
                                                  yield_schemas=self._yield_schemas,
                                                  request_id=self.request_id,
-                                                 positions=self.positions)
+                                                 positions=self.positions, metadata=metadata)
             yield adapter.run_started()
             start = turn.start_head
             if start is not None:
@@ -130,15 +151,28 @@ class AgUIRun(Iterator[BaseEvent]):
                         e.type == "invocation_resume" for e in opening):
                     loaded = turn.session.events[:start.seq - turn.session.first_seq]
                     yield adapter.messages_snapshot(loaded, start.step)
-            for event in opening:
+            for event in itertools.chain(opening, turn):
                 yield from adapter.transform(event)
-            for event in turn:
-                yield from adapter.transform(event)
+                # resumed: the client took this event's AG-UI events
+                self._seen = event.seq if event.seq is not None else self._seen
             assert turn.result is not None
             yield from adapter.finish(turn.result)
         finally:
-            if turn.result is None:  # closed early: stop the turn's tools, write nothing
-                turn.abort()
+            if turn.result is None:  # closed early: the client is gone
+                self.hang_up()
+
+
+def _client_ids(echo: RunAgentInput | Mapping[str, Any] | None
+                ) -> tuple[str, str, str | None] | None:
+    """A client's ``threadId``, ``runId`` and ``parentRunId``, to echo (None: none given)."""
+    if echo is None:
+        return None
+    if isinstance(echo, RunAgentInput):
+        return echo.thread_id, echo.run_id, echo.parent_run_id
+    thread, run, parent = echo.get("threadId"), echo.get("runId"), echo.get("parentRunId")
+    if not isinstance(thread, str) or not isinstance(run, str):
+        return None
+    return thread, run, parent if isinstance(parent, str) else None
 
 
 def _nothing() -> Generator[BaseEvent, None, None]:
@@ -216,17 +250,19 @@ def _known(turn: TurnStream, invocation: str) -> bool:
 
 
 def agui_handler(config: TurnConfig) -> Callable[..., AgUIRun]:
-    """``handler(request, *, request_id=None, positions=False, remaining_time=None) ->
-    AgUIRun``: a thin loop over the turn, translated by :class:`AgUIAdapter` (``positions``:
-    each event carries its stream position, ``rawEvent.seq``, which a stop's ``seen``
-    counts; ``remaining_time``: the request's deadline, see :class:`AgUIRun`; for the
+    """``handler(request, *, request_id=None, positions=False, remaining_time=None,
+    echo=None) -> AgUIRun``: a thin loop over the turn, translated by :class:`AgUIAdapter`
+    (``positions``: each event carries its stream position, ``rawEvent.seq``, which a stop's
+    ``seen`` counts; ``remaining_time``: the request's deadline, and ``echo``: the client's
+    ``RunAgentInput`` whose ids the run carries, see :class:`AgUIRun`; for the
     adapter's other options (steps, raw events, transformers, reasoning off) write the loop
     yourself)."""
 
     def handle(request: HandlerInput | dict[str, Any], *, request_id: str | None = None,
-               positions: bool = False, remaining_time: float | None = None) -> AgUIRun:
+               positions: bool = False, remaining_time: float | None = None,
+               echo: RunAgentInput | Mapping[str, Any] | None = None) -> AgUIRun:
         return AgUIRun(config, request, request_id=request_id, positions=positions,
-                       remaining_time=remaining_time)
+                       remaining_time=remaining_time, echo=echo)
 
     return handle
 

@@ -11,6 +11,8 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from dormant._inputs import (
     ApprovalDecision,
+    ClientContext,
+    ClientTool,
     HandlerInput,
     IfBusy,
     Input,
@@ -46,11 +48,18 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
       of the turn and recorded as a ``state_delta``; an empty or absent one is ignored. An
       AG-UI body is a public client's (``public``): it may change only the handler's
       ``client_state`` keys (keys sent back unchanged are not writes; any other is refused).
-    - A tool result is not a client's to give: a public body whose last message is a
-      ``tool`` message (a client returning a call's result) is refused (``server_only``,
-      422, nothing written), and so is a ``resume`` entry naming a deferred call (by the
-      handler). Deferred results come from trusted server code. Application events too: a
-      public body carrying ``forwardedProps.dormant.events`` is refused (``server_only``).
+    - ``tools`` (the client's own tools: front-end tools, CopilotKit's frontend actions) are
+      offered to the model this run beside the agent's (a name the agent's tools have is the
+      agent's); a call to one parks the session as a yield. The body's trailing ``tool``
+      messages answer such parked calls (``toolCallId`` the call id, ``content`` the answer,
+      which becomes the call's result), as ``resume`` entries do; a call that is not parked
+      for an answer is refused as any answer is (409). A deferred call's result is not a
+      client's to give: a ``tool`` message or ``resume`` entry naming one is refused
+      (``server_only``, 422, by the handler); deferred results come from trusted server
+      code. Application events too: a public body carrying ``forwardedProps.dormant.events``
+      is refused (``server_only``).
+    - ``context`` items reach the model as a system part (the agent's recipe decides where
+      and how: ``app.context.client``).
     - ``forwardedProps.dormant`` carries what a ``POST /turns`` body says beside a message
       and answers (:class:`DormantProps`): ``retry``, ``resume``, ``pause``, ``interrupt``,
       ``queue``, ``inputs`` and ``ifBusy``, in the same JSON, so a client streams a retry, a
@@ -59,8 +68,8 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
       other key there is refused (422 naming it), so a client can tell a server that runs
       them from one that would ignore them. Stop and steer act on a run going on elsewhere
       and stream nothing: they stay ``POST /turns``'s.
-    - ``runId``, ``parentRunId``, ``tools``, ``context`` and the rest of ``forwardedProps``
-      are ignored (run ids are the server's; client-side tools are not supported).
+    - ``runId`` and ``parentRunId`` do not shape the turn (the handler echoes them in
+      ``RUN_STARTED``); the rest of ``forwardedProps`` is ignored.
 
     ``principal`` (from the authorizer, never the body) scopes the session. A body that is
     not a ``RunAgentInput`` raises :class:`~dormant.InputError`.
@@ -73,10 +82,6 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
         except ValidationError as error:
             reason = describe_validation(error)
             raise InputError(f"invalid AG-UI RunAgentInput: {reason}") from error
-    if public and run.messages and isinstance(run.messages[-1], ToolMessage):
-        raise ServerOnly(f"tool result for call {run.messages[-1].tool_call_id}: tool "
-                         "results are for trusted server code (deferred tools take theirs "
-                         "from session.input.tool_result), not a public client")
     forwarded = run.forwarded_props if isinstance(run.forwarded_props, dict) else {}
     ours = forwarded.get("dormant")
     if public and isinstance(ours, dict) and "events" in ours:
@@ -84,7 +89,7 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
                          "server code (session.append_event, app.sessions.append), not a "
                          "public client")
     props = DormantProps.of(ours)
-    answers: list[ToolAnswer] = []
+    answers = _tool_messages(run)
     decisions: list[ApprovalDecision] = []
     for index, entry in enumerate(run.resume or ()):
         if entry.interrupt_id.startswith(APPROVAL_PREFIX):
@@ -103,7 +108,8 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
         input=Input(message=message, message_id=message_id, tools=answers or None,
                     approvals=decisions or None, state=state, retry=props.retry,
                     resume=props.resume, pause=props.pause, interrupt=props.interrupt,
-                    queue=props.queue, inputs=props.inputs, if_busy=props.if_busy),
+                    queue=props.queue, inputs=props.inputs, if_busy=props.if_busy,
+                    client_tools=_client_tools(run), context=_context(run)),
         principal=principal,
         public=public,
     )
@@ -182,6 +188,67 @@ def _no_answer(index: int, call_id: str) -> InputError:
             "missing", "a resolved interrupt needs a payload: the answer to call {call_id} "
             "(to give up on the call, resume it cancelled)", {"call_id": call_id}),
         loc=("resume", index, "payload"), input=None)])
+    error = InputError(f"invalid AG-UI RunAgentInput: {describe_validation(cause)}")
+    error.__cause__ = cause
+    return error
+
+
+def _tool_messages(run: RunAgentInput) -> list[ToolAnswer]:
+    """The body's trailing ``tool`` messages (after its last other message), as answers to
+    the parked calls they name, in order."""
+    trailing: list[ToolMessage] = []
+    for message in reversed(run.messages):
+        if not isinstance(message, ToolMessage):
+            break
+        trailing.append(message)
+    return [ToolAnswer(call_id=m.tool_call_id, input=m.content) for m in reversed(trailing)]
+
+
+def _client_tools(run: RunAgentInput) -> list[ClientTool] | None:
+    """The body's ``tools`` as the turn's client tools; one that cannot be offered to a model
+    (a name no provider takes, parameters that are not a JSON Schema object) is refused,
+    naming it."""
+    if not run.tools:
+        return None
+    tools: list[ClientTool] = []
+    for index, tool in enumerate(run.tools):
+        parameters = tool.parameters if tool.parameters is not None else {
+            "type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise _field_error(("tools", index, "parameters"), parameters,
+                               "a tool's parameters must be a JSON Schema object")
+        try:
+            tools.append(ClientTool(name=tool.name, description=tool.description,
+                                    parameters=parameters))
+        except ValidationError as error:
+            item = error.errors(include_url=False)[0]
+            raise _field_error(("tools", index, *item["loc"]), item.get("input"),
+                               f"{item['msg']} (a model takes tool names of 1 to 64 "
+                               "letters, digits, '_' and '-')") from None
+    names = [tool.name for tool in tools]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise _field_error(("tools", index, "name"), name,
+                               f"two tools are named {name!r}")
+    return tools
+
+
+def _context(run: RunAgentInput) -> list[ClientContext] | None:
+    if not run.context:
+        return None
+    try:
+        return [ClientContext(description=item.description, value=item.value)
+                for item in run.context]
+    except ValidationError as error:
+        raise InputError(f"invalid AG-UI RunAgentInput: context: "
+                         f"{describe_validation(error)}") from None
+
+
+def _field_error(loc: tuple[Any, ...], value: Any, message: str) -> InputError:
+    """An :class:`InputError` caused by a validation error at ``loc`` of the body (the HTTP
+    API answers 422 naming the field)."""
+    cause = ValidationError.from_exception_data("RunAgentInput", [InitErrorDetails(
+        type=PydanticCustomError("value_error", message), loc=loc, input=value)])
     error = InputError(f"invalid AG-UI RunAgentInput: {describe_validation(cause)}")
     error.__cause__ = cause
     return error

@@ -489,7 +489,7 @@ class Routes:
         # failure by code and this request id; the detail goes to the log.
         run: Any = self._agui(request, request_id=self.request_id(),
                               positions=wants_positions(body),
-                              remaining_time=self._remaining_time())
+                              remaining_time=self._remaining_time(), echo=body)
         # The first event comes once the turn has read the session: a request refused by then
         # (another principal's session, a state key it may not write...) wrote nothing and
         # streamed nothing, so it gets the JSON error POST /turns gives, not a 200.

@@ -27,7 +27,7 @@ def event_stream(chunks: Iterator[str], run: Any, writer: Callable[[str], None] 
     """Send ``chunks`` as a ``text/event-stream`` body: one by one through the server's
     ``writer`` when there is one (``dormant dev``, the streaming function), with a comment
     after ``keepalive`` quiet seconds, else whole. A client that hung up stops the turn
-    (``run.close()``)."""
+    (``run.close()``), keeping what a stop keeps: its message and the text it was sent."""
     headers = {"Cache-Control": "no-cache"}
     if writer is not None:
         with KeepAlive(writer, keepalive, run) as send:
@@ -43,8 +43,9 @@ def event_stream(chunks: Iterator[str], run: Any, writer: Callable[[str], None] 
 class KeepAlive:
     """Sends a streamed answer's chunks through ``writer`` and, from a thread of its own, an
     SSE comment (``: keepalive``) whenever ``interval`` seconds pass with nothing sent (a tool
-    that runs long). One lock orders the two. A comment that finds the client gone aborts the
-    turn (``run.abort()``) at once; the next chunk's write then fails where it is sent."""
+    that runs long). One lock orders the two. A comment that finds the client gone stops the
+    turn (``run.hang_up()``: what a stop keeps is kept) at once; the next chunk's write then
+    fails where it is sent."""
 
     COMMENT = ": keepalive\n\n"
 
@@ -85,7 +86,7 @@ class KeepAlive:
                     try:
                         self._writer(self.COMMENT)
                     except OSError:  # the client hung up while the turn was quiet
-                        self._run.abort()
+                        self._run.hang_up()
                         return
                     self._last = time.monotonic()
                     quiet = 0.0
