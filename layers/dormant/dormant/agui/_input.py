@@ -222,9 +222,10 @@ def _client_tools(run: RunAgentInput) -> list[ClientTool] | None:
                                     parameters=parameters))
         except ValidationError as error:
             item = error.errors(include_url=False)[0]
-            raise _field_error(("tools", index, *item["loc"]), item.get("input"),
-                               f"{item['msg']} (a model takes tool names of 1 to 64 "
-                               "letters, digits, '_' and '-')") from None
+            refusal = _field_error(("tools", index, *item["loc"]), item.get("input"),
+                                   f"{item['msg']} (a model takes tool names of 1 to 64 "
+                                   "letters, digits, '_' and '-')")
+            raise refusal from refusal.__cause__
     names = [tool.name for tool in tools]
     for index, name in enumerate(names):
         if name in names[:index]:
