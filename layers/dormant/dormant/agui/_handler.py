@@ -135,8 +135,9 @@ class AgUIRun(Iterator[BaseEvent]):
             thread_id = turn.session_id or (turn.result.session_id if turn.result else "")
             metadata: dict[str, Any] = {}
             if self._echo is not None:
-                metadata = {"sessionId": thread_id, "dormantRunId": run_id,
-                            "dormantParentRunId": parent_run_id}
+                metadata = {"sessionId": thread_id, "dormantRunId": run_id}
+                if parent_run_id is not None:
+                    metadata["dormantParentRunId"] = parent_run_id
                 thread_id, run_id, parent_run_id = self._echo
             adapter = self.adapter = AgUIAdapter(thread_id, run_id, parent_run_id=parent_run_id,
                                                  invocation_id=invocation_of(turn, opening),
