@@ -33,7 +33,11 @@ reasoning is open is closed. Every ``RUN_FINISHED`` carries
   ``CONTROL_ACCEPTED`` (value: ``invocationId``) then ``RUN_FINISHED``;
 - ``error`` (failed, aborted, refused): ``RUN_ERROR`` with no ``RUN_FINISHED``.
 
-Ids: ``threadId`` is the canonical session id. ``runId`` is the invocation id for the run that
+Ids: a run whose request is a client's ``RunAgentInput`` (the HTTP route passes it as
+``echo``) carries that client's ``threadId``, ``runId`` and ``parentRunId``, and names the
+server's own in ``RUN_STARTED.metadata``: ``sessionId``, ``dormantRunId`` and
+``dormantParentRunId``, as described next. Otherwise ``threadId`` is the canonical session id
+and the ids are the server's. The server's ``runId`` is the invocation id for the run that
 starts an invocation. A run that reopens an invocation (parked, failed and retried, or
 paused and resumed) is a new AG-UI run, ``<invocation id>:<id of the event that reopened
 it>`` (``invocation_resume``, ``retry``, ``resume``), whose ``parentRunId`` names the run
@@ -47,7 +51,12 @@ whichever process serves the request. Since a run's id is not always its invocat
 (``input.stop.invocation_id``) or a steer names.
 
 A client that hangs up stops the turn: closing the :class:`AgUIRun` (what the HTTP route does
-when the connection drops) aborts it, as :meth:`~dormant.TurnStream.abort` does.
+when the connection drops) stops it as a stop does (:meth:`~dormant.TurnStream.stop`): the
+message and the text the client was sent are kept, and the invocation ends ``stopped``.
+
+Front-end tools: the request's ``tools`` are offered to the model beside the agent's; a call
+to one parks as a yield the client answers with a ``tool`` message (see
+:func:`from_run_agent_input`); its ``context`` reaches the model as a system part.
 
 ``ag_ui`` is imported here, never by ``import dormant``: the Lambda path pays for it only
 when it serves AG-UI.
