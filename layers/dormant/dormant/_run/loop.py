@@ -446,11 +446,10 @@ def _request(run: RunState, step: int) -> ModelRequest:
     session = run.session
     agent = run.agent
     notes = run.client_notes
-    system = [notes if isinstance(item, ClientPart) else item.render(session)
-              for item in agent.context if isinstance(item, System | ClientPart)
-              and (notes is not None or isinstance(item, System))]
-    if notes is not None and not agent.places_client_context:
-        system.append(notes)
+    if notes is None:
+        system = [item.render(session) for item in agent.context if isinstance(item, System)]
+    else:
+        system = _system_with(agent, session, notes)
     toolset = agent.toolset()
     tools = toolset.specs
     if run.client_tools:
@@ -469,6 +468,20 @@ def _request(run: RunState, step: int) -> ModelRequest:
         return history_messages(session, limit, seen, compacted, view)
 
     return ModelRequest(system=system, tools=tools, messages=messages, step=step)
+
+
+def _system_with(agent: Agent, session: Session, notes: str) -> list[str]:
+    """The system prompts with a client's context (``notes``) where the agent's recipe puts
+    it (its :class:`~dormant.agent.ClientPart`; else after them)."""
+    system: list[str] = []
+    for item in agent.context:
+        if isinstance(item, System):
+            system.append(item.render(session))
+        elif isinstance(item, ClientPart):
+            system.append(notes)
+    if not agent.places_client_context:
+        system.append(notes)
+    return system
 
 
 def _client_notes(agent: Agent, items: Sequence[ClientContext]) -> str | None:
