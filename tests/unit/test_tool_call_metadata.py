@@ -161,3 +161,26 @@ def test_a_whitespace_only_message_is_refused_with_422_and_writes_nothing(blank:
         session.input.message(blank)
     assert "whitespace only" in str(refused.value)
     assert session.events == []
+
+
+def test_a_provider_executed_call_with_no_result_waits_on_a_deferred_tool_of_its_name() -> None:
+    app = dormant.App(name="desk")
+    search = app.tool(name="web_search", schema=Ticket, deferred=True)
+    scripted = ScriptedModel([
+        {"tool_calls": [{"name": "web_search", "args": {"ticket": "T-3"}, "id": "srv_2",
+                         "provider_executed": True}]},
+        "Found it."])
+    agent = app.agent(name="desk", model=scripted, tools=[search])
+    rest = app.handler.rest(agent=agent)
+
+    parked = rest({"session_id": "d1", "input": {"message": "search"}})
+
+    assert parked.status == "yielded_tool"
+    assert [t.call_id for t in parked.deferred_tools or []] == ["srv_2"]
+    (call,) = _calls(app, "d1")
+    assert call.provider_executed
+    done = rest({"session_id": "d1", "input": {"tool_results": [
+        {"call_id": "srv_2", "result": {"found": True}}]}})
+    assert done.status == "completed" and done.output.text == "Found it."
+    (result,) = [m for m in scripted.requests[1].messages if isinstance(m, ToolMessage)]
+    assert (result.content, result.provider_executed) == ('{"found": true}', False)
