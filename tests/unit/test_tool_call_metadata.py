@@ -12,8 +12,9 @@ import pytest
 from pydantic import BaseModel
 
 import dormant
+from dormant._run.loop import Start, drain, run_turn
 from dormant.errors import ConfigError, InputError
-from dormant.events import ToolCall, ToolResult
+from dormant.events import InvocationStart, ToolCall, ToolResult, UserEvent
 from dormant.http import build_resolver
 from dormant.models import AssistantMessage, ScriptedModel, ToolCallPart, ToolMessage
 
@@ -184,3 +185,27 @@ def test_a_provider_executed_call_with_no_result_waits_on_a_deferred_tool_of_its
     assert done.status == "completed" and done.output.text == "Found it."
     (result,) = [m for m in scripted.requests[1].messages if isinstance(m, ToolMessage)]
     assert (result.content, result.provider_executed) == ('{"found": true}', False)
+
+
+def test_a_stranded_step_reruns_its_local_calls_not_the_provider_executed_one() -> None:
+    """A step whose calls were written ahead, then its request died before its tools ran:
+    the provider's result landed with the calls, so only the local call runs again."""
+    app, agent, scripted, ran = _desk(["Refunded, and searched."])
+    session = app.sessions.create("w1")
+    for event in (InvocationStart(invocation_id="inv_1", agent="desk"),
+                  UserEvent(invocation_id="inv_1", text="refund and search", message_id="m1"),
+                  ToolCall(invocation_id="inv_1", call_id="srv_1", name="web_search",
+                           args={"q": "x"}, provider_executed=True),
+                  ToolCall(invocation_id="inv_1", call_id="call_r", name="refund",
+                           args={"ticket": "T-9"}),
+                  ToolResult(invocation_id="inv_1", call_id="srv_1", name="web_search",
+                             result={"hits": 1}, provider_executed=True)):
+        session.add_event(event)
+
+    result = drain(run_turn(agent, session, Start("inv_1", "tools", hooks=False)))
+
+    assert result.status == "completed" and ran == ["call_r"]
+    results = [(e.call_id, e.provider_executed) for e in session.events
+               if isinstance(e, ToolResult)]
+    assert results == [("srv_1", True), ("call_r", False)]
+    assert len(scripted.requests) == 1
