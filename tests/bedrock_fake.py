@@ -36,6 +36,7 @@ __all__ = [
     "FakeBedrock",
     "Recorded",
     "Reply",
+    "Served",
     "converse_stream",
     "error",
     "fake_bedrock",
@@ -95,6 +96,18 @@ class Call:
     call_id: str
 
 
+@dataclass(frozen=True)
+class Served:
+    """A call Bedrock runs itself (a system tool's): its ``toolUse`` (``type``
+    ``server_tool_use``) and then its ``toolResult`` block (``content`` as Converse's
+    result blocks, streamed as ``toolResult`` deltas), in the same reply."""
+
+    call: Call
+    content: tuple[dict[str, Any], ...] = ({"text": "result"},)
+    type: str | None = "nova_grounding_results"
+    status: str | None = None
+
+
 @dataclass
 class Reply:
     """One scripted HTTP response: an event stream (``frames``) or an error body."""
@@ -127,13 +140,16 @@ def _pieces(text: str, size: int) -> list[str]:
 
 
 def converse_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
+                    served: list[Served] | tuple[Served, ...] = (),
                     reasoning: str = "", signature: str = "", redacted: bytes = b"",
                     stop: str | None = None, usage: tuple[int, int, int] = (12, 5, 0),
                     metadata: bool = True) -> Reply:
     """A ConverseStream reply as Bedrock streams it: messageStart; a reasoning block (its
     text in pieces, then its ``signature``; or ``redacted`` content); the text in pieces;
     each tool use (contentBlockStart with id and name, its input JSON in pieces); a
-    contentBlockStop after each block; messageStop (``stop``, default ``tool_use`` with calls
+    contentBlockStop after each block; ``served`` calls (Bedrock's own, each a toolUse then
+    its toolResult block) come before the text, as a search comes before its answer;
+    messageStop (``stop``, default ``tool_use`` with calls
     else ``end_turn``); metadata with ``usage`` (input, output, cache-read tokens)."""
     frames = [_event("messageStart", {"role": "assistant"})]
     index = 0
@@ -154,6 +170,28 @@ def converse_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *
             delta({"reasoningContent": {"signature": signature}})
         if redacted:
             delta({"reasoningContent": {"redactedContent": base64.b64encode(redacted).decode()}})
+        close_block()
+    for done in served:
+        frames.append(_event("contentBlockStart", {
+            "contentBlockIndex": index,
+            "start": {"toolUse": {"toolUseId": done.call.call_id, "name": done.call.name,
+                                  "type": "server_tool_use"}}}))
+        for piece in _pieces(json.dumps(done.call.args), 7):
+            delta({"toolUse": {"input": piece}})
+        close_block()
+        began: dict[str, Any] = {"toolUseId": done.call.call_id}
+        if done.type:
+            began["type"] = done.type
+        if done.status:
+            began["status"] = done.status
+        frames.append(_event("contentBlockStart",
+                             {"contentBlockIndex": index, "start": {"toolResult": began}}))
+        for content in done.content:
+            if "text" in content:  # text streams in pieces, a JSON value whole
+                for piece in _pieces(content["text"], 9):
+                    delta({"toolResult": [{"text": piece}]})
+            else:
+                delta({"toolResult": [content]})
         close_block()
     if text:
         for piece in _pieces(text, 5):
@@ -219,13 +257,27 @@ def rule_broken(body: dict[str, Any]) -> str | None:
             if ("toolUse" in block or "toolResult" in block) and "toolConfig" not in body:
                 return ("The toolConfig field must be defined when using toolUse and "
                         "toolResult content blocks.")
-            if "toolResult" in block:
+            if "toolResult" in block and message["role"] == "assistant":
+                # Bedrock's own tool: its result sits in the assistant's message, after it
+                if block["toolResult"]["toolUseId"] not in _served(message):
+                    return ("A toolResult in an assistant message must answer a "
+                            "server_tool_use toolUse of that message.")
+            elif "toolResult" in block:
                 asked = {b["toolUse"]["toolUseId"] for b in (previous or {}).get("content", [])
-                         if "toolUse" in b}
+                         if "toolUse" in b} - _served(previous or {})
                 if message["role"] != "user" or block["toolResult"]["toolUseId"] not in asked:
                     return "The toolResult blocks must answer toolUse blocks of the previous turn."
+        answered = {b["toolResult"]["toolUseId"] for b in message["content"] if "toolResult" in b}
+        if message["role"] == "assistant" and not _served(message) <= answered:
+            return "A server_tool_use toolUse needs its toolResult in the same message."
         previous = message
     return None
+
+
+def _served(message: dict[str, Any]) -> set[str]:
+    """The ids of the ``server_tool_use`` calls in ``message``."""
+    return {b["toolUse"]["toolUseId"] for b in message.get("content", [])
+            if "toolUse" in b and b["toolUse"].get("type") == "server_tool_use"}
 
 
 # --- the server -------------------------------------------------------------------------------

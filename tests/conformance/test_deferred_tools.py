@@ -250,3 +250,80 @@ def test_a_stopped_draft_is_kept_out_of_the_conversation_and_shown(store: Store)
         "book room 12 for friday", "Let me book", "never mind"]  # no draft text anywhere
     shown = render_session(stored)
     assert "draft of book" in shown and '{"room":' in shown
+
+
+# --- a deferred call under a user-approval policy ------------------------------------------------
+
+
+def _asking(store: Store, replies: list[Any]) -> tuple[dormant.App, Any, ScriptedModel, str]:
+    """A deferred tool under ``user-approval``, parked on its approval request."""
+    app = dormant.App(name="deferred", store=store)
+    search = app.tool(name="web_search", description="Search the web (run by the provider)",
+                      schema=Query, deferred=True)
+    scripted = ScriptedModel(replies)
+    agent = app.agent(name="researcher", model=scripted, tools=[search],
+                      tool_approval={"web_search": "user-approval"})
+    reply = app.handler.rest(agent=agent)({"session_id": "a1", "input": {"message": "search"}})
+    assert reply.status == "yielded_tool"
+    (asked,) = reply.pending_approvals or []
+    assert (asked.call_id, asked.tool) == ("call_search", "web_search")
+    assert not reply.deferred_tools  # not admitted yet: nothing waits for a result
+    return app, agent, scripted, asked.approval_id
+
+
+def test_a_deferred_call_under_approval_is_asked_first_and_waits_once_approved(
+        store: Store) -> None:
+    app, agent, scripted, approval_id = _asking(store, [SEARCH, "Found 3 hits."])
+    rest = app.handler.rest(agent=agent)
+    session = app.sessions.get("a1")
+    assert session is not None
+    assert [e.type for e in session.events] == [
+        "invocation_start", "user", "tool_call", "approval_requested", "invocation_yield"]
+    version = session.version
+    # a result for a call still waiting for its approval is refused, nothing written
+    early = rest({"session_id": "a1", "input": {"tool_results": [
+        {"call_id": "call_search", "result": {"hits": 1}}]}})
+    assert (early.status, early.code) == ("error", NotPending.code)
+    assert "no deferred call is waiting" in (early.error or "")
+    assert app.sessions.get("a1").version == version  # type: ignore[union-attr]
+
+    admitted = rest({"session_id": "a1", "input": {"approvals": [
+        {"approval_id": approval_id, "approved": True}]}})
+
+    assert admitted.status == "yielded_tool" and not admitted.pending_approvals
+    assert [t.call_id for t in admitted.deferred_tools or []] == ["call_search"]
+    assert len(scripted.requests) == 1  # the model is not called while the result waits
+    session = app.sessions.get("a1")
+    assert session is not None and session.status == "awaiting_input"
+    assert [e.type for e in session.events][5:] == [
+        "approval_decided", "invocation_resume", "tool_deferred", "invocation_yield"]
+
+    done = rest({"session_id": "a1", "input": {"tool_results": [
+        {"call_id": "call_search", "result": {"hits": 3}}]}})
+
+    assert done.status == "completed" and done.output.text == "Found 3 hits."
+    assert _tool_messages(scripted, 1) == [
+        ToolMessage("call_search", "web_search", '{"hits": 3}', False)]
+    results = [e for e in app.sessions.get("a1").events  # type: ignore[union-attr]
+               if e.type == "tool_result"]
+    assert [(r.deferred, r.denied) for r in results] == [(True, False)]
+
+
+def test_a_denied_deferred_call_is_read_as_denied_and_nothing_waits(store: Store) -> None:
+    app, agent, scripted, approval_id = _asking(store, [SEARCH, "I will not search."])
+    rest = app.handler.rest(agent=agent)
+
+    denied = rest({"session_id": "a1", "input": {"approvals": [
+        {"approval_id": approval_id, "approved": False, "reason": "no web today"}]}})
+
+    assert denied.status == "completed" and denied.output.text == "I will not search."
+    assert _tool_messages(scripted, 1) == [
+        ToolMessage("call_search", "web_search", "Denied by the user: no web today", True)]
+    session = app.sessions.get("a1")
+    assert session is not None and session.deferred_tools == []
+    assert "tool_deferred" not in [e.type for e in session.events]
+    # it was never admitted: a result for it has nothing to land on
+    late = rest({"session_id": "a1", "input": {"tool_results": [
+        {"call_id": "call_search", "result": {"hits": 3}}]}})
+    assert (late.status, late.code) == ("error", NotPending.code)
+    assert len(scripted.requests) == 2

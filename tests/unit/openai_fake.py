@@ -81,6 +81,10 @@ class Reply:
     content_type: str = "application/json"
     #: Drop the connection after this many SSE frames, mid-body (no final chunk).
     cut_after: int | None = None
+    #: An SSE ``retry:`` field (milliseconds) in a block of its own, before the first event
+    #: (as many servers send it); ``retry_between``: after every event too.
+    retry: int | None = None
+    retry_between: bool = False
     #: Seconds to stay silent before answering at all, or until ``release`` (timeout tests).
     stall: float = 0.0
     #: Pause after this many events until ``release`` is set (abort tests).
@@ -141,6 +145,10 @@ class _Handler(ScriptedHandler):
                   for name, data in reply.events]
         if reply.done_marker:
             frames.append("data: [DONE]\n\n")
+        if reply.retry is not None:  # legal SSE: sets the reconnection time, no event
+            block = f"retry: {reply.retry}\n\n"
+            frames = [block, *(f + block for f in frames)] if reply.retry_between \
+                else [block, *frames]
         self.send_chunked([frame.encode() for frame in frames], reply,
                           keep_alive=b": keep-alive\n\n", headers={
                               "content-type": "text/event-stream; charset=utf-8",

@@ -125,7 +125,11 @@ class _Fold:
                         self.flush()
                     self.text = event.text if self.text is None else self.text + event.text
                 case ToolCall():
-                    self.calls.append(ToolCallPart(event.call_id, event.name, event.args))
+                    self.calls.append(ToolCallPart(
+                        event.call_id, event.name, event.args,
+                        provider_executed=event.provider_executed,
+                        provider_metadata=event.provider_metadata,
+                        tool_metadata=event.tool_metadata, dynamic=event.dynamic))
                 case UserEvent():
                     self.flush()
                     messages.append(UserMessage(event.text))
@@ -143,13 +147,13 @@ class _Fold:
                     pass  # a stopped call's streamed arguments: never part of the conversation
                 case ToolResult():
                     self.flush()
-                    if event.error is not None:
-                        messages.append(ToolMessage(event.call_id, event.name, event.error,
-                                                    True))
-                    else:
-                        messages.append(ToolMessage(event.call_id, event.name,
-                                                    json.dumps(event.result,
-                                                               ensure_ascii=False)))
+                    failed = event.error is not None
+                    content = event.error if event.error is not None \
+                        else json.dumps(event.result, ensure_ascii=False)
+                    messages.append(ToolMessage(
+                        event.call_id, event.name, content, failed,
+                        provider_executed=event.provider_executed,
+                        provider_metadata=event.provider_metadata))
         if events:
             self.end += len(events)
             self.last_id = events[-1].id

@@ -36,6 +36,7 @@ __all__ = [
     "ToolResultInput",
     "TurnStatus",
     "landed",
+    "message_text",
 ]
 
 CommitStatus = Literal["committed", "merged", "superseded", "failed"]
@@ -238,6 +239,15 @@ class TimerRef(_In):
     fire_at: int
 
 
+def message_text(value: str | None) -> str | None:
+    """A request's message, refused when it is whitespace only: a model provider may refuse
+    a blank message (Bedrock does), and a turn on one says nothing. Checked at the boundary
+    (``Input``, the HTTP body), before anything is written."""
+    if value is not None and not value.strip():
+        raise ValueError("a message must have text in it, not only whitespace")
+    return value
+
+
 class Input(_In):
     """What a request brings: a message, answers to yields, decisions, state.
 
@@ -288,6 +298,11 @@ class Input(_In):
         if twice:
             raise ValueError(f"two client tools are named {twice[0]!r}")
         return tools
+
+    @field_validator("message")
+    @classmethod
+    def _message_has_text(cls, value: str | None) -> str | None:
+        return message_text(value)
 
 
 class HandlerInput(_In):

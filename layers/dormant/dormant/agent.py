@@ -390,7 +390,13 @@ def build_agent(
     for item in items:
         if not isinstance(item, System | History | ClientPart):
             raise ConfigError(f"agent {name!r}: unknown context item {item!r}")
+    provider_run = set(getattr(model, "system_tools", None) or ())
     for tool_name, policy in (tool_approval or {}).items():
+        if tool_name in provider_run:
+            raise ConfigError(f"agent {name!r}: {tool_name!r} is one of the model's system "
+                              "tools, which the provider runs inside the model call before "
+                              "dormant sees it, so no approval can be asked first; remove its "
+                              "approval policy, or leave it out of system_tools")
         if tool_name not in by_name and not sources:  # a source's tool is checked at listing
             raise ConfigError(f"agent {name!r}: tool_approval names {tool_name!r}, which is not "
                               f"one of its tools ({', '.join(sorted(by_name)) or 'none'})")

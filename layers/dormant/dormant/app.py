@@ -378,6 +378,7 @@ class App:
         execute: Step | None = None,
         finalize: Step | None = None,
         deferred: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> Any: ...
 
     def tool(
@@ -393,6 +394,7 @@ class App:
         execute: Step | None = None,
         finalize: Step | None = None,
         deferred: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> Any:
         """Declare a tool.
 
@@ -402,22 +404,24 @@ class App:
         whose signature becomes the schema. ``deferred=True`` (explicit form, with
         ``schema``): the result comes from outside the turn; a call parks the turn until
         trusted code supplies it (``session.input.tool_result``, ``Input(tool_results=...)``,
-        ``app.sessions.append(..., tool_results=...)``).
+        ``app.sessions.append(..., tool_results=...)``). ``metadata``: a JSON object of
+        your own about the tool (both forms), recorded on each of its calls as
+        ``tool_call.tool_metadata`` and shown with them; never sent to the model.
         """
         if fn is not None:
             return tool_from_function(fn, name=name, description=description,
                                       yield_schema=yield_schema, prepare=prepare,
-                                      finalize=finalize)
+                                      finalize=finalize, metadata=metadata)
         if schema is not None or execute is not None or prepare is not None \
                 or finalize is not None or deferred:
             return make_tool(name=name or "", description=description or "", schema=schema,
                              yield_schema=yield_schema, prepare=prepare, execute=execute,
-                             finalize=finalize, deferred=deferred)
+                             finalize=finalize, deferred=deferred, metadata=metadata)
 
         def decorate(function: Callable[..., Any]) -> Tool:
             return tool_from_function(function, name=name, description=description,
                                       yield_schema=yield_schema, prepare=prepare,
-                                      finalize=finalize)
+                                      finalize=finalize, metadata=metadata)
 
         return decorate
 

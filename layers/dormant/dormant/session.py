@@ -133,8 +133,9 @@ class SessionInput:
         the session cannot take it now (it waits on a yield, an approval or an input
         request, failed, or is paused) it goes to the inbox (a ``queued`` event) —
         ``if_busy="reject"`` raises instead, ``"interrupt"`` ends the waiting response."""
-        if not isinstance(text, str) or not text:
-            raise InputError("a message must be a non-empty string")
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("a message must be a string with text in it (not empty or "
+                             "whitespace only)")
         message_id = id or new_id("msg")
         _, queued = _decide.message(self._session, text, message_id, if_busy)
         if queued is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import json
 import threading
 import time
 import types
@@ -168,6 +169,10 @@ class Tool:
     #: (:func:`dormant._schema.schema_errors`) instead of through ``schema``; the tool then
     #: receives them as a dict (``ToolContext.args``). None: ``schema`` is the contract.
     json_schema: dict[str, Any] | None = None
+    #: The tool's own metadata (a JSON object, ``app.tool(..., metadata={...})``): recorded on
+    #: each of its calls (``tool_call.tool_metadata``) and shown with them; never sent to a
+    #: model as part of the tool's spec.
+    metadata: dict[str, Any] | None = None
 
     @property
     def yields(self) -> bool:
@@ -232,6 +237,7 @@ def make_tool(
     execute: Step | None = None,
     finalize: Step | None = None,
     deferred: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Tool:
     """Validate a tool declaration (the explicit form of ``app.tool``).
 
@@ -243,9 +249,12 @@ def make_tool(
     ``execute`` may be a generator function: each value it yields is a preliminary output
     (a ``tool_result`` event with ``preliminary=True``, not what the model reads as the
     call's result), and the value it returns is the call's result.
+
+    ``metadata``: a JSON object recorded on every call of the tool (``tool_call.tool_metadata``).
     """
     if not name or not isinstance(name, str):
         raise ConfigError("a tool needs a name")
+    kept = _metadata(name, metadata)
     if deferred:
         given = [what for what, value in (("execute", execute), ("yield_schema", yield_schema),
                                           ("prepare", prepare), ("finalize", finalize))
@@ -265,7 +274,22 @@ def make_tool(
     if yield_schema is not None:
         _require_model(name, "yield_schema", yield_schema)
     return Tool(name=name, description=description, schema=schema, yield_schema=yield_schema,
-                prepare=prepare, execute=execute, finalize=finalize, deferred=deferred)
+                prepare=prepare, execute=execute, finalize=finalize, deferred=deferred,
+                metadata=kept)
+
+
+def _metadata(tool: str, metadata: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``metadata`` as the JSON object the ledger keeps (a copy), or a clear error."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise ConfigError(f"tool {tool!r}: metadata must be a JSON object (a dict with string "
+                          f"keys), got {type(metadata).__name__}")
+    try:
+        copied: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"tool {tool!r}: metadata must be JSON ({error})") from error
+    return copied
 
 
 def _require_model(tool: str, what: str, value: Any) -> None:
@@ -281,6 +305,7 @@ def tool_from_function(
     yield_schema: type[BaseModel] | None = None,
     prepare: Step | None = None,
     finalize: Step | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Tool:
     """The decorator form: the schema comes from ``fn``'s typed signature.
 
@@ -314,7 +339,7 @@ def tool_from_function(
 
     return make_tool(name=tool_name, description=summary, schema=schema,
                      yield_schema=yield_schema, prepare=prepare, execute=execute,
-                     finalize=finalize)
+                     finalize=finalize, metadata=metadata)
 
 
 def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:

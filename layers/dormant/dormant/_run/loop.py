@@ -65,6 +65,7 @@ from dormant.models._base import (
     ThoughtDelta,
     ToolCallChunk,
     ToolCallDelta,
+    ToolResultChunk,
     ToolSpec,
     UsageChunk,
 )
@@ -260,8 +261,11 @@ def _body(run: RunState, start: Start) -> Stream:
                 yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="tool"))
                 return _finish_yield_tool(run)
         else:
-            yield from resume_tools(run)
+            parks = yield from resume_tools(run)
             yield from run.flush()
+            if parks:  # an approved deferred call was admitted: it waits for its result
+                yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="tool"))
+                return _finish_yield_tool(run)
     replaced = _before_agent(run) if start.hooks else None
     if replaced is not None:
         return (yield from _reply_and_end(run, replaced))
@@ -331,6 +335,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     run.drafts = {}
     parts: list[str] = []
     calls: list[Call] = []
+    provided: dict[str, ToolResultChunk] = {}
     reasoning: list[dict[str, Any]] = []
     provider = ""
     usage = NO_USAGE
@@ -357,6 +362,8 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         elif isinstance(chunk, ToolCallChunk):
             _drafted(run, chunk)
             calls.append(_parse_call(chunk))
+        elif isinstance(chunk, ToolResultChunk):
+            provided[chunk.call_id] = chunk
         elif isinstance(chunk, ReasoningChunk):
             reasoning.append(chunk.item)
             provider = chunk.provider
@@ -378,14 +385,52 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         run.said.append(text)
         yield run.emit(AssistantEvent(id=reply_id, invocation_id=invocation_id, text=text))
     position = run.session.head.calls
+    tools = run.agent.toolset().tools
+    ran_there: list[tuple[Call, ToolResultChunk]] = []
     for index, call in enumerate(calls):
         if not call.call_id:
             call.call_id = derive_call_id(invocation_id, position, index)
-        call.dynamic = call.name in run.client_tools \
-            and call.name not in run.agent.toolset().tools
+        if call.provider_executed:
+            result = provided.get(call.call_id)
+            if result is not None:
+                ran_there.append((call, result))
+            else:
+                _unprovided(run, call)
+        tool = tools.get(call.name)
+        call.dynamic = tool is None and call.name in run.client_tools \
+            and not call.provider_executed
         yield run.emit(ToolCall(invocation_id=invocation_id, call_id=call.call_id,
-                                name=call.name, args=call.args, dynamic=call.dynamic))
-    return calls
+                                name=call.name, args=call.args, dynamic=call.dynamic,
+                                provider_executed=call.provider_executed,
+                                provider_metadata=call.provider_metadata,
+                                tool_metadata=tool.metadata if tool is not None else None))
+    # The provider's results land with the calls, before any tool of the step runs (or is
+    # written ahead): those calls are settled, and the step's join waits only for the rest.
+    for call, result in ran_there:
+        yield run.emit(_provider_result(run, call, result))
+    return [call for call in calls if all(call is not done for done, _ in ran_there)]
+
+
+def _unprovided(run: RunState, call: Call) -> None:
+    """A call the provider ran whose result did not come in the response: it waits as a
+    deferred call when the agent declares a deferred tool of its name (trusted code supplies
+    the result), else its result is an error the model reads on the next step."""
+    tool = run.agent.toolset().tools.get(call.name)
+    if tool is None or not tool.deferred:
+        call.error = (f"{call.name} ran on the model's provider, but its result did not come "
+                      "in the response")
+
+
+def _provider_result(run: RunState, call: Call, result: ToolResultChunk) -> ToolResult:
+    """A provider-executed call's ``tool_result``, as the provider returned it."""
+    metadata = to_json_value(result.provider_metadata) if result.provider_metadata else None
+    if result.is_error:
+        return ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
+                          name=call.name, error=str(result.result) or "(no output)",
+                          provider_executed=True, provider_metadata=metadata)
+    return ToolResult(invocation_id=run.invocation_id, call_id=call.call_id, name=call.name,
+                      result=to_json_value(result.result), provider_executed=True,
+                      provider_metadata=metadata)
 
 
 def _settle(run: RunState) -> Stream:
@@ -537,13 +582,17 @@ def _drafted(run: RunState, chunk: ToolCallChunk) -> None:
 
 def _parse_call(chunk: ToolCallChunk) -> Call:
     args = chunk.args
+    error: str | None = None
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as error:
-            return Call(chunk.call_id, chunk.name, args,
-                        error=f"Invalid arguments for {chunk.name}: not JSON ({error.msg})")
-    return Call(chunk.call_id, chunk.name, to_json_value(args))
+        except json.JSONDecodeError as bad:
+            error = f"Invalid arguments for {chunk.name}: not JSON ({bad.msg})"
+    if error is None:
+        args = to_json_value(args)
+    metadata = to_json_value(chunk.provider_metadata) if chunk.provider_metadata else None
+    return Call(chunk.call_id, chunk.name, args, error=error,
+                provider_executed=chunk.provider_executed, provider_metadata=metadata)
 
 
 def _counts(usage: Usage) -> bool:

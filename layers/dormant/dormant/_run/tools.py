@@ -72,6 +72,10 @@ class Call:
     ran: bool = False
     #: A call to a client's tool (``tool_call.dynamic``): it parks for the client's answer.
     dynamic: bool = False
+    #: The model's provider ran the call (a Bedrock server tool): never run here (one whose
+    #: result came in the response never reaches the tool phase).
+    provider_executed: bool = False
+    provider_metadata: dict[str, Any] | None = None
 
 
 # --- a model step's calls ----------------------------------------------------------------------
@@ -89,7 +93,11 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
             continue
         assert call.tool is not None
         if call.tool.deferred:
-            continue  # its result comes from outside the turn: the step parks on it
+            # Its result comes from outside the turn: the step parks on it, once approved
+            # where a policy asks (a result cannot land before the call is admitted).
+            if _needs_approval(run, call):
+                call.approval_id = new_id("apr")
+            continue
         if call.tool.yields:
             _prepare(run, call, work)
         elif _needs_approval(run, call):
@@ -207,24 +215,33 @@ def written_ahead(run: RunState) -> list[Call]:
     landed (its process died, its deadline cut it). They run again as the step they were,
     under the same call ids. Empty for a parked step (its calls are held or answered)."""
     step = run.session.head.step
-    if any(c.settled or c.yielded or c.approval_id is not None or c.deferred for c in step):
+    if any(c.yielded or c.approval_id is not None or c.deferred for c in step) \
+            or all(c.settled for c in step):
         return []
-    return [Call(call_id=c.call_id, name=c.name, args=c.args) for c in step]
+    # A settled call here is one the provider ran (its result lands with the calls, before
+    # the write-ahead); the step's own results land together, after its tools ran.
+    return [Call(call_id=c.call_id, name=c.name, args=c.args, dynamic=c.dynamic)
+            for c in step if not c.settled]
 
 
-def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
+def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
     """Settle the parked step in call order: execute/finalize answered yields, run approved
-    calls, record denials."""
+    calls, record denials. An approved deferred call is admitted and parks (its
+    ``tool_deferred``); True if one did, so the step waits again."""
     work: dict[str, Any] = json_copy(run.session.state)
     done: list[Call] = []
     approved: list[Call] = []
+    admitted: list[Call] = []
     for pending in run.session.head.step:
-        if pending.settled:
-            continue
+        if pending.settled or pending.deferred:
+            continue  # (a deferred call that waits: its result lands from outside)
         if pending.approval_id is not None:
             call = Call(call_id=pending.call_id, name=pending.name, args=pending.args)
             if pending.approved:
                 _resolve(run, call)
+                if call.error is None and call.tool is not None and call.tool.deferred:
+                    admitted.append(call)
+                    continue
                 if call.error is None:
                     approved.append(call)
             else:
@@ -240,8 +257,12 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, None]:
     yield from state_delta(run, work)
     for call in done:  # already in call order: the loop walked the step
         yield run.emit(_tool_result(run, call))
+    for call in admitted:
+        yield run.emit(ToolDeferred(invocation_id=run.invocation_id, call_id=call.call_id,
+                                    name=call.name, args=to_json_value(call.parsed)))
     if any(call.ran for call in done) or run.session.claimed:
         run.note_effects()  # a claimed decision is committed: its results are progress too
+    return bool(admitted)
 
 
 def _answer_yield(run: RunState, pending: PendingCall,

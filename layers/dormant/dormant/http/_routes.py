@@ -282,10 +282,12 @@ class Routes:
         view = SessionView(
             session_id=session.session_id, status=session.status, version=session.version,
             yielded_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args,
-                                       input_schema=schemas.get(c.call_id))
+                                       input_schema=schemas.get(c.call_id),
+                                       tool_metadata=self._tool_metadata(c.name))
                            for c in session.yielded_tools],
             pending_approvals=session.pending_approvals,
-            deferred_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args)
+            deferred_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args,
+                                        tool_metadata=self._tool_metadata(c.name))
                             for c in session.deferred_tools],
             pending_inputs=session.pending_inputs, waiting=waiting_on(session),
             inbox=session.inbox, open_invocation=session.open_invocation,
@@ -302,6 +304,11 @@ class Routes:
             next=page.next if page is not None else None,
         )
         return Response(status_code=200, content_type=JSON, body=view.wire())
+
+    def _tool_metadata(self, name: str) -> dict[str, Any] | None:
+        """The agent's own tool's ``metadata`` (a source's tools are not listed for a view)."""
+        tool = self.agent.tools.get(name)
+        return tool.metadata if tool is not None else None
 
     def _input_schemas(self, session: Session, *, whole: bool) -> dict[str, dict[str, Any]]:
         """What each call the session waits on expects, from its ``tool_yield``. Unless the

@@ -20,6 +20,7 @@ from dormant._inputs import (
     SeedRequest,
     SteerRequest,
     StopRequest,
+    message_text,
 )
 from dormant.errors import InputError
 from dormant.handlers import HandlerInput, Input, RetryRequest, ToolAnswer
@@ -166,6 +167,11 @@ class TurnRequest(_Wire):
         "`queued`, it runs when the session is free), `reject` (409), `interrupt` (end the "
         "waiting response and run this message).")
 
+    @field_validator("message")
+    @classmethod
+    def _message_has_text(cls, value: str | None) -> str | None:
+        return message_text(value)
+
     @model_validator(mode="before")
     @classmethod
     def _no_tool_results(cls, data: Any) -> Any:
@@ -219,6 +225,10 @@ class PendingCall(_Wire):
         default=None, description="JSON Schema of the answer the call waits for (send it as "
         "`tools: [{callId, input}]`), as the session's ledger recorded it. Shown by "
         "`GET /sessions/{id}`; absent for calls recorded before it was.")
+    tool_metadata: dict[str, Any] | None = Field(
+        default=None, description="The tool's `metadata` as its definition declares it "
+        "(`app.tool(..., metadata=...)`), shown by `GET /sessions/{id}`; absent when it has "
+        "none. The ledger's `tool_call` events carry it too.")
 
 
 class Waiting(_Wire):

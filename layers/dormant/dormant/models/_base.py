@@ -30,6 +30,7 @@ __all__ = [
     "ToolCallDelta",
     "ToolCallPart",
     "ToolMessage",
+    "ToolResultChunk",
     "ToolSpec",
     "UsageChunk",
     "UserMessage",
@@ -50,9 +51,22 @@ class UserMessage:
 
 @dataclass(frozen=True)
 class ToolCallPart:
+    """A call the assistant made, as the ledger's ``tool_call`` recorded it.
+
+    ``provider_executed``: the provider ran it (a Bedrock server tool) and its result is a
+    :class:`ToolMessage` with ``provider_executed`` too, which belongs in the assistant's
+    message (adapters that cannot send such a pair tell it as text or leave it out).
+    ``provider_metadata``: the provider's own fields for the call (for Bedrock, the
+    ``toolUse.type``), sent back where the provider wants them. ``tool_metadata``: the tool's
+    ``metadata=`` as declared; ``dynamic``: a tool offered for one run by a client."""
+
     call_id: str
     name: str
     args: Any
+    provider_executed: bool = False
+    provider_metadata: dict[str, Any] | None = None
+    tool_metadata: dict[str, Any] | None = None
+    dynamic: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,13 +87,18 @@ DENIED = "Denied by the user"
 
 @dataclass(frozen=True)
 class ToolMessage:
-    """A tool's outcome. ``content`` is the result as JSON text, or the error text."""
+    """A tool's outcome. ``content`` is the result as JSON text, or the error text.
+    ``provider_executed``: the provider ran the call and returned this in its response (it
+    belongs to the assistant's message, beside its call); ``provider_metadata``: the
+    provider's own fields for it, as returned."""
 
     call_id: str
     name: str
     content: str
     is_error: bool = False
     role: Literal["tool"] = "tool"
+    provider_executed: bool = False
+    provider_metadata: dict[str, Any] | None = None
 
 
 Message = UserMessage | AssistantMessage | ToolMessage
@@ -136,11 +155,31 @@ class ToolCallChunk:
     """A complete tool call (adapters assemble streamed argument fragments first).
     ``args`` is a dict, or JSON text the runtime parses (bad JSON reaches the model as a
     tool error). An empty ``call_id`` asks the runtime to derive one from the invocation and
-    the call's position, so a rerun of the same step gets the same ids."""
+    the call's position, so a rerun of the same step gets the same ids.
+
+    ``provider_executed``: the provider ran the call itself (a Bedrock server tool); the
+    runtime records it and never runs it, and its :class:`ToolResultChunk` is the result.
+    ``provider_metadata``: the provider's own fields for the call (a JSON object), kept on
+    the ledger's ``tool_call`` and handed back with the call on later requests."""
 
     call_id: str
     name: str
     args: Any
+    provider_executed: bool = False
+    provider_metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ToolResultChunk:
+    """The result of a provider-executed call (:attr:`ToolCallChunk.provider_executed`), as
+    the provider returned it in its response: ``result`` a JSON value (or, with
+    ``is_error``, the error text); ``provider_metadata`` the provider's own fields for it.
+    Recorded as the call's ``tool_result`` with ``provider_executed``."""
+
+    call_id: str
+    result: Any
+    is_error: bool = False
+    provider_metadata: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +226,7 @@ class AudioChunk:
 
 
 ModelChunk = (TextDelta | ThoughtDelta | ToolCallChunk | ToolCallDelta | UsageChunk
-              | ReasoningChunk | AudioChunk)
+              | ReasoningChunk | AudioChunk | ToolResultChunk)
 
 
 class ModelError(Exception):
@@ -217,7 +256,8 @@ class Model(Protocol):
     ``step``: 1 for the turn's first call, ``settings``) and returns an iterator of chunks:
     :class:`TextDelta` (streamed text, shown to clients as it arrives), :class:`ThoughtDelta`
     (reasoning, streamed but not kept), :class:`ToolCallChunk` (one whole tool call; an empty
-    ``call_id`` lets the runtime derive a stable one), optionally one :class:`UsageChunk`,
+    ``call_id`` lets the runtime derive a stable one; ``provider_executed`` for one the
+    provider ran, whose :class:`ToolResultChunk` follows), optionally one :class:`UsageChunk`,
     and for a model that speaks, :class:`AudioChunk` (streamed, not kept; its transcript comes
     as text). A model with a true ``realtime`` attribute makes its agents yield for the next
     message by default (``yields=None``).

@@ -30,12 +30,14 @@ from dormant.models._base import (
     ToolCallChunk,
     ToolCallDelta,
     ToolMessage,
+    ToolResultChunk,
     UsageChunk,
 )
 
 __all__ = [
     "PROVIDER",
     "REASONING",
+    "SERVER_TOOL_USE",
     "StreamFailed",
     "cache_points",
     "converse_chunks",
@@ -55,6 +57,9 @@ SYSTEM_NOTE = "[system note] "
 #: The user turn put before a conversation that starts with the assistant (a history cut
 #: to its last messages): Converse requires the user to speak first.
 _OPENING = "(earlier conversation omitted)"
+#: ``toolUse.type`` of a call Bedrock ran itself (a system tool's), whose ``toolResult``
+#: comes in the same reply and goes back in the same assistant message.
+SERVER_TOOL_USE = "server_tool_use"
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _CACHE_POINT = {"cachePoint": {"type": "default"}}
 #: Model ids (or inference profile ids: ``us.anthropic...``, ARNs) with prompt caching, and
@@ -78,23 +83,26 @@ def cache_points(model_id: str) -> frozenset[str]:
 # --- requests ---------------------------------------------------------------------------------
 
 
-def converse_request(request: ModelRequest, *, cache: frozenset[str] = frozenset()
-                     ) -> dict[str, Any]:
+def converse_request(request: ModelRequest, *, cache: frozenset[str] = frozenset(),
+                     system_tools: tuple[str, ...] = ()) -> dict[str, Any]:
     """The ``converse_stream`` parameters (without ``modelId`` and inference settings):
     ``messages``, ``system`` and ``toolConfig``, with a ``cachePoint`` after the system
     prompts and after the tool specs where ``cache`` names them.
 
     Converse wants roles to alternate and tool results in user messages, so consecutive
-    blocks of one role are merged into one message. A tool name Bedrock cannot take is a
-    :class:`ModelError` (``invalid_request``, not retryable) before anything is sent.
+    blocks of one role are merged into one message; the result of a call Bedrock ran
+    itself stays in the assistant's message, beside its call. ``system_tools``: the names of
+    Bedrock's own tools offered (``{"systemTool": {"name": ...}}``). A tool name Bedrock
+    cannot take is a :class:`ModelError` (``invalid_request``, not retryable) before
+    anything is sent.
     """
-    body: dict[str, Any] = {"messages": _messages(request.messages,
-                                                  as_text=not request.tools)}
+    offered = bool(request.tools or system_tools)
+    body: dict[str, Any] = {"messages": _messages(request.messages, as_text=not offered)}
     system: list[dict[str, Any]] = [{"text": text} for text in request.system if text]
     if system:
         body["system"] = [*system, _CACHE_POINT] if "system" in cache else system
-    if request.tools:
-        tools: list[dict[str, Any]] = []
+    if offered:
+        tools: list[dict[str, Any]] = [{"systemTool": {"name": name}} for name in system_tools]
         for spec in request.tools:
             if not _TOOL_NAME.fullmatch(spec.name):
                 raise ModelError(f"Bedrock cannot take the tool name {spec.name!r}: tool names "
@@ -114,15 +122,21 @@ def _messages(messages: list[Message], *, as_text: bool = False) -> list[dict[st
     Converse refuses tool blocks without a ``toolConfig`` (an agent whose tools were taken
     away, with calls in its history): its calls and results are told as text instead."""
     merged: list[dict[str, Any]] = []
+    ran_there = {m.call_id for m in messages if isinstance(m, ToolMessage) and m.provider_executed}
     for message in messages:
-        role = "assistant" if isinstance(message, AssistantMessage) else "user"
-        blocks = _blocks(message)
+        ours = isinstance(message, AssistantMessage) or (
+            isinstance(message, ToolMessage) and message.provider_executed)
+        role = "assistant" if ours else "user"
+        blocks = _blocks(message, ran_there)
         if as_text:
             blocks = [_told(block) for block in blocks]
         if not blocks:
             continue
         if merged and merged[-1]["role"] == role:
-            merged[-1]["content"].extend(blocks)
+            if role == "assistant" and isinstance(message, ToolMessage) and not as_text:
+                _beside_its_call(merged[-1]["content"], blocks[0])
+            else:
+                merged[-1]["content"].extend(blocks)
         else:
             merged.append({"role": role, "content": blocks})
     if merged and merged[0]["role"] == "assistant":
@@ -130,7 +144,17 @@ def _messages(messages: list[Message], *, as_text: bool = False) -> list[dict[st
     return merged
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _beside_its_call(content: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    """Put a server tool's ``toolResult`` right after its ``toolUse`` (the ledger keeps the
+    step's calls together, then their results), as Bedrock returned the pair."""
+    call_id = result["toolResult"]["toolUseId"]
+    at = next((i for i, block in enumerate(content)
+               if block.get("toolUse", {}).get("toolUseId") == call_id), len(content) - 1)
+    content.insert(at + 1, result)
+
+
+def _blocks(message: Message, ran_there: frozenset[str] | set[str] = frozenset()
+            ) -> list[dict[str, Any]]:
     if isinstance(message, AssistantMessage):
         blocks: list[dict[str, Any]] = []
         if message.text.strip() or message.tool_calls:  # Converse rejects blank text
@@ -139,16 +163,45 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
                           if (block := _reasoning_block(item)) is not None)
         if message.text.strip():
             blocks.append({"text": message.text})
-        blocks.extend({"toolUse": {"toolUseId": call.call_id, "name": call.name,
-                                   "input": _tool_input(call.args)}}
-                      for call in message.tool_calls)
+        for call in message.tool_calls:
+            use: dict[str, Any] = {"toolUseId": call.call_id, "name": call.name,
+                                   "input": _tool_input(call.args)}
+            if call.provider_executed and call.call_id in ran_there:
+                use["type"] = (call.provider_metadata or {}).get("type") or SERVER_TOOL_USE
+            blocks.append({"toolUse": use})
         return blocks
     if isinstance(message, ToolMessage):
+        if message.provider_executed:
+            return [_server_result(message)]
         return [{"toolResult": {"toolUseId": message.call_id,
                                 "content": [_result_content(message)],
                                 "status": "error" if message.is_error else "success"}}]
+    if not message.text.strip():  # Converse rejects a blank text block (an old ledger's)
+        return []
     text = SYSTEM_NOTE + message.text if message.role == "system" else message.text
     return [{"text": text}]
+
+
+def _server_result(message: ToolMessage) -> dict[str, Any]:
+    """A server tool's result as Bedrock returned it: its content blocks (what the ledger
+    keeps as the result), ``type`` and ``status`` from its provider metadata."""
+    content: Any = None
+    if not message.is_error:
+        try:
+            content = json.loads(message.content)
+        except ValueError:
+            content = None
+    if not (isinstance(content, list) and content and all(isinstance(b, dict) for b in content)):
+        content = [{"text": message.content or "(no output)"}]
+    result: dict[str, Any] = {"toolUseId": message.call_id, "content": content}
+    metadata = message.provider_metadata or {}
+    if isinstance(metadata.get("type"), str):
+        result["type"] = metadata["type"]
+    if message.is_error:
+        result["status"] = "error"
+    elif metadata.get("status") in ("success", "error"):
+        result["status"] = metadata["status"]
+    return {"toolResult": result}
 
 
 def _told(block: dict[str, Any]) -> dict[str, Any]:
@@ -159,10 +212,10 @@ def _told(block: dict[str, Any]) -> dict[str, Any]:
                         f"{json.dumps(use['input'], ensure_ascii=False)}]"}
     if "toolResult" in block:
         result = block["toolResult"]
-        [content] = result["content"]
-        told = (json.dumps(content["json"], ensure_ascii=False) if "json" in content
-                else content["text"])
-        outcome = "failed" if result["status"] == "error" else "returned"
+        told = " ".join(content["text"] if "text" in content and len(content) == 1
+                        else json.dumps(content.get("json", content), ensure_ascii=False)
+                        for content in result["content"])
+        outcome = "failed" if result.get("status") == "error" else "returned"
         return {"text": f"[{result['toolUseId']} {outcome}: {told}]"}
     return block
 
@@ -235,14 +288,36 @@ class _Block:
     call_id: str = ""
     name: str = ""
     tool: bool = False
+    #: A call Bedrock runs itself (``toolUse.type`` ``server_tool_use``): its fields.
+    server: dict[str, Any] | None = None
+    #: A ``toolResult`` block (a server tool's result): its start's fields and content.
+    result: dict[str, Any] | None = None
+    content: list[dict[str, Any]] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     signature: str = ""
     redacted: bytes = b""
 
     def call(self) -> ToolCallChunk:
+        if self.server is not None:
+            return ToolCallChunk(call_id=self.call_id, name=self.name,
+                                 args="".join(self.parts) or "{}", provider_executed=True,
+                                 provider_metadata=self.server)
         return ToolCallChunk(call_id=self.call_id, name=self.name,
                              args="".join(self.parts) or "{}")
+
+    def tool_result(self) -> ToolResultChunk:
+        """A server tool's result: its content blocks as Bedrock streamed them (an error's
+        text, for a ``status`` of ``error``)."""
+        start = self.result or {}
+        metadata = {key: start[key] for key in ("type", "status") if start.get(key)}
+        if start.get("status") == "error":
+            text = " ".join(b["text"] if "text" in b else json.dumps(b.get("json"))
+                            for b in self.content)
+            return ToolResultChunk(self.call_id, text or "(no output)", is_error=True,
+                                   provider_metadata=metadata or None)
+        return ToolResultChunk(self.call_id, self.content or [{"text": "(no output)"}],
+                               provider_metadata=metadata or None)
 
     def reasoning_item(self) -> dict[str, Any] | None:
         if self.redacted:
@@ -281,12 +356,19 @@ def converse_chunks(events: Iterable[dict[str, Any]], model_id: str = ""
         seen += 1
         if "contentBlockStart" in event:
             start = event["contentBlockStart"]
-            tool = (start.get("start") or {}).get("toolUse")
+            began = start.get("start") or {}
+            tool = began.get("toolUse")
+            index = start.get("contentBlockIndex", 0)
             if tool:
-                index = start.get("contentBlockIndex", 0)
                 block = blocks.setdefault(index, _Block())
                 block.tool, block.call_id, block.name = True, tool["toolUseId"], tool["name"]
+                if tool.get("type"):  # server_tool_use: Bedrock runs it, not us
+                    block.server = {"type": tool["type"]}
                 yield ToolCallDelta(index=index, call_id=block.call_id, name=block.name)
+            elif began.get("toolResult"):
+                block = blocks.setdefault(index, _Block())
+                block.result = dict(began["toolResult"])
+                block.call_id = block.result.get("toolUseId", "")
         elif "contentBlockDelta" in event:
             yield from _delta(event["contentBlockDelta"], blocks)
         elif "messageStop" in event:
@@ -304,6 +386,8 @@ def converse_chunks(events: Iterable[dict[str, Any]], model_id: str = ""
             yield ReasoningChunk(item, provider=PROVIDER)
     if stop not in _FILTERED:
         yield from (blocks[i].call() for i in sorted(blocks) if blocks[i].tool)
+        yield from (blocks[i].tool_result() for i in sorted(blocks)
+                    if blocks[i].result is not None)
     if usage is not None:
         yield UsageChunk(usage)
 
@@ -319,6 +403,16 @@ def _delta(event: dict[str, Any], blocks: dict[int, _Block]) -> Iterator[ModelCh
         block.parts.append(tool["input"])
         yield ToolCallDelta(index=index, args=tool["input"], call_id=block.call_id,
                             name=block.name)
+    results = delta.get("toolResult")
+    if results:
+        block = blocks.setdefault(index, _Block(result={}))
+        for piece in results:
+            if "text" in piece and block.content and set(block.content[-1]) == {"text"}:
+                block.content[-1]["text"] += piece["text"]
+            elif "text" in piece:
+                block.content.append({"text": piece["text"]})
+            elif "json" in piece:
+                block.content.append({"json": piece["json"]})
     reasoning = delta.get("reasoningContent")
     if reasoning is not None:
         block = blocks.setdefault(index, _Block())

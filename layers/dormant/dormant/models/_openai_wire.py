@@ -24,6 +24,8 @@ from dormant.models._base import (
     ThoughtDelta,
     ToolCallChunk,
     ToolCallDelta,
+    ToolCallPart,
+    ToolMessage,
     ToolSpec,
     UsageChunk,
     UserMessage,
@@ -56,6 +58,26 @@ def _tool_parameters(spec: ToolSpec, strict: bool) -> tuple[dict[str, Any], bool
 # --- requests ---------------------------------------------------------------------------------
 
 
+def _ran_there(request: ModelRequest) -> dict[str, str]:
+    """The calls another provider ran itself (a Bedrock server tool, in a session that
+    switched models) whose result came with them, each as the text that tells it: neither
+    API can take such a pair as a function call (no such function, no output of ours), so it
+    is told in the text of the assistant message that made it."""
+    return {m.call_id: f"[{m.name} ran on the model provider's side and "
+                       f"{'failed' if m.is_error else 'returned'}: {m.content}]"
+            for m in request.messages if isinstance(m, ToolMessage) and m.provider_executed}
+
+
+def _split(message: AssistantMessage, ran_there: dict[str, str]
+           ) -> tuple[str, list[ToolCallPart]]:
+    """An assistant message's text (with its provider-run calls told in it) and its own
+    calls."""
+    notes = [ran_there[c.call_id] for c in message.tool_calls if c.call_id in ran_there]
+    text = "\n".join([message.text, *notes]) if message.text and notes \
+        else message.text or "\n".join(notes)
+    return text, [c for c in message.tool_calls if c.call_id not in ran_there]
+
+
 def responses_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
     """The Responses API body (without ``model``/``stream``): instructions, input items, tools.
 
@@ -65,21 +87,23 @@ def responses_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
     its chain of thought across tool calls and turns.
     """
     items: list[dict[str, Any]] = []
+    ran_there = _ran_there(request)
     for message in request.messages:
         if isinstance(message, UserMessage):
             items.append({"role": message.role, "content": message.text})
         elif isinstance(message, AssistantMessage):
-            if message.text or message.tool_calls:
+            text, calls = _split(message, ran_there)
+            if text or calls:
                 # The API rejects a reasoning item that no output item follows, and one with
                 # a null field (``"status": null`` as some servers echo it).
                 items.extend({key: value for key, value in item.items() if value is not None}
                              for item in message.reasoning
                              if isinstance(item, dict) and item.get("type") == "reasoning")
-            if message.text:
-                items.append({"role": "assistant", "content": message.text})
+            if text:
+                items.append({"role": "assistant", "content": text})
             items.extend({"type": "function_call", "call_id": call.call_id, "name": call.name,
-                          "arguments": _arguments(call.args)} for call in message.tool_calls)
-        else:
+                          "arguments": _arguments(call.args)} for call in calls)
+        elif message.call_id not in ran_there:  # (a provider-run call's: told above)
             items.append({"type": "function_call_output", "call_id": message.call_id,
                           "output": message.content})
     body: dict[str, Any] = {"input": items}
@@ -102,22 +126,23 @@ def chat_request(request: ModelRequest, *, strict: bool) -> dict[str, Any]:
     """The Chat Completions body (without ``model``/``stream``): messages and tools."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": text}
                                       for text in request.system]
+    ran_there = _ran_there(request)
     for message in request.messages:
         if isinstance(message, UserMessage):
             messages.append({"role": message.role, "content": message.text})
         elif isinstance(message, AssistantMessage):
-            entry: dict[str, Any] = {"role": "assistant",
-                                     "content": message.text or None}
-            if message.tool_calls:
+            text, calls = _split(message, ran_there)
+            entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
                 entry["tool_calls"] = [
                     {"id": call.call_id, "type": "function",
                      "function": {"name": call.name, "arguments": _arguments(call.args)}}
-                    for call in message.tool_calls
+                    for call in calls
                 ]
             elif entry["content"] is None:
                 entry["content"] = ""
             messages.append(entry)
-        else:
+        elif message.call_id not in ran_there:  # (a provider-run call's: told above)
             messages.append({"role": "tool", "tool_call_id": message.call_id,
                              "content": message.content})
     body: dict[str, Any] = {"messages": messages}

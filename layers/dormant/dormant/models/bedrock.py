@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dormant.errors import ConfigError
@@ -56,6 +56,7 @@ _HINTS = {
 #: Connect timeout (seconds) of the client built here; reads wait ``timeout``.
 _CONNECT_TIMEOUT = 10.0
 _READ_TIMEOUT = 60.0
+_SYSTEM_TOOL = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _MISSING = "dormant.models.BedrockModel needs boto3: pip install 'dormant[aws]'"
 
 
@@ -88,6 +89,15 @@ class BedrockModel:
     input token in ``input_tokens`` (cache reads and writes too) and the cache reads in
     ``cached_tokens``.
 
+    ``system_tools``: names of Bedrock's own tools to offer (``{"systemTool": {"name": ...}}``
+    in ``toolConfig``, e.g. Amazon Nova's ``nova_grounding``). Bedrock runs such a call
+    itself: its ``toolUse`` (``type`` ``server_tool_use``) and ``toolResult`` come in the
+    reply, are recorded as a ``tool_call`` and ``tool_result`` with ``provider_executed``
+    (the ``type`` and ``status`` in ``provider_metadata``, the result as Bedrock's content
+    blocks) and are never run locally; later requests send the pair back in the assistant's
+    message. An approval policy cannot name one (Bedrock ran it before dormant saw it): the
+    agent is refused when built.
+
     Stop reasons: ``max_tokens`` and ``model_context_window_exceeded`` keep the text so far;
     ``guardrail_intervened`` and ``content_filtered`` keep the text (a guardrail's blocked
     message) and drop tool calls; both log a warning. ``malformed_model_output`` and
@@ -115,6 +125,7 @@ class BedrockModel:
         cache: bool | None = None,
         max_retries: int = 3,
         timeout: float | None = None,
+        system_tools: Sequence[str] = (),
     ) -> None:
         if not model_id or not isinstance(model_id, str):
             raise ConfigError("BedrockModel needs a model id, e.g. "
@@ -125,6 +136,14 @@ class BedrockModel:
             raise ConfigError("BedrockModel max_retries must be >= 0")
         if timeout is not None and timeout <= 0:
             raise ConfigError("BedrockModel timeout must be > 0 seconds")
+        if isinstance(system_tools, str):
+            system_tools = (system_tools,)
+        for name in system_tools:
+            if not isinstance(name, str) or not _SYSTEM_TOOL.fullmatch(name):
+                raise ConfigError(f"BedrockModel system_tools: {name!r} is not a tool name "
+                                  "Bedrock takes (1-64 letters, digits, '_' or '-')")
+        #: Bedrock's own tools offered to the model (``systemTool``): Bedrock runs them.
+        self.system_tools: tuple[str, ...] = tuple(dict.fromkeys(system_tools))
         self.model_id = model_id
         self.region = region
         self.inference_config = dict(inference_config or {})
@@ -174,7 +193,7 @@ class BedrockModel:
             cache = cache_points(self.model_id)
         else:
             cache = frozenset({"system", "tools"} if self.cache else ())
-        body = converse_request(request, cache=cache)
+        body = converse_request(request, cache=cache, system_tools=self.system_tools)
         body["modelId"] = self.model_id
         if self.inference_config:
             body["inferenceConfig"] = self.inference_config

@@ -181,6 +181,7 @@ class OpenAIModel:
                          else chat_result_chunks(unstreamed))
                 yield from self._translated(whole, signal, made)
                 return
+            _drop_empty_events(reply)
             events = _Abortable(reply, signal)
             parts = responses_chunks(events) if self.api == "responses" else chat_chunks(events)
             yield from self._translated(parts, signal, made, events)
@@ -370,6 +371,38 @@ def _retry_after(error: openai.APIError) -> float | None:
             except ValueError:
                 pass  # an HTTP date: rare from these APIs; backoff instead
     return None
+
+
+def _drop_empty_events(reply: Any) -> None:
+    """Read ``reply`` (an ``openai.Stream`` not yet iterated) the way the SSE spec does.
+
+    The ``openai`` package's decoder (``openai/_streaming.py``, ``SSEDecoder.decode``)
+    dispatches an event at a blank line whenever a ``retry:`` field came before it (or an
+    ``id:`` ever did: it keeps the last id), even with no ``data:`` line; the spec dispatches
+    no event when the data buffer is empty. ``Stream.__stream__`` then parses that empty data
+    as JSON and fails, so a server that sends ``retry: 3000`` (legal, and common) failed every
+    attempt as ``stream_incomplete``. The stream reads its decoder on the first iteration:
+    wrapped here, the events with empty data are dropped before the stream sees them. A
+    client whose stream has no such decoder is left as it is."""
+    decoder = getattr(reply, "_decoder", None)
+    if decoder is not None and callable(getattr(decoder, "iter_bytes", None)):
+        reply._decoder = _SpecDecoder(decoder)
+
+
+class _SpecDecoder:
+    """An SSE decoder that dispatches no event with empty data (see
+    :func:`_drop_empty_events`), around the client's own."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def iter_bytes(self, iterator: Iterator[bytes]) -> Iterator[Any]:
+        return (sse for sse in self._inner.iter_bytes(iterator) if sse.data != "")
+
+    async def aiter_bytes(self, iterator: Any) -> Any:  # the protocol's; sync models only
+        async for sse in self._inner.aiter_bytes(iterator):
+            if sse.data != "":
+                yield sse
 
 
 class _Abortable:

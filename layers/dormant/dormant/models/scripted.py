@@ -16,6 +16,7 @@ from dormant.models._base import (
     ThoughtDelta,
     ToolCallChunk,
     ToolCallDelta,
+    ToolResultChunk,
     UsageChunk,
 )
 from dormant.tools import Signal
@@ -45,12 +46,16 @@ class ScriptedModel:
     and steer. A reply is a ``str`` (text) or a dict ``{"text": ..., "tool_calls": [{"name": ...,
     "args": {...}, "id": optional, "stream_args": optional}], "thought": optional}``
     (``stream_args``: the call's arguments stream as JSON text, a piece per ``delay``, the way
-    a real model's do, so a stop can land while they stream). The requests the model was sent
-    are kept in ``requests``. A call with no reply left raises :class:`ScriptError` (a test's
-    script is wrong); with ``strict=False`` it is a failed model call instead
-    (:class:`~dormant.models.ModelError` ``script_exhausted``, not retryable), for serving a
-    script (``dormant dev --model scripted:FILE``), where running out is news for the client,
-    not a crash. :meth:`assert_consumed` raises if replies are left over.
+    a real model's do, so a stop can land while they stream). A call may carry
+    ``"provider_metadata"`` (a dict), and ``"provider_executed": True`` with a ``"result"``
+    (and ``"is_error"``) for a call the provider ran, played as a :class:`ToolResultChunk`
+    after the calls (no ``"result"``: the provider's result never came). The requests the
+    model was sent are kept in ``requests``. A call with no reply left raises
+    :class:`ScriptError` (a test's script is wrong); with ``strict=False`` it is a failed
+    model call instead (:class:`~dormant.models.ModelError` ``script_exhausted``, not
+    retryable), for serving a script (``dormant dev --model scripted:FILE``), where running
+    out is news for the client, not a crash. :meth:`assert_consumed` raises if replies are
+    left over.
     """
 
     def __init__(self, replies: Sequence[str | dict[str, Any]] = (), *,
@@ -118,7 +123,13 @@ def _play(reply: str | dict[str, Any], delay: float = 0.0,
                 yield ToolCallDelta(index=index, call_id=call.get("id") or "",
                                     name=call["name"], args=text[start:start + ARG_PIECE])
         yield ToolCallChunk(call_id=call.get("id") or "", name=call["name"],
-                            args=call.get("args", {}))
+                            args=call.get("args", {}),
+                            provider_executed=bool(call.get("provider_executed")),
+                            provider_metadata=call.get("provider_metadata"))
+    for call in reply.get("tool_calls") or ():
+        if call.get("provider_executed") and "result" in call:
+            yield ToolResultChunk(call.get("id") or "", call["result"],
+                                  is_error=bool(call.get("is_error")))
     yield UsageChunk()
 
 
