@@ -248,3 +248,32 @@ def test_a_rest_caller_that_hangs_up_keeps_its_message_and_what_it_was_sent() ->
     assert [(e.type, getattr(e, "text", None)) for e in kept.events][1:3] == [
         ("user", "count"), ("assistant", first)]
     assert kept.events[-1].status == "stopped"
+
+
+def test_a_stranded_step_parks_its_front_end_call_again_without_the_tool_offered() -> None:
+    """A step whose calls were written ahead, then its request died before its tools ran:
+    the takeover (which no client offers tools to) runs the local call and parks the front-end
+    call for its answer, as the step would have."""
+    from dormant._run.loop import Start, drain, run_turn
+    from dormant.events import InvocationStart, ToolCall, UserEvent
+
+    app = dormant.App(name="strand")
+    ran: list[str] = []
+    note = app.tool(name="note", description="Note it", schema=Query,
+                    execute=lambda ctx: ran.append(ctx.call_id) or "noted")
+    agent = app.agent(name="a", model=ScriptedModel(["unused"]), tools=[note])
+    session = app.sessions.create("w1")
+    for event in (InvocationStart(invocation_id="inv_1", agent="a"),
+                  UserEvent(invocation_id="inv_1", text="book", message_id="m1"),
+                  ToolCall(invocation_id="inv_1", call_id="call_c", name="confirm_booking",
+                           args={"room": "12"}, dynamic=True),
+                  ToolCall(invocation_id="inv_1", call_id="call_n", name="note",
+                           args={"query": "12"})):
+        session.add_event(event)
+
+    result = drain(run_turn(agent, session, Start("inv_1", "tools", hooks=False)))
+
+    assert result.status == "yielded_tool" and ran == ["call_n"]
+    assert [t.call_id for t in result.yielded_tools] == ["call_c"]
+    assert [e.type for e in session.events][-3:] == [
+        "tool_yield", "tool_result", "invocation_yield"]
