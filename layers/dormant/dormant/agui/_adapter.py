@@ -20,7 +20,6 @@ from ag_ui.core import (
     RunErrorEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
-    RunFinishedSuccessOutcome,
     RunStartedEvent,
     StateDeltaEvent,
     StateSnapshotEvent,
@@ -361,10 +360,11 @@ class AgUIAdapter:
         ``interruptId``s (an approval's payload: ``{"approved": bool, "reason"?: str}``).
 
         A call to one of the client's own tools is no interrupt: AG-UI counts a run that
-        stopped on a front-end tool call as completed, its ``pendingToolCallIds`` naming the
-        calls the client answers with ``tool`` messages (a client refuses to run again past
-        an interrupt its ``resume`` does not answer). When only such calls wait, the outcome
-        is a success naming them."""
+        stopped on a front-end tool call as completed, the client answering the calls it
+        started with ``tool`` messages (a client refuses to run again past an interrupt its
+        ``resume`` does not answer). When only such calls wait, ``RUN_FINISHED`` has no
+        outcome (a success, whose ``pendingToolCallIds`` the client derives from the stream:
+        clients before AG-UI 1.0, CopilotKit's among them, refuse that field)."""
         if not yielded and not approvals:
             raise ValueError("run_interrupted needs a yielded tool or a pending approval")
         out = self._close_all()
@@ -390,9 +390,7 @@ class AgUIAdapter:
                       metadata={"toolName": request.tool, "args": request.args})
             for request in approvals
         ]
-        outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome = (
-            RunFinishedInterruptOutcome(interrupts=interrupts) if interrupts else
-            RunFinishedSuccessOutcome(pending_tool_call_ids=[tool.call_id for tool in yielded]))
+        outcome = RunFinishedInterruptOutcome(interrupts=interrupts) if interrupts else None
         out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
                                     result=_result(commit_status, status), outcome=outcome,
                                     usage=_usage(usage), timestamp=now_ms()))
