@@ -8,11 +8,11 @@ behind a network hop (DynamoDB Local, moto's server), and the modules below, whi
 sessions, run benchmarks or property searches, or start the command line.
 
 Some tests drive tools outside Python: Amazon's DynamoDB Local (Java, its npm jar, ``unshare``),
-Debian's Chromium (the console), espeak-ng and sox (voice), Node.js and the AG-UI JavaScript
-client. ``scripts/setup-dev`` installs all of them. On a machine without one, DynamoDB Local
-leaves the store matrix (CI refuses to run without it) and the other tests fail naming what is
-missing; either way the run's last lines say what was missing, so a short run is never
-mistaken for a whole one.
+Debian's Chromium (the console), espeak-ng and sox (voice), Node.js with the AG-UI JavaScript
+client and CopilotKit. ``scripts/setup-dev`` installs all of them. On a machine without one,
+DynamoDB Local leaves the store matrix (CI refuses to run without it) and the other tests fail
+naming what is missing; either way the run's last lines say what was missing, so a short run
+is never mistaken for a whole one.
 """
 
 from __future__ import annotations
@@ -70,13 +70,14 @@ def missing_tools() -> list[str]:
     chromium = os.environ.get("DORMANT_TEST_CHROMIUM", "/usr/bin/chromium")
     if not Path(chromium).is_file():
         lines.append(f"Chromium: none at {chromium} (the console's browser tests fail)")
-    for tool, what in (("espeak-ng", "voice"), ("soxi", "voice"), ("node", "AG-UI client"),
+    for tool, what in (("espeak-ng", "voice"), ("soxi", "voice"),
+                       ("node", "AG-UI client and CopilotKit"),
                        ("curl", "README quick start")):
         if shutil.which(tool) is None:
             lines.append(f"{tool}: not on PATH (the {what} tests fail)")
     if not (ROOT / "tests" / "e2e" / "js" / "node_modules").is_dir():
-        lines.append("the AG-UI JavaScript client: npm ci --prefix tests/e2e/js not run "
-                     "(its test fails)")
+        lines.append("the AG-UI JavaScript client and CopilotKit: npm ci --prefix "
+                     "tests/e2e/js not run (their tests fail)")
     return lines
 
 

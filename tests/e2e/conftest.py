@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import httpx
 import pytest
 
 from tests._timing import scaled
@@ -21,7 +25,9 @@ from tests._timing import scaled
 ROOT = Path(__file__).resolve().parents[2]
 BOOKINGS = "dormant.samples.bookings:build"
 GATED = Path(__file__).with_name("gated_app.py")
+FRONTEND = Path(__file__).with_name("frontend_app.py")
 STARTUP_TIMEOUT = 30.0
+JS = Path(__file__).with_name("js")
 _READY = re.compile(r"^dormant dev: serving \S+ on (http://\S+) ")
 
 
@@ -131,3 +137,51 @@ def gated_server(tmp_path: Path) -> Iterator[tuple[DevServer, Path]]:
         yield server, gate
     finally:
         server.kill()
+
+
+@pytest.fixture
+def frontend_server(tmp_path: Path) -> Iterator[DevServer]:
+    """``dormant dev`` serving :mod:`tests.e2e.frontend_app` (a model that uses the client's
+    tools, and talks slowly when asked)."""
+    server = DevServer(tmp_path / "frontend.db", FRONTEND).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def run_node(script: str, *args: str, server: DevServer, timeout: float = 120) -> dict[str, Any]:
+    """Run ``tests/e2e/js/<script>`` against ``server`` and return the JSON line it prints
+    last; failing, the assertion shows the script's output and the server's log."""
+    node = shutil.which("node")
+    assert node, "Node.js is needed for the JavaScript client tests"
+    assert (JS / "node_modules").is_dir(), \
+        "run `npm ci --prefix tests/e2e/js` first (scripts/setup-dev does)"
+    env = {**os.environ, "DORMANT_URL": server.url,
+           # CopilotKit's runtime and front-end report usage unless told not to
+           "COPILOTKIT_TELEMETRY_DISABLED": "true", "DO_NOT_TRACK": "1"}
+    done = subprocess.run([node, script, *args], cwd=JS, env=env, capture_output=True,
+                          text=True, timeout=scaled(timeout))
+    said = f"\n--- {script} stdout:\n{done.stdout}\n--- stderr:\n{done.stderr}" \
+           f"\n--- dormant dev log:\n{server.log.read_text()}"
+    assert done.returncode == 0, f"{script} {' '.join(args)} failed{said}"
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"{script} printed nothing{said}"
+    seen: dict[str, Any] = json.loads(lines[-1])
+    return seen
+
+
+def ended_session(server: DevServer, session_id: str, timeout: float = 15) -> dict[str, Any]:
+    """``GET /sessions/{id}?events=true`` once no invocation is running (another process
+    commits it: poll), with its events."""
+    deadline = time.monotonic() + scaled(timeout)
+    while True:
+        answer = httpx.get(f"{server.url}/sessions/{session_id}", params={"events": "true"},
+                           timeout=10)
+        body: dict[str, Any] = answer.json()
+        if answer.status_code == 200 and body.get("activeInvocation") is None and any(
+                e["type"] == "invocation_end" for e in body["events"]):
+            return body
+        assert time.monotonic() < deadline, \
+            f"{session_id} never ended: {answer.status_code} {body}\n{server.log.read_text()}"
+        time.sleep(0.05)

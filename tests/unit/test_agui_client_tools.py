@@ -103,7 +103,7 @@ def test_a_front_end_tool_is_offered_parks_the_call_and_its_tool_message_answers
     assert [e["toolCallName"] for e in run if e["type"] == "TOOL_CALL_START"] == [
         "confirm_booking"]
     assert run[-1]["type"] == "RUN_FINISHED"
-    assert [i["id"] for i in run[-1]["outcome"]["interrupts"]] == ["call_c"]
+    assert "outcome" not in run[-1]  # a success: the client answers the call it was sent
     call = next(e for e in api.ledger("session_t1") if e.type == "tool_call")
     assert call.dynamic and call.args == {"room": "12"}
     assert [e.type for e in api.ledger("session_t1")][-2:] == ["tool_yield", "invocation_yield"]

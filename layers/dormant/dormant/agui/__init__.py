@@ -26,7 +26,9 @@ reasoning is open is closed. Every ``RUN_FINISHED`` carries
   ended), ``recorded`` (inputs recorded, no turn ran): ``RUN_FINISHED``;
 - ``yielded_tool``: a ``CUSTOM`` named ``RUN_INTERRUPTED`` (value: ``callIds``,
   ``yieldedTools``, ``pendingApprovals``, ``commitStatus``) then ``RUN_FINISHED`` with an
-  interrupt outcome (one interrupt per waiting call, interrupt id = call id);
+  interrupt outcome (one interrupt per waiting call, interrupt id = call id), except a call
+  to one of the client's own tools, which the client answers with a ``tool`` message: when
+  only such calls wait, ``RUN_FINISHED`` has no outcome (a success);
 - ``queued`` (the message went to the session's inbox): ``CUSTOM`` ``QUEUED`` (value:
   ``id``, ``position``) then ``RUN_FINISHED`` (its result adds ``queued``);
 - ``accepted`` (a control was written for an invocation running elsewhere): ``CUSTOM``

@@ -157,6 +157,7 @@ class AgUIAdapter:
         positions: bool = False,
         tool_transformers: Mapping[str, ToolTransformer] | None = None,
         yield_schemas: Mapping[str, dict[str, Any]] | None = None,
+        client_tools: Iterable[str] = (),
         invocation_id: str | None = None,
         request_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -172,6 +173,9 @@ class AgUIAdapter:
         self.positions = positions
         self.tool_transformers = dict(tool_transformers or {})
         self.yield_schemas = dict(yield_schemas or {})
+        #: The names of the client's own tools (the run input's ``tools``): a call to one is
+        #: the client's to run, not an interrupt.
+        self.client_tools = frozenset(client_tools)
         self.request_id = request_id
         self._text: str | None = None  # the open text message
         self._thought: str | None = None  # the open reasoning message
@@ -353,7 +357,14 @@ class AgUIAdapter:
         with ``approvalId``, ``callId``, ``tool``, ``args``), then ``RUN_FINISHED`` with an
         interrupt outcome: one interrupt per yielded call (its id the call id) and one per
         approval request (its id the approval id). Answer with ``resume`` entries of those
-        ``interruptId``s (an approval's payload: ``{"approved": bool, "reason"?: str}``)."""
+        ``interruptId``s (an approval's payload: ``{"approved": bool, "reason"?: str}``).
+
+        A call to one of the client's own tools is no interrupt: AG-UI counts a run that
+        stopped on a front-end tool call as completed, the client answering the calls it
+        started with ``tool`` messages (a client refuses to run again past an interrupt its
+        ``resume`` does not answer). When only such calls wait, ``RUN_FINISHED`` has no
+        outcome (a success, whose ``pendingToolCallIds`` the client derives from the stream:
+        clients before AG-UI 1.0, CopilotKit's among them, refuse that field)."""
         if not yielded and not approvals:
             raise ValueError("run_interrupted needs a yielded tool or a pending approval")
         out = self._close_all()
@@ -370,7 +381,7 @@ class AgUIAdapter:
                       message=f"{tool.name} is waiting for input",
                       response_schema=self.yield_schemas.get(tool.name),
                       metadata={"toolName": tool.name, "args": args})
-            for tool, args in shown
+            for tool, args in shown if tool.name not in self.client_tools
         ] + [
             Interrupt(id=request.approval_id, reason="tool_approval",
                       tool_call_id=request.call_id,
@@ -379,9 +390,9 @@ class AgUIAdapter:
                       metadata={"toolName": request.tool, "args": request.args})
             for request in approvals
         ]
+        outcome = RunFinishedInterruptOutcome(interrupts=interrupts) if interrupts else None
         out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
-                                    result=_result(commit_status, status),
-                                    outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
+                                    result=_result(commit_status, status), outcome=outcome,
                                     usage=_usage(usage), timestamp=now_ms()))
         return out
 

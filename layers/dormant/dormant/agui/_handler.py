@@ -9,6 +9,7 @@ from typing import Any
 
 from ag_ui.core import BaseEvent, RunAgentInput
 from ag_ui.encoder import EventEncoder
+from pydantic import ValidationError
 
 from dormant._ids import new_id
 from dormant._inputs import HandlerInput
@@ -73,6 +74,7 @@ class AgUIRun(Iterator[BaseEvent]):
             name: tool.yield_schema.model_json_schema()
             for name, tool in config.agent.tools.items() if tool.yield_schema is not None
         }
+        self._client_tools = _client_tool_names(request)
         self._gen: Generator[BaseEvent, None, None] | None = None
 
     @property
@@ -142,6 +144,7 @@ class AgUIRun(Iterator[BaseEvent]):
             adapter = self.adapter = AgUIAdapter(thread_id, run_id, parent_run_id=parent_run_id,
                                                  invocation_id=invocation_of(turn, opening),
                                                  yield_schemas=self._yield_schemas,
+                                                 client_tools=self._client_tools,
                                                  request_id=self.request_id,
                                                  positions=self.positions, metadata=metadata)
             yield adapter.run_started()
@@ -161,6 +164,15 @@ class AgUIRun(Iterator[BaseEvent]):
         finally:
             if turn.result is None:  # closed early: the client is gone
                 self.hang_up()
+
+
+def _client_tool_names(request: HandlerInput | dict[str, Any]) -> list[str]:
+    """The names of the tools the client offered this run (its run input's ``tools``)."""
+    try:
+        parsed = HandlerInput.model_validate(request)
+    except ValidationError:  # the turn refuses the body, naming what is wrong
+        return []
+    return [tool.name for tool in parsed.input.client_tools or ()]
 
 
 def _client_ids(echo: RunAgentInput | Mapping[str, Any] | None
