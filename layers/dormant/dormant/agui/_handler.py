@@ -74,7 +74,8 @@ class AgUIRun(Iterator[BaseEvent]):
             name: tool.yield_schema.model_json_schema()
             for name, tool in config.agent.tools.items() if tool.yield_schema is not None
         }
-        self._client_tools = _client_tool_names(request)
+        self._client_tools = [name for name in _client_tool_names(request)
+                              if name not in config.agent.tools]  # the agent's keep theirs
         self._gen: Generator[BaseEvent, None, None] | None = None
 
     @property
