@@ -291,3 +291,18 @@ def test_the_servers_stderr_goes_to_the_log(tmp_path: Path,
         wait_until(lambda: "not a JSON-RPC message" in caplog.text)
 
     assert "MCP server stdio:python mcp_stdio_server.py stderr: a line on stderr" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["files.read", "a b", "x" * 65, "café"])
+def test_an_agents_own_tool_with_a_name_no_model_takes_is_refused_at_build(name: str) -> None:
+    app = dormant.App(name="names")
+    with pytest.raises(ConfigError, match=r"1 to 64 characters of a-z, A-Z, 0-9, _ and -.*"
+                                          r"name it, say, '[a-zA-Z0-9_-]+'"):
+        app.tool(name=name, description="", execute=lambda ctx: None)
+
+    def read(path: str) -> str:
+        return path
+
+    with pytest.raises(ConfigError, match="1 to 64 characters"):
+        app.tool(name=name)(read)
+    assert app.tool(name="files_read-2", execute=lambda ctx: None).name == "files_read-2"

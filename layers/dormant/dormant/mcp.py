@@ -34,7 +34,7 @@ from dormant.errors import (
     ToolSourceMisconfigured,
     ToolSourceUnavailable,
 )
-from dormant.tools import APPROVAL_POLICIES, Aborted, Signal, Tool, ToolContext
+from dormant.tools import APPROVAL_POLICIES, TOOL_NAME, Aborted, Signal, Tool, ToolContext
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -62,8 +62,6 @@ MAX_PAGES = 100
 #: call's error, not its result.
 MAX_RESULT_BYTES = 1 << 20
 
-#: What every model accepts as a tool name (Bedrock's and OpenAI's rule).
-_MODEL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_-]")
 #: HTTP answers that say the URL is no MCP endpoint of this transport (retrying cannot help).
 _WRONG_PLACE = {404, 405, 406, 410, 415}
@@ -503,7 +501,7 @@ def _checked_rename(server: MCPServer, rename: object) -> dict[str, str]:
                           "the name the model sees")
     owner: dict[str, str] = {}
     for name, new in rename.items():
-        if not isinstance(name, str) or not isinstance(new, str) or not _MODEL_NAME.match(new):
+        if not isinstance(name, str) or not isinstance(new, str) or not TOOL_NAME.fullmatch(new):
             raise ConfigError(f"{server!r}: rename= maps {name!r} to {new!r}; a model accepts "
                               "only 1 to 64 characters of [a-zA-Z0-9_-]")
         if new in owner:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import re
 import threading
 import time
 import types
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPROVAL_POLICIES",
+    "TOOL_NAME",
     "Signal",
     "Tool",
     "ToolContext",
@@ -190,6 +192,11 @@ class Tool:
 APPROVAL_POLICIES = ("user-approval", "approved")
 
 
+#: What every model accepts as a tool name (Bedrock's rule, and OpenAI's): an agent's own tool
+#: must be named so; an MCP server's tools are mapped to it (:mod:`dormant.mcp`).
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
 @runtime_checkable
 class ToolSource(Protocol):
     """Tools an agent gets from elsewhere (an MCP server: :class:`dormant.mcp.MCPServer`),
@@ -246,6 +253,10 @@ def make_tool(
     """
     if not name or not isinstance(name, str):
         raise ConfigError("a tool needs a name")
+    if not TOOL_NAME.fullmatch(name):
+        raise ConfigError(f"tool {name!r}: a tool name must be 1 to 64 characters of a-z, A-Z, "
+                          "0-9, _ and - (Bedrock and OpenAI refuse any other, so every turn "
+                          f"offering it would fail); name it, say, {_suggested(name)!r}")
     if deferred:
         given = [what for what, value in (("execute", execute), ("yield_schema", yield_schema),
                                           ("prepare", prepare), ("finalize", finalize))
@@ -266,6 +277,10 @@ def make_tool(
         _require_model(name, "yield_schema", yield_schema)
     return Tool(name=name, description=description, schema=schema, yield_schema=yield_schema,
                 prepare=prepare, execute=execute, finalize=finalize, deferred=deferred)
+
+
+def _suggested(name: str) -> str:
+    return (re.sub(r"[^a-zA-Z0-9_-]", "_", name) or "_")[:64]
 
 
 def _require_model(tool: str, what: str, value: Any) -> None:
