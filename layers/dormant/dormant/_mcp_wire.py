@@ -47,15 +47,16 @@ class _Loop:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
         self._lock = threading.Lock()
 
     def submit(self, fn: Callable[[], Awaitable[T]]) -> Future[T]:
         with self._lock:
-            if self._loop is None:
+            if self._loop is None or self._pid != os.getpid():  # a forked child has no thread
                 loop = asyncio.new_event_loop()
                 threading.Thread(target=loop.run_forever, name="dormant-mcp",
                                  daemon=True).start()
-                self._loop = loop
+                self._loop, self._pid = loop, os.getpid()
 
         async def run() -> T:
             return await fn()
