@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel
 
@@ -65,6 +66,17 @@ def build() -> MCPServer:
         for i in range(1, n + 1):
             await ctx.report_progress(i, n, f"step {i}")
         return f"counted to {n}"
+
+    @server.tool(description="Exits the server process in the middle of the call.")
+    def crash(ctx: Context) -> str:
+        _note("crash", ctx, {})
+        os._exit(3)
+
+    @server.tool(description="Takes its time.")
+    async def sleep(seconds: float, ctx: Context) -> str:
+        _note("sleep", ctx, {"seconds": seconds})
+        await anyio.sleep(seconds)
+        return "slept"
 
     @server.tool(description="A result of about `megabytes` MB.")
     def big(megabytes: float, ctx: Context) -> str:

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ import dormant
 from dormant.errors import HTTP_STATUS, ConfigError, ToolSourceMisconfigured
 from dormant.mcp import MAX_RESULT_BYTES, MCPServer, model_tool_name
 from dormant.models import ScriptedModel
+from dormant.tools import Aborted
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = str(ROOT / "tests" / "mcp_stdio_server.py")
@@ -108,6 +110,42 @@ def test_a_listing_after_the_process_died_starts_it_again(tmp_path: Path) -> Non
 
     assert "pid" in [t.name for t in listed]
     assert server.call("pid", {}, "call_q", dormant.Signal())["pid"] != pid
+
+
+def test_a_process_that_dies_mid_call_is_the_calls_error_and_the_next_call_restarts_it(
+        tmp_path: Path) -> None:
+    app = dormant.App(name="stdio")
+    model = ScriptedModel([call("pid", {}, "call_1"), call("crash", {}, "call_2"),
+                           call("pid", {}, "call_3"), "done"])
+    agent = app.agent("a", model=model,
+                      tools=[stdio(tmp_path / "calls.jsonl", tools=["pid", "crash"])])
+
+    result = turn(app, agent, "s1", message="go")
+
+    assert result.status == "completed", result.error
+    before, crashed, after = events(app, "s1", "tool_result")
+    assert crashed.error == ("crash failed: stdio:python mcp_stdio_server.py exited during the "
+                             "call (the next call starts it again)")
+    assert after.error is None and after.result["pid"] != before.result["pid"]
+
+
+def test_a_stop_or_the_deadline_cuts_a_stdio_call_and_the_process_stays(
+        tmp_path: Path) -> None:
+    server = stdio(tmp_path / "calls.jsonl", tools=["pid", "sleep"])
+    pid = server.call("pid", {}, "call_1", dormant.Signal())["pid"]
+
+    started = time.monotonic()
+    with pytest.raises(Aborted):
+        server.call("sleep", {"seconds": 10}, "call_2", dormant.Signal(timeout=0.5))
+    stop = dormant.Signal()
+    threading.Timer(0.3, stop.abort).start()
+    with pytest.raises(Aborted):
+        server.call("sleep", {"seconds": 10}, "call_3", stop)
+
+    assert time.monotonic() - started < 5  # each call itself takes 10 s
+    assert server.call("pid", {}, "call_4", dormant.Signal())["pid"] == pid
+    assert server.call("sleep", {"seconds": 0.1}, "call_5", dormant.Signal(timeout=10)) == {
+        "result": "slept"}
 
 
 def test_an_elicitation_is_declined_and_the_tools_result_reaches_the_model(

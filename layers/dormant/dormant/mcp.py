@@ -372,6 +372,8 @@ class MCPServer:
 
     def _result(self, future: Future[CallToolResult | None], signal: Signal,
                 timeout: float) -> Any:
+        from mcp_types import CONNECTION_CLOSED
+
         from dormant._mcp_wire import TOO_LARGE
 
         try:
@@ -382,6 +384,9 @@ class MCPServer:
                 raise Aborted("the turn was aborted") from None
             if isinstance(leaf, TimeoutError):
                 raise _CallFailed(f"{self.label} did not answer within {timeout:.1f}s") from None
+            if self._stdio is not None and getattr(leaf, "code", None) == CONNECTION_CLOSED:
+                raise _CallFailed(f"{self.label} exited during the call (the next call starts "
+                                  "it again)") from None
             if getattr(leaf, "code", None) == TOO_LARGE:
                 raise _CallFailed(f"{getattr(leaf, 'message', leaf)} (max_result_bytes="
                                   f"{self.max_result_bytes}): the result is not kept; ask "
