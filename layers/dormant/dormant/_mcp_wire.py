@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from mcp import Client
     from mcp.client.context import ClientRequestContext
-    from mcp_types import ElicitRequestParams, ElicitResult
+    from mcp_types import ContentBlock, ElicitRequestParams, ElicitResult
 
 T = TypeVar("T")
 logger = logging.getLogger("dormant.mcp")
@@ -33,6 +35,8 @@ logger = logging.getLogger("dormant.mcp")
 TOO_LARGE = -32099
 #: Seconds a stdio server has to exit once its stdin is closed, then after SIGTERM.
 EXIT_GRACE = 2.0
+#: HTTP answers that say the URL is no MCP endpoint of this transport (retrying cannot help).
+WRONG_PLACE = frozenset({404, 405, 406, 410, 415})
 #: Characters of one stderr line of a stdio server that go to the log.
 STDERR_LINE = 2000
 
@@ -139,6 +143,63 @@ async def http_client(endpoint: Http, timeout: float, seen: Seen) -> AsyncIterat
                             elicitation_callback=decline, cache=None, mode="legacy",
                             read_timeout_seconds=timeout) as client:
         yield client
+
+
+def misconfiguration(endpoint: Http | Stdio, error: BaseException,
+                     seen: Seen) -> tuple[str, str] | None:
+    """(what is wrong, what to fix) if a failed listing says the address or command is
+    wrong: a stdio command that cannot be run; an HTTP answer that no MCP server of this
+    transport is there (:data:`WRONG_PLACE`, or a page neither JSON nor an event stream).
+    None: the server is down or failing (a refused connection, a timeout, a 5xx)."""
+    if isinstance(endpoint, Stdio):
+        if isinstance(error, (FileNotFoundError, PermissionError, NotADirectoryError)):
+            return (f"cannot run {endpoint.command!r}: {type(error).__name__}",
+                    "check the command, that it is installed, and cwd")
+        return None
+    response = getattr(error, "response", None)
+    answers = [*seen.answers, *([(response.status_code, "")] if response is not None else [])]
+    wrong = next((status for status, _ in answers if status in WRONG_PLACE), None)
+    kind = next((kind for status, kind in answers if 200 <= status < 300 and kind
+                 and not kind.startswith(("application/json", "text/event-stream"))), None)
+    if wrong is None and kind is None:
+        return None
+    what = f"it answered HTTP {wrong}" if wrong is not None else \
+        f"it answered with {(kind or '').split(';')[0]}"
+    if endpoint.sse:
+        fix = ("check the URL's path (a legacy SSE server's is often /sse); for a server "
+               "that speaks streamable HTTP, use MCPServer(url)")
+    else:
+        fix = ("check the URL's path (often /mcp); for a server that speaks only the "
+               "legacy SSE transport, use MCPServer.sse(url)")
+    return f"{what}, so no MCP server of this transport is there", fix
+
+
+def leaf(error: BaseException) -> BaseException:
+    """The first real error inside task-group wrappers (``ExceptionGroup``)."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def text_of(content: Sequence[ContentBlock]) -> str:
+    """A result's content as text: its texts joined; other content described in brackets."""
+    parts: list[str] = []
+    for block in content:
+        kind = getattr(block, "type", "content")
+        if kind == "text":
+            parts.append(str(getattr(block, "text", "")))
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} {getattr(block, 'mime_type', '')}]".replace(" ]", "]"))
+        elif kind == "resource_link":
+            parts.append(f"[resource {getattr(block, 'uri', '')}]")
+        elif kind == "resource":
+            inner = getattr(block, "resource", None)
+            text = getattr(inner, "text", None)
+            parts.append(text if isinstance(text, str) else
+                         f"[resource {getattr(inner, 'uri', '')}]")
+        else:
+            parts.append(f"[{kind}]")
+    return "\n".join(parts)
 
 
 # --- stdio ---------------------------------------------------------------------------------------

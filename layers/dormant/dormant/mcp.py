@@ -14,12 +14,10 @@ connected to: an app's import and its agents' build (a Lambda cold start) never 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import queue
-import re
 import threading
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future
@@ -28,17 +26,18 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from dormant._mcp_names import checked_prefix, checked_rename, clash, model_tool_name
 from dormant.errors import (
     ConfigError,
     DormantError,
     ToolSourceMisconfigured,
     ToolSourceUnavailable,
 )
-from dormant.tools import APPROVAL_POLICIES, TOOL_NAME, Aborted, Signal, Tool, ToolContext
+from dormant.tools import APPROVAL_POLICIES, Aborted, Signal, Tool, ToolContext
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp_types import CallToolResult, ContentBlock, RequestParamsMeta
+    from mcp_types import CallToolResult, RequestParamsMeta
     from mcp_types import Tool as ListedTool
 
     from dormant._mcp_wire import Http, Seen, Stdio, StdioSession
@@ -62,26 +61,8 @@ MAX_PAGES = 100
 #: call's error, not its result.
 MAX_RESULT_BYTES = 1 << 20
 
-_NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_-]")
-#: HTTP answers that say the URL is no MCP endpoint of this transport (retrying cannot help).
-_WRONG_PLACE = {404, 405, 406, 410, 415}
 
 Headers = Mapping[str, str] | Callable[[], Mapping[str, str]]
-
-
-def model_tool_name(name: str, prefix: str | None = None,
-                    rename: Mapping[str, str] | None = None) -> str:
-    """The name the model sees for the server's tool ``name``: ``rename[name]`` if given (as
-    it is), else ``prefix_name`` (or ``name``) with every character outside
-    ``[a-zA-Z0-9_-]`` made ``_`` and, past 64 characters, cut to 55 plus ``_`` and 8 hex
-    digits of the name's SHA-256 (so two long names stay apart, the same way every time)."""
-    if rename and name in rename:
-        return rename[name]
-    full = f"{prefix}_{name}" if prefix else name
-    mapped = _NOT_ALLOWED.sub("_", full) or "_"
-    if len(mapped) > 64:
-        mapped = f"{mapped[:55]}_{hashlib.sha256(full.encode()).hexdigest()[:8]}"
-    return mapped
 
 
 class _Arguments(BaseModel):
@@ -197,8 +178,8 @@ class MCPServer:
                                   or not all(isinstance(t, str) and t for t in tools)):
             raise ConfigError(f"{self!r}: tools= takes a list of tool names")
         self.allowed: frozenset[str] | None = None if tools is None else frozenset(tools)
-        self.prefix = _checked_prefix(self, prefix)
-        self.rename: dict[str, str] = _checked_rename(self, rename)
+        self.prefix = checked_prefix(repr(self), prefix)
+        self.rename: dict[str, str] = checked_rename(repr(self), rename)
         if isinstance(max_result_bytes, bool) or not isinstance(max_result_bytes, int) \
                 or max_result_bytes < 1:
             raise ConfigError(f"{self!r}: max_result_bytes must be a positive number of bytes, "
@@ -217,7 +198,7 @@ class MCPServer:
         for name, policy in given.items():
             mapped = self.model_name(name)
             if mapped in owner:
-                raise ConfigError(_clash(self, mapped, owner[mapped], name))
+                raise ConfigError(clash(repr(self), mapped, owner[mapped], name))
             owner[mapped] = name
             self.approval[mapped] = policy
         self._tools: tuple[Tool, ...] | None = None
@@ -265,13 +246,15 @@ class MCPServer:
         for tool in kept:
             mapped = self.model_name(tool.name)
             if mapped in owner:
-                raise ConfigError(_clash(self, mapped, owner[mapped], tool.name))
+                raise ConfigError(clash(repr(self), mapped, owner[mapped], tool.name))
             owner[mapped] = tool.name
         return tuple(self._tool(tool) for tool in kept)
 
     async def _list(self, seen: Seen) -> list[ListedTool]:
         import anyio
         from mcp_types import CONNECTION_CLOSED
+
+        from dormant._mcp_wire import leaf
 
         for attempt in (1, 2):
             tools: list[ListedTool] = []
@@ -288,41 +271,20 @@ class MCPServer:
                 return tools
             except Exception as error:  # a stdio server that just died: list once more
                 if attempt == 2 or self._stdio is None \
-                        or getattr(_leaf(error), "code", None) != CONNECTION_CLOSED:
+                        or getattr(leaf(error), "code", None) != CONNECTION_CLOSED:
                     raise
         raise AssertionError("unreachable")
 
     def _listing_error(self, error: BaseException, seen: Seen) -> DormantError:
         """What a failed listing means: a wrong address or command (not retryable), or an
         unavailable server (retryable)."""
-        from dormant._mcp_wire import Http
+        from dormant._mcp_wire import leaf, misconfiguration
 
-        leaf = _leaf(error)
-        endpoint = self._endpoint
-        if not isinstance(endpoint, Http):
-            if isinstance(leaf, (FileNotFoundError, PermissionError, NotADirectoryError)):
-                return ToolSourceMisconfigured(
-                    self.label, f"cannot run {endpoint.command!r}: {type(leaf).__name__}",
-                    "check the command, that it is installed, and cwd")
-            return ToolSourceUnavailable(self.label, self._reason(leaf))
-        response = getattr(leaf, "response", None)
-        statuses = [*seen.answers, *([(response.status_code, "")] if response is not None
-                                     else [])]
-        wrong = next((status for status, _ in statuses if status in _WRONG_PLACE), None)
-        kind = next((kind for status, kind in statuses if 200 <= status < 300 and kind
-                     and not kind.startswith(("application/json", "text/event-stream"))), None)
-        if wrong is None and kind is None:
-            return ToolSourceUnavailable(self.label, self._reason(leaf))
-        what = f"it answered HTTP {wrong}" if wrong is not None else \
-            f"it answered with {kind.split(';')[0] if kind else 'another content type'}"
-        if endpoint.sse:
-            fix = ("check the URL's path (a legacy SSE server's is often /sse); for a server "
-                   "that speaks streamable HTTP, use MCPServer(url)")
-        else:
-            fix = ("check the URL's path (often /mcp); for a server that speaks only the "
-                   "legacy SSE transport, use MCPServer.sse(url)")
-        return ToolSourceMisconfigured(self.label, f"{what}, so no MCP server of this "
-                                       "transport is there", fix)
+        cause = leaf(error)
+        wrong = misconfiguration(self._endpoint, cause, seen)
+        if wrong is not None:
+            return ToolSourceMisconfigured(self.label, *wrong)
+        return ToolSourceUnavailable(self.label, self._reason(cause))
 
     def _tool(self, listed: ListedTool) -> Tool:
         name = listed.name
@@ -374,30 +336,30 @@ class MCPServer:
                 timeout: float) -> Any:
         from mcp_types import CONNECTION_CLOSED
 
-        from dormant._mcp_wire import TOO_LARGE
+        from dormant._mcp_wire import TOO_LARGE, leaf, text_of
 
         try:
             result = future.result()
         except Exception as error:
-            leaf = _leaf(error)
-            if isinstance(leaf, Aborted) or signal.aborted:
+            cause = leaf(error)
+            if isinstance(cause, Aborted) or signal.aborted:
                 raise Aborted("the turn was aborted") from None
-            if isinstance(leaf, TimeoutError):
+            if isinstance(cause, TimeoutError):
                 raise _CallFailed(f"{self.label} did not answer within {timeout:.1f}s") from None
-            if self._stdio is not None and getattr(leaf, "code", None) == CONNECTION_CLOSED:
+            if self._stdio is not None and getattr(cause, "code", None) == CONNECTION_CLOSED:
                 raise _CallFailed(f"{self.label} exited during the call (the next call starts "
                                   "it again)") from None
-            if getattr(leaf, "code", None) == TOO_LARGE:
-                raise _CallFailed(f"{getattr(leaf, 'message', leaf)} (max_result_bytes="
+            if getattr(cause, "code", None) == TOO_LARGE:
+                raise _CallFailed(f"{getattr(cause, 'message', cause)} (max_result_bytes="
                                   f"{self.max_result_bytes}): the result is not kept; ask "
                                   "for less") from None
-            raise _CallFailed(self._reason(leaf)) from None
+            raise _CallFailed(self._reason(cause)) from None
         if result is None:  # the signal cut it
             raise Aborted("the turn was aborted")
         if result.is_error:
-            raise _CallFailed(_text(result.content) or f"{self.label} reported an error")
+            raise _CallFailed(text_of(result.content) or f"{self.label} reported an error")
         value = result.structured_content if result.structured_content is not None \
-            else _text(result.content)
+            else text_of(result.content)
         size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
         if size > self.max_result_bytes:
             raise _CallFailed(f"the result is {size} bytes of JSON, over the "
@@ -456,11 +418,13 @@ class MCPServer:
 
     def _reason(self, error: BaseException) -> str:
         """What went wrong, for an error message: never the URL's credentials or query."""
-        leaf = _leaf(error)
-        text = str(leaf)
+        from dormant._mcp_wire import leaf
+
+        cause = leaf(error)
+        text = str(cause)
         if self.url:
             text = text.replace(self.url, self.label)
-        return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+        return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
 
 
 def _http(url: str, headers: Headers | None, *, sse: bool) -> Http:
@@ -487,65 +451,6 @@ def _http(url: str, headers: Headers | None, *, sse: bool) -> Http:
 def _require_mcp() -> None:
     if importlib.util.find_spec("mcp") is None:  # finds it, does not import it
         raise ConfigError("MCPServer needs the mcp package: pip install 'dormant[mcp]'")
-
-
-def _checked_prefix(server: MCPServer, prefix: object) -> str | None:
-    if prefix is None:
-        return None
-    if not isinstance(prefix, str) or not re.fullmatch(r"[a-zA-Z0-9_-]{1,32}", prefix):
-        raise ConfigError(f"{server!r}: prefix= must be 1 to 32 characters of "
-                          f"[a-zA-Z0-9_-], got {prefix!r}")
-    return prefix
-
-
-def _checked_rename(server: MCPServer, rename: object) -> dict[str, str]:
-    if rename is None:
-        return {}
-    if not isinstance(rename, Mapping):
-        raise ConfigError(f"{server!r}: rename= takes a dict of the server's tool name -> "
-                          "the name the model sees")
-    owner: dict[str, str] = {}
-    for name, new in rename.items():
-        if not isinstance(name, str) or not isinstance(new, str) or not TOOL_NAME.fullmatch(new):
-            raise ConfigError(f"{server!r}: rename= maps {name!r} to {new!r}; a model accepts "
-                              "only 1 to 64 characters of [a-zA-Z0-9_-]")
-        if new in owner:
-            raise ConfigError(_clash(server, new, owner[new], name))
-        owner[new] = name
-    return dict(rename)
-
-
-def _clash(server: MCPServer, mapped: str, first: str, second: str) -> str:
-    return (f"{server!r}: its tools {first!r} and {second!r} would both be named {mapped!r} "
-            "for the model; give one another name (rename={...}) or leave one out (tools=[...])")
-
-
-def _leaf(error: BaseException) -> BaseException:
-    """The first real error inside task-group wrappers (``ExceptionGroup``)."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = error.exceptions[0]
-    return error
-
-
-def _text(content: Sequence[ContentBlock]) -> str:
-    """A result's content as text: its texts joined; other content described in brackets."""
-    parts: list[str] = []
-    for block in content:
-        kind = getattr(block, "type", "content")
-        if kind == "text":
-            parts.append(str(getattr(block, "text", "")))
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {getattr(block, 'mime_type', '')}]".replace(" ]", "]"))
-        elif kind == "resource_link":
-            parts.append(f"[resource {getattr(block, 'uri', '')}]")
-        elif kind == "resource":
-            inner = getattr(block, "resource", None)
-            text = getattr(inner, "text", None)
-            parts.append(text if isinstance(text, str) else
-                         f"[resource {getattr(inner, 'uri', '')}]")
-        else:
-            parts.append(f"[{kind}]")
-    return "\n".join(parts)
 
 
 def _label(url: str) -> str:
