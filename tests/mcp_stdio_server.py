@@ -48,6 +48,11 @@ def build() -> MCPServer:
         _note("files_read", ctx, {"path": path})
         return f"also {path}"
 
+    @server.tool(description="Book a table; idempotent on the call's key.")
+    def book(name: str, seats: int, ctx: Context) -> str:
+        _note("book", ctx, {"name": name, "seats": seats})
+        return f"booked {seats} for {name}"
+
     @server.tool(description="This server process's id.")
     def pid(ctx: Context) -> dict[str, int]:
         _note("pid", ctx, {})
