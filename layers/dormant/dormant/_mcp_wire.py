@@ -159,7 +159,7 @@ def misconfiguration(endpoint: Http | Stdio, error: BaseException,
     response = getattr(error, "response", None)
     answers = [*seen.answers, *([(response.status_code, "")] if response is not None else [])]
     wrong = next((status for status, _ in answers if status in WRONG_PLACE), None)
-    kind = next((kind for status, kind in answers if 200 <= status < 300 and kind
+    kind = next((kind for status, kind in answers if status == 200 and kind
                  and not kind.startswith(("application/json", "text/event-stream"))), None)
     if wrong is None and kind is None:
         return None
