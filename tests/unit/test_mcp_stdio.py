@@ -239,6 +239,8 @@ def test_a_prefix_and_a_rename_are_what_the_model_sees(tmp_path: Path) -> None:
                                                          "fs_count", "fs_big"]
     assert [c["tool"] for c in calls(log)] == ["files.read", "pid"]
     assert server.approval == {"fs_pid": "approved"}  # by the model's name, for the agent
+    assert [server.server_name(n) for n in ("read_file", "fs_pid", "other")] == [
+        "files.read", "pid", "other"]
 
 
 def test_an_approval_by_the_servers_name_holds_the_mapped_tool(tmp_path: Path) -> None:

@@ -204,6 +204,7 @@ class MCPServer:
         self._tools: tuple[Tool, ...] | None = None
         self._lock = threading.Lock()
         self._stdio: StdioSession | None = None
+        self._server_names: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"MCPServer({self.label})"
@@ -211,6 +212,11 @@ class MCPServer:
     def model_name(self, name: str) -> str:
         """The name the model sees for the server's tool ``name``."""
         return model_tool_name(name, self.prefix, self.rename)
+
+    def server_name(self, name: str) -> str:
+        """The server's own name of the tool the model knows as ``name`` (the reverse of
+        :meth:`model_name`, for the tools listed so far; ``name`` itself if none matches)."""
+        return self._server_names.get(name, name)
 
     # --- listing -----------------------------------------------------------------------------
 
@@ -248,6 +254,7 @@ class MCPServer:
             if mapped in owner:
                 raise ConfigError(clash(repr(self), mapped, owner[mapped], tool.name))
             owner[mapped] = tool.name
+        self._server_names = owner
         return tuple(self._tool(tool) for tool in kept)
 
     async def _list(self, seen: Seen) -> list[ListedTool]:
