@@ -1,5 +1,6 @@
 """MCP tools across processes: an approval asked in one ``dormant dev`` process and decided in
-another runs the MCP call once, under the call's idempotency key."""
+another runs the MCP call once, under the call's idempotency key, whether the server is
+reached over streamable HTTP or run by each ``dormant dev`` process over stdio."""
 
 from __future__ import annotations
 
@@ -64,6 +65,29 @@ def test_an_approval_decided_after_a_restart_calls_the_server_once_with_the_call
         assert pending["tool"] == "book" and _calls(log) == []
 
         server.restart()  # SIGKILL: the approval waits in the SQLite file only
+
+        done = _post(server, {"sessionId": "m1", "approvals": [
+            {"approvalId": pending["approvalId"], "approved": True}]})
+    finally:
+        server.kill()
+
+    assert done["status"] == "completed", done
+    assert done["output"]["text"] == 'Done: {"result": "booked 2 for Ann"}'
+    assert _calls(log) == [{"tool": "book", "key": pending["callId"],
+                            "args": {"name": "Ann", "seats": 2}}]
+
+
+def test_a_stdio_server_is_started_by_each_dev_process_and_called_once(tmp_path: Path) -> None:
+    log = tmp_path / "mcp-calls.jsonl"
+    server = DevServer(tmp_path / "mcp.db", MCP_APP,
+                       env={"DORMANT_TEST_MCP_STDIO": "1", "MCP_TEST_LOG": str(log)}).start()
+    try:
+        paused = _post(server, {"sessionId": "m1", "message": "book a table for Ann"})
+        assert paused["status"] == "yielded_tool", paused
+        (pending,) = paused["pendingApprovals"]
+        assert pending["tool"] == "book" and _calls(log) == []
+
+        server.restart()  # SIGKILL: the child's stdin closes; the next process starts its own
 
         done = _post(server, {"sessionId": "m1", "approvals": [
             {"approvalId": pending["approvalId"], "approved": True}]})

@@ -2,8 +2,8 @@
 
 - A ``RunAgentInput``'s ``tools`` are offered to the model (``ModelRequest.tools``) beside the
   agent's; a call to one is a ``dynamic`` ``tool_call`` that parks the session as a yield (the
-  run shows the call and ends with RUN_FINISHED, no interrupt); the next body's trailing ``tool`` message
-  answers it, its content the call's result, landing once.
+  run shows the call and ends with RUN_FINISHED, no interrupt); the next body's trailing
+  ``tool`` message answers it, its content the call's result, landing once.
 - Its ``context`` reaches the model as a system part (``app.context.client`` decides where
   and how).
 - ``RUN_STARTED`` echoes the client's ``threadId``, ``runId`` and ``parentRunId``.

@@ -206,8 +206,11 @@ class ToolResultInput(_In):
     is_error: bool = False
 
 
-#: What a model provider accepts as a tool name (OpenAI's and Bedrock's rule alike).
+#: What every model provider accepts as a tool name (OpenAI's and Bedrock's rule alike): the
+#: one statement of it (``dormant.tools.TOOL_NAME`` compiles it).
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+#: A character no tool name may hold.
+NOT_IN_TOOL_NAME = r"[^a-zA-Z0-9_-]"
 
 
 class ClientTool(_In):

@@ -312,11 +312,15 @@ def _resolve_toolset(agent: Agent) -> Toolset:
             raise
         except Exception as error:  # a source's own failure: name the source, not the secret
             raise ToolSourceUnavailable(source.label, type(error).__name__) from error
+        own_name = getattr(source, "server_name", None)  # a source that renames its tools
         for tool in listed:
             if tool.name in tools:
+                called = own_name(tool.name) if callable(own_name) else tool.name
+                as_listed = f", which it calls {called!r}" if called != tool.name else ""
                 raise ConfigError(f"agent {agent.name!r}: two tools are named {tool.name!r} "
-                                  f"(one from {origin[tool.name]}, one from {source.label}); "
-                                  "allow only one of them (MCPServer(tools=[...]))")
+                                  f"(one from {origin[tool.name]}, one from {source.label}"
+                                  f"{as_listed}); allow only one of them "
+                                  "(MCPServer(tools=[...]), or rename=/prefix=)")
             tools[tool.name] = tool
             origin[tool.name] = source.label
         approval.update(source.approval)

@@ -37,6 +37,7 @@ __all__ = [
     "StaleTimer",
     "StoreError",
     "TimerRefused",
+    "ToolSourceMisconfigured",
     "ToolSourceUnavailable",
     "describe_validation",
     "is_client_error",
@@ -298,6 +299,22 @@ class ToolSourceUnavailable(DormantError):
         super().__init__(f"tool source {source} is unavailable: {reason}; retry the request")
 
 
+class ToolSourceMisconfigured(ConfigError):
+    """A tool source (an MCP server) is set up wrongly: its URL answers that no MCP server of
+    that transport is there (a 404, a 405, an HTML page: a wrong path, or a legacy-SSE-only
+    server reached as streamable HTTP), or its command cannot be run. The turn fails before
+    any model call and writes nothing; retrying the same request cannot help until the app's
+    configuration is fixed, so it is not retryable."""
+
+    code = "tool_source_misconfigured"
+    retryable = False
+
+    def __init__(self, source: str, reason: str, fix: str) -> None:
+        self.source = source
+        super().__init__(f"tool source {source} is misconfigured: {reason}; {fix} "
+                         "(retrying will not help)")
+
+
 class EventRefused(InputError):
     """An application event that is not declared (``app.event``) or whose data does not fit
     its declared schema. Nothing was written."""
@@ -352,6 +369,7 @@ HTTP_STATUS: dict[str, int] = {
     SchedulerError.code: 503,
     TimerRefused.code: 422,
     ToolSourceUnavailable.code: 503,
+    ToolSourceMisconfigured.code: 502,
     EventRefused.code: 422,
     DormantError.code: 500,
     # Codes the HTTP layer (dormant.http) and the run itself report; one table for all of them.
@@ -385,6 +403,8 @@ _FAILURES: dict[str, str] = {
     "store_error": "the session store failed",
     "scheduler_error": "the timer service failed",
     "tool_source_unavailable": "a tool source (an MCP server) was unreachable; retry",
+    "tool_source_misconfigured": "a tool source (an MCP server) is misconfigured; "
+                                 "retrying will not help",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import json
+import re
 import threading
 import time
 import types
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, get_type_hints, runtim
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from dormant._inputs import NOT_IN_TOOL_NAME, TOOL_NAME_PATTERN
 from dormant.errors import ConfigError, DormantError
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPROVAL_POLICIES",
+    "TOOL_NAME",
     "Signal",
     "Tool",
     "ToolContext",
@@ -195,6 +198,13 @@ class Tool:
 APPROVAL_POLICIES = ("user-approval", "approved")
 
 
+#: What every model accepts as a tool name (Bedrock's rule, and OpenAI's): an agent's own tool
+#: must be named so; an MCP server's tools are mapped to it (:mod:`dormant.mcp`).
+TOOL_NAME = re.compile(TOOL_NAME_PATTERN)
+#: A character no tool name may hold (sanitising replaces each with ``_``).
+NOT_IN_NAME = re.compile(NOT_IN_TOOL_NAME)
+
+
 @runtime_checkable
 class ToolSource(Protocol):
     """Tools an agent gets from elsewhere (an MCP server: :class:`dormant.mcp.MCPServer`),
@@ -254,6 +264,10 @@ def make_tool(
     """
     if not name or not isinstance(name, str):
         raise ConfigError("a tool needs a name")
+    if not TOOL_NAME.fullmatch(name):
+        raise ConfigError(f"tool {name!r}: a tool name must be 1 to 64 characters of a-z, A-Z, "
+                          "0-9, _ and - (Bedrock and OpenAI refuse any other, so every turn "
+                          f"offering it would fail); name it, say, {_suggested(name)!r}")
     kept = _metadata(name, metadata)
     if deferred:
         given = [what for what, value in (("execute", execute), ("yield_schema", yield_schema),
@@ -290,6 +304,10 @@ def _metadata(tool: str, metadata: Mapping[str, Any] | None) -> dict[str, Any] |
     except (TypeError, ValueError) as error:
         raise ConfigError(f"tool {tool!r}: metadata must be JSON ({error})") from error
     return copied
+
+
+def _suggested(name: str) -> str:
+    return (NOT_IN_NAME.sub("_", name) or "_")[:64]
 
 
 def _require_model(tool: str, what: str, value: Any) -> None:

@@ -33,6 +33,7 @@ from dormant.models._base import (
     ToolResultChunk,
     UsageChunk,
 )
+from dormant.tools import TOOL_NAME
 
 __all__ = [
     "PROVIDER",
@@ -60,7 +61,6 @@ _OPENING = "(earlier conversation omitted)"
 #: ``toolUse.type`` of a call Bedrock ran itself (a system tool's), whose ``toolResult``
 #: comes in the same reply and goes back in the same assistant message.
 SERVER_TOOL_USE = "server_tool_use"
-_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _CACHE_POINT = {"cachePoint": {"type": "default"}}
 #: Model ids (or inference profile ids: ``us.anthropic...``, ARNs) with prompt caching, and
 #: where: Claude caches system prompts and tool specs, Nova system prompts only. The Claude
@@ -104,7 +104,7 @@ def converse_request(request: ModelRequest, *, cache: frozenset[str] = frozenset
     if offered:
         tools: list[dict[str, Any]] = [{"systemTool": {"name": name}} for name in system_tools]
         for spec in request.tools:
-            if not _TOOL_NAME.fullmatch(spec.name):
+            if not TOOL_NAME.fullmatch(spec.name):
                 raise ModelError(f"Bedrock cannot take the tool name {spec.name!r}: tool names "
                                  f"must be 1-64 letters, digits, '_' or '-'; rename the tool",
                                  code="invalid_request", retryable=False)

@@ -18,7 +18,7 @@ from dormant.models._base import ModelChunk, ModelError, ModelRequest
 from dormant.models._hints import HINTS
 from dormant.models._retry import Verdict, attempts, with_retries
 from dormant.settings import ENV, Settings
-from dormant.tools import Aborted, Signal
+from dormant.tools import TOOL_NAME, Aborted, Signal
 
 __all__ = ["BedrockModel"]
 
@@ -56,7 +56,6 @@ _HINTS = {
 #: Connect timeout (seconds) of the client built here; reads wait ``timeout``.
 _CONNECT_TIMEOUT = 10.0
 _READ_TIMEOUT = 60.0
-_SYSTEM_TOOL = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _MISSING = "dormant.models.BedrockModel needs boto3: pip install 'dormant[aws]'"
 
 
@@ -139,7 +138,7 @@ class BedrockModel:
         if isinstance(system_tools, str):
             system_tools = (system_tools,)
         for name in system_tools:
-            if not isinstance(name, str) or not _SYSTEM_TOOL.fullmatch(name):
+            if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
                 raise ConfigError(f"BedrockModel system_tools: {name!r} is not a tool name "
                                   "Bedrock takes (1-64 letters, digits, '_' or '-')")
         #: Bedrock's own tools offered to the model (``systemTool``): Bedrock runs them.
