@@ -8,6 +8,7 @@ import hashlib
 import json
 from typing import Any
 
+from dormant._inputs import TOOL_NAME_PATTERN
 from dormant.handlers import RestResponse
 from dormant.http._resolver import JSON
 from dormant.http._wire import SESSION_ID_SCHEMA, ErrorBody
@@ -129,6 +130,22 @@ def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
     agui["properties"]["threadId"] = {"type": "string", **SESSION_ID_SCHEMA,
                                       "description": "The session."}
     components["AgUiResumeEntry"]["properties"]["interruptId"]["minLength"] = 1
+    # A client's tool is offered to a model: a name every model takes (unique in the run),
+    # parameters that are a JSON Schema object.
+    tool = components["AgUiTool"]["properties"]
+    tool["name"] = {"type": "string", "pattern": TOOL_NAME_PATTERN,
+                    "description": "Unique among the run's tools."}
+    tool["description"] = {"type": "string", "maxLength": 10_000}
+    tool["parameters"] = {"anyOf": [{"type": "object"}, {"type": "null"}], "default": None}
+    context = components["AgUiContext"]["properties"]
+    context["description"] = {"type": "string", "maxLength": 10_000}
+    context["value"] = {"type": "string", "maxLength": 100_000}
+    agui["properties"]["tools"] = {"anyOf": [
+        {"type": "array", "items": {"$ref": "#/components/schemas/AgUiTool"},
+         "maxItems": 128}, {"type": "null"}], "default": None}
+    agui["properties"]["context"] = {"anyOf": [
+        {"type": "array", "items": {"$ref": "#/components/schemas/AgUiContext"},
+         "maxItems": 128}, {"type": "null"}], "default": None}
     # A resolved interrupt carries its answer (a missing or null one would use the call up).
     components["AgUiResumeEntry"]["allOf"] = [
         {"if": {"required": ["status"], "properties": {"status": {"const": "resolved"}}},
