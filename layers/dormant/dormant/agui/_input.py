@@ -183,14 +183,9 @@ def _no_answer(index: int, call_id: str) -> InputError:
     """The refusal of a resolved resume entry with no payload: an :class:`InputError` caused
     by a validation error at ``resume.<index>.payload`` (the HTTP API answers 422 naming
     that field, as for any body that does not fit)."""
-    cause = ValidationError.from_exception_data("RunAgentInput", [InitErrorDetails(
-        type=PydanticCustomError(
-            "missing", "a resolved interrupt needs a payload: the answer to call {call_id} "
-            "(to give up on the call, resume it cancelled)", {"call_id": call_id}),
-        loc=("resume", index, "payload"), input=None)])
-    error = InputError(f"invalid AG-UI RunAgentInput: {describe_validation(cause)}")
-    error.__cause__ = cause
-    return error
+    return _field_error(("resume", index, "payload"), None,
+                        f"a resolved interrupt needs a payload: the answer to call {call_id} "
+                        "(to give up on the call, resume it cancelled)", kind="missing")
 
 
 def _tool_messages(run: RunAgentInput) -> list[ToolAnswer]:
@@ -245,11 +240,13 @@ def _context(run: RunAgentInput) -> list[ClientContext] | None:
                          f"{describe_validation(error)}") from None
 
 
-def _field_error(loc: tuple[Any, ...], value: Any, message: str) -> InputError:
-    """An :class:`InputError` caused by a validation error at ``loc`` of the body (the HTTP
-    API answers 422 naming the field)."""
+def _field_error(loc: tuple[Any, ...], value: Any, message: str, *,
+                 kind: str = "value_error") -> InputError:
+    """An :class:`InputError` caused by a validation error (``kind``) at ``loc`` of the body
+    (the HTTP API answers 422 naming the field)."""
     cause = ValidationError.from_exception_data("RunAgentInput", [InitErrorDetails(
-        type=PydanticCustomError("value_error", message), loc=loc, input=value)])
+        type=PydanticCustomError(kind, message),
+        loc=loc, input=value)])
     error = InputError(f"invalid AG-UI RunAgentInput: {describe_validation(cause)}")
     error.__cause__ = cause
     return error
