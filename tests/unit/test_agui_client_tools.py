@@ -277,3 +277,16 @@ def test_a_stranded_step_parks_its_front_end_call_again_without_the_tool_offered
     assert [t.call_id for t in result.yielded_tools] == ["call_c"]
     assert [e.type for e in session.events][-3:] == [
         "tool_yield", "tool_result", "invocation_yield"]
+
+
+def test_a_tool_message_in_parts_answers_with_its_text() -> None:
+    api = Api([ASK, "Done."])
+    api.agui(body("t10", [USER]))
+    parts = {**ANSWERED, "content": [{"type": "text", "text": "con"},
+                                     {"type": "text", "text": "firmed"}]}
+
+    status, _ = api.agui(body("t10", [USER, CALLED, parts]))
+
+    assert status == 200
+    result = next(e for e in api.ledger("session_t10") if e.type == "tool_result")
+    assert result.result == "confirmed"

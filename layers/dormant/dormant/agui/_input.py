@@ -196,7 +196,18 @@ def _tool_messages(run: RunAgentInput) -> list[ToolAnswer]:
         if not isinstance(message, ToolMessage):
             break
         trailing.append(message)
-    return [ToolAnswer(call_id=m.tool_call_id, input=m.content) for m in reversed(trailing)]
+    return [ToolAnswer(call_id=m.tool_call_id, input=_answer(m)) for m in reversed(trailing)]
+
+
+def _answer(message: ToolMessage) -> Any:
+    """A tool message's content as the answer: its text (the parts' text, joined), or, for
+    content that is not all text, the parts as JSON."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    if all(isinstance(part, TextPart) for part in content):
+        return "".join(part.text for part in content if isinstance(part, TextPart))
+    return [part.model_dump(mode="json", by_alias=True, exclude_none=True) for part in content]
 
 
 def _client_tools(run: RunAgentInput) -> list[ClientTool] | None:

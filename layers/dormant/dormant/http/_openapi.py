@@ -130,6 +130,8 @@ def describe(openapi: dict[str, Any], client_state: list[str]) -> None:
     agui["properties"]["threadId"] = {"type": "string", **SESSION_ID_SCHEMA,
                                       "description": "The session."}
     components["AgUiResumeEntry"]["properties"]["interruptId"]["minLength"] = 1
+    # A trailing tool message answers the parked call it names: a call has an id.
+    components["AgUiToolMessage"]["properties"]["toolCallId"]["minLength"] = 1
     # A client's tool is offered to a model: a name every model takes (unique in the run),
     # parameters that are a JSON Schema object.
     tool = components["AgUiTool"]["properties"]
