@@ -57,37 +57,28 @@ def _calls(log: Path) -> list[dict[str, Any]]:
 def test_an_approval_decided_after_a_restart_calls_the_server_once_with_the_call_id(
         tmp_path: Path, mcp_server: tuple[str, Path]) -> None:
     url, log = mcp_server
-    server = DevServer(tmp_path / "mcp.db", MCP_APP, env={"DORMANT_TEST_MCP_URL": url}).start()
-    try:
-        paused = _post(server, {"sessionId": "m1", "message": "book a table for Ann"})
-        assert paused["status"] == "yielded_tool", paused
-        (pending,) = paused["pendingApprovals"]
-        assert pending["tool"] == "book" and _calls(log) == []
-
-        server.restart()  # SIGKILL: the approval waits in the SQLite file only
-
-        done = _post(server, {"sessionId": "m1", "approvals": [
-            {"approvalId": pending["approvalId"], "approved": True}]})
-    finally:
-        server.kill()
-
-    assert done["status"] == "completed", done
-    assert done["output"]["text"] == 'Done: {"result": "booked 2 for Ann"}'
-    assert _calls(log) == [{"tool": "book", "key": pending["callId"],
-                            "args": {"name": "Ann", "seats": 2}}]
+    # SIGKILL between the turns: the approval waits in the SQLite file only
+    _approved_across_a_restart(tmp_path, log, {"DORMANT_TEST_MCP_URL": url})
 
 
 def test_a_stdio_server_is_started_by_each_dev_process_and_called_once(tmp_path: Path) -> None:
     log = tmp_path / "mcp-calls.jsonl"
-    server = DevServer(tmp_path / "mcp.db", MCP_APP,
-                       env={"DORMANT_TEST_MCP_STDIO": "1", "MCP_TEST_LOG": str(log)}).start()
+    # SIGKILL between the turns: the child's stdin closes; the next process starts its own
+    _approved_across_a_restart(tmp_path, log, {"DORMANT_TEST_MCP_STDIO": "1",
+                                               "MCP_TEST_LOG": str(log)})
+
+
+def _approved_across_a_restart(tmp_path: Path, log: Path, env: dict[str, str]) -> None:
+    """A turn parks on the MCP tool's approval, the dev server is killed and restarted, the
+    approval runs the call: once, keyed on the call id."""
+    server = DevServer(tmp_path / "mcp.db", MCP_APP, env=env).start()
     try:
         paused = _post(server, {"sessionId": "m1", "message": "book a table for Ann"})
         assert paused["status"] == "yielded_tool", paused
         (pending,) = paused["pendingApprovals"]
         assert pending["tool"] == "book" and _calls(log) == []
 
-        server.restart()  # SIGKILL: the child's stdin closes; the next process starts its own
+        server.restart()
 
         done = _post(server, {"sessionId": "m1", "approvals": [
             {"approvalId": pending["approvalId"], "approved": True}]})

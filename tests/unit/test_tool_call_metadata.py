@@ -17,6 +17,7 @@ from dormant.errors import ConfigError, InputError
 from dormant.events import InvocationStart, ToolCall, ToolResult, UserEvent
 from dormant.http import build_resolver
 from dormant.models import AssistantMessage, ScriptedModel, ToolCallPart, ToolMessage
+from tests._http import get, post
 
 
 class Ticket(BaseModel):
@@ -110,25 +111,6 @@ def test_tool_metadata_must_be_a_json_object() -> None:
     assert ping.metadata == {"team": "ops"}
 
 
-def _http(method: str, path: str, body: Any = None) -> dict[str, Any]:
-    return {
-        "resource": path, "path": path, "httpMethod": method,
-        "headers": {"Content-Type": "application/json"},
-        "multiValueHeaders": {"Content-Type": ["application/json"]},
-        "queryStringParameters": None, "multiValueQueryStringParameters": None,
-        "pathParameters": None, "stageVariables": None,
-        "requestContext": {"resourcePath": path, "httpMethod": method, "path": path,
-                           "stage": "test", "requestId": "r-1",
-                           "authorizer": {"principalId": "ann"}, "identity": {}},
-        "body": json.dumps(body) if body is not None else None, "isBase64Encoded": False}
-
-
-def _call(resolver: Any, event: dict[str, Any]) -> tuple[int, Any]:
-    out = resolver.resolve(event, None)
-    text = out["body"]
-    return out["statusCode"], json.loads(text) if text.startswith("{") else text
-
-
 def test_the_rest_view_shows_a_waiting_calls_tool_metadata() -> None:
     app = dormant.App(name="desk")
     ask = app.tool(name="ask_owner", description="Ask", schema=Ticket, yield_schema=Answer,
@@ -136,11 +118,10 @@ def test_the_rest_view_shows_a_waiting_calls_tool_metadata() -> None:
     agent = app.agent(name="desk", tools=[ask], model=ScriptedModel([
         {"tool_calls": [{"name": "ask_owner", "args": {"ticket": "T-2"}, "id": "call_a"}]}]))
     resolver = build_resolver(app, agent)
-    status, paused = _call(resolver, _http("POST", "/turns", {"sessionId": "v1",
-                                                              "message": "ask"}))
+    status, paused = post(resolver, "/turns", {"sessionId": "v1", "message": "ask"})
     assert (status, paused["status"]) == (200, "yielded_tool")
 
-    status, view = _call(resolver, _http("GET", "/sessions/v1"))
+    status, view = get(resolver, "/sessions/v1")
 
     assert status == 200
     (waiting,) = view["yieldedTools"]
@@ -152,8 +133,7 @@ def test_a_whitespace_only_message_is_refused_with_422_and_writes_nothing(blank:
     app, agent, scripted, _ = _desk([])
     resolver = build_resolver(app, agent)
 
-    status, body = _call(resolver, _http("POST", "/turns", {"sessionId": "b1",
-                                                            "message": blank}))
+    status, body = post(resolver, "/turns", {"sessionId": "b1", "message": blank})
 
     assert status == 422 and "whitespace" in json.dumps(body)
     assert app.sessions.get("b1") is None and scripted.requests == []
