@@ -7,7 +7,7 @@ import base64
 import binascii
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -69,10 +69,13 @@ class ToolAnswer(_In):
 
 
 class ApprovalDecision(_In):
-    """A decision on one pending approval request."""
+    """A decision on one pending approval request. ``approved`` is a JSON boolean and nothing
+    else: a gate on a side effect must not read ``"yes"``, ``"on"``, ``"1"`` or ``1`` as
+    consent (pydantic's lax mode would), so any other value is refused before anything is
+    written."""
 
     approval_id: str = Field(min_length=1)
-    approved: bool
+    approved: StrictBool
     reason: str | None = None
 
 

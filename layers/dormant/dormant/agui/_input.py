@@ -93,7 +93,7 @@ def from_run_agent_input(body: dict[str, Any] | RunAgentInput, *,
     decisions: list[ApprovalDecision] = []
     for index, entry in enumerate(run.resume or ()):
         if entry.interrupt_id.startswith(APPROVAL_PREFIX):
-            decisions.append(_decision(entry.interrupt_id, entry.status, entry.payload))
+            decisions.append(_decision(index, entry.interrupt_id, entry.status, entry.payload))
         elif entry.status == "resolved" and entry.payload is None:
             raise _no_answer(index, entry.interrupt_id)
         else:
@@ -165,15 +165,20 @@ def _props_error(error: ValidationError) -> InputError:
 APPROVAL_PREFIX = "apr_"
 
 
-def _decision(approval_id: str, status: str, payload: Any) -> ApprovalDecision:
+def _decision(index: int, approval_id: str, status: str, payload: Any) -> ApprovalDecision:
     """A resume entry for an approval interrupt: ``{"approved": bool, "reason"?}``; a
-    cancelled interrupt is a denial."""
+    cancelled interrupt is a denial. ``approved`` is a JSON boolean and nothing else (as on
+    every route): anything else is refused naming ``resume.<index>.payload.approved``."""
     if status != "resolved":
         return ApprovalDecision(approval_id=approval_id, approved=False,
                                 reason="cancelled by the user")
     if not isinstance(payload, dict) or not isinstance(payload.get("approved"), bool):
-        raise InputError(f"resume for approval {approval_id} needs a payload "
-                         '{"approved": true|false, "reason"?: "..."}')
+        value = payload.get("approved") if isinstance(payload, dict) else payload
+        loc = ("resume", index, "payload", *(("approved",)
+                                                    if isinstance(payload, dict) else ()))
+        raise _field_error(loc, value,
+                           f"resume for approval {approval_id} needs a payload "
+                           '{"approved": true|false, "reason"?: "..."}', kind="bool_type")
     reason = payload.get("reason")
     return ApprovalDecision(approval_id=approval_id, approved=payload["approved"],
                             reason=reason if isinstance(reason, str) else None)

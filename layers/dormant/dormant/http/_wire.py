@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from dormant._decide import announced, pending_stop
@@ -78,7 +78,8 @@ class ApprovalAnswer(_Wire):
     """A decision on a pending approval."""
 
     approval_id: str = Field(min_length=1, description="The approval being decided.")
-    approved: bool = Field(description="Whether the tool may run.")
+    approved: StrictBool = Field(description="Whether the tool may run: JSON true or false, "
+                                             "nothing else.")
     reason: str | None = Field(default=None, description="Why (shown to the model when denied).")
 
 
