@@ -22,6 +22,7 @@ from dormant.scaffold import (
     PROJECT_APP_SETTING,
     SAMPLE_APP_SETTING,
     TEST_COMMAND,
+    dormant_source,
     entry_point,
 )
 
@@ -44,6 +45,8 @@ PROJECT_FILES = {
     *(f"functions/{f}/{name}" for f in FUNCTIONS for name in ("__init__.py", "app.py")),
     *(f"events/{event}" for event in EVENTS),
 }
+#: The wheel a project gets: these tests run dormant from this checkout, so it is packed from it.
+WHEEL = f"layers/dormant/dormant-{dormant.__version__}-py3-none-any.whl"
 #: The generated project's commands run as a user's would: no key, nothing of this checkout.
 ENV = {k: v for k, v in os.environ.items() if k not in {"OPENAI_API_KEY", "PYTHONPATH"}}
 
@@ -71,10 +74,34 @@ def test_new_says_where_it_created_the_project(tmp_path: Path,
     out = capsys.readouterr().out
     assert out.startswith(f"dormant new: created {tmp_path / 'shop'}\n")
     assert "dormant dev --app functions/app.py" in out
+    assert (f"Its layer installs {dormant_source().describe()} (layers/dormant/Makefile: "
+            "DORMANT).\n") in out
+
+
+def test_the_layer_installs_a_wheel_of_the_dormant_that_made_it(project: Path,
+                                                                tmp_path: Path) -> None:
+    """Run from this checkout, ``dormant new`` packs it: the Makefile's default installs that
+    wheel (named by the Makefile's own directory), and pip, offline, installs this package."""
+    assert dormant_source().kind == "packed"
+    makefile = (project / "layers/dormant/Makefile").read_text()
+    assert (f"\nDORMANT ?= $(dir $(abspath $(lastword $(MAKEFILE_LIST))))"
+            f"{Path(WHEEL).name}\n") in makefile
+    target = tmp_path / "target"
+    done = _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                 "--disable-pip-version-check", "--target", target, project / WHEEL], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ours = Path(dormant.__file__).parent
+    sources = list(ours.rglob("*.py"))
+    assert len(sources) > 50
+    for path in sources:
+        name = path.relative_to(ours)
+        assert (target / "dormant" / name).read_bytes() == path.read_bytes(), name
+    assert (target / "dormant/scaffold/template.yaml").read_text() == (
+        ROOT / "template.yaml").read_text()
 
 
 def test_the_project_has_every_file_with_its_name_filled_in(project: Path) -> None:
-    assert _files(project) == PROJECT_FILES
+    assert _files(project) == {*PROJECT_FILES, WHEEL}
     assert [p for p in project.rglob("*") if p.is_symlink()] == []
     for name in PROJECT_FILES:
         assert "{{" not in (project / name).read_text(), name
@@ -103,7 +130,7 @@ def test_the_projects_tests_pass(project: Path) -> None:
     done = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], project)
     assert done.returncode == 0, done.stdout + done.stderr
     # the project's own addopts (-ra) end the run with its summary line
-    assert re.search(r"=+ 4 passed in [\d.]+s =+\s*$", done.stdout), done.stdout
+    assert re.search(r"=+ 5 passed in [\d.]+s =+\s*$", done.stdout), done.stdout
 
 
 def test_the_readme_and_the_hint_name_one_install_and_one_test_command(
@@ -235,7 +262,7 @@ def test_new_refuses_a_directory_that_is_not_empty(tmp_path: Path,
 def test_new_fills_an_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "shop").mkdir()
     assert main(["new", "shop", "--dir", str(tmp_path)]) == 0
-    assert _files(tmp_path / "shop") == PROJECT_FILES
+    assert _files(tmp_path / "shop") == {*PROJECT_FILES, WHEEL}
 
 
 @pytest.mark.parametrize("name", ["1bad", "a/b", "../up", ""])
