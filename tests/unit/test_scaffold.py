@@ -4,7 +4,6 @@ one setting naming the app), and ``sam validate --lint`` accepts it."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -25,14 +24,12 @@ from dormant.scaffold import (
     dormant_source,
     entry_point,
 )
+from tests._sam import sam_cli, sam_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-#: What these tests keep between runs: mypy's cache, and a sam venv made once when CI's
-#: (.ci/sam: .venv-deploy) is not there.
+#: What these tests keep between runs: mypy's cache.
 CACHE = Path.home() / ".cache" / "dormant-tests"
-SAM_CACHE = CACHE / "sam"
-SAM_REQUIREMENT = "aws-sam-cli>=1.130"  # pyproject.toml's deploy extra
 EVENTS = ("api_post_turn.json", "api_get_session.json", "api_delete_session.json",
           "api_post_fork.json", "api_get_docs.json", "webhook_sqs_fifo_batch.json",
           "wake-timer.json", "cleanup_ddb_stream_remove.json")
@@ -209,32 +206,13 @@ def test_dormant_dev_can_load_the_projects_app(project: Path,
 # --- sam validate --lint ----------------------------------------------------------------------
 
 
-def _cached_sam() -> Path:
-    """A venv holding SAM CLI, made once under ~/.cache (a lock keeps parallel runs from
-    building it twice; a marker file tells a finished install from an interrupted one)."""
-    SAM_CACHE.parent.mkdir(parents=True, exist_ok=True)
-    with (SAM_CACHE.parent / "sam.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        installed = SAM_CACHE / ".installed"
-        if not installed.exists():
-            made = _run([sys.executable, "-m", "venv", "--clear", SAM_CACHE], SAM_CACHE.parent)
-            assert made.returncode == 0, made.stderr
-            pip = _run([SAM_CACHE / "bin" / "python", "-m", "pip", "install", "--quiet",
-                        SAM_REQUIREMENT], SAM_CACHE.parent, timeout=900)
-            assert pip.returncode == 0, pip.stdout + pip.stderr
-            installed.touch()
-    return SAM_CACHE / "bin" / "sam"
-
-
 @pytest.fixture(scope="module")
 def sam() -> Path:
-    deploy = ROOT / ".venv-deploy" / "bin" / "sam"
-    return deploy if deploy.exists() else _cached_sam()
+    return sam_cli()
 
 
 def test_sam_validates_the_projects_template(project: Path, sam: Path) -> None:
-    done = _run([sam, "validate", "--lint"], project, timeout=300,
-                env={**ENV, "SAM_CLI_TELEMETRY": "0"})
+    done = _run([sam, "validate", "--lint"], project, timeout=300, env=sam_env(ENV))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "is a valid SAM Template" in done.stdout + done.stderr
 
