@@ -2,6 +2,10 @@
 with the extras the README names, ``dormant new shop``, then the README's test command in the
 project. The commands are read from the README itself, so a README whose commands stop working
 fails here; the hint ``dormant new`` prints must name the same test command.
+
+Then the project goes to Lambda with no package index holding dormant: its ``sam build``, with
+no ``DORMANT=``, installs into the layer the very wheel the venv's dormant came from (copied
+into the project by ``dormant new``).
 """
 
 from __future__ import annotations
@@ -12,10 +16,14 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+import dormant
+from tests._sam import sam_cli, sam_env
 
 pytestmark = pytest.mark.slow
 
@@ -23,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 300
 INSTALL_TIMEOUT = 900  # a cold pip cache downloads boto3, Powertools and openai
 TEST_TIMEOUT = 300
+SAM_BUILD_TIMEOUT = 900  # the layer's packages for two architectures, from a cold pip cache
 #: The line pytest ends a passing run with, as ``-ra`` leaves it: ``==== 4 passed in 0.61s ====``.
 SUMMARY = re.compile(r"=+ (\d+) passed in [\d.]+s =+\s*$")
 
@@ -97,14 +106,24 @@ def _source_copy(into: Path) -> Path:
     return into
 
 
-def wheel_venv(factory: pytest.TempPathFactory, install: list[str]) -> Path:
-    """A fresh venv with this repository's wheel installed by ``install`` (a README's ``pip
-    install "dormant[...]"``: the package name replaced by the wheel's path, the extras kept)."""
+def build_wheel(factory: pytest.TempPathFactory) -> Path:
+    """This repository's wheel, built from a clean copy of the checkout."""
     source = _source_copy(factory.mktemp("source"))
     out = factory.mktemp("wheel")
     _ok(_run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out),
               str(source)], out, os.environ.copy(), BUILD_TIMEOUT))
     [wheel] = out.glob("dormant-*.whl")
+    return wheel
+
+
+def wheel_venv(factory: pytest.TempPathFactory, install: list[str],
+               wheel: Path | None = None) -> Path:
+    """A fresh venv with this repository's wheel (``wheel``, or one built now) installed by
+    ``install`` (a README's ``pip install "dormant[...]"``: the package name replaced by the
+    wheel's path, the extras kept): dormant comes from that file, its dependencies from the
+    configured index."""
+    wheel = wheel or build_wheel(factory)
+    out = wheel.parent
     venv = factory.mktemp("venv") / "venv"
     _ok(_run([sys.executable, "-m", "venv", str(venv)], out, os.environ.copy(), BUILD_TIMEOUT))
     [package] = [w for w in install if w.startswith("dormant[")]
@@ -115,12 +134,17 @@ def wheel_venv(factory: pytest.TempPathFactory, install: list[str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     """A fresh venv with the wheel installed by the "Your own agent" install command."""
     install = _readme_commands().install
     [package] = [w for w in install if w.startswith("dormant[")]
     assert "test" in package.removeprefix("dormant").strip("[]").split(","), install
-    return wheel_venv(tmp_path_factory, install)
+    return wheel_venv(tmp_path_factory, install, wheel)
 
 
 def test_a_new_projects_tests_pass_with_the_readmes_commands(venv: Path,
@@ -142,6 +166,37 @@ def test_a_new_projects_tests_pass_with_the_readmes_commands(venv: Path,
     hinted = [line.split("#", 1)[0].split() for line in created.stdout.splitlines()
               if line.rstrip().endswith("# the agent's tests")]
     assert hinted == [commands.test], created.stdout
+
+
+def test_a_new_project_builds_its_layer_from_the_wheel_dormant_came_from(
+        venv: Path, wheel: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in _user_env(venv).items() if k != "DORMANT"}
+    created = _ok(_run(["dormant", "new", "shop"], tmp_path, env, BUILD_TIMEOUT))
+    project = tmp_path / "shop"
+    assert f"Its layer installs the wheel it was installed from, {wheel} " in created.stdout
+    copied = project / "layers" / "dormant" / wheel.name
+    assert copied.read_bytes() == wheel.read_bytes()
+    tested = _run(["python", "-m", "pytest"], project, env, TEST_TIMEOUT)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+    built = _run([str(sam_cli()), "build", "--build-dir", ".aws-sam/build"], project,
+                 sam_env(env), SAM_BUILD_TIMEOUT)
+
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert f"layers/dormant/{wheel.name}" in built.stdout + built.stderr  # what make installed
+    layer = project / ".aws-sam" / "build" / "DormantLayer" / "python"
+    [info] = layer.glob("dormant-*.dist-info")
+    assert info.name == f"dormant-{dormant.__version__}.dist-info"
+    with zipfile.ZipFile(wheel) as zipped:
+        shipped = {name: zipped.read(name) for name in zipped.namelist()
+                   if name.startswith("dormant/") and not name.endswith("/")}
+    # The Makefile drops what Lambda has no use for (dormant new's files, the console).
+    kept = {name: data for name, data in shipped.items()
+            if not name.startswith(("dormant/scaffold/", "dormant/_web/"))
+            and name != "dormant/_console.py"}
+    assert len(kept) > 50 and "dormant/__init__.py" in kept
+    for name, data in kept.items():
+        assert (layer / name).read_bytes() == data, f"{name} is not the wheel's"
 
 
 def test_the_projects_readme_names_the_same_commands() -> None:

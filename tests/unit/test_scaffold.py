@@ -4,7 +4,6 @@ one setting naming the app), and ``sam validate --lint`` accepts it."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -22,16 +21,15 @@ from dormant.scaffold import (
     PROJECT_APP_SETTING,
     SAMPLE_APP_SETTING,
     TEST_COMMAND,
+    dormant_source,
     entry_point,
 )
+from tests._sam import sam_cli, sam_env
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-#: What these tests keep between runs: mypy's cache, and a sam venv made once when CI's
-#: (.ci/sam: .venv-deploy) is not there.
+#: What these tests keep between runs: mypy's cache.
 CACHE = Path.home() / ".cache" / "dormant-tests"
-SAM_CACHE = CACHE / "sam"
-SAM_REQUIREMENT = "aws-sam-cli>=1.130"  # pyproject.toml's deploy extra
 EVENTS = ("api_post_turn.json", "api_get_session.json", "api_delete_session.json",
           "api_post_fork.json", "api_get_docs.json", "webhook_sqs_fifo_batch.json",
           "wake-timer.json", "cleanup_ddb_stream_remove.json")
@@ -44,6 +42,8 @@ PROJECT_FILES = {
     *(f"functions/{f}/{name}" for f in FUNCTIONS for name in ("__init__.py", "app.py")),
     *(f"events/{event}" for event in EVENTS),
 }
+#: The wheel a project gets: these tests run dormant from this checkout, so it is packed from it.
+WHEEL = f"layers/dormant/dormant-{dormant.__version__}-py3-none-any.whl"
 #: The generated project's commands run as a user's would: no key, nothing of this checkout.
 ENV = {k: v for k, v in os.environ.items() if k not in {"OPENAI_API_KEY", "PYTHONPATH"}}
 
@@ -71,10 +71,34 @@ def test_new_says_where_it_created_the_project(tmp_path: Path,
     out = capsys.readouterr().out
     assert out.startswith(f"dormant new: created {tmp_path / 'shop'}\n")
     assert "dormant dev --app functions/app.py" in out
+    assert (f"Its layer installs {dormant_source().describe()} (layers/dormant/Makefile: "
+            "DORMANT).\n") in out
+
+
+def test_the_layer_installs_a_wheel_of_the_dormant_that_made_it(project: Path,
+                                                                tmp_path: Path) -> None:
+    """Run from this checkout, ``dormant new`` packs it: the Makefile's default installs that
+    wheel (named by the Makefile's own directory), and pip, offline, installs this package."""
+    assert dormant_source().kind == "packed"
+    makefile = (project / "layers/dormant/Makefile").read_text()
+    assert (f"\nDORMANT ?= $(dir $(abspath $(lastword $(MAKEFILE_LIST))))"
+            f"{Path(WHEEL).name}\n") in makefile
+    target = tmp_path / "target"
+    done = _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                 "--disable-pip-version-check", "--target", target, project / WHEEL], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ours = Path(dormant.__file__).parent
+    sources = list(ours.rglob("*.py"))
+    assert len(sources) > 50
+    for path in sources:
+        name = path.relative_to(ours)
+        assert (target / "dormant" / name).read_bytes() == path.read_bytes(), name
+    assert (target / "dormant/scaffold/template.yaml").read_text() == (
+        ROOT / "template.yaml").read_text()
 
 
 def test_the_project_has_every_file_with_its_name_filled_in(project: Path) -> None:
-    assert _files(project) == PROJECT_FILES
+    assert _files(project) == {*PROJECT_FILES, WHEEL}
     assert [p for p in project.rglob("*") if p.is_symlink()] == []
     for name in PROJECT_FILES:
         assert "{{" not in (project / name).read_text(), name
@@ -103,7 +127,7 @@ def test_the_projects_tests_pass(project: Path) -> None:
     done = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], project)
     assert done.returncode == 0, done.stdout + done.stderr
     # the project's own addopts (-ra) end the run with its summary line
-    assert re.search(r"=+ 4 passed in [\d.]+s =+\s*$", done.stdout), done.stdout
+    assert re.search(r"=+ 5 passed in [\d.]+s =+\s*$", done.stdout), done.stdout
 
 
 def test_the_readme_and_the_hint_name_one_install_and_one_test_command(
@@ -182,32 +206,13 @@ def test_dormant_dev_can_load_the_projects_app(project: Path,
 # --- sam validate --lint ----------------------------------------------------------------------
 
 
-def _cached_sam() -> Path:
-    """A venv holding SAM CLI, made once under ~/.cache (a lock keeps parallel runs from
-    building it twice; a marker file tells a finished install from an interrupted one)."""
-    SAM_CACHE.parent.mkdir(parents=True, exist_ok=True)
-    with (SAM_CACHE.parent / "sam.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        installed = SAM_CACHE / ".installed"
-        if not installed.exists():
-            made = _run([sys.executable, "-m", "venv", "--clear", SAM_CACHE], SAM_CACHE.parent)
-            assert made.returncode == 0, made.stderr
-            pip = _run([SAM_CACHE / "bin" / "python", "-m", "pip", "install", "--quiet",
-                        SAM_REQUIREMENT], SAM_CACHE.parent, timeout=900)
-            assert pip.returncode == 0, pip.stdout + pip.stderr
-            installed.touch()
-    return SAM_CACHE / "bin" / "sam"
-
-
 @pytest.fixture(scope="module")
 def sam() -> Path:
-    deploy = ROOT / ".venv-deploy" / "bin" / "sam"
-    return deploy if deploy.exists() else _cached_sam()
+    return sam_cli()
 
 
 def test_sam_validates_the_projects_template(project: Path, sam: Path) -> None:
-    done = _run([sam, "validate", "--lint"], project, timeout=300,
-                env={**ENV, "SAM_CLI_TELEMETRY": "0"})
+    done = _run([sam, "validate", "--lint"], project, timeout=300, env=sam_env(ENV))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "is a valid SAM Template" in done.stdout + done.stderr
 
@@ -235,7 +240,7 @@ def test_new_refuses_a_directory_that_is_not_empty(tmp_path: Path,
 def test_new_fills_an_empty_directory(tmp_path: Path) -> None:
     (tmp_path / "shop").mkdir()
     assert main(["new", "shop", "--dir", str(tmp_path)]) == 0
-    assert _files(tmp_path / "shop") == PROJECT_FILES
+    assert _files(tmp_path / "shop") == {*PROJECT_FILES, WHEEL}
 
 
 @pytest.mark.parametrize("name", ["1bad", "a/b", "../up", ""])

@@ -372,13 +372,15 @@ def _refuse_foreign(path: Path) -> None:
 
 
 def _new(args: argparse.Namespace) -> int:
-    from dormant.scaffold import ScaffoldError, create_project
+    from dormant.scaffold import ScaffoldError, create_project, dormant_source
 
+    source = dormant_source()
     try:
-        created = create_project(args.name, Path(args.dir), model=args.model)
+        created = create_project(args.name, Path(args.dir), model=args.model, source=source)
     except ScaffoldError as error:
         raise _CliError(str(error)) from error
-    print(f"dormant new: created {created}\n\n"
+    print(f"dormant new: created {created}\n"
+          f"Its layer installs {source.describe()} (layers/dormant/Makefile: DORMANT).\n\n"
           f"  cd {_shown(created)}\n"
           f"  {scaffold.TEST_COMMAND:<39}# the agent's tests\n"
           f"  dormant dev --app functions/app.py     # serve it on http://127.0.0.1:8000\n\n"

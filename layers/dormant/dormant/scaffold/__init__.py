@@ -5,7 +5,8 @@ from a wheel or is a checkout:
 
 - ``files/``: the user's app (``functions/app.py``), its tests, ``pyproject.toml`` (pytest
   settings), README, ``.gitignore``, and the layer's Makefile, which installs dormant itself
-  from PyPI (or a ``DORMANT=`` path) instead of copying a source tree;
+  (``DORMANT``): the dormant this command runs from, as a wheel beside the Makefile, or the
+  release from the package index (:mod:`dormant.scaffold._layer` decides which);
 - ``template.yaml``, ``events/``, ``layer-requirements.txt`` (and ``layer-constraints.txt``, the
   versions it is pinned to) and ``xray/``: the very files the dormant repository deploys its
   sample with (in a checkout, links to them), with the one
@@ -13,7 +14,8 @@ from a wheel or is a checkout:
 - the Lambda entry points, ``functions/<name>/app.py`` (:func:`entry_point`: one import each,
   the same text as the repository's own).
 
-``{{name}}`` and ``{{version}}`` in the files become the project's name and dormant's version.
+``{{name}}``, ``{{version}}`` and ``{{dormant}}`` in the files become the project's name,
+dormant's version and what its layer installs as dormant (:attr:`DormantSource.requirement`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
+from dormant.scaffold._layer import DormantSource, dormant_source, write_wheel
+
 __all__ = ["BEDROCK_MODEL", "FUNCTIONS", "MODELS", "SAMPLE_APP_SETTING", "TEST_COMMAND",
-           "ScaffoldError", "create_project", "entry_point", "project_template"]
+           "DormantSource", "ScaffoldError", "create_project", "dormant_source", "entry_point",
+           "project_template"]
 
 #: The Lambda functions a project has: ``functions/<name>/app.py``, ``Handler: <name>/app.handler``.
 FUNCTIONS = ("api", "stream", "webhook", "wake", "cleanup")
@@ -54,12 +59,15 @@ class ScaffoldError(Exception):
     """The project cannot be created (message says why)."""
 
 
-def create_project(name: str, parent: Path, *, model: str = "openai") -> Path:
+def create_project(name: str, parent: Path, *, model: str = "openai",
+                   source: DormantSource | None = None) -> Path:
     """Create ``parent/name`` holding a new project; returns its path. ``model``: what its
     template deploys by default, ``"openai"`` (the key from a secret) or ``"bedrock"``
-    (:data:`BEDROCK_MODEL`, through the functions' own role; no secret)."""
+    (:data:`BEDROCK_MODEL`, through the functions' own role; no secret). ``source``: the
+    dormant its layer installs (:func:`dormant_source`, the running one, when None)."""
     from dormant import __version__
 
+    source = source or dormant_source()
     if not _NAME.match(name):
         raise ScaffoldError(f"{name!r} is not a project name: start with a letter, then "
                             f"letters, digits, '-' or '_' (at most 63)")
@@ -87,7 +95,9 @@ def create_project(name: str, parent: Path, *, model: str = "openai") -> Path:
     for relative, text in sorted(files.items()):
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.replace("{{name}}", name).replace("{{version}}", __version__))
+        path.write_text(text.replace("{{name}}", name).replace("{{version}}", __version__)
+                        .replace("{{dormant}}", source.requirement))
+    write_wheel(source, root / "layers" / "dormant")
     return root
 
 

@@ -1,9 +1,15 @@
 """{{name}}: your agent. ``build`` is what ``dormant dev`` serves and the Lambda functions run.
 
-One agent with one tool. ``refund`` waits for a person: the model calls it, the turn pauses
-(the session is only rows in the store meanwhile), and a person answers it with a
-``Decision``; the refund runs only then, once. Change the tool, add tools, change the prompt:
-``tests/test_app.py`` shows how to test each path without a model.
+One agent, two tools, and the two ways an agent waits for a person:
+
+- ``refund`` runs only once a person approves it: the agent's ``tool_approval`` policy holds
+  every call (the console shows Approve / Deny, with a reason). Approved, it runs, once;
+  denied, it never runs and the model reads the denial and its reason.
+- ``ask_customer`` asks the customer a question (which order, how much) and waits for their
+  answer, which becomes the tool's result.
+
+While it waits the session is only rows in the store. Change the tools, add tools, change the
+prompt: ``tests/test_app.py`` shows how to test each path without a model.
 
 With ``DORMANT_BEDROCK_MODEL`` set (a Bedrock model or inference profile id, with AWS
 credentials in the environment) the agent runs on Amazon Bedrock; with ``OPENAI_API_KEY``, on
@@ -26,7 +32,8 @@ from pydantic import BaseModel, Field
 
 SYSTEM = ("You are a support assistant for an online shop. When a customer asks for a "
           "refund, call the refund tool with the order id and amount; a person approves or "
-          "declines it. Tell the customer what came of it.")
+          "denies it. If you do not know the order or the amount, ask the customer with "
+          "ask_customer first. Tell the customer what came of it.")
 
 
 class Refund(BaseModel):
@@ -34,44 +41,56 @@ class Refund(BaseModel):
     amount: float = Field(gt=0, description="How much to refund, in the order's currency")
 
 
-class Decision(BaseModel):
-    approved: bool = Field(description="Whether the refund may go ahead")
-    note: str | None = Field(default=None, description="Why, for the customer")
+class Question(BaseModel):
+    question: str = Field(description="What to ask the customer")
+
+
+class Answer(BaseModel):
+    answer: str = Field(description="The customer's answer")
 
 
 def execute_refund(ctx: ToolContext) -> dict[str, object]:
-    """Runs once a person has answered (``ctx.input`` is their ``Decision``)."""
-    if not ctx.input or not ctx.input.approved:
-        return {"order_id": ctx.args.order_id, "status": "declined",
-                "note": ctx.input.note if ctx.input else None}
-    # Call your payment system here: this runs once per decision, even if the turn is retried.
+    """Runs only once a person approved the call (a denied call never gets here)."""
+    # Call your payment system here: this runs once per approved call, even if the turn is
+    # retried (ctx.call_id is the idempotency key).
     return {"order_id": ctx.args.order_id, "amount": ctx.args.amount, "status": "refunded"}
 
 
 _ORDER = re.compile(r"\b([A-Z]-?\d+)\b")
 _AMOUNT = re.compile(r"(\d+(?:\.\d+)?)\s*(?:\$|€|£|eur|usd|gbp|dollars?|euros?|pounds?)",
                      re.IGNORECASE)
+WHICH_ORDER = "Which order should I refund, and how much?"
 
 
 class LocalModel(RuleModel):
     """The model when there is no key: rules instead of judgement, same tools, same ledger."""
 
     def reply(self, text: str) -> Reply:
-        order = _ORDER.search(text)
-        if "refund" in text.lower() and order:
-            amount = _AMOUNT.search(text)
-            return self.call("refund", {"order_id": order.group(1),
-                                        "amount": float(amount.group(1)) if amount else 20.0})
-        return "I can refund an order: say e.g. \"refund order A-1042\"."
+        if "refund" not in text.lower():
+            return "I can refund an order: say e.g. \"refund order A-1042\"."
+        return _refund_or_ask(text)
 
     def after_tool(self, result: ToolOutcome) -> Reply:
+        order = result.args.get("order_id") if isinstance(result.args, dict) else None
+        if result.denied:
+            why = f" ({result.reason})" if result.reason else ""
+            return f"The refund for order {order} was declined{why}."
         data = result.data
         if result.is_error or not isinstance(data, dict):
             return f"That didn't work: {result.content}"
-        if data.get("status") == "refunded":
-            return f"Refunded {data['amount']:.2f} for order {data['order_id']}."
-        note = f" ({data['note']})" if data.get("note") else ""
-        return f"The refund for order {data['order_id']} was declined{note}."
+        if result.name == "ask_customer":
+            return _refund_or_ask(str(data.get("answer", "")))
+        return f"Refunded {data['amount']:.2f} for order {data['order_id']}."
+
+
+def _refund_or_ask(text: str) -> Reply:
+    """Refund the order ``text`` names (20 when it names no amount), or ask which order."""
+    order = _ORDER.search(text)
+    if order is None:
+        return RuleModel.call("ask_customer", {"question": WHICH_ORDER})
+    amount = _AMOUNT.search(text)
+    return RuleModel.call("refund", {"order_id": order.group(1),
+                                     "amount": float(amount.group(1)) if amount else 20.0})
 
 
 def default_model() -> Model:
@@ -92,12 +111,19 @@ def build(store: Store | None = None,
           model: Model | None = None) -> tuple[dormant.App, dormant.Agent]:
     """The app on ``store`` (in memory when None) and its agent, served by ``model``."""
     app = dormant.App(name="{{name}}", store=store)
-    refund = app.tool(name="refund", description="Refund an order once a person approves it",
-                      schema=Refund, yield_schema=Decision, execute=execute_refund)
+    refund = app.tool(name="refund", description="Refund an order (a person approves it first)",
+                      schema=Refund, execute=execute_refund)
+    # No execute: the customer's answer, checked against Answer, is the tool's result.
+    ask_customer = app.tool(name="ask_customer", description="Ask the customer a question and "
+                            "wait for their answer", schema=Question, yield_schema=Answer)
     agent = app.agent(
         name="assistant",
         model=model if model is not None else default_model(),
         context=[app.context.system(SYSTEM), app.context.history(limit=20)],
-        tools=[refund],
+        tools=[refund, ask_customer],
+        # Every refund waits for a person's Approve / Deny; a function of the call's
+        # arguments can decide instead, e.g. lambda args: "approved" if args.amount < 10
+        # else "user-approval".
+        tool_approval={"refund": "user-approval"},
     )
     return app, agent
