@@ -137,7 +137,13 @@ def test_the_readme_and_the_hint_name_one_install_and_one_test_command(
     assert main(["new", "shop", "--dir", str(tmp_path)]) == 0
     hint = capsys.readouterr().out
     readme = (tmp_path / "shop" / "README.md").read_text()
-    assert 'pip install "dormant[aws,openai,test]"\n' in readme
+    install = dormant_source().install("aws,openai,test")
+    assert f"\n{install}\n" in readme  # the same dormant as the layer's
+    wheel = dormant_source().wheel_name
+    assert install == ('pip install "dormant[aws,openai,test]"' if wheel is None else
+                       f'pip install "./layers/dormant/{wheel}[aws,openai,test]"')
+    assert wheel is None or (tmp_path / "shop" / "layers" / "dormant" / wheel).is_file()
+    assert f"#   {install}\n" in (tmp_path / "shop" / "pyproject.toml").read_text()
     assert f"\n{TEST_COMMAND}  " in readme
     assert f"\n  {TEST_COMMAND}  " in hint and "pytest -q" not in hint
     assert '"pytest>=8"' in (ROOT / "pyproject.toml").read_text().split(

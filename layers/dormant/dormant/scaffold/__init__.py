@@ -15,7 +15,8 @@ from a wheel or is a checkout:
   the same text as the repository's own).
 
 ``{{name}}``, ``{{version}}`` and ``{{dormant}}`` in the files become the project's name,
-dormant's version and what its layer installs as dormant (:attr:`DormantSource.requirement`).
+dormant's version and what its layer installs as dormant (:attr:`DormantSource.requirement`);
+``{{install}}``, the ``pip install`` line that puts that same dormant in the project's venv.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ PROJECT_APP_SETTING = "DORMANT_APP: app:build"
 #: How a project's tests run, as its README says and ``dormant new`` prints: ``python -m`` runs
 #: the pytest of the venv's interpreter (the ``test`` extra), never another one on ``PATH``.
 TEST_COMMAND = "python -m pytest"
+#: The extras a project's venv installs dormant with (its README's ``pip install`` line).
+PROJECT_EXTRAS = "aws,openai,test"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 #: The models ``dormant new --model`` deploys on.
 MODELS = ("openai", "bedrock")
@@ -96,7 +99,8 @@ def create_project(name: str, parent: Path, *, model: str = "openai",
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text.replace("{{name}}", name).replace("{{version}}", __version__)
-                        .replace("{{dormant}}", source.requirement))
+                        .replace("{{dormant}}", source.requirement)
+                        .replace("{{install}}", source.install(PROJECT_EXTRAS)))
     write_wheel(source, root / "layers" / "dormant")
     return root
 

@@ -59,6 +59,14 @@ class DormantSource:
         name = self.wheel_name
         return f"dormant=={self.version}" if name is None else f"{MAKEFILE_DIR}{name}"
 
+    def install(self, extras: str) -> str:
+        """What the project's README has a person type to get this dormant into a venv with
+        ``extras``: the wheel beside the layer's Makefile (no package index needed for
+        dormant itself), or the release from the index."""
+        name = self.wheel_name
+        where = "dormant" if name is None else f"./layers/dormant/{name}"
+        return f'pip install "{where}[{extras}]"'
+
     def describe(self) -> str:
         """What ``dormant new`` says it used, in one line."""
         if self.kind == "wheel":
