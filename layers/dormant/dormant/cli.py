@@ -30,16 +30,19 @@ import os
 import signal
 import sqlite3
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from dormant import scaffold
 from dormant._appspec import SAMPLE, AppSpecError
 from dormant.settings import ENV, Settings
 
 __all__ = ["main"]
+
+_T = TypeVar("_T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,20 +54,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         sys.stdout.flush()
-    except (_CliError, AppSpecError) as error:
-        print(f"dormant: {error}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader went away (``dormant sessions list --json | head``): not an error of
         # ours to report. Point stdout at devnull so the interpreter's final flush is quiet.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except Exception as error:
+        said = one_line(error)
+        if said is None:
+            raise
+        print(f"dormant: {said}", file=sys.stderr)
+        return 2
     return code
 
 
 class _CliError(Exception):
     """A mistake on the command line (exit status 2, message on stderr)."""
+
+
+#: The extra that installs each optional package dormant (or an app) may import.
+EXTRAS = {"openai": "openai", "boto3": "aws", "botocore": "aws", "aws_lambda_powertools": "aws",
+          "ag_ui": "agui", "mcp": "mcp"}
+
+
+def one_line(error: BaseException) -> str | None:
+    """What ``dormant: ...`` says for ``error``, the one rule for every command; None when it
+    is not an ordinary mistake (a bug: its traceback is shown).
+
+    Ordinary: a :class:`_CliError` or :class:`AppSpecError` (their message: the app that
+    cannot be loaded, the database that cannot be opened are raised as one where they are
+    found), and an optional package missing anywhere in the error's chain (which extra
+    installs it)."""
+    if isinstance(error, _CliError | AppSpecError):
+        return str(error)
+    return _missing_extra(error)
+
+
+def _missing_extra(error: BaseException) -> str | None:
+    """Which extra to install, when ``error`` (or what caused it) is an optional package that
+    is not installed: dormant's own ``ImportError`` already says it, a bare
+    ``ModuleNotFoundError`` (an app's ``import openai``) gets the hint here."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ImportError):
+            package = (seen.name or "").partition(".")[0]
+            if "pip install 'dormant[" in str(seen):
+                return str(seen)
+            if isinstance(seen, ModuleNotFoundError) and package in EXTRAS:
+                return (f"the {package} package is not installed: "
+                        f"pip install 'dormant[{EXTRAS[package]}]'")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -207,8 +248,8 @@ def _dev(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise _CliError(f"--allow-origin: {error}") from error
     model = _model(args.model) if args.model else None
-    factory = load_factory(args.app)  # before the database: a bad app leaves no file behind
-    fresh = not Path(args.db).expanduser().exists()
+    factory = _app_code(args.app, load_factory, args.app)  # before the database: a bad app
+    fresh = not Path(args.db).expanduser().exists()        # leaves no file behind
     store = _open_store(args.db, create=True)
 
     def give_back() -> None:
@@ -218,7 +259,8 @@ def _dev(args: argparse.Namespace) -> int:
                 Path(f"{store.path}{suffix}").unlink(missing_ok=True)
 
     try:
-        app, agent = build_app(factory, store=store, model=model, spec=args.app)
+        app, agent = _app_code(args.app, build_app, factory, store=store, model=model,
+                               spec=args.app)
     except BaseException:
         give_back()
         raise
@@ -259,6 +301,51 @@ def _dev(args: argparse.Namespace) -> int:
         server.server_close()
         store.close()
     return 0
+
+
+def _app_code(spec: str, call: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    """``call(*args, **kwargs)``, which runs the app's own code (its import, its ``build``):
+    whatever that raises is one line naming the app, the exception and where it was raised
+    (the traceback is the app's, not the command's)."""
+    try:
+        return call(*args, **kwargs)
+    except (AppSpecError, _CliError):
+        raise
+    except Exception as error:
+        raise _CliError(app_failure(spec, error)) from error
+
+
+def app_failure(spec: str, error: BaseException) -> str:
+    """One line for an exception the app's code raised: a missing optional package says
+    which extra installs it; a syntax error, the file and line; anything else, its type,
+    message and the innermost line of the app's own code that raised it."""
+    missing = _missing_extra(error)
+    if missing is not None:
+        return f"{spec}: {missing}"
+    if isinstance(error, SyntaxError):
+        return (f"{spec}: cannot import {_shown(Path(error.filename or '?'))}: "
+                f"{type(error).__name__} at line {error.lineno}: {error.msg}")
+    said = " ".join(str(error).split())
+    said = f"{said[:_SAID]}…" if len(said) > _SAID else said
+    where = _raised_at(error)
+    return (f"{spec} failed: {type(error).__name__}{': ' + said if said else ''}"
+            f"{f' (at {where})' if where else ''}")
+
+
+#: How much of an app's exception message the one line keeps.
+_SAID = 300
+
+
+def _raised_at(error: BaseException) -> str | None:
+    """``file, line N`` of the innermost frame outside dormant and the import machinery."""
+    own = Path(__file__).resolve().parent
+    found = None
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        file = frame.f_code.co_filename
+        if file.startswith("<") or own in Path(file).resolve().parents:
+            continue
+        found = f"{_shown(Path(file))}, line {line}"
+    return found
 
 
 def _model(spec: str) -> Any:
@@ -342,16 +429,41 @@ def _open_store(db: str, *, create: bool) -> Any:
         raise _CliError(f"--db {db} is a directory, not a database file")
     if not create and not path.is_file():
         raise _CliError(f"no database at {path} (pass --db, or run dormant dev first)")
-    _refuse_foreign(path)
+    _refuse_foreign(path, create=create)
     try:
         return SqliteStore(path)
     except StoreError as error:  # "cannot open PATH: file is not a database", a newer schema
-        raise _CliError(str(error)) from error
+        raise (_unwritable(path, error, create=create) or _CliError(str(error))) from error
     except sqlite3.DatabaseError as error:
-        raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
+        raise (_unwritable(path, error, create=create) or _CliError(
+            f"{path} is not a dormant SQLite database ({error})")) from error
 
 
-def _refuse_foreign(path: Path) -> None:
+#: What SQLite says when it cannot create, open or write the file (or its -wal and -shm).
+_CANNOT_WRITE = ("unable to open database file", "readonly database", "disk I/O error")
+
+
+def _unwritable(path: Path, error: BaseException, *, create: bool) -> _CliError | None:
+    """The one line for a database SQLite cannot open or write where it is (a read-only
+    directory or file, a place no file can be made): which, and ``--db`` to go elsewhere;
+    None for any other failure."""
+    cause = error.__cause__ if isinstance(error.__cause__, sqlite3.Error) else error
+    if not any(text in str(cause) for text in _CANNOT_WRITE):
+        return None
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        why = f"this user may not write the file {path} (permission denied)"
+    elif not os.access(path.parent, os.W_OK):
+        why = (f"this user may not write in its directory {path.parent} (permission denied; "
+               f"SQLite keeps the file and its -wal and -shm files there)")
+    else:
+        why = (f"SQLite cannot create or write it there ({cause}): the directory "
+               f"{path.parent} must let this user create files")
+    go = "pass --db to put the sessions elsewhere, e.g. --db ~/dormant.db" if create else \
+        "copy it to a directory you can write and pass --db with the copy's path"
+    return _CliError(f"cannot open the database {path}: {why}; {go}")
+
+
+def _refuse_foreign(path: Path, *, create: bool) -> None:
     """Refuse, without writing to it, an existing file that is not dormant's database: not
     SQLite at all, or another program's SQLite database (opening it as a store would add
     dormant's tables to it)."""
@@ -362,7 +474,8 @@ def _refuse_foreign(path: Path) -> None:
             tables = {name for (name,) in db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as error:
-        raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
+        raise (_unwritable(path, error, create=create) or _CliError(
+            f"{path} is not a dormant SQLite database ({error})")) from error
     if tables and not {"sessions", "events"} <= tables:
         raise _CliError(f"{path} is another program's SQLite database (tables: "
                         f"{', '.join(sorted(tables)[:5])}), not dormant's: pass another --db")
@@ -378,6 +491,10 @@ def _new(args: argparse.Namespace) -> int:
         created = create_project(args.name, Path(args.dir), model=args.model)
     except ScaffoldError as error:
         raise _CliError(str(error)) from error
+    except OSError as error:  # a directory this user may not write, a full or read-only disk
+        where = Path(args.dir).expanduser().resolve()
+        raise _CliError(f"cannot create {args.name} in {where}: {error.strerror or error} "
+                        f"({error.filename}); pass --dir a directory you can write") from error
     print(f"dormant new: created {created}\n\n"
           f"  cd {_shown(created)}\n"
           f"  {scaffold.TEST_COMMAND:<39}# the agent's tests\n"
