@@ -282,8 +282,15 @@ def _dev(args: argparse.Namespace) -> int:
     scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=timeout))
     app.scheduler = scheduler
     app.sole = True  # one process serves this database: an earlier run's claims are dead
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)  # even when started with SIGINT ignored (`cmd &`)
+    stopped_by: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopped_by.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)  # even when started with SIGINT ignored (`cmd &`)
+    cut_off: list[str] = []
     try:
         rearmed = scheduler.recover(store, sole=True)
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
@@ -295,12 +302,27 @@ def _dev(args: argparse.Namespace) -> int:
             print(f"dormant dev: {server.lacking}", file=sys.stderr, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        cut_off = _cut_off(server, store, args.db)
     finally:
         scheduler.close()
         server.server_close()
-        store.close()
-    return 0
+        if not cut_off:  # else the turns' threads still use it: the exit closes it for them
+            store.close()
+    # Ctrl-C ends the command as the signal would (128 + SIGINT); SIGTERM is a stop asked for.
+    return 128 + signal.SIGINT if signal.SIGINT in stopped_by or not stopped_by else 0
+
+
+def _cut_off(server: Any, store: Any, db: str) -> list[str]:
+    """Say, on stderr, which turns the stop cuts off and how to send each again; what
+    their threads log while the process ends is noise after that."""
+    from dormant._devserver.inflight import interrupted
+
+    lines = interrupted(server.in_flight.running(), store, server.url, db)
+    for line in lines:
+        print(f"dormant dev: {line}", file=sys.stderr, flush=True)
+    if lines:
+        logging.disable(logging.CRITICAL)
+    return lines
 
 
 def _app_code(spec: str, call: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
@@ -409,10 +431,6 @@ def _describe_model(model: Any) -> str:
         described += (" with no OPENAI_API_KEY set: its calls will fail; set the key, or "
                       "pass --model scripted:FILE.json or a model of your own")
     return described
-
-
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def _open_store(db: str, *, create: bool) -> Any:

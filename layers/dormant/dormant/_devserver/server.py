@@ -30,6 +30,7 @@ from dormant._devserver.guard import (
     normalize_origin,
     origin_or_none,
 )
+from dormant._devserver.inflight import InFlight
 from dormant._devserver.proxy import ChunkWriter, LambdaContext, to_proxy_event
 from dormant._devserver.worker import Worker
 from dormant.errors import public_message
@@ -65,6 +66,8 @@ class DevServer(HTTPServer):
         #: What the console lacks in this installation (see ``dormant._console.missing``).
         self.lacking = missing()
         self.deadlines = Deadlines()
+        #: The requests running a turn now (what a stop cuts off).
+        self.in_flight = InFlight()
         self._connections: queue.Queue[tuple[Any, Any] | None] = queue.Queue(maxsize=threads)
         self._pool: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -271,6 +274,7 @@ class _Handler(BaseHTTPRequestHandler):
                                source_ip=self.client_address[0])
         writer = ChunkWriter(self, self._cors())
         context = LambdaContext(event["requestContext"]["requestId"], writer)
+        ticket = self.server.in_flight.start(self.command, self.path, principal, body)
         try:
             result = self.server.resolver.resolve(event, context)
         except Exception:
@@ -283,6 +287,8 @@ class _Handler(BaseHTTPRequestHandler):
                       "body": json.dumps({
                           "code": "internal_error", "requestId": request_id,
                           "message": public_message("internal_error", "", request_id)})}
+        finally:
+            self.server.in_flight.end(ticket)
         if writer.started:
             writer.finish()
             return
