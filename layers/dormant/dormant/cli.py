@@ -188,6 +188,9 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                      help="another Host name the server answers to, besides its address's "
                           "(repeat for more)")
+    dev.add_argument("--reload", action="store_true",
+                     help="serve the app anew when one of its files changes (the .py files "
+                          "under its module's directory); sessions are kept")
     dev.add_argument("--quiet", action="store_true", help="do not log each request")
     dev.set_defaults(run=_dev)
 
@@ -231,12 +234,10 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from dormant._appspec import build_app, load_factory
-    from dormant.schedulers.local import LocalScheduler
+    from dormant._appspec import load_factory
 
     try:
         from dormant._devserver import DevServer, dev_cors
-        from dormant.http import build_resolver
     except ModuleNotFoundError as error:  # the API is Powertools' resolver: the aws extra
         if (error.name or "").partition(".")[0] != "aws_lambda_powertools":
             raise
@@ -258,9 +259,9 @@ def _dev(args: argparse.Namespace) -> int:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{store.path}{suffix}").unlink(missing_ok=True)
 
+    serving = _Serving(args, store, model, cors)
     try:
-        app, agent = _app_code(args.app, build_app, factory, store=store, model=model,
-                               spec=args.app)
+        app, agent, resolver = serving.build(factory)
     except BaseException:
         give_back()
         raise
@@ -268,9 +269,6 @@ def _dev(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     describe = getattr(sys.modules.get(factory.__module__), "describe_model", None)
     served = describe(agent.model) if callable(describe) else _describe_model(agent.model)
-    timeout = Settings.from_env().turn_timeout
-    resolver = build_resolver(app, agent, timeout=timeout, client_state=args.client_state,
-                              cors=cors)
     try:
         server = DevServer((args.host, args.port), resolver, allow_origins=args.allow_origin,
                            allow_hosts=args.allow_host)
@@ -278,10 +276,7 @@ def _dev(args: argparse.Namespace) -> int:
         give_back()
         raise _CliError(f"cannot listen on {args.host}:{args.port}: "
                         f"{error.strerror or error}") from error
-    # Timers of committed turns fire here, as the wake Lambda's turns do on AWS.
-    scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=timeout))
-    app.scheduler = scheduler
-    app.sole = True  # one process serves this database: an earlier run's claims are dead
+    serving.arm(app, agent)
     stopped_by: list[int] = []
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -291,8 +286,9 @@ def _dev(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)  # even when started with SIGINT ignored (`cmd &`)
     cut_off: list[str] = []
+    reloader = None
     try:
-        rearmed = scheduler.recover(store, sole=True)
+        rearmed = serving.scheduler.recover(store, sole=True)
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
               f"(model: {served}; sessions in SQLite at {store.path}; timers served locally, "
               f"{rearmed} pending re-armed). "
@@ -300,16 +296,90 @@ def _dev(args: argparse.Namespace) -> int:
               f"Stop with Ctrl-C.", flush=True)
         if server.lacking:
             print(f"dormant dev: {server.lacking}", file=sys.stderr, flush=True)
+        if args.reload:
+            reloader = serving.watch(factory, server)
         server.serve_forever()
     except KeyboardInterrupt:
         cut_off = _cut_off(server, store, args.db)
     finally:
-        scheduler.close()
+        if reloader is not None:
+            reloader.close()
+        serving.scheduler.close()
         server.server_close()
         if not cut_off:  # else the turns' threads still use it: the exit closes it for them
             store.close()
     # Ctrl-C ends the command as the signal would (128 + SIGINT); SIGTERM is a stop asked for.
     return 128 + signal.SIGINT if signal.SIGINT in stopped_by or not stopped_by else 0
+
+
+class _Serving:
+    """What ``dormant dev`` serves: the app ``--app`` names, built on the store, its routes,
+    and the scheduler firing its timers; :meth:`watch` rebuilds it on each save (--reload)."""
+
+    def __init__(self, args: argparse.Namespace, store: Any, model: Any, cors: Any) -> None:
+        self.args = args
+        self.store = store
+        self.model = model
+        self.cors = cors
+        self.timeout = Settings.from_env().turn_timeout
+        self.scheduler: Any = None
+        self.app: Any = None
+
+    def build(self, factory: Callable[..., Any]) -> tuple[Any, Any, Any]:
+        """The app and agent ``factory`` builds, and the resolver serving them."""
+        from dormant._appspec import build_app
+        from dormant.http import build_resolver
+
+        app, agent = _app_code(self.args.app, build_app, factory, store=self.store,
+                               model=self.model, spec=self.args.app)
+        resolver = build_resolver(app, agent, timeout=self.timeout,
+                                  client_state=self.args.client_state, cors=self.cors)
+        return app, agent, resolver
+
+    def arm(self, app: Any, agent: Any) -> None:
+        """Fire the app's timers here, as the wake Lambda's turns do on AWS."""
+        from dormant.schedulers.local import LocalScheduler
+
+        self.app = app
+        self.scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=self.timeout))
+        app.scheduler = self.scheduler
+        app.sole = True  # one process serves this database: an earlier run's claims are dead
+
+    def watch(self, factory: Callable[..., Any], server: Any) -> Any:
+        """Reload the app into ``server`` whenever one of its files changes."""
+        from dormant._devserver.reload import Reloader, Watcher
+
+        module = sys.modules[factory.__module__]
+        root = Path(module.__file__ or ".").resolve().parent
+        watcher = Watcher(root)
+        print(f"dormant dev: reloading on a change to the .py files under {root}",
+              file=sys.stderr, flush=True)
+        return Reloader(watcher, lambda changed: self.reload(changed, watcher, server)).start()
+
+    def reload(self, changed: list[Path], watcher: Any, server: Any) -> None:
+        """The app as its files now read, served from the next request on; when it cannot
+        be loaded, one line says why and the app as it was goes on serving."""
+        from dormant._appspec import load_factory
+        from dormant._devserver.reload import forget_modules
+
+        saved = ", ".join(_shown(path) for path in changed[:3]) + \
+            (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        forget_modules(set(watcher.seen) | set(changed))
+        try:
+            factory = _app_code(self.args.app, load_factory, self.args.app)
+            app, agent, resolver = self.build(factory)
+        except (_CliError, AppSpecError) as error:
+            print(f"dormant: {error} (after {saved} changed; still serving the app as it "
+                  f"was: fix it and save)", file=sys.stderr, flush=True)
+            return
+        old_app, old = self.app, self.scheduler
+        server.serve_app(resolver)
+        self.arm(app, agent)
+        old_app.scheduler = self.scheduler  # for the turns it is still running
+        old.close()  # its timers are in their sessions: the new one re-arms them
+        self.scheduler.recover(self.store)  # not sole: this process's own claims are live
+        print(f"dormant dev: {saved} changed: reloaded, serving {app.name}/{agent.name}",
+              file=sys.stderr, flush=True)
 
 
 def _cut_off(server: Any, store: Any, db: str) -> list[str]:

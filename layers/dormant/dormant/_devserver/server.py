@@ -82,7 +82,24 @@ class DevServer(HTTPServer):
                                       name=f"dormant-dev-{number}")
             thread.start()
             self._pool.append(thread)
-        rest = getattr(resolver, "dormant_rest", None)
+        self._hand_on_to_worker()
+
+    def serve_app(self, resolver: Any) -> None:
+        """Serve ``resolver`` from now on (``dormant dev --reload``: the app as it now reads):
+        the next requests go to it, those being served finish on the one they started on,
+        and what either hands on runs on a new :attr:`worker` through the new routes."""
+        old_app, old_worker = self._app, self.worker
+        self.resolver = resolver
+        self._app = getattr(resolver, "dormant_app", None)
+        self.worker = None
+        self._hand_on_to_worker()
+        if old_app is not None and self.worker is not None:
+            old_app.hand_on = self.worker.submit
+        if old_worker is not None:
+            old_worker.close()
+
+    def _hand_on_to_worker(self) -> None:
+        rest = getattr(self.resolver, "dormant_rest", None)
         if self._app is not None and rest is not None:
             self.worker = Worker(rest)
             self._app.hand_on = self.worker.submit
