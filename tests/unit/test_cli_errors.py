@@ -169,6 +169,8 @@ def test_dev_help_shows_the_defaults(tmp_path: Path) -> None:
     assert "port to listen on (default: 8000)" in shown
     assert "interface to listen on (default: 127.0.0.1)" in shown
     assert "(default: dormant.samples.bookings:build)" in shown
+    assert "--reload serve the app anew when one of its files changes" in shown
+    assert "naming any turn it cuts off and how to send it again" in shown
     assert "(default: None)" not in shown and "(default: False)" not in shown
 
 

@@ -3,6 +3,7 @@
 ::
 
     dormant dev [--host 127.0.0.1] [--port 8000] [--db dormant.db] [--app APP] [--model MODEL]
+                [--reload]
     dormant new NAME [--dir PARENT] [--model openai|bedrock]
     dormant sessions list [--db PATH] [--principal P] [--limit N] [--json]
     dormant sessions show ID [--db PATH] [--json]
@@ -16,8 +17,14 @@ over once its lease is out. ``APP`` (default: the Bookings sample that ships in 
 a file or ``module:attribute`` naming ``build(store=None, model=None) -> (app, agent)``
 (:mod:`dormant._appspec`).
 
-Every ordinary mistake (a bad option, an app that cannot be loaded, a database that is not
-one) is one line on stderr, ``dormant: ...``, and exit status 2.
+``--reload`` serves the app anew after each save to its files (:mod:`dormant._devserver.reload`),
+on the same port and store. Ctrl-C names each turn it cuts off and how to send it again
+(:mod:`dormant._devserver.inflight`), and exits 130.
+
+Every ordinary mistake (a bad option; an app that cannot be loaded, its own code raising
+included; an optional package not installed; a database that is not one, or a place this user
+may not write) is one line on stderr, ``dormant: ...``, and exit status 2: :func:`one_line` is
+the rule, in :func:`main`.
 """
 
 from __future__ import annotations
@@ -161,12 +168,14 @@ def _parser() -> argparse.ArgumentParser:
                                           "local timers)",
                               description="Serve an agent's HTTP API on localhost: the same "
                               "routes as the api Lambda, sessions in SQLite, timers fired "
-                              "locally.")
+                              "locally. Ctrl-C stops it, naming any turn it cuts off and how "
+                              "to send it again.")
     dev.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     dev.add_argument("--port", type=_port, default=8000, help="port to listen on")
     dev.add_argument("--db", default=settings.db_path,
-                     help=f"SQLite file of the sessions (its directory must exist; "
-                          f"${ENV.DB_PATH} sets the default)")
+                     help=f"SQLite file of the sessions (its directory must exist and be "
+                          f"writable: the -wal and -shm files go beside it; ${ENV.DB_PATH} "
+                          f"sets the default)")
     dev.add_argument("--app", default=SAMPLE,
                      help="the app: a file (app.py, app.py:build) or module:attribute naming "
                           "build(store=None, model=None) -> (app, agent)")
