@@ -23,7 +23,7 @@ on the same port and store. Ctrl-C names each turn it cuts off and how to send i
 
 Every ordinary mistake (a bad option; an app that cannot be loaded, its own code raising
 included; an optional package not installed; a database that is not one, or a place this user
-may not write) is one line on stderr, ``dormant: ...``, and exit status 2: :func:`one_line` is
+may not write) is one line on stderr, ``dormant: ...``, and exit status 2: :func:`_one_line` is
 the rule, in :func:`main`.
 """
 
@@ -37,19 +37,16 @@ import os
 import signal
 import sqlite3
 import sys
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 from dormant import scaffold
-from dormant._appspec import SAMPLE, AppSpecError
+from dormant._appspec import SAMPLE, AppSpecError, missing_extra
 from dormant.settings import ENV, Settings
 
 __all__ = ["main"]
-
-_T = TypeVar("_T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except Exception as error:
-        said = one_line(error)
+        said = _one_line(error)
         if said is None:
             raise
         print(f"dormant: {said}", file=sys.stderr)
@@ -80,39 +77,18 @@ class _CliError(Exception):
     """A mistake on the command line (exit status 2, message on stderr)."""
 
 
-#: The extra that installs each optional package dormant (or an app) may import.
-EXTRAS = {"openai": "openai", "boto3": "aws", "botocore": "aws", "aws_lambda_powertools": "aws",
-          "ag_ui": "agui", "mcp": "mcp"}
-
-
-def one_line(error: BaseException) -> str | None:
+def _one_line(error: BaseException) -> str | None:
     """What ``dormant: ...`` says for ``error``, the one rule for every command; None when it
     is not an ordinary mistake (a bug: its traceback is shown).
 
-    Ordinary: a :class:`_CliError` or :class:`AppSpecError` (their message: the app that
-    cannot be loaded, the database that cannot be opened are raised as one where they are
-    found), and an optional package missing anywhere in the error's chain (which extra
-    installs it)."""
+    Ordinary: a :class:`_CliError` or :class:`AppSpecError`, raised where the mistake is
+    found with the message to print (an app that cannot be loaded or whose own code raised:
+    :func:`dormant._appspec.app_code`; a database that cannot be opened or written:
+    :func:`_unwritable`), and an optional package missing anywhere in the error's chain
+    (:func:`dormant._appspec.missing_extra`: which extra installs it)."""
     if isinstance(error, _CliError | AppSpecError):
         return str(error)
-    return _missing_extra(error)
-
-
-def _missing_extra(error: BaseException) -> str | None:
-    """Which extra to install, when ``error`` (or what caused it) is an optional package that
-    is not installed: dormant's own ``ImportError`` already says it, a bare
-    ``ModuleNotFoundError`` (an app's ``import openai``) gets the hint here."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, ImportError):
-            package = (seen.name or "").partition(".")[0]
-            if "pip install 'dormant[" in str(seen):
-                return str(seen)
-            if isinstance(seen, ModuleNotFoundError) and package in EXTRAS:
-                return (f"the {package} package is not installed: "
-                        f"pip install 'dormant[{EXTRAS[package]}]'")
-        seen = seen.__cause__ or seen.__context__
-    return None
+    return missing_extra(error)
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -243,10 +219,9 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from dormant._appspec import load_factory
-
     try:
         from dormant._devserver import DevServer, dev_cors
+        from dormant._devserver.serving import Serving
     except ModuleNotFoundError as error:  # the API is Powertools' resolver: the aws extra
         if (error.name or "").partition(".")[0] != "aws_lambda_powertools":
             raise
@@ -258,9 +233,11 @@ def _dev(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise _CliError(f"--allow-origin: {error}") from error
     model = _model(args.model) if args.model else None
-    factory = _app_code(args.app, load_factory, args.app)  # before the database: a bad app
-    fresh = not Path(args.db).expanduser().exists()        # leaves no file behind
-    store = _open_store(args.db, create=True)
+    serving = Serving(args.app, None, model=model, cors=cors, client_state=args.client_state,
+                      timeout=Settings.from_env().turn_timeout)
+    factory = serving.load()  # before the database: a bad app leaves no file behind
+    fresh = not Path(args.db).expanduser().exists()
+    serving.store = store = _open_store(args.db, create=True)
 
     def give_back() -> None:
         store.close()
@@ -268,7 +245,6 @@ def _dev(args: argparse.Namespace) -> int:
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{store.path}{suffix}").unlink(missing_ok=True)
 
-    serving = _Serving(args, store, model, cors)
     try:
         app, agent, resolver = serving.build(factory)
     except BaseException:
@@ -290,6 +266,8 @@ def _dev(args: argparse.Namespace) -> int:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         stopped_by.append(signum)
+        for each in (signal.SIGTERM, signal.SIGINT):  # a second one ends it there and then
+            signal.signal(each, signal.SIG_DFL)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
@@ -321,76 +299,6 @@ def _dev(args: argparse.Namespace) -> int:
     return 128 + signal.SIGINT if signal.SIGINT in stopped_by or not stopped_by else 0
 
 
-class _Serving:
-    """What ``dormant dev`` serves: the app ``--app`` names, built on the store, its routes,
-    and the scheduler firing its timers; :meth:`watch` rebuilds it on each save (--reload)."""
-
-    def __init__(self, args: argparse.Namespace, store: Any, model: Any, cors: Any) -> None:
-        self.args = args
-        self.store = store
-        self.model = model
-        self.cors = cors
-        self.timeout = Settings.from_env().turn_timeout
-        self.scheduler: Any = None
-        self.app: Any = None
-
-    def build(self, factory: Callable[..., Any]) -> tuple[Any, Any, Any]:
-        """The app and agent ``factory`` builds, and the resolver serving them."""
-        from dormant._appspec import build_app
-        from dormant.http import build_resolver
-
-        app, agent = _app_code(self.args.app, build_app, factory, store=self.store,
-                               model=self.model, spec=self.args.app)
-        resolver = build_resolver(app, agent, timeout=self.timeout,
-                                  client_state=self.args.client_state, cors=self.cors)
-        return app, agent, resolver
-
-    def arm(self, app: Any, agent: Any) -> None:
-        """Fire the app's timers here, as the wake Lambda's turns do on AWS."""
-        from dormant.schedulers.local import LocalScheduler
-
-        self.app = app
-        self.scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=self.timeout))
-        app.scheduler = self.scheduler
-        app.sole = True  # one process serves this database: an earlier run's claims are dead
-
-    def watch(self, factory: Callable[..., Any], server: Any) -> Any:
-        """Reload the app into ``server`` whenever one of its files changes."""
-        from dormant._devserver.reload import Reloader, Watcher
-
-        module = sys.modules[factory.__module__]
-        root = Path(module.__file__ or ".").resolve().parent
-        watcher = Watcher(root)
-        print(f"dormant dev: reloading on a change to the .py files under {root}",
-              file=sys.stderr, flush=True)
-        return Reloader(watcher, lambda changed: self.reload(changed, watcher, server)).start()
-
-    def reload(self, changed: list[Path], watcher: Any, server: Any) -> None:
-        """The app as its files now read, served from the next request on; when it cannot
-        be loaded, one line says why and the app as it was goes on serving."""
-        from dormant._appspec import load_factory
-        from dormant._devserver.reload import forget_modules
-
-        saved = ", ".join(_shown(path) for path in changed[:3]) + \
-            (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-        forget_modules(set(watcher.seen) | set(changed))
-        try:
-            factory = _app_code(self.args.app, load_factory, self.args.app)
-            app, agent, resolver = self.build(factory)
-        except (_CliError, AppSpecError) as error:
-            print(f"dormant: {error} (after {saved} changed; still serving the app as it "
-                  f"was: fix it and save)", file=sys.stderr, flush=True)
-            return
-        old_app, old = self.app, self.scheduler
-        server.serve_app(resolver)
-        self.arm(app, agent)
-        old_app.scheduler = self.scheduler  # for the turns it is still running
-        old.close()  # its timers are in their sessions: the new one re-arms them
-        self.scheduler.recover(self.store)  # not sole: this process's own claims are live
-        print(f"dormant dev: {saved} changed: reloaded, serving {app.name}/{agent.name}",
-              file=sys.stderr, flush=True)
-
-
 def _cut_off(server: Any, store: Any, db: str) -> list[str]:
     """Say, on stderr, which turns the stop cuts off and how to send each again; what
     their threads log while the process ends is noise after that."""
@@ -402,51 +310,6 @@ def _cut_off(server: Any, store: Any, db: str) -> list[str]:
     if lines:
         logging.disable(logging.CRITICAL)
     return lines
-
-
-def _app_code(spec: str, call: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
-    """``call(*args, **kwargs)``, which runs the app's own code (its import, its ``build``):
-    whatever that raises is one line naming the app, the exception and where it was raised
-    (the traceback is the app's, not the command's)."""
-    try:
-        return call(*args, **kwargs)
-    except (AppSpecError, _CliError):
-        raise
-    except Exception as error:
-        raise _CliError(app_failure(spec, error)) from error
-
-
-def app_failure(spec: str, error: BaseException) -> str:
-    """One line for an exception the app's code raised: a missing optional package says
-    which extra installs it; a syntax error, the file and line; anything else, its type,
-    message and the innermost line of the app's own code that raised it."""
-    missing = _missing_extra(error)
-    if missing is not None:
-        return f"{spec}: {missing}"
-    if isinstance(error, SyntaxError):
-        return (f"{spec}: cannot import {_shown(Path(error.filename or '?'))}: "
-                f"{type(error).__name__} at line {error.lineno}: {error.msg}")
-    said = " ".join(str(error).split())
-    said = f"{said[:_SAID]}…" if len(said) > _SAID else said
-    where = _raised_at(error)
-    return (f"{spec} failed: {type(error).__name__}{': ' + said if said else ''}"
-            f"{f' (at {where})' if where else ''}")
-
-
-#: How much of an app's exception message the one line keeps.
-_SAID = 300
-
-
-def _raised_at(error: BaseException) -> str | None:
-    """``file, line N`` of the innermost frame outside dormant and the import machinery."""
-    own = Path(__file__).resolve().parent
-    found = None
-    for frame, line in traceback.walk_tb(error.__traceback__):
-        file = frame.f_code.co_filename
-        if file.startswith("<") or own in Path(file).resolve().parents:
-            continue
-        found = f"{_shown(Path(file))}, line {line}"
-    return found
 
 
 def _model(spec: str) -> Any:
