@@ -264,20 +264,31 @@ def _one_dormant_line(done: subprocess.CompletedProcess[str]) -> str:
 WITHOUT_OPENAI = 'import sys\nsys.modules["openai"] = None\n'
 
 
-def test_the_sample_with_a_key_and_no_openai_says_which_extra(tmp_path: Path) -> None:
+NEEDS_OPENAI = "dormant.models.OpenAIModel needs the openai package: pip install 'dormant[openai]'"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    # the sample picks OpenAI because a key is set
+    ([], f"dormant.samples.bookings:build: {NEEDS_OPENAI}"),
+    (["--model", "openai"], NEEDS_OPENAI),
+    (["--app", "uses_openai.py"],  # an app importing the package itself
+     "uses_openai.py: the openai package is not installed: pip install 'dormant[openai]'"),
+], ids=["the sample", "--model openai", "an app's import"])
+def test_openai_with_a_key_and_no_openai_package_says_which_extra(
+        args: list[str], says: str, tmp_path: Path) -> None:
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(WITHOUT_OPENAI)
     work = tmp_path / "work"
     work.mkdir()
+    (work / "uses_openai.py").write_text("import openai\n\n\ndef build(store=None, model=None):"
+                                         "\n    raise AssertionError('never built')\n")
     path = os.pathsep.join(p for p in (str(shim), ENV.get("PYTHONPATH")) if p)
     env = {**ENV, "PYTHONPATH": path, "OPENAI_API_KEY": "sk-test-not-a-key"}
-    done = subprocess.run([sys.executable, "-m", "dormant.cli", "dev", "--port", "0"], cwd=work,
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    said = _one_dormant_line(done)
-    assert "needs the openai package: pip install 'dormant[openai]'" in said
-    assert said.startswith("dormant: dormant.samples.bookings:build: ")
-    assert list(work.iterdir()) == []  # no database left behind
+    done = subprocess.run([sys.executable, "-m", "dormant.cli", "dev", "--port", "0", *args],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert _one_dormant_line(done) == f"dormant: {says}\n"
+    assert [p.name for p in work.iterdir()] == ["uses_openai.py"]  # no database left behind
 
 
 #: The capabilities that let root write (and search) where a file's mode says no:
