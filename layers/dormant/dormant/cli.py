@@ -400,7 +400,7 @@ def _open_store(db: str, *, create: bool) -> Any:
 
 
 #: What SQLite says when it cannot create, open or write the file (or its -wal and -shm).
-_CANNOT_WRITE = ("unable to open database file", "readonly database", "disk I/O error")
+_CANNOT_WRITE = ("unable to open database file", "readonly database")
 
 
 def _unwritable(path: Path, error: BaseException, *, create: bool) -> _CliError | None:
