@@ -40,6 +40,17 @@ def build(store=None, model=None):
     return None
 '''
 NO_BUILD = "ANSWER = 42\n"
+RAISES = '''\
+import os
+
+raise RuntimeError("the app's own bug")
+'''
+BROKEN_SYNTAX = "def build(store=None, model=None):\n    return (app, agent\n\nx = 1\n"
+BUILD_RAISES = '''\
+def build(store=None, model=None):
+    settings = {}
+    return settings["missing"]
+'''
 
 #: Each mistake, run in a directory holding the files above (see ``workdir``), and a part of
 #: the one line it must print.
@@ -71,6 +82,18 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
                                            "another program's SQLite database"),
     "dev on another program's database": (["dev", "--db", "other.db"],
                                           "another program's SQLite database"),
+    "app file that raises on import": (
+        ["dev", "--app", "raises.py"],
+        "raises.py failed: RuntimeError: the app's own bug (at raises.py, line 3)"),
+    "app module that raises on import": (
+        ["dev", "--app", "raises:build"],
+        "raises:build failed: RuntimeError: the app's own bug (at raises.py, line 3)"),
+    "app file with a syntax error": (
+        ["dev", "--app", "broken_syntax.py"],
+        "broken_syntax.py: cannot import broken_syntax.py: SyntaxError at line 2: "),
+    "app whose build raises": (
+        ["dev", "--app", "build_raises.py"],
+        "build_raises.py failed: KeyError: 'missing' (at build_raises.py, line 3)"),
 }
 NOTES = "Shopping list: eggs, flour, a bigger pipe buffer.\n" * 4
 
@@ -105,6 +128,9 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "clash" / "json.py").write_text(APP)
     (tmp_path / "returns_none.py").write_text(RETURNS_NONE)
     (tmp_path / "no_build.py").write_text(NO_BUILD)
+    (tmp_path / "raises.py").write_text(RAISES)
+    (tmp_path / "broken_syntax.py").write_text(BROKEN_SYNTAX)
+    (tmp_path / "build_raises.py").write_text(BUILD_RAISES)
     (tmp_path / "notes.txt").write_text(NOTES)
     (tmp_path / "object.json").write_text(json.dumps({"text": "a reply, not a list"}))
     (tmp_path / "replies.json").write_text(json.dumps(["Scripted hello."]))
@@ -143,6 +169,8 @@ def test_dev_help_shows_the_defaults(tmp_path: Path) -> None:
     assert "port to listen on (default: 8000)" in shown
     assert "interface to listen on (default: 127.0.0.1)" in shown
     assert "(default: dormant.samples.bookings:build)" in shown
+    assert "--reload serve the app anew when one of its files changes" in shown
+    assert "naming any turn it cuts off and how to send it again" in shown
     assert "(default: None)" not in shown and "(default: False)" not in shown
 
 
@@ -220,3 +248,127 @@ def test_dev_without_the_aws_extra_says_what_to_install(tmp_path: Path) -> None:
     assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
     assert "pip install 'dormant[aws]'" in done.stderr
     assert list(tmp_path.iterdir()) == []  # no database made for a server that cannot start
+
+
+def _one_dormant_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one ``dormant:`` line a refused command printed (asserting it is one, exit 2)."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
+    assert done.stdout == ""
+    return done.stderr
+
+
+#: ``import openai`` fails in the command's process (as without the ``openai`` extra):
+#: Python's ``site`` imports this file first from the path's front.
+WITHOUT_OPENAI = 'import sys\nsys.modules["openai"] = None\n'
+
+
+NEEDS_OPENAI = "dormant.models.OpenAIModel needs the openai package: pip install 'dormant[openai]'"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    # the sample picks OpenAI because a key is set
+    ([], f"dormant.samples.bookings:build: {NEEDS_OPENAI}"),
+    (["--model", "openai"], NEEDS_OPENAI),
+    (["--app", "uses_openai.py"],  # an app importing the package itself
+     "uses_openai.py: the openai package is not installed: pip install 'dormant[openai]'"),
+], ids=["the sample", "--model openai", "an app's import"])
+def test_openai_with_a_key_and_no_openai_package_says_which_extra(
+        args: list[str], says: str, tmp_path: Path) -> None:
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(WITHOUT_OPENAI)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "uses_openai.py").write_text("import openai\n\n\ndef build(store=None, model=None):"
+                                         "\n    raise AssertionError('never built')\n")
+    path = os.pathsep.join(p for p in (str(shim), ENV.get("PYTHONPATH")) if p)
+    env = {**ENV, "PYTHONPATH": path, "OPENAI_API_KEY": "sk-test-not-a-key"}
+    done = subprocess.run([sys.executable, "-m", "dormant.cli", "dev", "--port", "0", *args],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert _one_dormant_line(done) == f"dormant: {says}\n"
+    assert [p.name for p in work.iterdir()] == ["uses_openai.py"]  # no database left behind
+
+
+#: The capabilities that let root write (and search) where a file's mode says no:
+#: ``CAP_DAC_OVERRIDE`` and ``CAP_DAC_READ_SEARCH`` (linux/capability.h), and prctl's
+#: ``PR_CAPBSET_DROP``.
+_DAC_CAPABILITIES = (1, 2)
+_PR_CAPBSET_DROP = 24
+
+
+def _without_root_override() -> None:
+    """In the child, before it runs the command: drop the capabilities by which root ignores
+    a file's mode, so a ``chmod``-ed directory refuses it as it refuses any user."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in _DAC_CAPABILITIES:
+        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _dormant_bound(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``dormant ...`` bound by file modes, root or not (root writes anywhere otherwise)."""
+    privileged = os.geteuid() == 0
+    return subprocess.run([sys.executable, "-m", "dormant.cli", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=TIMEOUT,
+                          preexec_fn=_without_root_override if privileged else None)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A directory ``chmod 555`` (given its write bit back at the end, for the clean-up)."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    yield folder
+    folder.chmod(0o755)
+
+
+def test_new_in_a_directory_it_cannot_write_names_it(read_only: Path) -> None:
+    locked = read_only
+    said = _one_dormant_line(_dormant_bound("new", "shop", cwd=locked))
+    assert said == (f"dormant: cannot create shop in {locked}: Permission denied "
+                    f"({locked / 'shop'}); pass --dir a directory you can write\n")
+    assert list(locked.iterdir()) == []
+
+
+def test_dev_in_a_read_only_directory_names_it_and_db(read_only: Path) -> None:
+    locked = read_only
+    said = _one_dormant_line(_dormant_bound("dev", "--port", "0", cwd=locked))
+    assert said.startswith(f"dormant: cannot open the database {locked / 'dormant.db'}: this "
+                           f"user may not write in its directory {locked} (permission denied")
+    assert said.endswith("; pass --db to put the sessions elsewhere, e.g. --db ~/dormant.db\n")
+    assert list(locked.iterdir()) == []
+
+
+def test_a_read_only_database_is_not_called_another_kind_of_file(tmp_path: Path) -> None:
+    db = tmp_path / "kept" / "dormant.db"
+    db.parent.mkdir()
+    SqliteStore(db).close()
+    db.chmod(0o444)
+    db.parent.chmod(0o555)
+    try:
+        served = _one_dormant_line(_dormant_bound("dev", "--port", "0", "--db", str(db),
+                                                  cwd=tmp_path))
+        listed = _one_dormant_line(_dormant_bound("sessions", "list", "--db", str(db),
+                                                  cwd=tmp_path))
+    finally:
+        db.parent.chmod(0o755)
+    refusal = f"dormant: cannot open the database {db}: this user may not write the file {db} " \
+              f"(permission denied); "
+    assert served == refusal + "pass --db to put the sessions elsewhere, e.g. --db ~/dormant.db\n"
+    assert listed == refusal + "copy it to a directory you can write and pass --db with the " \
+                               "copy's path\n"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="/proc is Linux's")
+def test_dev_where_no_file_can_be_made_names_the_place_and_db(tmp_path: Path) -> None:
+    """/proc takes no new file, whoever asks (root included)."""
+    said = _one_dormant_line(_dormant("dev", "--port", "0", "--db", "/proc/dormant.db",
+                                      cwd=tmp_path))
+    assert said.startswith("dormant: cannot open the database /proc/dormant.db: ")
+    assert "/proc" in said.split(": ", 2)[2]
+    assert said.endswith("pass --db to put the sessions elsewhere, e.g. --db ~/dormant.db\n")

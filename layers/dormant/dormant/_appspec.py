@@ -9,7 +9,10 @@ An *app spec* names a factory, ``build(store=..., model=...) -> (app, agent)``:
 The attribute defaults to ``build``. The factory is called with ``store=`` (and ``model=``
 only when one is given, so a factory that always picks its own model need not take it) and
 must return the pair ``(app, agent)`` (a tuple or a ``NamedTuple``). Every way this can go
-wrong is an :class:`AppSpecError` whose message says what to fix.
+wrong is an :class:`AppSpecError` whose message says what to fix. The app's own code raising
+(at import, in ``build``) is the app's exception, as it was raised; run through
+:func:`app_code` (``dormant dev``), it is an :class:`AppSpecError` of one line instead,
+naming the exception and the app's line that raised it (:func:`failure`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from dormant.agent import Agent
@@ -28,7 +32,10 @@ if TYPE_CHECKING:
     from dormant.models import Model
     from dormant.stores import Store
 
-__all__ = ["SAMPLE", "AppSpecError", "build_app", "load_attribute", "load_factory"]
+__all__ = ["EXTRAS", "SAMPLE", "AppSpecError", "app_code", "build_app", "failure",
+           "load_attribute", "load_factory", "missing_extra"]
+
+_T = TypeVar("_T")
 
 #: The Bookings sample that ships in the package.
 SAMPLE = "dormant.samples.bookings:build"
@@ -142,3 +149,81 @@ def _import_module(target: str) -> Any:
             raise AppSpecError(f"no module named {target!r} (pass a file path such as "
                                f"app.py, or a module importable from here)") from None
         raise
+
+
+# --- what the app's own failure says ----------------------------------------------------------
+
+#: The extra that installs each optional package dormant (or an app) may import.
+EXTRAS = {"openai": "openai", "boto3": "aws", "botocore": "aws", "aws_lambda_powertools": "aws",
+          "ag_ui": "agui", "mcp": "mcp"}
+#: How much of an app's exception message :func:`failure` keeps.
+_SAID = 300
+_DORMANT = Path(__file__).resolve().parent
+
+
+def app_code(spec: str, call: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    """``call(*args, **kwargs)``, which runs the app's own code (its import, its ``build``):
+    whatever that raises is an :class:`AppSpecError` of one line, :func:`failure` (the
+    original is its cause)."""
+    try:
+        return call(*args, **kwargs)
+    except AppSpecError:
+        raise
+    except Exception as error:
+        raise AppSpecError(failure(spec, error)) from error
+
+
+def failure(spec: str, error: BaseException) -> str:
+    """One line for an exception the app's code raised: a missing optional package says
+    which extra installs it; a syntax error, the file and line; anything else, its type,
+    message and the innermost line outside dormant that raised it."""
+    missing = missing_extra(error)
+    if missing is not None:
+        return f"{spec}: {missing}"
+    if isinstance(error, SyntaxError):
+        return (f"{spec}: cannot import {_shown(error.filename or '?')}: "
+                f"{type(error).__name__} at line {error.lineno}: {error.msg}")
+    said = " ".join(str(error).split())
+    said = f"{said[:_SAID]}…" if len(said) > _SAID else said
+    where = _raised_at(error)
+    return (f"{spec} failed: {type(error).__name__}{': ' + said if said else ''}"
+            f"{f' (at {where})' if where else ''}")
+
+
+def missing_extra(error: BaseException) -> str | None:
+    """Which extra to install, when ``error`` (or what caused it) is an optional package that
+    is not installed: dormant's own ``ImportError`` already says it, a bare
+    ``ModuleNotFoundError`` (an app's ``import openai``) gets the hint here; else None."""
+    seen: BaseException | None = error
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        if isinstance(seen, ImportError):
+            package = (seen.name or "").partition(".")[0]
+            if "pip install 'dormant[" in str(seen):
+                return str(seen)
+            if isinstance(seen, ModuleNotFoundError) and package in EXTRAS:
+                return (f"the {package} package is not installed: "
+                        f"pip install 'dormant[{EXTRAS[package]}]'")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _raised_at(error: BaseException) -> str | None:
+    """``file, line N`` of the innermost frame outside dormant and the import machinery."""
+    found = None
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        file = frame.f_code.co_filename
+        if file.startswith("<") or _DORMANT in Path(file).resolve().parents:
+            continue
+        found = f"{_shown(file)}, line {line}"
+    return found
+
+
+def _shown(file: str) -> str:
+    """``file`` relative to the working directory when it is under it."""
+    path = Path(file)
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return file

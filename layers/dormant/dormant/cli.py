@@ -3,6 +3,7 @@
 ::
 
     dormant dev [--host 127.0.0.1] [--port 8000] [--db dormant.db] [--app APP] [--model MODEL]
+                [--reload]
     dormant new NAME [--dir PARENT] [--model openai|bedrock]
     dormant sessions list [--db PATH] [--principal P] [--limit N] [--json]
     dormant sessions show ID [--db PATH] [--json]
@@ -16,8 +17,14 @@ over once its lease is out. ``APP`` (default: the Bookings sample that ships in 
 a file or ``module:attribute`` naming ``build(store=None, model=None) -> (app, agent)``
 (:mod:`dormant._appspec`).
 
-Every ordinary mistake (a bad option, an app that cannot be loaded, a database that is not
-one) is one line on stderr, ``dormant: ...``, and exit status 2.
+``--reload`` serves the app anew after each save to its files (:mod:`dormant._devserver.reload`),
+on the same port and store. Ctrl-C names each turn it cuts off and how to send it again
+(:mod:`dormant._devserver.inflight`), and exits 130.
+
+Every ordinary mistake (a bad option; an app that cannot be loaded, its own code raising
+included; an optional package not installed; a database that is not one, or a place this user
+may not write) is one line on stderr, ``dormant: ...``, and exit status 2: :func:`_one_line` is
+the rule, in :func:`main`.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from types import FrameType
 from typing import Any
 
 from dormant import scaffold
-from dormant._appspec import SAMPLE, AppSpecError
+from dormant._appspec import SAMPLE, AppSpecError, missing_extra
 from dormant.settings import ENV, Settings
 
 __all__ = ["main"]
@@ -51,20 +58,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         sys.stdout.flush()
-    except (_CliError, AppSpecError) as error:
-        print(f"dormant: {error}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader went away (``dormant sessions list --json | head``): not an error of
         # ours to report. Point stdout at devnull so the interpreter's final flush is quiet.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except Exception as error:
+        said = _one_line(error)
+        if said is None:
+            raise
+        print(f"dormant: {said}", file=sys.stderr)
+        return 2
     return code
 
 
 class _CliError(Exception):
     """A mistake on the command line (exit status 2, message on stderr)."""
+
+
+def _one_line(error: BaseException) -> str | None:
+    """What ``dormant: ...`` says for ``error``, the one rule for every command; None when it
+    is not an ordinary mistake (a bug: its traceback is shown).
+
+    Ordinary: a :class:`_CliError` or :class:`AppSpecError`, raised where the mistake is
+    found with the message to print (an app that cannot be loaded or whose own code raised:
+    :func:`dormant._appspec.app_code`; a database that cannot be opened or written:
+    :func:`_unwritable`), and an optional package missing anywhere in the error's chain
+    (:func:`dormant._appspec.missing_extra`: which extra installs it)."""
+    if isinstance(error, _CliError | AppSpecError):
+        return str(error)
+    return missing_extra(error)
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
@@ -120,12 +144,14 @@ def _parser() -> argparse.ArgumentParser:
                                           "local timers)",
                               description="Serve an agent's HTTP API on localhost: the same "
                               "routes as the api Lambda, sessions in SQLite, timers fired "
-                              "locally.")
+                              "locally. Ctrl-C stops it, naming any turn it cuts off and how "
+                              "to send it again.")
     dev.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     dev.add_argument("--port", type=_port, default=8000, help="port to listen on")
     dev.add_argument("--db", default=settings.db_path,
-                     help=f"SQLite file of the sessions (its directory must exist; "
-                          f"${ENV.DB_PATH} sets the default)")
+                     help=f"SQLite file of the sessions (its directory must exist and be "
+                          f"writable: the -wal and -shm files go beside it; ${ENV.DB_PATH} "
+                          f"sets the default)")
     dev.add_argument("--app", default=SAMPLE,
                      help="the app: a file (app.py, app.py:build) or module:attribute naming "
                           "build(store=None, model=None) -> (app, agent)")
@@ -147,6 +173,9 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                      help="another Host name the server answers to, besides its address's "
                           "(repeat for more)")
+    dev.add_argument("--reload", action="store_true",
+                     help="serve the app anew when one of its files changes (the .py files "
+                          "under its module's directory); sessions are kept")
     dev.add_argument("--quiet", action="store_true", help="do not log each request")
     dev.set_defaults(run=_dev)
 
@@ -190,12 +219,9 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from dormant._appspec import build_app, load_factory
-    from dormant.schedulers.local import LocalScheduler
-
     try:
         from dormant._devserver import DevServer, dev_cors
-        from dormant.http import build_resolver
+        from dormant._devserver.serving import Serving
     except ModuleNotFoundError as error:  # the API is Powertools' resolver: the aws extra
         if (error.name or "").partition(".")[0] != "aws_lambda_powertools":
             raise
@@ -207,9 +233,11 @@ def _dev(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise _CliError(f"--allow-origin: {error}") from error
     model = _model(args.model) if args.model else None
-    factory = load_factory(args.app)  # before the database: a bad app leaves no file behind
+    serving = Serving(args.app, None, model=model, cors=cors, client_state=args.client_state,
+                      timeout=Settings.from_env().turn_timeout)
+    factory = serving.load()  # before the database: a bad app leaves no file behind
     fresh = not Path(args.db).expanduser().exists()
-    store = _open_store(args.db, create=True)
+    serving.store = store = _open_store(args.db, create=True)
 
     def give_back() -> None:
         store.close()
@@ -218,7 +246,7 @@ def _dev(args: argparse.Namespace) -> int:
                 Path(f"{store.path}{suffix}").unlink(missing_ok=True)
 
     try:
-        app, agent = build_app(factory, store=store, model=model, spec=args.app)
+        app, agent, resolver = serving.build(factory)
     except BaseException:
         give_back()
         raise
@@ -226,9 +254,6 @@ def _dev(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     describe = getattr(sys.modules.get(factory.__module__), "describe_model", None)
     served = describe(agent.model) if callable(describe) else _describe_model(agent.model)
-    timeout = Settings.from_env().turn_timeout
-    resolver = build_resolver(app, agent, timeout=timeout, client_state=args.client_state,
-                              cors=cors)
     try:
         server = DevServer((args.host, args.port), resolver, allow_origins=args.allow_origin,
                            allow_hosts=args.allow_host)
@@ -236,14 +261,21 @@ def _dev(args: argparse.Namespace) -> int:
         give_back()
         raise _CliError(f"cannot listen on {args.host}:{args.port}: "
                         f"{error.strerror or error}") from error
-    # Timers of committed turns fire here, as the wake Lambda's turns do on AWS.
-    scheduler = LocalScheduler(app.handler.wake(agent=agent, timeout=timeout))
-    app.scheduler = scheduler
-    app.sole = True  # one process serves this database: an earlier run's claims are dead
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)  # even when started with SIGINT ignored (`cmd &`)
+    serving.arm(app, agent)
+    stopped_by: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopped_by.append(signum)
+        for each in (signal.SIGTERM, signal.SIGINT):  # a second one ends it there and then
+            signal.signal(each, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)  # even when started with SIGINT ignored (`cmd &`)
+    cut_off: list[str] = []
+    reloader = None
     try:
-        rearmed = scheduler.recover(store, sole=True)
+        rearmed = serving.scheduler.recover(store, sole=True)
         print(f"dormant dev: serving {app.name}/{agent.name} on {server.url} "
               f"(model: {served}; sessions in SQLite at {store.path}; timers served locally, "
               f"{rearmed} pending re-armed). "
@@ -251,14 +283,33 @@ def _dev(args: argparse.Namespace) -> int:
               f"Stop with Ctrl-C.", flush=True)
         if server.lacking:
             print(f"dormant dev: {server.lacking}", file=sys.stderr, flush=True)
+        if args.reload:
+            reloader = serving.watch(factory, server)
         server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        cut_off = _cut_off(server, store, args.db)
     finally:
-        scheduler.close()
+        if reloader is not None:
+            reloader.close()
+        serving.scheduler.close()
         server.server_close()
-        store.close()
-    return 0
+        if not cut_off:  # else the turns' threads still use it: the exit closes it for them
+            store.close()
+    # Ctrl-C ends the command as the signal would (128 + SIGINT); SIGTERM is a stop asked for.
+    return 128 + signal.SIGINT if signal.SIGINT in stopped_by or not stopped_by else 0
+
+
+def _cut_off(server: Any, store: Any, db: str) -> list[str]:
+    """Say, on stderr, which turns the stop cuts off and how to send each again; what
+    their threads log while the process ends is noise after that."""
+    from dormant._devserver.inflight import interrupted
+
+    lines = interrupted(server.in_flight.running(), store, server.url, db)
+    for line in lines:
+        print(f"dormant dev: {line}", file=sys.stderr, flush=True)
+    if lines:
+        logging.disable(logging.CRITICAL)
+    return lines
 
 
 def _model(spec: str) -> Any:
@@ -324,10 +375,6 @@ def _describe_model(model: Any) -> str:
     return described
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def _open_store(db: str, *, create: bool) -> Any:
     """The SQLite store at ``db``: its directory must exist (and, unless ``create``, the
     file); a file that is not a SQLite database is a mistake, not a traceback."""
@@ -342,16 +389,41 @@ def _open_store(db: str, *, create: bool) -> Any:
         raise _CliError(f"--db {db} is a directory, not a database file")
     if not create and not path.is_file():
         raise _CliError(f"no database at {path} (pass --db, or run dormant dev first)")
-    _refuse_foreign(path)
+    _refuse_foreign(path, create=create)
     try:
         return SqliteStore(path)
     except StoreError as error:  # "cannot open PATH: file is not a database", a newer schema
-        raise _CliError(str(error)) from error
+        raise (_unwritable(path, error, create=create) or _CliError(str(error))) from error
     except sqlite3.DatabaseError as error:
-        raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
+        raise (_unwritable(path, error, create=create) or _CliError(
+            f"{path} is not a dormant SQLite database ({error})")) from error
 
 
-def _refuse_foreign(path: Path) -> None:
+#: What SQLite says when it cannot create, open or write the file (or its -wal and -shm).
+_CANNOT_WRITE = ("unable to open database file", "readonly database")
+
+
+def _unwritable(path: Path, error: BaseException, *, create: bool) -> _CliError | None:
+    """The one line for a database SQLite cannot open or write where it is (a read-only
+    directory or file, a place no file can be made): which, and ``--db`` to go elsewhere;
+    None for any other failure."""
+    cause = error.__cause__ if isinstance(error.__cause__, sqlite3.Error) else error
+    if not any(text in str(cause) for text in _CANNOT_WRITE):
+        return None
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        why = f"this user may not write the file {path} (permission denied)"
+    elif not os.access(path.parent, os.W_OK):
+        why = (f"this user may not write in its directory {path.parent} (permission denied; "
+               f"SQLite keeps the file and its -wal and -shm files there)")
+    else:
+        why = (f"SQLite cannot create or write it there ({cause}): the directory "
+               f"{path.parent} must let this user create files")
+    go = "pass --db to put the sessions elsewhere, e.g. --db ~/dormant.db" if create else \
+        "copy it to a directory you can write and pass --db with the copy's path"
+    return _CliError(f"cannot open the database {path}: {why}; {go}")
+
+
+def _refuse_foreign(path: Path, *, create: bool) -> None:
     """Refuse, without writing to it, an existing file that is not dormant's database: not
     SQLite at all, or another program's SQLite database (opening it as a store would add
     dormant's tables to it)."""
@@ -362,7 +434,8 @@ def _refuse_foreign(path: Path) -> None:
             tables = {name for (name,) in db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as error:
-        raise _CliError(f"{path} is not a dormant SQLite database ({error})") from error
+        raise (_unwritable(path, error, create=create) or _CliError(
+            f"{path} is not a dormant SQLite database ({error})")) from error
     if tables and not {"sessions", "events"} <= tables:
         raise _CliError(f"{path} is another program's SQLite database (tables: "
                         f"{', '.join(sorted(tables)[:5])}), not dormant's: pass another --db")
@@ -379,6 +452,10 @@ def _new(args: argparse.Namespace) -> int:
         created = create_project(args.name, Path(args.dir), model=args.model, source=source)
     except ScaffoldError as error:
         raise _CliError(str(error)) from error
+    except OSError as error:  # a directory this user may not write, a full or read-only disk
+        where = Path(args.dir).expanduser().resolve()
+        raise _CliError(f"cannot create {args.name} in {where}: {error.strerror or error} "
+                        f"({error.filename}); pass --dir a directory you can write") from error
     print(f"dormant new: created {created}\n"
           f"Its layer installs {source.describe()} (layers/dormant/Makefile: DORMANT).\n\n"
           f"  cd {_shown(created)}\n"

@@ -25,6 +25,11 @@ Work a request cannot finish (``App.hand_on``: the rest of a session's inbox, a 
 retry) goes to this server's :class:`Worker`: a daemon thread that runs each handed-on request
 through the REST handler the routes use, one at a time, as AWS's webhook queue would.
 
+The requests running a turn are held in :class:`~dormant._devserver.inflight.InFlight` while
+they are served, so a stop can say which it cut off; ``serve_app`` swaps the resolver for a
+rebuilt one (``dormant dev --reload``, :mod:`~dormant._devserver.reload`), the requests under
+way finishing on the old one.
+
 Who can drive it: the server trusts whoever sends ``X-Principal``, so it must answer only its
 own console and the clients on this machine, never a page another site opened in the
 browser. Before the resolver, it refuses

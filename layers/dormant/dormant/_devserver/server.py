@@ -30,6 +30,7 @@ from dormant._devserver.guard import (
     normalize_origin,
     origin_or_none,
 )
+from dormant._devserver.inflight import InFlight
 from dormant._devserver.proxy import ChunkWriter, LambdaContext, to_proxy_event
 from dormant._devserver.worker import Worker
 from dormant.errors import public_message
@@ -65,6 +66,8 @@ class DevServer(HTTPServer):
         #: What the console lacks in this installation (see ``dormant._console.missing``).
         self.lacking = missing()
         self.deadlines = Deadlines()
+        #: The requests running a turn now (what a stop cuts off).
+        self.in_flight = InFlight()
         self._connections: queue.Queue[tuple[Any, Any] | None] = queue.Queue(maxsize=threads)
         self._pool: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -79,7 +82,24 @@ class DevServer(HTTPServer):
                                       name=f"dormant-dev-{number}")
             thread.start()
             self._pool.append(thread)
-        rest = getattr(resolver, "dormant_rest", None)
+        self._hand_on_to_worker()
+
+    def serve_app(self, resolver: Any) -> None:
+        """Serve ``resolver`` from now on (``dormant dev --reload``: the app as it now reads):
+        the next requests go to it, those being served finish on the one they started on,
+        and what either hands on runs on a new :attr:`worker` through the new routes."""
+        old_app, old_worker = self._app, self.worker
+        self.resolver = resolver
+        self._app = getattr(resolver, "dormant_app", None)
+        self.worker = None
+        self._hand_on_to_worker()
+        if old_app is not None and self.worker is not None:
+            old_app.hand_on = self.worker.submit
+        if old_worker is not None:
+            old_worker.close()
+
+    def _hand_on_to_worker(self) -> None:
+        rest = getattr(self.resolver, "dormant_rest", None)
         if self._app is not None and rest is not None:
             self.worker = Worker(rest)
             self._app.hand_on = self.worker.submit
@@ -271,6 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
                                source_ip=self.client_address[0])
         writer = ChunkWriter(self, self._cors())
         context = LambdaContext(event["requestContext"]["requestId"], writer)
+        ticket = self.server.in_flight.start(self.command, self.path, principal, body)
         try:
             result = self.server.resolver.resolve(event, context)
         except Exception:
@@ -283,6 +304,8 @@ class _Handler(BaseHTTPRequestHandler):
                       "body": json.dumps({
                           "code": "internal_error", "requestId": request_id,
                           "message": public_message("internal_error", "", request_id)})}
+        finally:
+            self.server.in_flight.end(ticket)
         if writer.started:
             writer.finish()
             return
