@@ -26,7 +26,7 @@ The rules, as docs/development.md states them for writers:
   its output is the start-up line. These cases are ``slow``.
 - ``<!-- fragment: why -->`` on the line right above a fence marks a block that is not run (it
   needs AWS, a key, Docker, a real person, or it is one piece of a larger program); the reason
-  is required. Blocks in ``ELSEWHERE``'s sections are run, output compared, by the test it names.
+  is required (a Python fragment must still compile). Blocks in ``ELSEWHERE``'s sections are run, output compared, by the test it names.
 
 Run: ``pytest -q tests/unit/test_docs_blocks.py`` (``-m "not slow"``: the Python blocks only).
 """
@@ -258,6 +258,8 @@ def test_block_runs_or_is_marked(block: Block, tmp_path: Path, request: pytest.F
                                  ) -> None:
     assert not block.errors, f"{block.id}: " + "; ".join(block.errors)
     if block.marker("fragment") is not None:
+        if block.lang in PYTHON:  # a fragment is a piece of Python still
+            compile(block.code, block.id, "exec")
         return
     if (test := _elsewhere(block)) is not None:
         assert block.section.removeprefix("## ") in (ROOT / test).read_text(encoding="utf-8"), (
