@@ -138,6 +138,8 @@ def normalize(text: str) -> str:
 def matches(documented: str, actual: str) -> bool:
     """Whether ``actual`` is what ``documented`` shows: once both are normalized, equal line for
     line, where ``…`` in a line stands for any text and a line of ``…`` alone for any lines."""
+    if not normalize(documented):
+        return not normalize(actual)
     pattern = []
     for line in normalize(documented).splitlines():
         if line.strip() == "…":
