@@ -26,14 +26,17 @@ The rules, as docs/development.md states them for writers:
   its output is the start-up line. These cases are ``slow``.
 - ``<!-- fragment: why -->`` on the line right above a fence marks a block that is not run (it
   needs AWS, a key, Docker, a real person, or it is one piece of a larger program); the reason
-  is required (a Python fragment must still compile). Blocks in ``ELSEWHERE``'s sections are run, output compared, by the test it names.
+  is required, and a Python fragment must still compile. Blocks in ``ELSEWHERE``'s sections
+  are run, their output compared, by the test it names.
 
-Run: ``pytest -q tests/unit/test_docs_blocks.py`` (``-m "not slow"``: the Python blocks only).
+Run: ``pytest -q tests/unit/test_docs_blocks.py`` (``-m "not slow"`` leaves the console
+blocks that start a server out).
 """
 
 from __future__ import annotations
 
 import difflib
+import itertools
 import os
 import re
 import subprocess
@@ -46,7 +49,16 @@ import pytest
 
 import dormant
 from tests._dev import dev_process
-from tests._docs_blocks import PYTHON, ROOT, SHELL, Block, doc_files, matches, normalize, read_blocks
+from tests._docs_blocks import (
+    PYTHON,
+    ROOT,
+    SHELL,
+    Block,
+    doc_files,
+    matches,
+    normalize,
+    read_blocks,
+)
 
 #: Sections whose blocks another test runs and compares (the section, then that test).
 ELSEWHERE = {
@@ -113,7 +125,7 @@ def chain(block: Block) -> list[Block]:
 def commented_output(code: str) -> str | None:
     """The comment lines right below ``print(...)`` lines, as the output they document."""
     lines = code.splitlines()
-    shown = [line.strip()[2:] for above, line in zip(lines, lines[1:], strict=False)
+    shown = [line.strip()[2:] for above, line in itertools.pairwise(lines)
              if above.lstrip().startswith("print(") and line.lstrip().startswith("# ")]
     return "\n".join(shown) if shown else None
 
@@ -291,3 +303,53 @@ def test_the_collector_finds_the_blocks() -> None:
     """The reader sees every page's blocks (a parser that found none would pass everything)."""
     assert {b.path for b in CHECKED} >= {"README.md", "docs/api.md", "docs/models.md"}
     assert sum(b.lang in PYTHON for b in CHECKED) >= 30
+
+
+# --- the collector's own rules ----------------------------------------------------------------
+
+
+def _page_blocks(tmp_path: Path, text: str) -> list[Block]:
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    page = tmp_path / "docs" / "page.md"
+    page.write_text(text, encoding="utf-8")
+    return read_blocks(page, tmp_path)
+
+
+def test_a_fragment_marker_needs_its_reason_and_a_marker_must_be_known(tmp_path: Path) -> None:
+    blocks = _page_blocks(tmp_path, "<!-- fragment: -->\n```python\nx\n```\n\n"
+                                    "<!-- fragmnet: typo -->\n```bash\nls\n```\n\n"
+                                    "<!-- fragment: needs AWS -->\n```bash\naws s3 ls\n```\n")
+    assert [len(b.errors) for b in blocks] == [1, 1, 0]
+    assert "needs why it cannot run" in blocks[0].errors[0]
+    assert "unknown marker" in blocks[1].errors[0]
+
+
+def test_a_block_output_is_the_text_block_right_below_it(tmp_path: Path) -> None:
+    code, shown, later = _page_blocks(tmp_path, "```python\nprint(1)\n```\n\n```text\n1\n```\n\n"
+                                                "Prose.\n\n```python\nprint(2)\n```\n")
+    assert code.output == "1" and shown.lang == "text" and later.output is None
+
+
+def test_documented_output_matches_with_ids_times_and_ellipses_as_placeholders() -> None:
+    assert matches('{"callId":"call_9f179a10da0667d6","at":1796169718319}',
+                   '{"callId":"call_0123456789abcdef","at":1796534444917}\n')
+    assert matches("data: a\n\n…\n\ndata: end", "data: a\n\ndata: b\n\ndata: c\n\ndata: end")
+    assert matches("assistant: I'm the demo…", "assistant: I'm the demo concierge")
+    assert not matches("version 4", "version 6")
+    assert not matches("", "something printed")
+
+
+def test_an_unmarked_block_that_fails_says_where_and_how_to_mark_it(tmp_path: Path) -> None:
+    [block] = _page_blocks(tmp_path, "```python\nundefined_name\n```\n")
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_python(block, tmp_path)
+    assert "docs/page.md:1" in str(failed.value) and "NameError" in str(failed.value)
+    assert "<!-- fragment: <why, in a few words> -->" in str(failed.value)
+
+
+def test_a_block_that_never_exits_fails_instead_of_hanging(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "PYTHON_TIMEOUT", 1)
+    [block] = _page_blocks(tmp_path, "```python\nimport time\ntime.sleep(60)\n```\n")
+    with pytest.raises(pytest.fail.Exception, match="did not exit within 1 s"):
+        run_python(block, tmp_path)
