@@ -18,12 +18,13 @@ The rules, as docs/development.md states them for writers:
   prints. Ids (``call_…``, ``apr_…``), epoch milliseconds, dates, times, temporary paths and
   ports are placeholders; ``…`` in a documented line stands for any text, a line of ``…`` alone
   for any lines.
-- ```console blocks (``$ command`` lines, each followed by what it prints) and ```bash, ```sh,
-  ```shell blocks (the whole block one command, its output the ```text block below it, if any)
-  run per page, in page order, in one ``bash`` against one ``dormant dev`` the test starts in an
-  empty directory, serving the Bookings sample on its demo model, at the port the blocks'
-  ``localhost:8000`` is changed to. A block whose command starts ``dormant dev`` is that server:
-  its output is the start-up line. These cases are ``slow``.
+- ```console and ```shell-session blocks (``$ command`` lines, each followed by what it
+  prints) and ```bash, ```sh, ```shell blocks (the whole block one command, its output the
+  ```text block below it, if any) run per page, in page order, in one ``bash`` against one
+  ``dormant dev`` the test starts in an empty directory, serving the Bookings sample on its
+  demo model, at the port the blocks' ``localhost:8000`` is changed to. A block whose command
+  starts ``dormant dev`` is that server: its output is the start-up line. These cases are
+  ``slow``.
 - ``<!-- fragment: why -->`` on the line right above a fence marks a block that is not run (it
   needs AWS, a key, Docker, a real person, or it is one piece of a larger program); the reason
   is required, and a Python fragment must still compile. Blocks in ``ELSEWHERE``'s sections
@@ -189,7 +190,7 @@ class Command:
 def commands(block: Block) -> list[Command]:
     """A ```console block's ``$`` commands (with ``\\`` continuations) and what follows each;
     any other shell block: one command, its output the block below it."""
-    if block.lang != "console":
+    if block.lang not in ("console", "shell-session"):
         return [Command(block, block.code, block.output)]
     found: list[Command] = []
     lines = block.code.splitlines()
