@@ -29,9 +29,12 @@ The rules, as docs/development.md states them for writers:
   needs AWS, a key, Docker, a real person, or it is one piece of a larger program); the reason
   is required, and a Python fragment must still compile. Blocks in ``ELSEWHERE``'s sections
   are run, their output compared, by the test it names.
+- The blocks of a section in ``STAND_INS`` (a remote service the page says its output came
+  from a local stand-in for) run with the environment that stand-in gives (its URL, a dummy
+  key).
 
-Run: ``pytest -q tests/unit/test_docs_blocks.py`` (``-m "not slow"`` leaves the console
-blocks that start a server out).
+Run: ``pytest -q tests/unit/test_docs_blocks.py`` (``-m "not slow"`` leaves out the blocks
+that need a server: the console blocks and those run against a stand-in).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +69,41 @@ from tests._docs_blocks import (
 ELSEWHERE = {
     ("README.md", "## Quick start"): "tests/e2e/test_readme_quickstart.py",
     ("README.md", "## Your own agent"): "tests/e2e/test_newcomer.py",
+}
+
+
+@contextmanager
+def _realtime() -> Iterator[dict[str, str]]:
+    """The suite's Realtime API stand-in, answering as the page shows: a question, then a
+    spoken booking."""
+    from tests.unit.realtime_fake import FakeRealtime, audio_reply, reply
+
+    fake = FakeRealtime()
+    fake.script(reply("Which night would you like?"),
+                audio_reply("Booked for Tuesday.", [bytes(4800), bytes(4800)]))
+    try:
+        yield {"OPENAI_API_KEY": "sk-local-stand-in", "OPENAI_BASE_URL": fake.base_url}
+    finally:
+        fake.close()
+
+
+@contextmanager
+def _mcp() -> Iterator[dict[str, str]]:
+    """The suite's MCP server (``tests/mcp_server.py``), as the page says it ran."""
+    from tests.mcp_server import RunningServer
+
+    server = RunningServer().start()
+    try:
+        yield {"WEATHER_MCP_URL": server.url, "WEATHER_TOKEN": "local"}
+    finally:
+        server.stop()
+
+
+#: Sections whose blocks call a remote service and run against the suite's local stand-in for
+#: it (the page says its output came from one): the section, then the environment it gives.
+STAND_INS: Mapping[tuple[str, str], Callable[[], AbstractContextManager[dict[str, str]]]] = {
+    ("docs/models.md", "## OpenAIRealtimeModel: the Realtime API, text and audio"): _realtime,
+    ("docs/models.md", "## MCP tools: a Model Context Protocol server's tools"): _mcp,
 }
 PYTHON_TIMEOUT = 60
 SHELL_TIMEOUT = 120
@@ -96,7 +135,9 @@ def _shell_runs(block: Block) -> bool:
 
 
 def _param(block: Block) -> object:
-    marks = [pytest.mark.slow] if _shell_runs(block) else []
+    starts_a_server = _shell_runs(block) or (
+        block.marker("fragment") is None and (block.path, block.section) in STAND_INS)
+    marks = [pytest.mark.slow] if starts_a_server else []
     return pytest.param(block, id=block.id, marks=marks)
 
 
@@ -148,9 +189,12 @@ def run_python(block: Block, workdir: Path) -> str:
     script = f'\nprint("\\n{SPLIT}")\n'.join(part.code for part in parts)
     (workdir / "block.py").write_text(script, encoding="utf-8")
     where = " after " + ", ".join(p.id for p in parts[:-1]) if len(parts) > 1 else ""
+    stand_in = STAND_INS.get((block.path, block.section))
     try:
-        done = subprocess.run([sys.executable, "block.py"], cwd=workdir, env=_env(),
-                              capture_output=True, text=True, timeout=PYTHON_TIMEOUT)
+        with (stand_in() if stand_in else nullcontext({})) as service:
+            done = subprocess.run([sys.executable, "block.py"], cwd=workdir,
+                                  env=_env() | service, capture_output=True, text=True,
+                                  timeout=PYTHON_TIMEOUT)
     except subprocess.TimeoutExpired as timeout:
         pytest.fail(f"{block.id}: the ```{block.lang} block{where} did not exit within "
                     f"{PYTHON_TIMEOUT} s (something it starts keeps the process alive?); "
