@@ -99,10 +99,28 @@ def _mcp() -> Iterator[dict[str, str]]:
         server.stop()
 
 
+@contextmanager
+def _bedrock() -> Iterator[dict[str, str]]:
+    """The suite's Bedrock stand-in: a reasoning block and a tool call, then the answer."""
+    from tests.bedrock_fake import Call, FakeBedrock, converse_stream
+
+    fake = FakeBedrock()
+    fake.script(converse_stream(calls=[Call("lookup_stay", {"booking": "B-7"}, "tooluse_1")],
+                                reasoning="The guest asks about B-7: look it up.",
+                                signature="sig", usage=(345, 20, 128)),
+                converse_stream("B-7 is a three-night stay.", usage=(345, 16, 128)))
+    try:
+        yield {"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": fake.url, "AWS_REGION": "us-east-1",
+               "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    finally:
+        fake.close()
+
+
 #: Sections whose blocks call a remote service and run against the suite's local stand-in for
 #: it (the page says its output came from one): the section, then the environment it gives.
 STAND_INS: Mapping[tuple[str, str], Callable[[], AbstractContextManager[dict[str, str]]]] = {
     ("docs/models.md", "## OpenAIRealtimeModel: the Realtime API, text and audio"): _realtime,
+    ("docs/models.md", "## Amazon Bedrock"): _bedrock,
     ("docs/models.md", "## MCP tools: a Model Context Protocol server's tools"): _mcp,
 }
 PYTHON_TIMEOUT = 60
