@@ -53,7 +53,7 @@ export function StatePanel({ state, events }) {
   return (
     <section class="state-panel" aria-labelledby="state-title">
       <h2 id="state-title">State</h2>
-      <div class="card state-now" aria-label="Current state">
+      <div class="card state-now">
         {empty ? <p class="quiet">Empty: nothing has been stored yet.</p> : <KeyValue value={state} label="Current state" />}
       </div>
       {turns.length > 0 && (

@@ -615,6 +615,118 @@ def test_a_failure_a_retry_cannot_help_says_so(
         assert "llm-gw.internal" not in page.locator("body").inner_text()
 
 
+def test_a_two_field_answer_reads_as_key_values_and_the_state_panel_shows_each_change(
+        checked_page: Page, server: DevServer) -> None:
+    page = checked_page
+    page.goto("/#/sessions/cancel-1")
+    send(page, "cancel booking BK-1042")
+    form = page.get_by_role("article").filter(has_text="request_approval asks")
+    expect(form).to_contain_text("cancel booking BK-1042", timeout=WAIT)
+
+    # The state panel: what the session holds now, and the turn that wrote it.
+    panel = page.get_by_role("region", name="State")
+    now = panel.get_by_label("Current state")
+    expect(now.locator("dt")).to_have_text(["pending_action"])
+    expect(now.locator("dd")).to_have_text(["cancel booking BK-1042"])
+    changes = panel.get_by_role("list", name="What each turn changed").locator(":scope > li")
+    expect(changes).to_have_count(1)
+    expect(changes.first).to_contain_text("Turn 1")
+    expect(changes.first).to_contain_text("set pending_action to cancel booking BK-1042")
+    assert_accessible(page, "a session waiting for a two-field answer")
+
+    # A two-field answer: a checkbox and a note.
+    form.get_by_label("Approved").check()
+    form.get_by_label("Note").fill("the guest called twice")
+    form.get_by_role("button", name="Send answer").click()
+    expect(bubble(page, "assistant", "Done: cancel booking BK-1042.")).to_be_visible(
+        timeout=WAIT)
+    answer = bubble(page, "user", "the guest called twice")
+    expect(answer).to_contain_text("answer to request_approval")
+    # ...reads as key / value pairs, not as JSON.
+    expect(answer.locator("dl.kv dt")).to_have_text(["approved", "note"])
+    expect(answer.locator("dl.kv dd")).to_have_text(["true", "the guest called twice"])
+    expect(answer.locator("pre")).to_have_count(0)
+    assert "{" not in answer.inner_text()
+    # ...and the question is kept, above it.
+    asked = bubble(page, "assistant", "cancel booking BK-1042").filter(
+        has_text="request_approval asked")
+    expect(asked).to_have_count(1)
+    assert asked.evaluate(
+        "(q, a) => !!(q.compareDocumentPosition(a) & Node.DOCUMENT_POSITION_FOLLOWING)",
+        answer.element_handle())
+    evidence(page, "18-two-field-answer")
+
+    # The answer's turn removed what the question's had set: the panel says both.
+    expect(now).to_have_count(0)
+    expect(panel).to_contain_text("Empty: nothing has been stored yet.")
+    expect(changes.first.locator("li")).to_have_text([
+        "set pending_action to cancel booking BK-1042", "removed pending_action"])
+    assert api(server, "GET", "/sessions/cancel-1").json()["state"] == {}
+    evidence(page, "19-state-panel")
+    assert_accessible(page, "a session with a two-field answer")
+    show_details(page)
+    assert_accessible(page, "a session with a two-field answer, Details on")
+
+
+def test_statuses_read_truthfully_and_the_list_names_the_agent(
+        checked_page: Page, server: DevServer) -> None:
+    page = checked_page
+    for session, body in (("done", {"message": "how long is my stay BK-2?"}),
+                          ("asks", {"message": "book me in"}),
+                          ("held", {"message": "how long is my stay BK-3?"}),
+                          ("held", {"pause": True})):
+        answer = api(server, "POST", "/turns", {"sessionId": session, **body})
+        assert answer.status_code in (200, 202), answer.text
+    listed = {line["sessionId"]: line for line in
+              api(server, "GET", "/sessions?detail=true").json()["sessions"]}
+    assert {line["agent"] for line in listed.values()} == {"concierge"}
+    assert listed["session_done"]["status"] == "active"
+    assert listed["session_held"]["status"] == "paused", listed
+
+    page.goto("/")
+    rows = page.get_by_role("table").locator("tbody tr")
+    expect(rows).to_have_count(3, timeout=WAIT)
+
+    def row(name: str) -> Locator:
+        return rows.filter(has=page.get_by_role("link", name=name, exact=True))
+
+    # A session whose turn ended is idle, and says so: not "active", not "waits for nothing".
+    expect(row("done").locator(".badge")).to_have_text("idle")
+    expect(row("done")).to_contain_text("its last turn ended: a message starts the next")
+    expect(row("asks").locator(".badge")).to_have_text("awaiting input")
+    expect(row("asks")).to_contain_text("waits for an answer to ask_guest")
+    expect(row("held").locator(".badge")).to_have_text("paused")
+    expect(row("held")).to_contain_text("nothing runs until Resume")
+    table = page.get_by_role("table")
+    expect(table).not_to_contain_text("waits for nothing")
+    expect(table.locator(".badge").filter(has_text=re.compile(r"^active$"))).to_have_count(0)
+    # The agent that ran each session; the version only when asked for.
+    headers = table.locator("thead th")
+    expect(headers).to_have_text(["Session", "Agent", "Status", "Last activity"])
+    for name in ("done", "asks", "held"):
+        expect(row(name).locator("td.agent")).to_have_text("concierge")
+    expect(table.locator("td.version")).to_have_count(0)
+    assert_accessible(page, "the sessions list")
+    page.get_by_label("Show versions").check()
+    expect(headers).to_have_text(["Session", "Agent", "Status", "Version", "Last activity"])
+    expect(row("done").locator("td.version")).to_have_text(
+        str(listed["session_done"]["version"]))
+    page.reload()  # the choice is remembered
+    expect(page.get_by_role("table").locator("td.version")).to_have_count(3, timeout=WAIT)
+    evidence(page, "20-sessions-statuses")
+
+    # The session's own page words it the same way.
+    row("done").get_by_role("link").click()
+    expect(page.locator(".meta .badge")).to_have_text("idle")
+    expect(page.get_by_text("Idle: the last turn ended. A message starts the next.")) \
+        .to_be_visible()
+    page.goto("/#/sessions/never-started")
+    expect(page.locator(".meta .badge")).to_have_text("new")
+    expect(page.get_by_text("Nothing has run yet: the first message starts the session.")) \
+        .to_be_visible()
+    assert_accessible(page, "a session not started yet")
+
+
 def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: DevServer) -> None:
     first = api(server, "POST", "/turns", {"sessionId": "origin",
                                             "message": "how long is my stay BK-3?"})
