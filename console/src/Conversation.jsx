@@ -1,8 +1,10 @@
 // The session as a conversation: what people said and the assistant answered, as chat
-// bubbles; each tool call as a card (closed: its name and a line; open: its arguments and
-// result as JSON); what the session waits for (an answer, an approval, an input) as a form
-// right where the agent asked. The ledger's bookkeeping (runs, commits, timers, the inbox's
-// moves, application events) shows only with Details on: then nothing is left out.
+// bubbles (a structured answer as key / value pairs); each tool call as a card (closed: its
+// name and a line; open: its arguments and result as JSON); what the session waits for (an
+// answer, an approval, an input) as a form right where the agent asked, and once answered
+// what it asked, above the answer; a failed turn's code, message and whether a retry helps.
+// The ledger's bookkeeping (runs, commits, timers, the inbox's moves, application events)
+// shows only with Details on: then nothing is left out.
 import { useState } from "preact/hooks";
 import { SchemaForm } from "./SchemaForm.jsx";
 import { describe } from "./Timeline.jsx";
@@ -63,10 +65,13 @@ const USER_LABEL = (e) => (e.steer ? "user (steer)" : e.queued ? "user (from the
 
 /**
  * The ledger as conversation entries, in order: bubbles, tool cards (one per call, its
- * result, approval and answer folded in), asks (what is pending, from the head), notes
- * (failures, stops, the fork point) and, with `details`, a log row for every other event.
+ * result, approval and answer folded in), asks (what is pending, from the head; once
+ * answered, what was asked stays above its answer), failures (code, message, whether a retry
+ * can help; `requests`: the request id the server logged each under, by invocation, when
+ * this page saw it), notes (stops, the fork point) and, with `details`, a log row for every
+ * other event.
  */
-export function conversation(events, { details = false, forkOf, outcomes = {}, pending = {} } = {}) {
+export function conversation(events, { details = false, forkOf, outcomes = {}, requests = {}, pending = {} } = {}) {
   const entries = [];
   const cards = {};
   const prompts = {};
@@ -151,7 +156,7 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, p
       case "input_response":
         return bubble(e, "user", `input: ${prompts[e.input_id] || e.input_id}`, null, spoken(e.value));
       case "invocation_failed":
-        return void entries.push({ kind: "failure", key: e.id, types: [e.type], ts: e.ts, code: e.code, message: e.message, retryable: e.retryable, invocationId: e.invocation_id });
+        return void entries.push({ kind: "failure", key: e.id, types: [e.type], ts: e.ts, code: e.code, message: e.message, retryable: e.retryable, invocationId: e.invocation_id, requestId: requests[e.invocation_id] });
       case "error":
         return note(e, "error", `${e.code}: ${e.message}`);
       case "invocation_end":

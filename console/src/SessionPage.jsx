@@ -46,6 +46,7 @@ export function SessionPage({ sessionId }) {
   const [notice, setNotice] = useState(null);
   const [busy, setBusy] = useState(false);
   const [outcomes, setOutcomes] = useState({});
+  const [requests, setRequests] = useState({});
   const [details, setDetails] = useState(storedDetails);
   const eventsRef = useRef(events);
   eventsRef.current = events;
@@ -163,7 +164,10 @@ export function SessionPage({ sessionId }) {
         },
         onRunErrorEvent: ({ event }) => {
           update((s) => ({ ...s, done: true }));
-          setNotice({ kind: "error", text: event.message, code: event.code });
+          const said = event.metadata || {};
+          setNotice({ kind: "error", text: event.message, code: event.code, retryable: said.retryable });
+          // The request id the server logged the failure under: shown with Details.
+          if (state.runId && said.requestId) setRequests((held) => ({ ...held, [state.runId]: said.requestId }));
         },
       });
     } catch (error) {
@@ -245,7 +249,7 @@ export function SessionPage({ sessionId }) {
   const status = view ? view.status : "new";
   const told = statusOf(view, { running: Boolean(stopId) });
   const shown = live ? events.filter((e) => live.known.has(e.id) || e.invocation_id !== live.runId) : events;
-  const entries = conversation(shown, { details, forkOf: view?.forkOf, outcomes, pending: pendingOf(view) });
+  const entries = conversation(shown, { details, forkOf: view?.forkOf, outcomes, requests, pending: pendingOf(view) });
   const toggleDetails = () => {
     const next = !details;
     setDetails(next);

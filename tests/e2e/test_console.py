@@ -550,6 +550,9 @@ def test_a_failed_turn_shows_its_code_and_retry_streams_it_to_the_end_with_no_42
     alert = page.get_by_role("alert")
     expect(alert).to_contain_text("model provider failed", timeout=WAIT)
     expect(alert.locator("code")).to_have_text("service_unavailable")
+    expect(alert).to_contain_text("Retry can help")
+    request_id = re.search(r"request id ([0-9a-f-]+)", alert.inner_text())
+    assert request_id, alert.inner_text()
 
     # Inline, where the turn failed: its code, what failed, and that a retry can help.
     timeline = conversation(page)
@@ -566,6 +569,7 @@ def test_a_failed_turn_shows_its_code_and_retry_streams_it_to_the_end_with_no_42
     show_details(page)
     expect(failure).to_contain_text("service_unavailable")
     expect(failure).to_contain_text("invocation inv_")
+    expect(failure).to_contain_text(f"request {request_id.group(1)}")  # what the log names
     page.get_by_text(re.compile(r"^Raw ledger")).click()
     expect(page.locator("details.raw pre")).to_contain_text('"code": "service_unavailable"')
     assert "llm-gw.internal" not in page.locator("body").inner_text()
@@ -612,6 +616,7 @@ def test_a_failure_a_retry_cannot_help_says_so(
         expect(failure.locator(".chip")).to_have_text("not retryable")
         expect(failure).to_contain_text("Retrying will not help")
         expect(failure).not_to_contain_text("Retry can help")
+        expect(page.get_by_role("alert")).to_contain_text("Retrying will not help")
         assert "llm-gw.internal" not in page.locator("body").inner_text()
 
 
