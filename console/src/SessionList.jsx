@@ -79,7 +79,7 @@ export function SessionList() {
             <option value="active">idle or running</option>
           </select>
         </div>
-        <label class="check">
+        <label class="check versions-toggle">
           <input type="checkbox" checked={versions} onChange={toggleVersions} />
           Show versions
         </label>
