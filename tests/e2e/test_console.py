@@ -259,10 +259,12 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
     # Answered, the question stays, above its answer.
     asked = bubble(page, "assistant", "Which night?")
     expect(asked).to_contain_text("ask_guest asked")
-    assert asked.evaluate("(q, a) => !!(q.compareDocumentPosition(a) & Node.DOCUMENT_POSITION_FOLLOWING)",
-                          bubble(page, "user", "Friday").element_handle())
+    assert asked.evaluate(
+        "(q, a) => !!(q.compareDocumentPosition(a) & Node.DOCUMENT_POSITION_FOLLOWING)",
+        bubble(page, "user", "Friday").element_handle())
     # A session whose turn ended reads as idle, in words that are true.
-    expect(page.get_by_text("Idle: the last turn ended. A message starts the next.")).to_be_visible()
+    expect(page.get_by_text("Idle: the last turn ended. A message starts the next.")) \
+        .to_be_visible()
     expect(page.locator(".meta .badge")).to_have_text("idle")
     expect(page.locator(".meta")).not_to_contain_text("waits for nothing")
     # Following starts once the session exists; it never asked for one that did not.
@@ -573,7 +575,7 @@ def test_a_failed_turn_shows_its_code_and_retry_streams_it_to_the_end_with_no_42
     page.get_by_text(re.compile(r"^Raw ledger")).click()
     expect(page.locator("details.raw pre")).to_contain_text('"code": "service_unavailable"')
     assert "llm-gw.internal" not in page.locator("body").inner_text()
-    assert "llm-gw.internal" in flaky_server.log.read_text()
+    assert SECRET in flaky_server.log.read_text()
     evidence(page, "11-failed")
     assert_accessible(page, "a failed turn, Details on")
     show_details(page, on=False)
