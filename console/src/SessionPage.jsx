@@ -285,7 +285,7 @@ export function SessionPage({ sessionId }) {
         </div>
         <aside class="side-column" aria-label="Turn control, inbox and state">
           <h2>Turn</h2>
-          <p class="quiet">{turnSummary(view, stopId, details, Boolean(running))}</p>
+          <p class="quiet">{turnSummary(view, stopId, details, Boolean(running), events)}</p>
           <div class="buttons">
             <button type="button" disabled={!stopId} onClick={stop}>Stop</button>
             <button type="button" class="secondary" disabled={!stopId} onClick={() => signalRun({ pause: true }, "Pause sent: the run pauses at its next step.")}>Pause</button>
@@ -324,10 +324,15 @@ function Notice({ notice }) {
 }
 
 /** One sentence: where the turn is, next to the buttons that act on it. */
-function turnSummary(view, running, details, mine) {
+function turnSummary(view, running, details, mine, events) {
   if (running) return `A turn is running now${details ? ` (${running})` : ""}${mine ? "." : ", started elsewhere: it shows here once it commits."}`;
   if (!view) return "Nothing has run yet: the first message starts the session.";
-  if (view.status === "failed") return "The last turn failed: Retry runs it again from where it stopped.";
+  if (view.status === "failed") {
+    const failed = events.findLast((e) => e.type === "invocation_failed");
+    return failed && failed.retryable === false
+      ? "The last turn failed, and retrying will not help until its cause is fixed (Retry still runs it again)."
+      : "The last turn failed: Retry runs it again from where it stopped.";
+  }
   if (view.status === "paused") return "Paused: Resume runs what waits in the inbox.";
   const kinds = new Set((view.waiting || []).map((w) => w.kind));
   if (kinds.has("yield") || kinds.has("approval") || kinds.has("input")) return "Waiting for you: answer in the conversation.";

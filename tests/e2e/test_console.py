@@ -619,6 +619,8 @@ def test_a_failure_a_retry_cannot_help_says_so(
         expect(failure).to_contain_text("Retrying will not help")
         expect(failure).not_to_contain_text("Retry can help")
         expect(page.get_by_role("alert")).to_contain_text("Retrying will not help")
+        expect(page.get_by_role("complementary")).to_contain_text(
+            "The last turn failed, and retrying will not help")
         assert "llm-gw.internal" not in page.locator("body").inner_text()
 
 
