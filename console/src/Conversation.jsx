@@ -1,11 +1,14 @@
 // The session as a conversation: what people said and the assistant answered, as chat
-// bubbles; each tool call as a card (closed: its name and a line; open: its arguments and
-// result as JSON); what the session waits for (an answer, an approval, an input) as a form
-// right where the agent asked. The ledger's bookkeeping (runs, commits, timers, the inbox's
-// moves, application events) shows only with Details on: then nothing is left out.
+// bubbles (a structured answer as key / value pairs); each tool call as a card (closed: its
+// name and a line; open: its arguments and result as JSON); what the session waits for (an
+// answer, an approval, an input) as a form right where the agent asked, and once answered
+// what it asked, above the answer; a failed turn's code, message and whether a retry helps.
+// The ledger's bookkeeping (runs, commits, timers, the inbox's moves, application events)
+// shows only with Details on: then nothing is left out.
 import { useState } from "preact/hooks";
 import { SchemaForm } from "./SchemaForm.jsx";
 import { describe } from "./Timeline.jsx";
+import { KeyValue } from "./Value.jsx";
 import { shortId } from "./api.js";
 
 const clock = (ts) => (ts ? new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" }) : "");
@@ -41,24 +44,34 @@ export function oneLine(value, max = 90) {
 }
 
 /** What a person typed as an answer, shown as they would say it: the one string of an object
- * with one field, else the JSON. */
+ * with one field, else its fields as key / value pairs. */
 function spoken(value) {
   if (typeof value === "string") return { text: value };
   if (value && typeof value === "object" && !Array.isArray(value)) {
     const values = Object.values(value);
     if (values.length === 1 && typeof values[0] === "string") return { text: values[0] };
   }
-  return { json: pretty(value) };
+  return { value };
+}
+
+/** Whether a retry can help a failed turn, in a sentence. */
+export function retryAdvice(retryable) {
+  if (retryable === true) return "Retry can help: it runs the turn again from where it stopped, keeping what its tools did.";
+  if (retryable === false) return "Retrying will not help: the same turn would fail the same way until its cause is fixed.";
+  return null;
 }
 
 const USER_LABEL = (e) => (e.steer ? "user (steer)" : e.queued ? "user (from the inbox)" : e.audio ? "user (spoken)" : "user");
 
 /**
  * The ledger as conversation entries, in order: bubbles, tool cards (one per call, its
- * result, approval and answer folded in), asks (what is pending, from the head), notes
- * (failures, stops, the fork point) and, with `details`, a log row for every other event.
+ * result, approval and answer folded in), asks (what is pending, from the head; once
+ * answered, what was asked stays above its answer), failures (code, message, whether a retry
+ * can help; `requests`: the request id the server logged each under, by invocation, when
+ * this page saw it), notes (stops, the fork point) and, with `details`, a log row for every
+ * other event.
  */
-export function conversation(events, { details = false, forkOf, outcomes = {}, pending = {} } = {}) {
+export function conversation(events, { details = false, forkOf, outcomes = {}, requests = {}, pending = {} } = {}) {
   const entries = [];
   const cards = {};
   const prompts = {};
@@ -100,6 +113,8 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, p
         const c = card(e);
         c.asks = e.args;
         if (pending.calls?.[e.call_id]) entries.push({ kind: "ask-call", key: `ask-${e.call_id}`, types: [], call: pending.calls[e.call_id] });
+        // Answered (or ended): the question stays above its answer.
+        else entries.push({ kind: "asked", key: `asked-${e.call_id}`, types: [], ts: e.ts, title: `${e.name} asked`, args: e.args });
         return;
       }
       case "tool_input": {
@@ -122,6 +137,7 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, p
         const c = card(e);
         c.approval = "pending";
         if (pending.approvals?.[e.approval_id]) entries.push({ kind: "ask-approval", key: `ask-${e.approval_id}`, types: [], approval: pending.approvals[e.approval_id] });
+        else entries.push({ kind: "asked", key: `asked-${e.approval_id}`, types: [], ts: e.ts, title: `${e.name} asked for approval`, args: e.args });
         return;
       }
       case "approval_decided": {
@@ -135,11 +151,12 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, p
           entries.push({ kind: "ask-input", key: `ask-${e.input_id}`, types: [e.type], request: pending.inputs[e.input_id] });
           return;
         }
-        return details ? log(e) : undefined;
+        if (details) log(e);
+        return void entries.push({ kind: "asked", key: `asked-${e.input_id}`, types: [], ts: e.ts, title: "input requested", args: e.prompt || e.input_id });
       case "input_response":
         return bubble(e, "user", `input: ${prompts[e.input_id] || e.input_id}`, null, spoken(e.value));
       case "invocation_failed":
-        return note(e, "error", `The turn failed: ${e.message}${e.retryable ? " (retryable: Retry runs it again from here)" : ""}`);
+        return void entries.push({ kind: "failure", key: e.id, types: [e.type], ts: e.ts, code: e.code, message: e.message, retryable: e.retryable, invocationId: e.invocation_id, requestId: requests[e.invocation_id] });
       case "error":
         return note(e, "error", `${e.code}: ${e.message}`);
       case "invocation_end":
@@ -191,7 +208,7 @@ function Entry({ entry, details, busy, actions }) {
         <li class={`bubble from-${entry.role}`} {...attrs}>
           <div class="said">
             <span class="who">{entry.label}{details && entry.ts ? <> · <time dateTime={new Date(entry.ts).toISOString()}>{clock(entry.ts)}</time></> : null}</span>
-            {entry.json !== undefined ? <pre class="text json">{entry.json}</pre> : <p class="text">{entry.text}</p>}
+            {entry.value !== undefined ? <KeyValue value={entry.value} label={entry.label} /> : <p class="text">{entry.text}</p>}
           </div>
         </li>
       );
@@ -203,6 +220,17 @@ function Entry({ entry, details, busy, actions }) {
       return <li class="ask-entry" {...attrs}><AskApproval approval={entry.approval} busy={busy} onDecide={actions.decide} /></li>;
     case "ask-input":
       return <li class="ask-entry" {...attrs}><AskInput request={entry.request} busy={busy} onRespond={actions.respond} /></li>;
+    case "asked":
+      return (
+        <li class="bubble from-assistant asked" {...attrs}>
+          <div class="said">
+            <span class="who">{entry.title}{details && entry.ts ? <> · <time dateTime={new Date(entry.ts).toISOString()}>{clock(entry.ts)}</time></> : null}</span>
+            <Args args={entry.args} />
+          </div>
+        </li>
+      );
+    case "failure":
+      return <li class="failure" {...attrs}><Failure failure={entry} details={details} /></li>;
     case "note":
       return <li class={`note tone-${entry.tone}`} {...attrs}>{entry.text}</li>;
     case "fork":
@@ -249,32 +277,52 @@ function ToolCard({ call, details }) {
       </summary>
       <div class="tool-body">
         <h4>Arguments</h4>
-        <pre class="json">{pretty(call.args) || "—"}</pre>
-        {call.asks !== undefined && pretty(call.asks) !== pretty(call.args) && <><h4>Asked</h4><pre class="json">{pretty(call.asks)}</pre></>}
-        {call.progress.length > 0 && <><h4>Progress</h4>{call.progress.map((p, i) => <pre key={i} class="json">{pretty(p)}</pre>)}</>}
+        <pre class="json" tabIndex={0}>{pretty(call.args) || "—"}</pre>
+        {call.asks !== undefined && pretty(call.asks) !== pretty(call.args) && <><h4>Asked</h4><pre class="json" tabIndex={0}>{pretty(call.asks)}</pre></>}
+        {call.progress.length > 0 && <><h4>Progress</h4>{call.progress.map((p, i) => <pre key={i} class="json" tabIndex={0}>{pretty(p)}</pre>)}</>}
         {call.done && (call.error
-          ? <><h4>{call.denied ? "Denied" : ENDED.has(call.error) ? "Ended" : "Error"}</h4><pre class="json error-text">{call.error}</pre></>
-          : <><h4>Result</h4><pre class="json">{pretty(call.result)}</pre></>)}
+          ? <><h4>{call.denied ? "Denied" : ENDED.has(call.error) ? "Ended" : "Error"}</h4><pre class="json error-text" tabIndex={0}>{call.error}</pre></>
+          : <><h4>Result</h4><pre class="json" tabIndex={0}>{pretty(call.result)}</pre></>)}
         {details && <p class="hint">call {call.callId}</p>}
       </div>
     </details>
   );
 }
 
-/** A tool's arguments as a person reads them: one question as a sentence, else name: value. */
+/** A tool's arguments as a person reads them: one question as a sentence, else key / value. */
 function Args({ args }) {
+  if (typeof args === "string") return <p class="question">{args}</p>;
   if (args && typeof args === "object" && !Array.isArray(args)) {
     const entries = Object.entries(args);
     if (entries.length === 1 && typeof entries[0][1] === "string") return <p class="question">{entries[0][1]}</p>;
-    return (
-      <dl class="args">
-        {entries.map(([key, value]) => (
-          <div key={key}><dt>{key}</dt><dd>{typeof value === "string" ? value : JSON.stringify(value)}</dd></div>
-        ))}
-      </dl>
-    );
   }
-  return args === undefined || args === null ? null : <pre class="json">{pretty(args)}</pre>;
+  return args === undefined || args === null ? null : <KeyValue value={args} />;
+}
+
+/** A failed turn, where it failed: its code, what failed (never the server's exception text:
+ * that is in the server's log) and whether a retry can help. */
+export function Failure({ failure, details }) {
+  const advice = retryAdvice(failure.retryable);
+  return (
+    <section class="failure-box" aria-label="The turn failed">
+      <p class="failure-head">
+        <strong>The turn failed</strong>
+        {failure.code && <code class="code" title="error code">{failure.code}</code>}
+        {failure.retryable !== undefined && failure.retryable !== null && (
+          <span class={`chip ${failure.retryable ? "tone-wait" : "tone-bad"}`}>{failure.retryable ? "retryable" : "not retryable"}</span>
+        )}
+      </p>
+      <p class="failure-message">{failure.message}</p>
+      {advice && <p class="failure-advice">{advice}</p>}
+      {details && (failure.invocationId || failure.requestId) && (
+        <p class="hint">
+          {failure.invocationId ? `invocation ${failure.invocationId}` : ""}
+          {failure.invocationId && failure.requestId ? " · " : ""}
+          {failure.requestId ? `request ${failure.requestId}` : ""}
+        </p>
+      )}
+    </section>
+  );
 }
 
 function AskCall({ call, busy, onAnswer }) {

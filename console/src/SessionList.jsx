@@ -1,12 +1,22 @@
 // The sessions of this principal: how each began (its first message), what it waits for,
 // sessions waiting on a person first, filterable; refreshed every few seconds while the page
-// is visible. On a narrow screen each row is a card (no column is cut off).
+// is visible. On a narrow screen each row is a card (no column is cut off). Each row names the
+// agent that ran the session; its version (commits so far) only when asked.
 import { useEffect, useState } from "preact/hooks";
 import { listSessions, newSessionId, shortId } from "./api.js";
-import { StatusBadge, waitingSummary } from "./status.jsx";
+import { StatusBadge, statusOf } from "./status.jsx";
 
 const REFRESH_MS = 2000;
 const ORDER = { awaiting_input: 0, failed: 1, paused: 2, active: 3 };
+const VERSIONS_KEY = "dormant.console.versions";
+
+function storedVersions() {
+  try {
+    return localStorage.getItem(VERSIONS_KEY) === "on";
+  } catch {
+    return false;
+  }
+}
 
 function ago(ms) {
   const seconds = Math.max(0, Math.round((Date.now() - ms) / 1000));
@@ -22,6 +32,12 @@ export function SessionList() {
   const [error, setError] = useState(null);
   const [query, setQuery] = useState("");
   const [status, setStatus] = useState("");
+  const [versions, setVersions] = useState(storedVersions);
+  const toggleVersions = (event) => {
+    const on = event.currentTarget.checked;
+    setVersions(on);
+    try { localStorage.setItem(VERSIONS_KEY, on ? "on" : "off"); } catch { /* this page only */ }
+  };
 
   useEffect(() => {
     let timer;
@@ -42,7 +58,7 @@ export function SessionList() {
   const needle = query.trim().toLowerCase();
   const shown = (sessions || [])
     .filter((s) => !status || s.status === status)
-    .filter((s) => !needle || [s.sessionId, s.preview || "", waitingSummary(s)].some((text) => text.toLowerCase().includes(needle)))
+    .filter((s) => !needle || [s.sessionId, s.preview || "", s.agent || "", statusOf(s).label, statusOf(s).sentence].some((text) => text.toLowerCase().includes(needle)))
     .sort((a, b) => (ORDER[a.status] ?? 9) - (ORDER[b.status] ?? 9) || b.updatedAt - a.updatedAt);
 
   return (
@@ -60,9 +76,13 @@ export function SessionList() {
             <option value="awaiting_input">awaiting input</option>
             <option value="failed">failed</option>
             <option value="paused">paused</option>
-            <option value="active">active</option>
+            <option value="active">idle or running</option>
           </select>
         </div>
+        <label class="check versions-toggle">
+          <input type="checkbox" checked={versions} onChange={toggleVersions} />
+          Show versions
+        </label>
         <a class="button" href={`#/sessions/${newSessionId()}`}>New session</a>
       </div>
       {error && <p class="notice error" role="alert">Could not list sessions: {error}</p>}
@@ -71,10 +91,12 @@ export function SessionList() {
         <table class="sessions">
           <caption>{shown.length} of {sessions.length} sessions, those waiting on a person first</caption>
           <thead>
-            <tr><th scope="col">Session</th><th scope="col">Status</th><th scope="col" class="secondary-col">Version</th><th scope="col">Last activity</th></tr>
+            <tr><th scope="col">Session</th><th scope="col">Agent</th><th scope="col">Status</th>{versions && <th scope="col" class="secondary-col">Version</th>}<th scope="col">Last activity</th></tr>
           </thead>
           <tbody>
-            {shown.map((s) => (
+            {shown.map((s) => {
+              const told = statusOf(s);
+              return (
               <tr key={s.sessionId} class={`row-${s.status}`}>
                 <th scope="row">
                   <a class="session-link" href={`#/sessions/${encodeURIComponent(s.sessionId)}`}>{shortId(s.sessionId)}</a>
@@ -82,11 +104,13 @@ export function SessionList() {
                   {s.compactions ? <span class="mark">compacted {s.compactions}×</span> : null}
                   <span class={`preview${s.preview ? "" : " none"}`}>{s.preview || (s.preview === null ? "no message yet" : "")}</span>
                 </th>
-                <td class="status-cell"><StatusBadge status={s.running && !s.running.stranded ? "running" : s.status} /> <span class="waits">{waitingSummary(s)}</span></td>
-                <td class="secondary-col">{s.version}</td>
+                <td class="agent">{s.agent || <span class="quiet">none yet</span>}</td>
+                <td class="status-cell"><StatusBadge status={told} /> <span class="waits">{told.sentence}</span></td>
+                {versions && <td class="secondary-col version">{s.version}</td>}
                 <td class="when"><time dateTime={new Date(s.updatedAt).toISOString()} title={new Date(s.updatedAt).toLocaleString()}>{ago(s.updatedAt)}</time></td>
               </tr>
-            ))}
+              );
+            })}
           </tbody>
         </table>
       )}

@@ -5,10 +5,11 @@
 // curl) arrive through the session's event feed, and one running now can be stopped from here.
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { aguiRunsControls, ApiError, follow, getSession, getSessionHead, missingFeature, newId, postTurn, runAgui, shortId } from "./api.js";
-import { Conversation, conversation, pendingOf } from "./Conversation.jsx";
+import { Conversation, conversation, pendingOf, retryAdvice } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
+import { StatePanel } from "./StatePanel.jsx";
 import { VoiceButton } from "./Voice.jsx";
-import { StatusBadge, waitingSummary } from "./status.jsx";
+import { StatusBadge, statusOf } from "./status.jsx";
 
 /** How often the page reads the session's head: while a turn runs somewhere (to offer Stop
  * and see it end), and otherwise (a turn started elsewhere announces itself only there). */
@@ -45,6 +46,7 @@ export function SessionPage({ sessionId }) {
   const [notice, setNotice] = useState(null);
   const [busy, setBusy] = useState(false);
   const [outcomes, setOutcomes] = useState({});
+  const [requests, setRequests] = useState({});
   const [details, setDetails] = useState(storedDetails);
   const eventsRef = useRef(events);
   eventsRef.current = events;
@@ -162,12 +164,15 @@ export function SessionPage({ sessionId }) {
         },
         onRunErrorEvent: ({ event }) => {
           update((s) => ({ ...s, done: true }));
-          setNotice({ kind: "error", text: event.message });
+          const said = event.metadata || {};
+          setNotice({ kind: "error", text: event.message, code: event.code, retryable: said.retryable });
+          // The request id the server logged the failure under: shown with Details.
+          if (state.runId && said.requestId) setRequests((held) => ({ ...held, [state.runId]: said.requestId }));
         },
       });
     } catch (error) {
       if (fallback && error instanceof ApiError && fallback(error)) refused = true;
-      else setNotice({ kind: "error", text: error.message || String(error) });
+      else setNotice(errorNotice(error));
     } finally {
       await refresh();
       setLive(null);
@@ -183,9 +188,9 @@ export function SessionPage({ sessionId }) {
     try {
       const reply = await postTurn(sessionId, body);
       if (done) setNotice({ kind: "info", text: done(reply) });
-      else if (reply && reply.error) setNotice({ kind: "error", text: reply.error });
+      else if (reply && reply.error) setNotice({ kind: "error", text: reply.error, code: reply.code, retryable: reply.retryable });
     } catch (error) {
-      setNotice({ kind: "error", text: error.message });
+      setNotice(errorNotice(error));
     } finally {
       await refresh();
       setBusy(false);
@@ -198,7 +203,7 @@ export function SessionPage({ sessionId }) {
    * when it refuses one of these keys: an older server).
    */
   const act = async (fields) => {
-    if (!missing && await aguiRunsControls()) {
+    if (!missing && aguiRunsControls()) {
       const keys = Object.keys(fields);
       const sent = await stream({ dormant: fields }, null,
         (error) => error.status === 422 && keys.some((key) => error.message.includes(key)));
@@ -214,7 +219,7 @@ export function SessionPage({ sessionId }) {
       await postTurn(sessionId, body);
       if (tag !== "stop" || runningNow.current) setNotice({ kind: "info", text: what, tag });
     } catch (error) {
-      setNotice({ kind: "error", text: error.message });
+      setNotice(errorNotice(error));
     }
   };
 
@@ -242,8 +247,9 @@ export function SessionPage({ sessionId }) {
       : "Stop sent: the run ends at its next step.", "stop");
 
   const status = view ? view.status : "new";
+  const told = statusOf(view, { running: Boolean(stopId) });
   const shown = live ? events.filter((e) => live.known.has(e.id) || e.invocation_id !== live.runId) : events;
-  const entries = conversation(shown, { details, forkOf: view?.forkOf, outcomes, pending: pendingOf(view) });
+  const entries = conversation(shown, { details, forkOf: view?.forkOf, outcomes, requests, pending: pendingOf(view) });
   const toggleDetails = () => {
     const next = !details;
     setDetails(next);
@@ -254,15 +260,15 @@ export function SessionPage({ sessionId }) {
       <p class="back"><a href="#/">← All sessions</a></p>
       <h1 id="session-title">{shortId(sessionId)}</h1>
       <p class="meta">
-        <StatusBadge status={stopId ? "running" : status} />
-        {view && <span>{waitingSummary(view)}</span>}
+        <StatusBadge status={told} />
+        {view && <span class="status-sentence">{told.sentence}</span>}
         {view?.forkOf && <span>fork of <a href={`#/sessions/${encodeURIComponent(view.forkOf.session)}`}>{shortId(view.forkOf.session)}</a> at version {view.forkOf.version}</span>}
         {view?.compactions ? <span>compacted {view.compactions}×</span> : null}
         {view && details && <span>version {view.version}</span>}
         {view === null && <span>new: the first message creates it</span>}
       </p>
       <div class="notices" aria-live="polite">
-        {notice && notice.text && <p class={`notice ${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"}>{notice.text}</p>}
+        {notice && notice.text && <Notice notice={notice} />}
       </div>
       <div class="columns">
         <div class="main-column">
@@ -277,9 +283,9 @@ export function SessionPage({ sessionId }) {
           <VoiceButton sessionId={sessionId} disabled={busy || Boolean(running)} onNotice={setNotice}
             onDone={() => refresh()} />
         </div>
-        <aside class="side-column" aria-label="Turn control and inbox">
+        <aside class="side-column" aria-label="Turn control, inbox and state">
           <h2>Turn</h2>
-          <p class="quiet">{turnSummary(view, stopId, details, Boolean(running))}</p>
+          <p class="quiet">{turnSummary(view, stopId, details, Boolean(running), events)}</p>
           <div class="buttons">
             <button type="button" disabled={!stopId} onClick={stop}>Stop</button>
             <button type="button" class="secondary" disabled={!stopId} onClick={() => signalRun({ pause: true }, "Pause sent: the run pauses at its next step.")}>Pause</button>
@@ -291,23 +297,49 @@ export function SessionPage({ sessionId }) {
           )}
           <Inbox items={view?.inbox || []} busy={busy}
             onOp={(op) => (op.op === "send_now" ? act({ queue: [op] }) : control({ queue: [op] }))} />
+          {view && <StatePanel state={view.state} events={events} />}
         </aside>
       </div>
     </section>
   );
 }
 
+/** A refusal or failure as a notice: the server's code and message, and whether a retry
+ * can help when the server said. */
+function errorNotice(error) {
+  const body = error instanceof ApiError ? error.body : null;
+  return { kind: "error", text: error.message || String(error), code: error instanceof ApiError && body?.code ? body.code : undefined,
+    retryable: typeof body?.retryable === "boolean" ? body.retryable : undefined };
+}
+
+function Notice({ notice }) {
+  const advice = notice.kind === "error" ? retryAdvice(notice.retryable) : null;
+  return (
+    <p class={`notice ${notice.kind}`} role={notice.kind === "error" ? "alert" : "status"}>
+      {notice.code && <><code class="code">{notice.code}</code> </>}
+      {notice.text}
+      {advice && <span class="notice-advice"> {advice}</span>}
+    </p>
+  );
+}
+
 /** One sentence: where the turn is, next to the buttons that act on it. */
-function turnSummary(view, running, details, mine) {
+function turnSummary(view, running, details, mine, events) {
   if (running) return `A turn is running now${details ? ` (${running})` : ""}${mine ? "." : ", started elsewhere: it shows here once it commits."}`;
-  if (!view) return "Waiting for nothing.";
-  if (view.status === "failed") return "The last turn failed: Retry runs it again from where it stopped.";
+  if (!view) return "Nothing has run yet: the first message starts the session.";
+  if (view.status === "failed") {
+    const failed = events.findLast((e) => e.type === "invocation_failed");
+    return failed && failed.retryable === false
+      ? "The last turn failed, and retrying will not help until its cause is fixed (Retry still runs it again)."
+      : "The last turn failed: Retry runs it again from where it stopped.";
+  }
   if (view.status === "paused") return "Paused: Resume runs what waits in the inbox.";
   const kinds = new Set((view.waiting || []).map((w) => w.kind));
   if (kinds.has("yield") || kinds.has("approval") || kinds.has("input")) return "Waiting for you: answer in the conversation.";
   if (kinds.has("deferred")) return "Waiting for a tool's result, which the server supplies.";
   if (kinds.has("message")) return "Waiting for your next message.";
-  return "Waiting for nothing.";
+  if (view.running && view.running.stranded) return "A turn's request died mid-way: the server takes it over.";
+  return "Idle: the last turn ended. A message starts the next.";
 }
 
 /** Every event as stored, for whoever needs what the conversation leaves out. Rendered only
@@ -317,7 +349,7 @@ function RawLedger({ events }) {
   return (
     <details class="raw" onToggle={(e) => setOpen(e.currentTarget.open)}>
       <summary>Raw ledger ({events.length} events)</summary>
-      {open && <pre class="json">{JSON.stringify(events, null, 2)}</pre>}
+      {open && <pre class="json" tabIndex={0} aria-label="The raw ledger as JSON">{JSON.stringify(events, null, 2)}</pre>}
     </details>
   );
 }

@@ -217,24 +217,13 @@ export async function runAgui(sessionId, { message, messageId, resume, dormant }
   }
 }
 
-let controls = null;
-
 /**
- * Whether this server runs controls sent over POST /agui (`forwardedProps.dormant.retry`...),
- * asked once per page. A server that reads them refuses a key it does not know with a 422
- * naming it; an older one ignores them all (and would answer a control with a run that does
- * nothing), so a key no server knows tells the two apart. The probe names a session nobody
- * has: nothing runs, nothing is written either way.
+ * Whether this server runs controls sent over POST /agui (`forwardedProps.dormant.retry`...):
+ * `dormant dev` says so in the page it serves, `<meta name="dormant-capabilities"
+ * content="agui-controls">`. Told, not probed: a page served elsewhere (Vite's dev server)
+ * is not told, and sends its controls through POST /turns.
  */
 export function aguiRunsControls() {
-  if (!controls) {
-    controls = fetch("/agui", {
-      method: "POST",
-      headers: headers({ "Content-Type": "application/json", Accept: "application/json" }),
-      body: JSON.stringify({ threadId: newSessionId(), runId: newId("probe"), messages: [], tools: [],
-        context: [], state: {}, forwardedProps: { dormant: { consoleProbe: true } } }),
-    }).then(async (response) => response.status === 422 && (await response.text()).includes("consoleProbe"))
-      .catch(() => false);
-  }
-  return controls;
+  const meta = document.querySelector('meta[name="dormant-capabilities"]');
+  return (meta?.getAttribute("content") || "").split(/\s+/).includes("agui-controls");
 }

@@ -2,7 +2,9 @@
 ``/usr/bin/chromium``) with Playwright for Python, against a real ``dormant dev`` process.
 
 Screenshots of each page land in ``$DORMANT_TEST_ARTIFACTS`` (default ``test-artifacts/console``
-at the repository's root), kept as the run's artifacts.
+at the repository's root), kept as the run's artifacts. The main views are checked with
+axe-core (``tests/e2e/js/node_modules/axe-core``), injected into the page: no serious or
+critical violation, colour contrast included.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
-from .conftest import ROOT, DevServer
+from .conftest import JS, ROOT, DevServer
+from .flaky_app import SECRET
 
 FLAKY = Path(__file__).with_name("flaky_app.py")
+AXE = JS / "node_modules" / "axe-core" / "axe.min.js"
+PNG = b"\x89PNG\r\n\x1a\n"
 
 CHROMIUM = os.environ.get("DORMANT_TEST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(os.environ.get("DORMANT_TEST_ARTIFACTS", ROOT / "test-artifacts" / "console"))
@@ -59,8 +64,24 @@ def flaky_server(tmp_path: Path) -> Iterator[DevServer]:
         dev.kill()
 
 
-def open_page(browser: Browser, server: DevServer) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=server.url)
+@pytest.fixture
+def hopeless_server(tmp_path: Path) -> Iterator[DevServer]:
+    """The flaky app failing in a way a retry cannot get past (``context_overflow``)."""
+    dev = DevServer(tmp_path / "hopeless.db", FLAKY, env={
+        "DORMANT_TEST_FAILURE_CODE": "context_overflow",
+        "DORMANT_TEST_FAILURE_RETRYABLE": "false"}).start()
+    try:
+        yield dev
+    finally:
+        dev.kill()
+
+
+def open_page(browser: Browser, server: DevServer, *, bypass_csp: bool = False
+              ) -> Iterator[Page]:
+    """A page on ``server``; ``bypass_csp`` lets a test inject a script of its own (axe-core),
+    which the console's Content-Security-Policy refuses otherwise."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=server.url,
+                                  bypass_csp=bypass_csp)
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda error: errors.append(str(error)))
@@ -78,12 +99,50 @@ def page(browser: Browser, server: DevServer) -> Iterator[Page]:
 
 @pytest.fixture
 def flaky_page(browser: Browser, flaky_server: DevServer) -> Iterator[Page]:
-    yield from open_page(browser, flaky_server)
+    yield from open_page(browser, flaky_server, bypass_csp=True)
 
 
-def shot(page: Page, name: str) -> None:
+@pytest.fixture
+def checked_page(browser: Browser, server: DevServer) -> Iterator[Page]:
+    """A page axe-core can be injected into."""
+    yield from open_page(browser, server, bypass_csp=True)
+
+
+def shot(page: Page, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def evidence(page: Page, name: str) -> Path:
+    """A screenshot kept as evidence of what a test saw: it must be a PNG with something in
+    it (a blank page compresses to a few hundred bytes)."""
+    path = shot(page, name)
+    data = path.read_bytes()
+    assert data[:8] == PNG and len(data) > 5_000, (path, len(data))
+    return path
+
+
+def axe_violations(page: Page) -> list[dict[str, Any]]:
+    """axe-core's violations on the page as it is now: ``{id, impact, help, nodes}``."""
+    assert AXE.is_file(), \
+        "run `npm ci --prefix tests/e2e/js` first (scripts/setup-dev does): it brings axe-core"
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.add_script_tag(path=str(AXE))
+    found: list[dict[str, Any]] = page.evaluate("""async () => {
+      const result = await axe.run(document, {resultTypes: ['violations']});
+      return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+        nodes: v.nodes.slice(0, 5).map(n => `${n.target.join(' ')}: ${n.failureSummary}`)}));
+    }""")
+    return found
+
+
+def assert_accessible(page: Page, where: str) -> None:
+    """No serious or critical axe-core violation (contrast, names, roles...) on the page."""
+    serious = [v for v in axe_violations(page) if v["impact"] in ("serious", "critical")]
+    assert not serious, f"{where}: " + "\n".join(
+        f"{v['impact']} {v['id']} ({v['help']}): {v['nodes']}" for v in serious)
 
 
 def send(page: Page, text: str) -> None:
@@ -197,7 +256,17 @@ def test_console_books_approves_and_stops_a_story(page: Page, server: DevServer)
     expect(bubble(page, "assistant", "Booked for Friday.")).to_be_visible(timeout=WAIT)
     assert "Booked for Friday." in live_texts(page)
     expect(bubble(page, "user", "Friday")).to_contain_text("answer to ask_guest")
-    expect(page.get_by_text("Waiting for nothing.")).to_be_visible()
+    # Answered, the question stays, above its answer.
+    asked = bubble(page, "assistant", "Which night?")
+    expect(asked).to_contain_text("ask_guest asked")
+    assert asked.evaluate(
+        "(q, a) => !!(q.compareDocumentPosition(a) & Node.DOCUMENT_POSITION_FOLLOWING)",
+        bubble(page, "user", "Friday").element_handle())
+    # A session whose turn ended reads as idle, in words that are true.
+    expect(page.get_by_text("Idle: the last turn ended. A message starts the next.")) \
+        .to_be_visible()
+    expect(page.locator(".meta .badge")).to_have_text("idle")
+    expect(page.locator(".meta")).not_to_contain_text("waits for nothing")
     # Following starts once the session exists; it never asked for one that did not.
     assert any("/events?after=1&" in url for url in requests), requests
     # The one 404: the first read of a session that did not exist yet.
@@ -449,7 +518,9 @@ def test_an_input_request_is_a_form_checked_in_the_browser_and_by_the_server(
     expect(card).to_have_count(0, timeout=WAIT)
     answered = bubble(page, "user", "breakfast")
     expect(answered).to_contain_text("input: Anything else?")
-    assert answered.locator("pre").inner_text() == '[\n  "breakfast"\n]'
+    # A list answer reads as a list, not as JSON.
+    expect(answered.locator("ol.kv-list > li")).to_have_text(["breakfast"])
+    expect(answered.locator("pre")).to_have_count(0)
 
 
 
@@ -469,28 +540,58 @@ def agui_bodies(page: Page) -> list[dict[str, Any]]:
     return bodies
 
 
-def test_a_failed_turn_keeps_its_tool_result_and_retry_streams_it_to_the_end(
+def test_a_failed_turn_shows_its_code_and_retry_streams_it_to_the_end_with_no_422(
         flaky_page: Page, flaky_server: DevServer) -> None:
     page = flaky_page
+    answered: list[tuple[int, str]] = []
+    page.on("response", lambda response: answered.append((response.status, response.url)))
+    said: list[str] = []
+    page.on("console", lambda message: said.append(f"{message.type}: {message.text}"))
     page.goto("/#/sessions/flaky-1")
     send(page, "how long is my stay BK-1?")
-    expect(page.get_by_role("alert")).to_contain_text("model provider failed", timeout=WAIT)
-    timeline = conversation(page)
-    expect(timeline.locator("li[data-type=invocation_failed]")).to_contain_text("retryable")
-    expect(timeline.locator("li[data-types~=tool_result]")).to_contain_text("lookup_stay")
-    expect(page.locator(".meta")).to_contain_text("failed")
-    shot(page, "11-failed")
+    alert = page.get_by_role("alert")
+    expect(alert).to_contain_text("model provider failed", timeout=WAIT)
+    expect(alert.locator("code")).to_have_text("service_unavailable")
+    expect(alert).to_contain_text("Retry can help")
+    request_id = re.search(r"request id ([0-9a-f-]+)", alert.inner_text())
+    assert request_id, alert.inner_text()
 
-    # Retry goes through POST /agui, as a message does: its reply streams in.
+    # Inline, where the turn failed: its code, what failed, and that a retry can help.
+    timeline = conversation(page)
+    failure = timeline.locator("li[data-type=invocation_failed]")
+    expect(failure).to_contain_text("The turn failed")
+    expect(failure.locator("code")).to_have_text("service_unavailable")
+    expect(failure).to_contain_text("the model provider failed")
+    expect(failure.locator(".chip")).to_have_text("retryable")
+    expect(failure).to_contain_text("Retry can help")
+    expect(timeline.locator("li[data-types~=tool_result]")).to_contain_text("lookup_stay")
+    expect(page.locator(".meta .badge")).to_have_text("failed")
+    expect(page.locator(".meta")).to_contain_text("its last turn failed: Retry runs it again")
+    # With Details on too; the failure's own text stays in the server's log, off the page.
+    show_details(page)
+    expect(failure).to_contain_text("service_unavailable")
+    expect(failure).to_contain_text("invocation inv_")
+    expect(failure).to_contain_text(f"request {request_id.group(1)}")  # what the log names
+    page.get_by_text(re.compile(r"^Raw ledger")).click()
+    expect(page.locator("details.raw pre")).to_contain_text('"code": "service_unavailable"')
+    assert "llm-gw.internal" not in page.locator("body").inner_text()
+    assert SECRET in flaky_server.log.read_text()
+    evidence(page, "11-failed")
+    assert_accessible(page, "a failed turn, Details on")
+    show_details(page, on=False)
+
+    # Retry goes through POST /agui, as a message does: its reply streams in. The page was
+    # told it may (the capability is in the page it loaded): nothing is probed first.
+    assert page.locator('meta[name="dormant-capabilities"]').get_attribute("content") \
+        == "agui-controls"
     sent = agui_bodies(page)
     record_live_text(page)
     page.get_by_role("button", name="Retry").click()
     expect(bubble(page, "assistant", "Your stay BK-1 is 3 nights.")).to_be_visible(
         timeout=WAIT)
-    retries = [b for b in sent if "retry" in b["forwardedProps"]["dormant"]]
-    assert len(retries) == 1, sent
-    assert retries[0]["forwardedProps"]["dormant"]["positions"] is True
-    assert retries[0]["forwardedProps"]["dormant"]["retry"]["retryId"].startswith("retry-")
+    assert len(sent) == 1 and "retry" in sent[0]["forwardedProps"]["dormant"], sent
+    assert sent[0]["forwardedProps"]["dormant"]["positions"] is True
+    assert sent[0]["forwardedProps"]["dormant"]["retry"]["retryId"].startswith("retry-")
     assert any("Your stay BK-1 is 3 nights." in text for text in live_texts(page))
     show_details(page)
     types = timeline_types(page)
@@ -500,6 +601,154 @@ def test_a_failed_turn_keeps_its_tool_result_and_retry_streams_it_to_the_end(
         "ended (completed)")
     expect(page.get_by_role("button", name="Retry")).to_be_disabled()
     assert api(flaky_server, "GET", "/sessions/flaky-1").json()["status"] == "active"
+    # No 422 anywhere: not in the answers the page got, not in its console, not in the log.
+    assert not [(status, url) for status, url in answered if status == 422], answered
+    # (the one error it logs is the 404 of reading the session before its first turn)
+    assert not [line for line in said if "422" in line], said
+    assert " 422 " not in flaky_server.log.read_text()
+
+
+def test_a_failure_a_retry_cannot_help_says_so(
+        browser: Browser, hopeless_server: DevServer) -> None:
+    for page in open_page(browser, hopeless_server):
+        page.goto("/#/sessions/hopeless-1")
+        send(page, "how long is my stay BK-1?")
+        failure = conversation(page).locator("li[data-type=invocation_failed]")
+        expect(failure.locator("code")).to_have_text("context_overflow", timeout=WAIT)
+        expect(failure.locator(".chip")).to_have_text("not retryable")
+        expect(failure).to_contain_text("Retrying will not help")
+        expect(failure).not_to_contain_text("Retry can help")
+        expect(page.get_by_role("alert")).to_contain_text("Retrying will not help")
+        expect(page.get_by_role("complementary")).to_contain_text(
+            "The last turn failed, and retrying will not help")
+        assert "llm-gw.internal" not in page.locator("body").inner_text()
+
+
+def test_a_two_field_answer_reads_as_key_values_and_the_state_panel_shows_each_change(
+        checked_page: Page, server: DevServer) -> None:
+    page = checked_page
+    page.goto("/#/sessions/cancel-1")
+    send(page, "cancel booking BK-1042")
+    form = page.get_by_role("article").filter(has_text="request_approval asks")
+    expect(form).to_contain_text("cancel booking BK-1042", timeout=WAIT)
+
+    # The state panel: what the session holds now, and the turn that wrote it.
+    panel = page.get_by_role("region", name="State")
+    now = panel.get_by_label("Current state")
+    expect(now.locator("dt")).to_have_text(["pending_action"])
+    expect(now.locator("dd")).to_have_text(["cancel booking BK-1042"])
+    changes = panel.get_by_role("list", name="What each turn changed").locator(":scope > li")
+    expect(changes).to_have_count(1)
+    expect(changes.first).to_contain_text("Turn 1")
+    expect(changes.first).to_contain_text("set pending_action to cancel booking BK-1042")
+    assert_accessible(page, "a session waiting for a two-field answer")
+
+    # A two-field answer: a checkbox and a note.
+    form.get_by_label("Approved").check()
+    form.get_by_label("Note").fill("the guest called twice")
+    form.get_by_role("button", name="Send answer").click()
+    expect(bubble(page, "assistant", "Done: cancel booking BK-1042.")).to_be_visible(
+        timeout=WAIT)
+    answer = bubble(page, "user", "the guest called twice")
+    expect(answer).to_contain_text("answer to request_approval")
+    # ...reads as key / value pairs, not as JSON.
+    expect(answer.locator("dl.kv dt")).to_have_text(["approved", "note"])
+    expect(answer.locator("dl.kv dd")).to_have_text(["true", "the guest called twice"])
+    expect(answer.locator("pre")).to_have_count(0)
+    assert "{" not in answer.inner_text()
+    # ...and the question is kept, above it.
+    asked = bubble(page, "assistant", "cancel booking BK-1042").filter(
+        has_text="request_approval asked")
+    expect(asked).to_have_count(1)
+    assert asked.evaluate(
+        "(q, a) => !!(q.compareDocumentPosition(a) & Node.DOCUMENT_POSITION_FOLLOWING)",
+        answer.element_handle())
+    evidence(page, "18-two-field-answer")
+
+    # The answer's turn removed what the question's had set: the panel says both.
+    expect(now).to_have_count(0)
+    expect(panel).to_contain_text("Empty: nothing has been stored yet.")
+    expect(changes.first.locator("li")).to_have_text([
+        "set pending_action to cancel booking BK-1042", "removed pending_action"])
+    assert api(server, "GET", "/sessions/cancel-1").json()["state"] == {}
+    evidence(page, "19-state-panel")
+    assert_accessible(page, "a session with a two-field answer")
+    show_details(page)
+    assert_accessible(page, "a session with a two-field answer, Details on")
+
+
+def test_the_accessibility_check_sees_what_the_old_answer_bubble_did(
+        checked_page: Page, server: DevServer) -> None:
+    # The check can fail: white JSON on the near-white block inside a user's bubble (how a
+    # structured answer once looked) is a serious contrast violation to axe-core.
+    page = checked_page
+    page.goto("/")
+    expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+    assert_accessible(page, "the empty sessions list")
+    page.evaluate("""() => document.querySelector('main').insertAdjacentHTML('beforeend',
+      '<div class="bubble from-user"><div class="said"><pre class="json">{"approved": true}' +
+      '</pre></div></div>')""")
+    found = {v["id"]: v["impact"] for v in axe_violations(page)}
+    assert found.get("color-contrast") == "serious", found
+
+
+def test_statuses_read_truthfully_and_the_list_names_the_agent(
+        checked_page: Page, server: DevServer) -> None:
+    page = checked_page
+    for session, body in (("done", {"message": "how long is my stay BK-2?"}),
+                          ("asks", {"message": "book me in"}),
+                          ("held", {"message": "how long is my stay BK-3?"}),
+                          ("held", {"pause": True})):
+        answer = api(server, "POST", "/turns", {"sessionId": session, **body})
+        assert answer.status_code in (200, 202), answer.text
+    listed = {line["sessionId"]: line for line in
+              api(server, "GET", "/sessions?detail=true").json()["sessions"]}
+    assert {line["agent"] for line in listed.values()} == {"concierge"}
+    assert listed["session_done"]["status"] == "active"
+    assert listed["session_held"]["status"] == "paused", listed
+
+    page.goto("/")
+    rows = page.get_by_role("table").locator("tbody tr")
+    expect(rows).to_have_count(3, timeout=WAIT)
+
+    def row(name: str) -> Locator:
+        return rows.filter(has=page.get_by_role("link", name=name, exact=True))
+
+    # A session whose turn ended is idle, and says so: not "active", not "waits for nothing".
+    expect(row("done").locator(".badge")).to_have_text("idle")
+    expect(row("done")).to_contain_text("its last turn ended: a message starts the next")
+    expect(row("asks").locator(".badge")).to_have_text("awaiting input")
+    expect(row("asks")).to_contain_text("waits for an answer to ask_guest")
+    expect(row("held").locator(".badge")).to_have_text("paused")
+    expect(row("held")).to_contain_text("nothing runs until Resume")
+    table = page.get_by_role("table")
+    expect(table).not_to_contain_text("waits for nothing")
+    expect(table.locator(".badge").filter(has_text=re.compile(r"^active$"))).to_have_count(0)
+    # The agent that ran each session; the version only when asked for.
+    headers = table.locator("thead th")
+    expect(headers).to_have_text(["Session", "Agent", "Status", "Last activity"])
+    for name in ("done", "asks", "held"):
+        expect(row(name).locator("td.agent")).to_have_text("concierge")
+    expect(table.locator("td.version")).to_have_count(0)
+    assert_accessible(page, "the sessions list")
+    page.get_by_label("Show versions").check()
+    expect(headers).to_have_text(["Session", "Agent", "Status", "Version", "Last activity"])
+    expect(row("done").locator("td.version")).to_have_text(
+        str(listed["session_done"]["version"]))
+    page.reload()  # the choice is remembered
+    expect(page.get_by_role("table").locator("td.version")).to_have_count(3, timeout=WAIT)
+    evidence(page, "20-sessions-statuses")
+
+    # The session's own page words it the same way.
+    row("done").get_by_role("link").click()
+    expect(page.locator(".meta .badge")).to_have_text("idle")
+    expect(page.get_by_text("Idle: the last turn ended. A message starts the next.")) \
+        .to_be_visible()
+    page.goto("/#/sessions/never-started")
+    expect(page.locator(".meta .badge")).to_have_text("new")
+    expect(page.get_by_text("Nothing has run yet: the first message starts the session.")) \
+        .to_be_visible()
+    assert_accessible(page, "a session not started yet")
 
 
 def test_a_fork_is_marked_in_the_list_and_in_its_timeline(page: Page, server: DevServer) -> None:
@@ -694,7 +943,8 @@ def test_at_phone_width_nothing_is_cut_off(browser: Browser, server: DevServer) 
         api(server, "POST", "/turns", {"sessionId": "phone", "message": message,
                                        "ifBusy": "interrupt"})
     context = browser.new_context(viewport={"width": 390, "height": 844}, base_url=server.url,
-                                  device_scale_factor=1, is_mobile=True, has_touch=True)
+                                  device_scale_factor=1, is_mobile=True, has_touch=True,
+                                  bypass_csp=True)  # for axe-core
     try:
         page = context.new_page()
         page.goto("/")
@@ -706,6 +956,7 @@ def test_at_phone_width_nothing_is_cut_off(browser: Browser, server: DevServer) 
         assert header is not None and header["height"] < 100, header
         no_horizontal_overflow(page)
         shot(page, "16-phone-sessions")
+        assert_accessible(page, "the sessions on a phone")
 
         rows.first.get_by_role("link").click()
         card = page.get_by_role("article").filter(has_text="upgrade_room wants approval")
@@ -715,6 +966,7 @@ def test_at_phone_width_nothing_is_cut_off(browser: Browser, server: DevServer) 
         box = card.bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
         shot(page, "17-phone-session")
+        assert_accessible(page, "a session on a phone")
     finally:
         context.close()
 

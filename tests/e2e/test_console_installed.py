@@ -80,6 +80,9 @@ def test_the_console_sends_answers_and_approves_after_the_readmes_install(
         page.goto("/#/sessions/installed")
         expect(page.get_by_role("heading", level=1)).to_have_text("installed")
         assert page.locator('meta[name="dormant-missing"]').count() == 0
+        # ...and says what the page may count on: controls over POST /agui, never probed.
+        assert page.locator('meta[name="dormant-capabilities"]').get_attribute("content") \
+            == "agui-controls"
 
         send(page, "book me in")
         form = page.get_by_role("article").filter(has_text="ask_guest asks")
@@ -95,3 +98,8 @@ def test_the_console_sends_answers_and_approves_after_the_readmes_install(
         expect(page.get_by_role("alert")).to_have_count(0)
         # The message, the answer, the message and the decision: four streamed runs.
         assert streamed.count(200) >= 4 and all(s == 200 for s in streamed), streamed
+        # The list names the agent and says the session is idle, its turn over.
+        page.get_by_role("link", name="All sessions").click()
+        row = page.get_by_role("table").locator("tbody tr").filter(has_text="installed")
+        expect(row.locator("td.agent")).to_have_text("concierge", timeout=WAIT)
+        expect(row.locator(".badge")).to_have_text("idle")

@@ -376,6 +376,20 @@ def test_the_page_is_told_what_the_installation_lacks(quick: InProcessServer) ->
     assert page.headers["content-security-policy"].startswith("default-src 'self'")
 
 
+def test_the_page_is_told_it_may_send_controls_over_agui(quick: InProcessServer) -> None:
+    # Advertised in the page the console loads anyway, so the console never probes for it
+    # (a probe is a request the server refuses: a 422 in its log and the browser's console).
+    page = httpx.get(f"{quick.url}/", headers={"Accept": "text/html"}, timeout=30)
+    head = page.text.split("</head>", 1)[0]
+    assert '<meta name="dormant-capabilities" content="agui-controls">' in head
+    assert "dormant-missing" not in head
+
+    quick.lacking = "POST /agui needs ag-ui-protocol"
+    page = httpx.get(f"{quick.url}/", headers={"Accept": "text/html"}, timeout=30)
+    head = page.text.split("</head>", 1)[0]
+    assert "dormant-capabilities" not in head and "dormant-missing" in head
+
+
 def test_a_port_in_use_is_one_line_and_status_2(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

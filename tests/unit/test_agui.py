@@ -12,7 +12,7 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 from pydantic import BaseModel
 
 import dormant
-from dormant.models import ScriptedModel
+from dormant.models import ModelError, ScriptedModel
 from dormant.models._base import ModelChunk, ModelRequest, TextDelta
 from dormant.tools import Signal
 
@@ -357,7 +357,29 @@ def test_a_model_that_raises_ends_the_run_with_run_error_and_writes_nothing(app,
     assert "the model connection dropped" not in data[-1]["message"]
     assert "the model connection dropped" in caplog.text
     assert data[-1]["code"] == "run_error"
+    assert data[-1]["metadata"]["retryable"] is True  # as POST /turns's error body says it
     assert app.sessions.get("s-broken") is None
+
+
+class Overflowing:
+    """A model whose provider refuses the request for good (the context is too long)."""
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
+        raise ModelError("prompt is 210k tokens (secret-ish detail)", code="context_overflow",
+                         retryable=False)
+        yield TextDelta("")  # pragma: no cover (a generator)
+
+
+def test_a_run_error_says_whether_a_retry_can_help_and_where_the_log_has_it(app, tools):
+    concierge = app.agent("concierge", model=Overflowing(), tools=tools)
+    stream = app.handler.agui(agent=concierge)(
+        {"session_id": "s-overflow", "input": {"message": "hi"}}, request_id="req-42")
+
+    data = conformant(list(stream))
+
+    assert data[-1]["type"] == "RUN_ERROR" and data[-1]["code"] == "context_overflow"
+    assert data[-1]["metadata"] == {"retryable": False, "requestId": "req-42"}
+    assert "secret-ish" not in json.dumps(data[-1])
 
 
 def test_a_hook_that_raises_ends_the_run_with_run_error(app, tools, caplog):

@@ -347,6 +347,7 @@ def test_get_sessions_with_detail_says_what_each_session_waits_on(
         assert (line["status"], line["version"], line["updatedAt"], line["createdAt"]) == (
             view["status"], view["version"], view["updatedAt"], view["createdAt"])
         assert line.get("openInvocation") == view.get("openInvocation")
+        assert line.get("agent") == view.get("agent")
         assert line.get("waiting", []) == view["waiting"]  # one rule for both
     [call] = views["yield"]["yieldedTools"]
     assert lines["yield"]["waiting"] == [{"kind": "yield", "id": call["callId"],
@@ -367,7 +368,8 @@ def test_get_sessions_with_detail_says_what_each_session_waits_on(
                                        "version": lines["done"]["version"],
                                        "seq": views["fork"]["forkOf"]["seq"]}
     assert set(lines["done"]) == {"sessionId", "status", "version", "updatedAt", "createdAt",
-                                  "preview"}
+                                  "preview", "agent"}
+    assert lines["done"]["agent"] == agent.name  # the agent that ran its latest invocation
 
 
 def test_get_sessions_without_detail_is_the_four_fields_it_always_was(

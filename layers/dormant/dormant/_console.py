@@ -13,7 +13,10 @@ and the layer's build leaves ``_web/`` out.
 The console sends a guest's messages to ``POST /agui``, which needs the AG-UI protocol package
 (``ag_ui``, part of the ``aws`` extra). An installation without it still serves the page, but
 the page's ``<head>`` then carries ``<meta name="dormant-missing" content="...">`` (see
-:func:`missing`), so the page can say so and use ``POST /turns`` instead.
+:func:`missing`), so the page can say so and use ``POST /turns`` instead. An installation
+that has it says what the page may count on instead, ``<meta name="dormant-capabilities"
+content="agui-controls">`` (:data:`CAPABILITIES`): the page sends its controls (a retry, a
+resume, "send now") over ``POST /agui`` because it was told it can, never probing for it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["WEB_DIR", "StaticReply", "console_file", "missing"]
+__all__ = ["CAPABILITIES", "WEB_DIR", "StaticReply", "console_file", "missing"]
 
 #: Where the built console lives inside the package.
 WEB_DIR = Path(__file__).with_name("_web")
@@ -49,6 +52,11 @@ _HEAD = re.compile(rb"<head[^>]*>", re.IGNORECASE)
 #: What a page without ``POST /agui`` is told, and the start-up line says.
 AGUI_MISSING = ("POST /agui (the console's streaming route) needs the AG-UI protocol package, "
                 "which is not installed: pip install 'dormant[aws]' (or 'ag-ui-protocol>=1.0,<2')")
+#: What the page served with ``POST /agui`` may count on, space-separated: ``agui-controls``,
+#: the fields of a ``POST /turns`` body (retry, resume, queue, inputs) run when sent in
+#: ``forwardedProps.dormant`` of ``POST /agui``. A page not told (one served by another
+#: server, e.g. Vite's) sends those through ``POST /turns``.
+CAPABILITIES = "agui-controls"
 
 
 def missing() -> str | None:
@@ -72,7 +80,8 @@ def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR
                  lacking: str | None = None) -> StaticReply | None:
     """The console's answer to ``method path`` (the path without its query), or None when
     the request is not the console's (the API answers it). ``lacking``: what :func:`missing`
-    said, put into the page's ``<head>`` as ``<meta name="dormant-missing">``."""
+    said, put into the page's ``<head>`` as ``<meta name="dormant-missing">``; without it the
+    head says :data:`CAPABILITIES` (``<meta name="dormant-capabilities">``)."""
     if method not in ("GET", "HEAD"):
         return None
     if path in ("/", "/index.html"):
@@ -83,8 +92,8 @@ def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR
             return StaticReply(503, "text/html; charset=utf-8", _MISSING.encode(),
                                {"Cache-Control": "no-store"})
         page = index.read_bytes()
-        if lacking:
-            page = _with_meta(page, lacking)
+        page = _with_meta(page, "dormant-missing", lacking) if lacking \
+            else _with_meta(page, "dormant-capabilities", CAPABILITIES)
         return StaticReply(200, "text/html; charset=utf-8", page, {
             "Cache-Control": "no-cache",
             "Content-Security-Policy": CONTENT_SECURITY_POLICY,
@@ -105,10 +114,10 @@ def console_file(method: str, path: str, accept: str, *, web_dir: Path = WEB_DIR
     })
 
 
-def _with_meta(page: bytes, lacking: str) -> bytes:
-    """``page`` with ``<meta name="dormant-missing" content=lacking>`` first in its head (a
-    ``<meta>`` is no script or style: the Content-Security-Policy stays as it is)."""
-    meta = f'<meta name="dormant-missing" content="{html.escape(lacking)}">'.encode()
+def _with_meta(page: bytes, name: str, content: str) -> bytes:
+    """``page`` with ``<meta name=name content=content>`` first in its head (a ``<meta>`` is
+    no script or style: the Content-Security-Policy stays as it is)."""
+    meta = f'<meta name="{name}" content="{html.escape(content)}">'.encode()
     head = _HEAD.search(page)
     if head is None:
         return meta + page

@@ -310,7 +310,9 @@ class AgUIAdapter:
                           self.thread_id, result.code, message,
                           extra={"request_id": self.request_id, "session_id": self.thread_id})
                 message = public_message(result.code, message, self.request_id)
-            return self.run_error(message, code=result.code)
+            return self.run_error(message, code=result.code, retryable=result.retryable,
+                                  request_id=None if is_client_error(result.code)
+                                  else self.request_id)
         if (status == "yielded_tool"
                 and (result.yielded_tools or result.pending_approvals)
                 and result.commit_status != "superseded"):
@@ -396,11 +398,18 @@ class AgUIAdapter:
                                     usage=_usage(usage), timestamp=now_ms()))
         return out
 
-    def run_error(self, message: str, *, code: str | None = None) -> list[BaseEvent]:
+    def run_error(self, message: str, *, code: str | None = None,
+                  retryable: bool | None = None, request_id: str | None = None
+                  ) -> list[BaseEvent]:
         """``RUN_ERROR`` (and never ``RUN_FINISHED``): the turn failed or was aborted, and
-        nothing of it was written."""
+        nothing of it was written. What the JSON error of ``POST /turns`` adds to the code
+        and message rides in its ``metadata``: ``retryable`` (whether the same request can
+        succeed later) and, for a server-side failure, ``requestId`` (the log's)."""
         out = self._close_all()
-        out.append(RunErrorEvent(message=message, code=code, timestamp=now_ms()))
+        extra = {key: value for key, value in (("retryable", retryable),
+                                               ("requestId", request_id)) if value is not None}
+        out.append(RunErrorEvent(message=message, code=code, timestamp=now_ms(),
+                                 **({"metadata": extra} if extra else {})))
         return out
 
     # --- internals -----------------------------------------------------------------------------

@@ -294,7 +294,7 @@ class Routes:
             running=Running.of(session, self.app.clock()),
             active_invocation=ActiveInvocation.of(session, self.app.clock()),
             pending_stop=PendingStop.of(session),
-            state=session.state, preview=head.preview,
+            state=session.state, preview=head.preview, agent=head.agent,
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             fork_of=ForkOf(**head.fork_of) if head.fork_of else None,

@@ -349,6 +349,8 @@ class SessionView(_Wire):
         "otherwise.")
     timers: list[dict[str, Any]] = Field(default_factory=list)
     state: dict[str, Any] = Field(default_factory=dict)
+    agent: str | None = Field(default=None, description="The agent that ran its latest "
+                              "invocation (absent: none ran yet).")
     preview: str | None = Field(default=None, description="Its first user message, on one "
                                 "line, cut to 100 characters (absent: no message yet).")
     fork_of: ForkOf | None = Field(
@@ -436,6 +438,8 @@ class SessionLine(_Wire):
     preview: str | None = Field(default=None, description="Its first user message, on one "
                                 "line, cut to 100 characters (`detail=true`; absent: no "
                                 "message yet).")
+    agent: str | None = Field(default=None, description="The agent that ran its latest "
+                              "invocation (`detail=true`; absent: none ran yet).")
 
     @classmethod
     def detailed(cls, session: Session, now: int) -> SessionLine:
@@ -449,7 +453,7 @@ class SessionLine(_Wire):
                    running=Running.of(session, now),
                    fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
                    compactions=head.compactions or None, created_at=head.created_at,
-                   preview=head.preview)
+                   preview=head.preview, agent=head.agent)
 
 
 def waiting_on(session: Session) -> list[Waiting]:
