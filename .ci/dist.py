@@ -33,8 +33,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="dormant-dist-") as scratch:
         tmp = Path(scratch)
         dist, tree = tmp / "dist", tmp / "tree"
-        _build(_source_copy(tmp / "source-sdist"), dist)
-        _build(_source_copy(tmp / "source-wheel"), tree, "--wheel")
+        _build(source_copy(tmp / "source-sdist"), dist)
+        _build(source_copy(tmp / "source-wheel"), tree, "--wheel")
         [sdist] = dist.glob("dormant-*.tar.gz")
         [from_sdist] = dist.glob("dormant-*.whl")
         [from_tree] = tree.glob("dormant-*.whl")
@@ -58,7 +58,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _source_copy(into: Path) -> Path:
+def source_copy(into: Path) -> Path:
+    """The checkout's tracked files, and new ones git does not ignore, copied into ``into``
+    (links as links); tests/e2e/test_packaged.py builds its wheel from this copy too."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                              "--exclude-standard"], cwd=ROOT, capture_output=True,
                             check=True).stdout.decode()

@@ -9,8 +9,8 @@ path, the installed ``dormant dev`` then serves the sample's pause-and-resume lo
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -78,18 +78,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 
 
 def _source_copy(into: Path) -> Path:
-    """The checkout's files as they are now (tracked, and new ones git does not ignore), links
-    kept as links: setuptools builds in the source tree, and this one has no stale ``build/``
-    to leak into the wheel, nor a second test run building beside this one."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                             "--exclude-standard"], cwd=ROOT, capture_output=True, check=True,
-                            timeout=60).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.exists() or source.is_symlink():  # not a file deleted but not yet committed
-            (into / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, into / name, follow_symlinks=False)
-    return into
+    """The checkout's files as they are now, links kept as links (``.ci/dist.py``'s copy, the
+    one the release is built from): setuptools builds in the source tree, and this one has no
+    stale ``build/`` to leak into the wheel, nor a second test run building beside this one."""
+    spec = importlib.util.spec_from_file_location("_ci_dist", ROOT / ".ci" / "dist.py")
+    assert spec is not None and spec.loader is not None
+    dist = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dist)
+    return dist.source_copy(into)  # type: ignore[no-any-return]
 
 
 def _scaffold_data() -> dict[str, bytes]:

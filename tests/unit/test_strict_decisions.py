@@ -68,13 +68,19 @@ def test_post_turns_refuses_an_approval_that_is_not_a_boolean(value: Any) -> Non
     assert status == 200 and done["status"] == "completed" and closed == ["T-7"]
 
 
+def _paused(session_id: str, closed: list[str]) -> tuple[dormant.App, Any, str]:
+    """The app, its REST handler, and the approval id of session ``session_id``'s paused
+    call."""
+    app, agent = _support(closed)
+    rest = app.handler.rest(agent=agent)
+    paused = rest({"session_id": session_id, "input": {"message": "close T-7"}})
+    return app, rest, paused.pending_approvals[0].approval_id
+
+
 @pytest.mark.parametrize("value", ["yes", 1, "true"], ids=repr)
 def test_the_rest_handler_refuses_it_too(value: Any) -> None:
     closed: list[str] = []
-    app, agent = _support(closed)
-    rest = app.handler.rest(agent=agent)
-    paused = rest({"session_id": "r", "input": {"message": "close T-7"}})
-    approval_id = paused.pending_approvals[0].approval_id  # type: ignore[index]
+    app, rest, approval_id = _paused("r", closed)
     before = _version(app, "r")
 
     refused = rest({"session_id": "r", "input": {"approvals": [
@@ -118,11 +124,7 @@ def test_post_agui_refuses_a_resume_payload_that_is_not_a_boolean(value: Any) ->
 
 @pytest.mark.parametrize("value", ["yes", 1, "true", None], ids=repr)
 def test_in_python_a_decision_is_a_bool(value: Any) -> None:
-    closed: list[str] = []
-    app, agent = _support(closed)
-    rest = app.handler.rest(agent=agent)
-    paused = rest({"session_id": "p", "input": {"message": "close T-7"}})
-    approval_id = paused.pending_approvals[0].approval_id  # type: ignore[index]
+    app, _, approval_id = _paused("p", [])
 
     with pytest.raises(ValidationError, match="approved"):
         ApprovalDecision(approval_id=approval_id, approved=value)
