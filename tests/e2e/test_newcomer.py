@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import dormant
+from dormant.scaffold import PROJECT_EXTRAS, DormantSource
 from tests._sam import sam_cli, sam_env
 
 pytestmark = pytest.mark.slow
@@ -205,7 +206,11 @@ def test_the_projects_readme_names_the_same_commands() -> None:
     ours = _readme_commands()
     theirs = (ROOT / "layers/dormant/dormant/scaffold/files/README.md").read_text()
     lines = [_words(line) for line in theirs.splitlines()]
-    assert ours.install in lines
+    # Its install line is the one that gets the project's own dormant ({{install}}): for a
+    # dormant from the index, this README's line exactly.
+    assert ["{{install}}"] in lines
+    released = DormantSource(kind="index", version=dormant.__version__)
+    assert _words(released.install(PROJECT_EXTRAS)) == ours.install
     assert ours.test in lines
 
 

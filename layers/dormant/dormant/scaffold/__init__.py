@@ -29,9 +29,9 @@ from pathlib import Path
 
 from dormant.scaffold._layer import DormantSource, dormant_source, write_wheel
 
-__all__ = ["BEDROCK_MODEL", "FUNCTIONS", "MODELS", "SAMPLE_APP_SETTING", "TEST_COMMAND",
-           "DormantSource", "ScaffoldError", "create_project", "dormant_source", "entry_point",
-           "project_template"]
+__all__ = ["BEDROCK_MODEL", "FUNCTIONS", "MODELS", "PROJECT_EXTRAS", "SAMPLE_APP_SETTING",
+           "TEST_COMMAND", "DormantSource", "ScaffoldError", "create_project", "dormant_source",
+           "entry_point", "project_template"]
 
 #: The Lambda functions a project has: ``functions/<name>/app.py``, ``Handler: <name>/app.handler``.
 FUNCTIONS = ("api", "stream", "webhook", "wake", "cleanup")
