@@ -367,7 +367,6 @@ class Overflowing:
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
         raise ModelError("prompt is 210k tokens (secret-ish detail)", code="context_overflow",
                          retryable=False)
-        yield TextDelta("")  # pragma: no cover (a generator)
 
 
 def test_a_run_error_says_whether_a_retry_can_help_and_where_the_log_has_it(app, tools):
