@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from dormant.stores import Store
 
 __all__ = ["EXTRAS", "SAMPLE", "AppSpecError", "app_code", "build_app", "failure",
-           "load_attribute", "load_factory", "missing_extra"]
+           "load_attribute", "load_factory", "missing_extra", "shown"]
 
 _T = TypeVar("_T")
 
@@ -181,7 +181,7 @@ def failure(spec: str, error: BaseException) -> str:
     if missing is not None:
         return f"{spec}: {missing}"
     if isinstance(error, SyntaxError):
-        return (f"{spec}: cannot import {_shown(error.filename or '?')}: "
+        return (f"{spec}: cannot import {shown(error.filename or '?')}: "
                 f"{type(error).__name__} at line {error.lineno}: {error.msg}")
     said = " ".join(str(error).split())
     said = f"{said[:_SAID]}…" if len(said) > _SAID else said
@@ -216,14 +216,15 @@ def _raised_at(error: BaseException) -> str | None:
         file = frame.f_code.co_filename
         if file.startswith("<") or _DORMANT in Path(file).resolve().parents:
             continue
-        found = f"{_shown(file)}, line {line}"
+        found = f"{shown(file)}, line {line}"
     return found
 
 
-def _shown(file: str) -> str:
-    """``file`` relative to the working directory when it is under it."""
+def shown(file: str | Path) -> str:
+    """``file`` as a person at this terminal reads it: relative to the working directory when
+    it is under it, else as given (what each ``dormant`` command's lines name a file by)."""
     path = Path(file)
     try:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
-        return file
+        return str(file)

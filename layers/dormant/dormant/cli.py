@@ -43,7 +43,7 @@ from types import FrameType
 from typing import Any
 
 from dormant import scaffold
-from dormant._appspec import SAMPLE, AppSpecError, missing_extra
+from dormant._appspec import SAMPLE, AppSpecError, missing_extra, shown
 from dormant.settings import ENV, Settings
 
 __all__ = ["main"]
@@ -458,20 +458,13 @@ def _new(args: argparse.Namespace) -> int:
                         f"({error.filename}); pass --dir a directory you can write") from error
     print(f"dormant new: created {created}\n"
           f"Its layer installs {source.describe()} (layers/dormant/Makefile: DORMANT).\n\n"
-          f"  cd {_shown(created)}\n"
+          f"  cd {shown(created)}\n"
           f"  {scaffold.TEST_COMMAND:<39}# the agent's tests\n"
           f"  dormant dev --app functions/app.py     # serve it on http://127.0.0.1:8000\n\n"
           f"Your agent is functions/app.py; README.md says how to deploy it"
           + (f" (on Amazon Bedrock: {scaffold.BEDROCK_MODEL}, the template's BedrockModelId)."
              if args.model == "bedrock" else "."))
     return 0
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 # --- dormant sessions -------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dormant._appspec import AppSpecError, app_code, build_app, load_factory
+from dormant._appspec import AppSpecError, app_code, build_app, load_factory, shown
 from dormant._devserver.reload import Reloader, Watcher, forget_modules
 from dormant.http import build_resolver
 from dormant.schedulers.local import LocalScheduler
@@ -65,7 +65,7 @@ class Serving:
     def reload(self, changed: list[Path], watcher: Watcher, server: Any) -> None:
         """The app as its files now read, served from the next request on; when it cannot
         be loaded, one line says why and the app as it was goes on serving."""
-        saved = ", ".join(_shown(path) for path in changed[:3]) + \
+        saved = ", ".join(shown(path) for path in changed[:3]) + \
             (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
         forget_modules(set(watcher.seen) | set(changed))
         try:
@@ -86,9 +86,3 @@ class Serving:
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
