@@ -42,6 +42,7 @@ from dormant.errors import (
     StaleTimer,
 )
 from dormant.events import (
+    NO_USAGE,
     AppEvent,
     ApprovalDecided,
     ApprovalRequested,
@@ -75,6 +76,8 @@ from dormant.events import (
     ToolInput,
     ToolResult,
     ToolYield,
+    TurnTiming,
+    Usage,
     UserEvent,
 )
 
@@ -150,6 +153,8 @@ def _on_invocation_end(head: Head, event: InvocationEnd) -> None:
     head.parked = None
     head.step = []
     head.failed = False
+    if event.timing is not None:
+        _count_usage(head, event.timing)
 
 
 def _on_tool_call(head: Head, event: ToolCall) -> None:
@@ -173,6 +178,8 @@ def _on_tool_deferred(head: Head, event: ToolDeferred) -> None:
 def _on_invocation_yield(head: Head, event: InvocationYield) -> None:
     head.parked = event.reason
     head.lease = 0
+    if event.timing is not None:
+        _count_usage(head, event.timing)
 
 
 def _on_approval_requested(head: Head, event: ApprovalRequested) -> None:
@@ -212,6 +219,8 @@ def _on_invocation_failed(head: Head, event: InvocationFailed) -> None:
     head.failed = True
     head.parked = None
     head.lease = 0
+    if event.timing is not None:
+        _count_usage(head, event.timing)
 
 
 def _on_queued(head: Head, event: QueuedEvent) -> None:
@@ -277,6 +286,15 @@ def _on_pause(head: Head, event: PauseEvent) -> None:
     head.lease = 0
     if event.rev:
         head.control_rev = event.rev  # the control record's pause is taken up
+    if event.timing is not None:
+        _count_usage(head, event.timing)
+
+
+def _count_usage(head: Head, timing: TurnTiming) -> None:
+    """Add a timed turn's tokens and cost to the session's (``Head.usage``)."""
+    total = Usage.model_validate(head.usage) if head.usage else NO_USAGE
+    turns = head.usage.get("turns", 0) if head.usage else 0
+    head.usage = {**(total + timing.usage).model_dump(), "turns": turns + 1}
 
 
 def _on_resume(head: Head, event: ResumeEvent) -> None:

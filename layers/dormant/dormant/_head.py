@@ -146,6 +146,9 @@ class Head:
     #: The boot id (:data:`dormant._ids.BOOT`) of the process whose claim holds the lease
     #: ("": none, or a claim written before claims named their process).
     holder: str = ""
+    #: The tokens and cost of every turn the ledger timed, summed (``Usage``'s fields, and
+    #: ``turns``: how many; None: none yet).
+    usage: dict[str, Any] | None = None
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -200,7 +203,8 @@ class Head:
                     self.control_rev, list(self.invocations), list(self.commit_seqs),
                     [dict(s) for s in self.lineage] if self.lineage else [],
                     dict(self.fork_of) if self.fork_of else None, self.compacted_to,
-                    self.compactions, self.lease, self.takeovers, self.preview, self.holder)
+                    self.compactions, self.lease, self.takeovers, self.preview, self.holder,
+                    dict(self.usage) if self.usage else None)
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -14,16 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from dormant._timing import outcome_of
 from dormant._turn_wire import TurnResult
-from dormant.errors import is_client_error
 from dormant.events import ModelEnd, ModelStart, StreamEvent, ToolResult
 
 __all__ = ["Meter", "ModelCall", "TurnMeasure", "measure"]
-
-#: A turn's outcome by its result's status (an error's is decided by its code).
-_OUTCOMES = {"completed": "completed", "yielded_tool": "yielded",
-             "yielded_message": "yielded", "stopped": "stopped", "paused": "paused",
-             "interrupted": "interrupted"}
 
 
 @dataclass(frozen=True)
@@ -74,11 +69,7 @@ def measure(result: TurnResult, events: Sequence[StreamEvent], *, started: bool,
     """The :class:`TurnMeasure` of a request that ended in ``result``, whose turn streamed
     ``events`` (``started``: whether the request started a turn at all)."""
     status, code = result.status, result.code
-    if status == "error":
-        outcome = code if code in ("deadline", "aborted") else \
-            "refused" if is_client_error(code) else "failed"
-    else:
-        outcome = _OUTCOMES.get(status, status)
+    outcome = outcome_of(status, code)
     ran = started or outcome in ("deadline", "aborted", "failed")
     opened: dict[int, int] = {}  # each model call's start, by step
     calls: list[ModelCall] = []

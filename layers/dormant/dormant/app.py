@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import BaseModel
@@ -16,6 +16,7 @@ from dormant._ids import now_ms
 from dormant._inputs import AppEventInput, HandlerInput, Input, ToolResultInput
 from dormant._request import TurnInput, open_turn
 from dormant._run import drain, run_turn
+from dormant._timing import Price, price_table
 from dormant.agent import (
     DEFAULT_MAX_STEPS,
     Agent,
@@ -329,8 +330,12 @@ class App:
         hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
         clock: Callable[[], int] | None = None,
         scheduler: Scheduler | None = None,
+        prices: Mapping[str, Price | Mapping[str, Any]] | None = None,
     ) -> None:
         self.name = name
+        #: What each model's tokens cost (:class:`~dormant._timing.Price` by model name):
+        #: turns and sessions add up their cost with it. None ships: prices change.
+        self.prices: dict[str, Price] = price_table(prices)
         self.store: Store = store if store is not None else MemoryStore()
         #: The app's event types (``app.event``), by name.
         self.events: dict[str, EventType] = {}

@@ -17,19 +17,127 @@ from dormant._ids import new_id, now_ms
 
 __all__ = [
     "LEDGER_FORMAT", "STREAM_ONLY_TYPES", "AppEvent", "ApprovalDecided", "ApprovalRequested",
-    "AssistantDelta", "AssistantEvent", "AudioDelta", "CompactionEvent", "ErrorEvent", "Event",
-    "InputRequested", "InputResponse", "InterruptEvent", "InvocationEnd", "InvocationFailed",
-    "InvocationResume", "InvocationStart", "InvocationYield", "ModelEnd", "ModelStart",
-    "PauseEvent", "QueueEdit", "QueueMove", "QueueRemove", "QueueSendNow", "QueuedEvent",
-    "ReasoningEvent", "ResumeEvent", "RetryEvent", "SeedEvent", "StateDelta", "SteerEvent",
-    "StopRequested", "StreamEvent", "ThoughtDelta", "TimerCancelled", "TimerFired", "TimerSet",
-    "ToolCall", "ToolCallDraft", "ToolDeferred", "ToolInput", "ToolResult", "ToolYield",
-    "Usage", "UserEvent", "dump_events", "dump_ledger", "load_event", "load_events",
-    "load_ledger",
+    "AssistantDelta", "AssistantEvent", "AudioDelta", "CallTiming", "CompactionEvent",
+    "ErrorEvent", "Event", "InputRequested", "InputResponse", "InterruptEvent", "InvocationEnd",
+    "InvocationFailed", "InvocationResume", "InvocationStart", "InvocationYield", "ModelEnd",
+    "ModelStart", "PauseEvent", "PhaseTiming", "QueueEdit", "QueueMove", "QueueRemove",
+    "QueueSendNow", "QueuedEvent", "ReasoningEvent", "ResumeEvent", "RetryEvent", "SeedEvent",
+    "SpanRef", "StateDelta", "SteerEvent", "StopRequested", "StreamEvent", "ThoughtDelta",
+    "TimerCancelled", "TimerFired", "TimerSet", "ToolCall", "ToolCallDraft", "ToolDeferred",
+    "ToolInput", "ToolResult", "ToolTiming", "ToolYield", "TurnTiming", "Usage", "UserEvent",
+    "dump_events", "dump_ledger", "load_event", "load_events", "load_ledger",
 ]
 
 #: Version of the stored ledger format. Bump it only with a loader for the older format.
 LEDGER_FORMAT = 1
+
+
+class Usage(BaseModel):
+    """Token usage of one model call, or summed over a turn (camelCase in REST bodies)."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    input_tokens: int = Field(default=0, description="Tokens read, the cached ones included.")
+    output_tokens: int = Field(default=0, description="Tokens written, reasoning included.")
+    cached_tokens: int = Field(default=0, description="Of the input, tokens read from the "
+                                                      "provider's prompt cache.")
+    reasoning_tokens: int = Field(default=0, description="Of the output, tokens the model "
+                                                         "spent reasoning.")
+    cost: float | None = Field(
+        default=None, description="What the tokens cost, by the app's price table (``App("
+                                  "prices=...)``; None: no call it covers had a price).")
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = self.cost if other.cost is None else \
+            other.cost if self.cost is None else self.cost + other.cost
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cost=None if cost is None else round(cost, 10),
+        )
+
+
+#: No tokens (frozen: one instance serves every default).
+NO_USAGE = Usage()
+
+class SpanRef(BaseModel):
+    """An OpenTelemetry span, by its W3C ids (hex): what a later span links to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trace_id: str = Field(description="32 hex digits.")
+    span_id: str = Field(description="16 hex digits.")
+
+
+class PhaseTiming(BaseModel):
+    """A store phase of a request: ``load`` (the session read), ``claim`` (the write that
+    lands before anything runs), ``write_ahead`` (a step's calls written before its tools
+    run). ``requests`` and ``capacity`` (DynamoDB's consumed capacity units) when the store
+    reports them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    start_ms: int = Field(description="Milliseconds from the request's start.")
+    duration_ms: int
+    requests: int | None = None
+    capacity: float | None = None
+
+
+class CallTiming(BaseModel):
+    """One model call: when it started (from the request's start), how long until its first
+    chunk and its end, what it used and cost, and what the provider said of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    provider: str = ""
+    model: str = Field(default="", description="The model the request named.")
+    response_model: str | None = None
+    response_id: str | None = None
+    finish_reason: str | None = None
+    start_ms: int
+    first_token_ms: int | None = Field(
+        default=None, description="Milliseconds from the call's start to its first chunk.")
+    duration_ms: int
+    usage: Usage = NO_USAGE
+    error: str | None = Field(default=None, description="The code of a call that failed.")
+
+
+class ToolTiming(BaseModel):
+    """One tool call's run: when it started, how long it took, what came of it (``result``,
+    ``error``, ``yielded``, ``approval``: it waits for a decision, ``denied``,
+    ``deferred``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    name: str
+    start_ms: int
+    duration_ms: int
+    outcome: str = "result"
+    error_type: str | None = None
+
+
+class TurnTiming(BaseModel):
+    """What one request's turn took, kept on the event that ends it (``invocation_end``,
+    ``invocation_yield``, ``invocation_failed``, a ``pause`` at a step boundary): its store
+    phases, each model call and tool, the tokens and cost, and its trace span (when
+    OpenTelemetry traced it: a later request that carries the invocation on links to it).
+    The commit comes after ``elapsed_ms``; its own time is in the trace."""
+
+    model_config = ConfigDict(frozen=True)
+
+    started: int = Field(description="When the request began, epoch milliseconds.")
+    elapsed_ms: int = Field(description="Milliseconds from the request's start to this event.")
+    phases: list[PhaseTiming] = Field(default_factory=list)
+    model_calls: list[CallTiming] = Field(default_factory=list)
+    tools: list[ToolTiming] = Field(default_factory=list)
+    usage: Usage = NO_USAGE
+    span: SpanRef | None = None
+
 
 
 class _Base(BaseModel):
@@ -143,6 +251,8 @@ class InvocationYield(_Base):
 
     type: Literal["invocation_yield"] = "invocation_yield"
     reason: Literal["tool", "message"] = Field(description="What the invocation waits for.")
+    timing: TurnTiming | None = Field(
+        default=None, description="What the request's turn took (None: not recorded).")
 
 
 class ToolInput(_Base):
@@ -257,6 +367,8 @@ class InvocationEnd(_Base):
                     "``stopped``: a stop rewound it to what the client saw; ``interrupted``: "
                     "an interrupt ended it while it waited or had failed).",
     )
+    timing: TurnTiming | None = Field(
+        default=None, description="What the request's turn took (None: not recorded).")
 
 
 class InvocationFailed(_Base):
@@ -267,6 +379,8 @@ class InvocationFailed(_Base):
     code: str = Field(description="Stable machine-readable reason (model_error, deadline, ...).")
     message: str = Field(description="Human-readable reason.")
     retryable: bool = Field(default=True, description="Whether a retry can succeed.")
+    timing: TurnTiming | None = Field(
+        default=None, description="What the request's turn took (None: not recorded).")
 
 
 class RetryEvent(_Base):
@@ -302,6 +416,8 @@ class PauseEvent(_Base):
     type: Literal["pause"] = "pause"
     rev: int = Field(default=0, description="The control record revision it came from "
                                             "(0: applied directly).")
+    timing: TurnTiming | None = Field(
+        default=None, description="What the request's turn took (None: not recorded).")
 
 
 class ResumeEvent(_Base):
@@ -477,27 +593,6 @@ Event = Annotated[LedgerEvent, Discriminator("type")]
 
 
 # --- stream-only events: emitted by a turn, never persisted ---------------------------------
-
-
-class Usage(BaseModel):
-    """Token usage of one model call, or summed over a turn (camelCase in REST bodies)."""
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
-        )
-
-
-#: No tokens (frozen: one instance serves every default).
-NO_USAGE = Usage()
 
 
 class ModelStart(_Base):

@@ -35,6 +35,8 @@ class ENV:
     SCHEDULER_ROLE_ARN = "DORMANT_SCHEDULER_ROLE_ARN"  # role Scheduler assumes to invoke it
     SCHEDULE_DLQ_ARN = "DORMANT_SCHEDULE_DLQ_ARN"  # SQS queue for deliveries that failed
     XRAY_SDK = "DORMANT_XRAY_SDK"  # "true": the Lambda functions trace with the X-Ray SDK
+    # "true": OpenTelemetry spans carry message contents (the GenAI conventions' switch)
+    OTEL_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
     APP = "DORMANT_APP"  # the app the Lambda functions serve: module:attribute or file.py
     ALARM_TOPIC = "DORMANT_ALARM_TOPIC"  # SNS topic the stack's alarms notify ("" : none)
 

@@ -17,6 +17,7 @@ from dormant._commit import Hold, Outcome
 from dormant._ids import BOOT
 from dormant._request.opening import claim_lease
 from dormant._run import Overtaken
+from dormant._timing import Recorder
 from dormant.errors import StoreError
 from dormant.schedulers import LEASE_GRACE_MS, lease_timer
 
@@ -39,11 +40,14 @@ class WriteAhead:
     commit): superseded, the step's tools do not run and the turn ends there (``outcome``
     then holds what was written); a store that cannot be written fails the turn before they
     run. The first write-ahead of a request that claimed nothing yet arms the lease's
-    wake-up timer (``armed``), which the request cancels once its turn committed."""
+    wake-up timer (``armed``), which the request cancels once its turn committed.
+    ``recorder``: times each write (the ``write_ahead`` phase)."""
 
     def __init__(self, host: Host, session: Session, *, lease: Callable[[], float | None],
-                 heartbeat: float, watch: ControlWatch, default_lease: float) -> None:
+                 heartbeat: float, watch: ControlWatch, default_lease: float,
+                 recorder: Recorder) -> None:
         self.host = host
+        self.recorder = recorder
         self.session = session
         self.lease = lease
         self.default_lease = default_lease
@@ -64,7 +68,9 @@ class WriteAhead:
         left = self.lease()
         until, held = claim_lease(host, self.default_lease if left is None else left,
                                   self.heartbeat)
-        outcome = host.sessions.policy.commit(session, hold=Hold(invocation, held, BOOT))
+        with self.recorder.phase("write_ahead") as phase:
+            outcome = host.sessions.policy.commit(session, hold=Hold(invocation, held, BOOT))
+            phase.attributes["dormant.commit.status"] = outcome.status
         if outcome.status == "failed":
             raise outcome.error or StoreError(
                 f"session {session.session_id} could not be written", retryable=True)

@@ -15,6 +15,7 @@ from dormant._inputs import HandlerInput
 if TYPE_CHECKING:
     from dormant._commit import CommitPolicy
     from dormant._measure import Meter
+    from dormant._timing import Prices
     from dormant.session import Session
     from dormant.stores._base import Store
 
@@ -65,6 +66,11 @@ class Host(Protocol):
     @property
     def meter(self) -> Meter | None:
         """Where each request, once ended, is counted (:mod:`dormant._measure`)."""
+        ...
+
+    @property
+    def prices(self) -> Prices:
+        """The app's price table (:class:`~dormant._timing.Price` by model name)."""
         ...
 
     @property

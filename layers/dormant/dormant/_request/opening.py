@@ -18,6 +18,7 @@ from dormant._inputs import CommitStatus, HandlerInput, Input
 from dormant._request.host import Host, RequestRules, derive_invocation
 from dormant._request.invocation import TurnInput, open_invocation, open_turn
 from dormant._run import Start
+from dormant._timing import Recorder
 from dormant.errors import (
     DuplicateMessage,
     InputError,
@@ -96,8 +97,9 @@ class Opened:
             else self.opening
 
 
-def open_request(host: Host, agent: Agent, request: HandlerInput, rules: RequestRules, *,
-                 lease: float | None = None, invocation_id: str | None = None,
+def open_request(host: Host, agent: Agent, request: HandlerInput, rules: RequestRules,
+                 recorder: Recorder, *, lease: float | None = None,
+                 invocation_id: str | None = None,
                  on_start: Callable[[Head], None] | None = None) -> Opened:
     """Open ``request``: decide what it does from the head, claim what must land first,
     then open the turn's invocation (:func:`~dormant._request.invocation.open_turn`).
@@ -108,7 +110,7 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
     applied), before anything is decided (so a refused request can still show it). Raises
     :class:`~dormant.errors.DormantError` for a refused request (nothing written, or only
     its claim) and :class:`pydantic.ValidationError` for a state that does not fit the
-    schema."""
+    schema. ``recorder``: times the load and the claim."""
     sid = (normalize_session_id(request.session_id) if request.session_id is not None
            else mint_session_id())
     if request.public:
@@ -117,12 +119,16 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
         raise InputError("input.audio is for app.handler.voice (POST /voice), which "
                          "transcribes it; this handler takes a text message")
     for attempt in range(CLAIM_ATTEMPTS):
-        session = _load(host, agent, sid, request, rules)
+        with recorder.phase("load"):
+            session = _load(host, agent, sid, request, rules)
         opened = _decided(host, agent, session, request, on_start, invocation_id)
         opened.lost_claims = attempt
         if _claims(opened):
             try:
-                _claim(host, opened, rules.lease if lease is None else lease, rules.heartbeat)
+                with recorder.phase("claim") as phase:
+                    _claim(host, opened, rules.lease if lease is None else lease,
+                           rules.heartbeat)
+                    phase.attributes["dormant.commit.status"] = opened.commit
             except LostClaim:
                 continue  # somebody's progress: decide again from the newer head
         if opened.turn is not None:

@@ -22,11 +22,13 @@ from dormant._commit import Outcome
 from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, write_asks
 from dormant._ids import new_id
 from dormant._inputs import CommitStatus, HandlerInput, Input, RetryRequest, landed
+from dormant._otel import sink as otel_sink
 from dormant._request.ahead import WriteAhead
 from dormant._request.host import Host, RequestRules
 from dormant._request.opening import Opened, open_request
 from dormant._run import run_turn
 from dormant._run.compaction import claim_in
+from dormant._timing import Recorder, outcome_of, parked_spans
 from dormant.errors import (
     MODEL_ERROR_CODES,
     DormantError,
@@ -127,70 +129,97 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
     id; ``on_start``: see :func:`~dormant._request.opening.open_request`; ``on_open``:
     called with the opened request before anything runs; ``on_done``: with the request's own
     outcome, before the inbox drains; ``drains``: False for the turns a drain runs."""
-    served = _open(serving, request, signal, invocation_id, on_start)
-    opened = served.opened
-    if opened is None:
+    host = serving.host
+    recorder = Recorder(agent=serving.agent.name, clock=host.clock, prices=host.prices,
+                        sink=otel_sink(), counters=getattr(host.store, "counters", None))
+    served = Served()
+    try:
+        _open(serving, served, request, signal, recorder, invocation_id, on_start)
+        opened = served.opened
+        if opened is None:
+            _done(served, on_done)
+            return served
+        if recorder.span is not None:
+            recorder.opened(session_id=opened.session.session_id,
+                            invocation_id=opened.invocation_id,
+                            links=parked_spans(opened.session.loaded_events,
+                                               opened.invocation_id))
+        if on_open is not None:
+            on_open(opened)
+        session, start = opened.session, opened.start
+        if start is None:
+            _finish(serving, served, opened, recorder)
+        else:  # the turn runs here, in this frame: every event of the turn passes through it
+            running = _Running(start.invocation_id)
+            # a claim's lease, and a first turn's announcement, live on the turn's heartbeat
+            beats = session.version == 0 or (session.claimed and session.head.running)
+            watch = ControlWatch(host.store, session.session_id, running.reader(), signal,
+                                 interval=serving.poll_interval,
+                                 control_rev=session.head.control_rev, session=session,
+                                 heartbeat=serving.rules.heartbeat if beats else 0.0,
+                                 clock=host.clock).start()
+            ahead = WriteAhead(host, session, watch=watch, heartbeat=serving.rules.heartbeat,
+                               lease=lambda: _lease(serving, signal),
+                               default_lease=serving.rules.lease, recorder=recorder)
+            try:
+                yield from opened.shown  # committed by the claim, or opened in the slice
+                served.result = yield from run_turn(
+                    serving.agent, session, start, hooks=serving.hooks,
+                    error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
+                    watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead,
+                    client_tools=request.input.client_tools or (),
+                    client_context=request.input.context or (), recorder=recorder)
+                _check_state(serving.rules, session)
+                if session.window.effects_end == 0 and not signal.stopped:
+                    signal.raise_if_aborted()  # aborted at the very end: write nothing
+            except Exception as error:
+                _run_failed(serving, served, error, request, session, signal)
+            finally:
+                watch.close()
+            if ahead.outcome is not None:  # superseded before a step's tools ran: written
+                served.outcome = ahead.outcome
+            elif served.error is None:
+                _commit(serving, served, request, session, recorder)
+            _disarm(serving, served, session, [opened.armed, ahead.armed])
+            if session.version == 0:  # a first turn that wrote nothing: it was never there
+                watch.retract()
         _done(served, on_done)
-        return served
-    if on_open is not None:
-        on_open(opened)
-    session, start = opened.session, opened.start
-    if start is None:
-        _finish(serving, served, opened)
-    else:  # the turn runs here, in this frame: every event of the turn passes through it
-        host = serving.host
-        running = _Running(start.invocation_id)
-        # a claim's lease, and a first turn's announcement, live on the turn's heartbeat
-        beats = session.version == 0 or (session.claimed and session.head.running)
-        watch = ControlWatch(host.store, session.session_id, running.reader(), signal,
-                             interval=serving.poll_interval,
-                             control_rev=session.head.control_rev, session=session,
-                             heartbeat=serving.rules.heartbeat if beats else 0.0,
-                             clock=host.clock).start()
-        ahead = WriteAhead(host, session, watch=watch, heartbeat=serving.rules.heartbeat,
-                           lease=lambda: _lease(serving, signal),
-                           default_lease=serving.rules.lease)
-        try:
-            yield from opened.shown  # committed by the claim, or opened in the slice
-            served.result = yield from run_turn(
-                serving.agent, session, start, hooks=serving.hooks,
-                error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
-                watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead,
-                client_tools=request.input.client_tools or (),
-                client_context=request.input.context or ())
-            _check_state(serving.rules, session)
-            if session.window.effects_end == 0 and not signal.stopped:
-                signal.raise_if_aborted()  # aborted at the very end: write nothing
-        except Exception as error:
-            _run_failed(serving, served, error, request, session, signal)
-        finally:
-            watch.close()
-        if ahead.outcome is not None:  # superseded before a step's tools ran: written
-            served.outcome = ahead.outcome
-        elif served.error is None:
-            _commit(serving, served, request, session)
-        _disarm(serving, served, session, [opened.armed, ahead.armed])
-        if session.version == 0:  # a first turn that wrote nothing: it was never there
-            watch.retract()
-    _done(served, on_done)
-    if drains and not served.errored:
-        _drain(serving, served, session, request, signal)
+    finally:
+        _close(recorder, served)
+    if drains and not served.errored and served.opened is not None:
+        _drain(serving, served, served.opened.session, request, signal)
     return served
 
 
-def _open(serving: Serving, request: HandlerInput, signal: Signal,
-          invocation_id: str | None, on_start: Callable[[Head], None] | None) -> Served:
-    """Open the request: ``opened`` set, or the error that refused it (nothing written)."""
-    served = Served()
+def _open(serving: Serving, served: Served, request: HandlerInput, signal: Signal,
+           recorder: Recorder, invocation_id: str | None,
+           on_start: Callable[[Head], None] | None) -> None:
+    """Open the request: ``served.opened`` set, or the error that refused it (nothing
+    written)."""
     try:
         served.opened = open_request(serving.host, serving.agent, request, serving.rules,
-                                     lease=_lease(serving, signal),
+                                     recorder, lease=_lease(serving, signal),
                                      invocation_id=invocation_id, on_start=on_start)
     except ValidationError as error:
         _failed(served, InputError("invalid request: " + describe_validation(error)))
     except DormantError as error:
         _failed(served, error)
-    return served
+
+
+def _close(recorder: Recorder, served: Served) -> None:
+    """End the request's trace: its outcome, how it reached the store."""
+    if recorder.span is None:
+        return
+    result, outcome = served.result, served.outcome
+    if served.error is not None or (result is None and served.opened is None):
+        status, code = "error", served.code or "aborted"
+    elif result is not None:
+        status, code = result.status, getattr(result, "code", None)
+    else:
+        opened = served.opened
+        status, code = (opened.plan.status if opened is not None else "recorded"), None
+    commit = outcome.status if outcome is not None else served.commit
+    recorder.close(outcome=outcome_of(status, code), commit=commit, code=code)
 
 
 def _run_failed(serving: Serving, served: Served, error: Exception, request: HandlerInput,
@@ -212,11 +241,13 @@ def _run_failed(serving: Serving, served: Served, error: Exception, request: Han
 
 
 def _commit(serving: Serving, served: Served, request: HandlerInput,
-            session: Session) -> None:
+            session: Session, recorder: Recorder) -> None:
     """Commit the turn that ran (the commit policy hands its timers over too), then write
     what it asks of a turn running elsewhere."""
     try:
-        served.outcome = outcome = serving.host.sessions.policy.commit(session)
+        with recorder.phase("commit") as phase:
+            served.outcome = outcome = serving.host.sessions.policy.commit(session)
+            phase.attributes["dormant.commit.status"] = outcome.status
     except (DuplicateMessage, RetryRefused) as error:  # a redelivery lost the race
         _failed(served, error)
         return
@@ -268,7 +299,7 @@ def _fail_landed(serving: Serving, session: Session, result: RunResult | None,
                       extra={"session_id": session.session_id})
 
 
-def _finish(serving: Serving, served: Served, opened: Opened) -> None:
+def _finish(serving: Serving, served: Served, opened: Opened, recorder: Recorder) -> None:
     """A request that runs no turn: commit what its inputs recorded that its claim did not
     (if anything), then write what it asks of the running turn. A store that cannot be
     written, or inputs that no longer fit a newer head (``SessionMoved``), fail it."""
@@ -277,7 +308,9 @@ def _finish(serving: Serving, served: Served, opened: Opened) -> None:
     served.version = opened.version if opened.commit else session.version
     try:
         if session.dirty:
-            outcome = serving.host.sessions.policy.commit(session)
+            with recorder.phase("commit") as phase:
+                outcome = serving.host.sessions.policy.commit(session)
+                phase.attributes["dormant.commit.status"] = outcome.status
             if outcome.status == "failed":
                 raise outcome.error or StoreError(
                     f"session {session.session_id} could not be written")

@@ -21,6 +21,7 @@ from dormant._ids import new_id, now_ms
 from dormant._inputs import ClientContext, ClientTool
 from dormant._patch import to_json_value
 from dormant._run.compaction import compact_if_due
+from dormant._run.content import output_content, request_content
 from dormant._run.state import ClaimCompaction, Clock, Overtaken, RunState, Start, WriteAhead
 from dormant._run.tools import (
     Call,
@@ -30,6 +31,7 @@ from dormant._run.tools import (
     state_delta,
     written_ahead,
 )
+from dormant._timing import CallRecorder, Recorder
 from dormant.agent import Agent, ClientPart, ErrorHandler, Hook, HookContext, System, client_notes
 from dormant.errors import InputError
 from dormant.events import (
@@ -58,9 +60,11 @@ from dormant.events import ThoughtDelta as ThoughtDeltaEvent
 from dormant.models._base import (
     AudioChunk,
     Message,
+    Model,
     ModelError,
     ModelRequest,
     ReasoningChunk,
+    ResponseInfo,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
@@ -68,6 +72,7 @@ from dormant.models._base import (
     ToolResultChunk,
     ToolSpec,
     UsageChunk,
+    identify,
 )
 from dormant.results import (
     CompletedResult,
@@ -102,6 +107,7 @@ def run_turn(
     write_ahead: WriteAhead | None = None,
     client_tools: Sequence[ClientTool] = (),
     client_context: Sequence[ClientContext] = (),
+    recorder: Recorder | None = None,
 ) -> Stream:
     """Carry a turn on from ``start``: its invocation is open in ``session`` already (the
     request room, :func:`dormant._request.open_turn`, wrote the opening or a claim committed
@@ -116,6 +122,7 @@ def run_turn(
     run.watch = watch
     run.claim_compaction = claim_compaction
     run.write_ahead = write_ahead
+    run.recorder = recorder
     run.invocation_id = start.invocation_id
     run.trigger = start.trigger
     if client_tools:
@@ -339,38 +346,53 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     reasoning: list[dict[str, Any]] = []
     provider = ""
     usage = NO_USAGE
-    for chunk in model.stream(request, signal=signal):
-        if signal.aborted:
+    timed = _timed(run, model, step, request)
+    try:
+        for chunk in model.stream(request, signal=signal):
+            if signal.aborted:
+                raise Aborted("the turn was aborted")
+            if timed is not None and timed.first is None:
+                timed.chunk()
+            if isinstance(chunk, TextDelta):
+                if chunk.text:
+                    parts.append(chunk.text)
+                    delta = AssistantDelta(invocation_id=invocation_id, message_id=reply_id,
+                                           delta=chunk.text)
+                    run.deltas.append(delta)
+                    yield delta
+            elif isinstance(chunk, ThoughtDelta):
+                yield ThoughtDeltaEvent(invocation_id=invocation_id, message_id=thought_id,
+                                        delta=chunk.text)
+            elif isinstance(chunk, AudioChunk):
+                if chunk.data:  # stream-only: the ledger keeps the transcript, not the audio
+                    yield AudioDelta(invocation_id=invocation_id, message_id=reply_id,
+                                     data=base64.b64encode(chunk.data).decode("ascii"),
+                                     format=chunk.format, rate=chunk.rate)
+            elif isinstance(chunk, ToolCallDelta):
+                _draft(run, chunk)
+            elif isinstance(chunk, ToolCallChunk):
+                _drafted(run, chunk)
+                calls.append(_parse_call(chunk))
+            elif isinstance(chunk, ToolResultChunk):
+                provided[chunk.call_id] = chunk
+            elif isinstance(chunk, ReasoningChunk):
+                reasoning.append(chunk.item)
+                provider = chunk.provider
+            elif isinstance(chunk, UsageChunk) and _counts(chunk.usage):
+                usage = usage + chunk.usage
+            elif isinstance(chunk, ResponseInfo) and timed is not None:
+                timed.response(model=chunk.model, response_id=chunk.response_id,
+                               finish_reason=chunk.finish_reason)
+        if signal.aborted:  # the model stopped early because the turn was stopped or aborted
             raise Aborted("the turn was aborted")
-        if isinstance(chunk, TextDelta):
-            if chunk.text:
-                parts.append(chunk.text)
-                delta = AssistantDelta(invocation_id=invocation_id, message_id=reply_id,
-                                       delta=chunk.text)
-                run.deltas.append(delta)
-                yield delta
-        elif isinstance(chunk, ThoughtDelta):
-            yield ThoughtDeltaEvent(invocation_id=invocation_id, message_id=thought_id,
-                                    delta=chunk.text)
-        elif isinstance(chunk, AudioChunk):
-            if chunk.data:  # stream-only: the ledger keeps the transcript, not the audio
-                yield AudioDelta(invocation_id=invocation_id, message_id=reply_id,
-                                 data=base64.b64encode(chunk.data).decode("ascii"),
-                                 format=chunk.format, rate=chunk.rate)
-        elif isinstance(chunk, ToolCallDelta):
-            _draft(run, chunk)
-        elif isinstance(chunk, ToolCallChunk):
-            _drafted(run, chunk)
-            calls.append(_parse_call(chunk))
-        elif isinstance(chunk, ToolResultChunk):
-            provided[chunk.call_id] = chunk
-        elif isinstance(chunk, ReasoningChunk):
-            reasoning.append(chunk.item)
-            provider = chunk.provider
-        elif isinstance(chunk, UsageChunk) and _counts(chunk.usage):
-            usage = usage + chunk.usage
-    if signal.aborted:  # the model stopped early because the turn was stopped or aborted
-        raise Aborted("the turn was aborted")
+    except BaseException as error:
+        if timed is not None:
+            timed.end(usage, error=_error_code(run, error))
+        raise
+    if timed is not None:
+        usage = timed.end(usage)
+        if timed.recorder.content:
+            timed.content(output_content("".join(parts), calls, timed.finish_reason))
     if _counts(usage):
         run.usage = run.usage + usage
     yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage)
@@ -409,6 +431,29 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     for call, result in ran_there:
         yield run.emit(_provider_result(run, call, result))
     return [call for call in calls if all(call is not done for done, _ in ran_there)]
+
+
+def _timed(run: RunState, model: Model, step: int, request: ModelRequest
+           ) -> CallRecorder | None:
+    """The step's model call, timed (None: the turn has no recorder)."""
+    recorder = run.recorder
+    if recorder is None:
+        return None
+    provider, name = identify(model)
+    timed = recorder.call(step, provider=provider, model=name)
+    if recorder.content:
+        timed.content(request_content(request))
+    return timed
+
+
+def _error_code(run: RunState, error: BaseException) -> str:
+    """A failed model call's code, as its timing and span keep it."""
+    if isinstance(error, ModelError):
+        return error.code
+    if isinstance(error, Aborted):
+        signal = run.signal
+        return "stopped" if signal.stopped else "deadline" if signal.expired else "aborted"
+    return type(error).__name__
 
 
 def _unprovided(run: RunState, call: Call) -> None:

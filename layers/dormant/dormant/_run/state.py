@@ -7,14 +7,26 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dormant._timing import Recorder
 from dormant.agent import Agent, ErrorHandler, Hook, HookContext
-from dormant.events import NO_USAGE, Event, StreamEvent, Usage
+from dormant.events import (
+    NO_USAGE,
+    Event,
+    InvocationEnd,
+    InvocationFailed,
+    InvocationYield,
+    PauseEvent,
+    StreamEvent,
+    Usage,
+)
 from dormant.session import Session
 from dormant.tools import Signal, Tool
 
 __all__ = ["ClaimCompaction", "Clock", "Overtaken", "RunState", "Start", "WriteAhead"]
 
 Clock = Callable[[], int]
+#: The events that end a request's turn: each keeps what the turn took (``timing``).
+_ENDINGS = frozenset({InvocationEnd, InvocationYield, InvocationFailed, PauseEvent})
 #: Claims the compaction of ledger positions ``covered_from`` … ``tail_start`` for this turn:
 #: True, this turn summarises them; False, another turn does (this one does not pay for it).
 ClaimCompaction = Callable[["RunState", int, int], bool]
@@ -92,9 +104,16 @@ class RunState:
     client_tools: dict[str, Tool] = field(default_factory=dict)
     #: The system part made of the client's context (AG-UI ``context``), if any.
     client_notes: str | None = None
+    #: What times the turn's model calls and tools (None: nothing is timed, e.g.
+    #: ``app.run``); the event that ends the turn keeps its timing.
+    recorder: Recorder | None = None
 
     def emit(self, event: Event) -> Event:
-        """Append a ledger event to the session's uncommitted slice, and hand it back to yield."""
+        """Append a ledger event to the session's uncommitted slice, and hand it back to
+        yield. The event that ends the turn carries its timing."""
+        recorder = self.recorder
+        if recorder is not None and type(event) in _ENDINGS and event.invocation_id:
+            event = event.model_copy(update={"timing": recorder.timing()})
         self.session.add_event(event)
         return event
 

@@ -11,6 +11,7 @@ Every function takes the turn's :class:`~dormant._run.state.RunState` explicitly
 from __future__ import annotations
 
 import inspect
+import json
 import queue
 import threading
 from collections.abc import Callable, Generator
@@ -26,6 +27,7 @@ from dormant._inputs import ClientTool
 from dormant._patch import apply_patch, json_copy, make_patch, to_json_value
 from dormant._run.state import RunState
 from dormant._schema import schema_errors
+from dormant._timing import ToolRecorder
 from dormant.agent import HookContext
 from dormant.errors import describe_validation
 from dormant.events import (
@@ -76,6 +78,12 @@ class Call:
     #: result came in the response never reaches the tool phase).
     provider_executed: bool = False
     provider_metadata: dict[str, Any] | None = None
+    #: Its run was timed (:func:`_execute`): what it took is in the turn's timing already.
+    timed: bool = False
+    #: The class of the exception that failed it, if one did.
+    error_type: str | None = None
+    #: It runs because a person approved it.
+    approved: bool = False
 
 
 # --- a model step's calls ----------------------------------------------------------------------
@@ -111,6 +119,7 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
     ran = any(call.ran for call in calls)
     parks = False
     for call in calls:
+        _outcome(run, call)
         if call.approval_id is not None:
             parks = True
             yield run.emit(ApprovalRequested(
@@ -236,7 +245,8 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
         if pending.settled or pending.deferred:
             continue  # (a deferred call that waits: its result lands from outside)
         if pending.approval_id is not None:
-            call = Call(call_id=pending.call_id, name=pending.name, args=pending.args)
+            call = Call(call_id=pending.call_id, name=pending.name, args=pending.args,
+                        approved=pending.approved)
             if pending.approved:
                 _resolve(run, call)
                 if call.error is None and call.tool is not None and call.tool.deferred:
@@ -256,8 +266,10 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
     yield from _execute_all(run, approved, work)
     yield from state_delta(run, work)
     for call in done:  # already in call order: the loop walked the step
+        _outcome(run, call)
         yield run.emit(_tool_result(run, call))
     for call in admitted:
+        _outcome(run, call)
         yield run.emit(ToolDeferred(invocation_id=run.invocation_id, call_id=call.call_id,
                                     name=call.name, args=to_json_value(call.parsed)))
     if any(call.ran for call in done) or run.session.claimed:
@@ -368,6 +380,9 @@ def _execute(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> Ou
     does not start."""
     assert call.tool is not None
     own: dict[str, Any] = json_copy(work)
+    recorder = run.recorder
+    timed = recorder.tool(call.call_id, call.name, description=call.tool.description) \
+        if recorder is not None else None
     if run.signal.aborted:
         call.error = _cut(run, call)
     else:
@@ -379,9 +394,9 @@ def _execute(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> Ou
                 call.ran = True
             elif call.tool.execute is not None:
                 call.ran = True
-                result = _in_context(ctx, call.tool.execute)
+                result = _in_context(ctx, call.tool.execute, timed)
                 if inspect.isgenerator(result):
-                    result = yield from _outputs(run, ctx, result)
+                    result = yield from _outputs(run, ctx, result, timed)
             else:
                 result = answer
             for hook in run.hooks:
@@ -391,33 +406,41 @@ def _execute(run: RunState, call: Call, work: dict[str, Any], answer: Any) -> Ou
                     if replaced is not None:
                         result = replaced
             call.result = to_json_value(result)
-        except Aborted:
+        except Aborted as error:
             # Cooperative cancellation: the call did not finish. The step still closes (its
             # result says so) and the run stops at the step boundary.
             call.error = _cut(run, call)
+            call.error_type = type(error).__name__
         except Exception as error:
             call.error = f"{call.name} failed: {error}"
+            call.error_type = type(error).__name__
     kept = work if call.error is not None else own
     kept = _finalize(run, call, kept, answer)
     patch = make_patch(work, kept)
     call.patch = patch or None
+    if timed is not None:
+        call.timed = True
+        if recorder is not None and recorder.content:
+            timed.content(_tool_content(call))
+        timed.end("error" if call.error is not None else "result",
+                  error_type=call.error_type, approved=call.approved or None)
 
 
-def _outputs(run: RunState, ctx: ToolContext,
-             produced: Generator[Any, Any, Any]) -> Generator[Any, None, Any]:
+def _outputs(run: RunState, ctx: ToolContext, produced: Generator[Any, Any, Any],
+             timed: ToolRecorder | None) -> Generator[Any, None, Any]:
     """Drive a generator tool: yield each output (as JSON), return its return value. Once
     the turn's signal is set it is not resumed: it is closed and the call is cut."""
     try:
         while True:
             try:
-                output = _in_context(ctx, lambda _: next(produced))
+                output = _in_context(ctx, lambda _: next(produced), timed)
             except StopIteration as stop:
                 return stop.value
             yield to_json_value(output)
             if run.signal.aborted:
                 raise Aborted("the turn was aborted")
     finally:
-        _in_context(ctx, lambda _: produced.close())  # its cleanup sees its context
+        _in_context(ctx, lambda _: produced.close(), timed)  # its cleanup sees its context
 
 
 def _cut(run: RunState, call: Call) -> str:
@@ -474,9 +497,53 @@ def _apply(work: dict[str, Any], call: Call) -> None:
         apply_patch(work, call.patch)
 
 
-def _in_context(ctx: ToolContext, fn: Callable[[ToolContext], Any]) -> Any:
+def _in_context(ctx: ToolContext, fn: Callable[[ToolContext], Any],
+                timed: ToolRecorder | None = None) -> Any:
+    """Call ``fn`` as the current tool (``timed``: its span is the current one meanwhile)."""
     token = CURRENT_TOOL.set(ctx)
     try:
-        return fn(ctx)
+        if timed is None:
+            return fn(ctx)
+        with timed.running():
+            return fn(ctx)
     finally:
         CURRENT_TOOL.reset(token)
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+
+def _outcome(run: RunState, call: Call) -> None:
+    """What came of a call its step did not run here (it waits for a decision, an answer or
+    a result from outside; it was denied; it could not run), in the turn's timing. A call
+    that ran has its timing already."""
+    recorder = run.recorder
+    if recorder is None or call.timed:
+        return
+    tool = call.tool
+    if call.denied:
+        outcome = "denied"
+    elif call.error is not None:
+        outcome = "error"
+    elif call.approval_id is not None and not call.ran:
+        outcome = "approval"
+    elif tool is not None and tool.deferred:
+        outcome = "deferred"
+    elif tool is not None and tool.yields:
+        outcome = "yielded"
+    else:
+        outcome = "result"
+    timed = recorder.tool(call.call_id, call.name,
+                          description=tool.description if tool is not None else None)
+    if recorder.content:
+        timed.content(_tool_content(call))
+    timed.end(outcome, error_type=call.error_type)
+
+
+def _tool_content(call: Call) -> dict[str, str]:
+    """A call's arguments and result for its span (content capture only)."""
+    content = {"gen_ai.tool.call.arguments": json.dumps(call.args, default=str)}
+    if call.error is not None or call.result is not None:
+        content["gen_ai.tool.call.result"] = call.error if call.error is not None \
+            else json.dumps(call.result, default=str)
+    return content

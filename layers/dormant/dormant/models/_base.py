@@ -24,6 +24,7 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "ReasoningChunk",
+    "ResponseInfo",
     "TextDelta",
     "ThoughtDelta",
     "ToolCallChunk",
@@ -34,6 +35,7 @@ __all__ = [
     "ToolSpec",
     "UsageChunk",
     "UserMessage",
+    "identify",
 ]
 
 
@@ -214,6 +216,17 @@ class UsageChunk:
 
 
 @dataclass(frozen=True)
+class ResponseInfo:
+    """What the provider said of its response, for traces and the turn's timing: the model
+    that answered (``model``), the response's id, and why it finished (``finish_reason``,
+    the provider's own word: ``stop``, ``tool_calls``, ``length``, ``end_turn``, …)."""
+
+    model: str | None = None
+    response_id: str | None = None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class AudioChunk:
     """A piece of the reply as audio (a realtime model's voice): raw bytes in ``format``
     (``pcm16``: 16-bit little-endian mono PCM) at ``rate`` samples a second. Streamed to
@@ -226,7 +239,7 @@ class AudioChunk:
 
 
 ModelChunk = (TextDelta | ThoughtDelta | ToolCallChunk | ToolCallDelta | UsageChunk
-              | ReasoningChunk | AudioChunk | ToolResultChunk)
+              | ReasoningChunk | AudioChunk | ToolResultChunk | ResponseInfo)
 
 
 class ModelError(Exception):
@@ -257,7 +270,8 @@ class Model(Protocol):
     :class:`TextDelta` (streamed text, shown to clients as it arrives), :class:`ThoughtDelta`
     (reasoning, streamed but not kept), :class:`ToolCallChunk` (one whole tool call; an empty
     ``call_id`` lets the runtime derive a stable one; ``provider_executed`` for one the
-    provider ran, whose :class:`ToolResultChunk` follows), optionally one :class:`UsageChunk`,
+    provider ran, whose :class:`ToolResultChunk` follows), optionally one :class:`UsageChunk`
+    and one :class:`ResponseInfo` (the response's id, model and finish reason, for traces),
     and for a model that speaks, :class:`AudioChunk` (streamed, not kept; its transcript comes
     as text). A model with a true ``realtime`` attribute makes its agents yield for the next
     message by default (``yields=None``).
@@ -265,6 +279,9 @@ class Model(Protocol):
     text only ends the turn. ``signal`` is set when the turn is stopped or cut short: a slow
     model waits on it (``signal.wait(seconds)``) and returns early. Raise :class:`ModelError`
     for a failed call (``retryable`` says whether the same call can succeed later).
+
+    Optional attributes name it in traces and the price table: ``provider`` (``openai``,
+    ``aws.bedrock``, …) and ``model`` (see :func:`identify`).
 
     The models that ship: ``OpenAIModel`` (and compatible servers), ``OpenAIRealtimeModel``
     (the Realtime API, text and audio), ``BedrockModel`` (Amazon Bedrock's Converse API,
@@ -274,3 +291,13 @@ class Model(Protocol):
     """
 
     def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]: ...
+
+
+def identify(model: object) -> tuple[str, str]:
+    """A model's provider and name, for traces and the price table: its ``provider``
+    attribute (the conventions' ``gen_ai.provider.name``: ``openai``, ``aws.bedrock``, …;
+    "" if it has none) and its ``model`` or ``model_id`` (else its class name)."""
+    provider = getattr(model, "provider", "")
+    name = getattr(model, "model", None) or getattr(model, "model_id", None)
+    return (provider if isinstance(provider, str) else "",
+            name if isinstance(name, str) else type(model).__name__)
