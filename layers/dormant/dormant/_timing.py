@@ -6,6 +6,8 @@ its cost by the app's price table, :class:`Price`) and each tool run, and hands 
 the :class:`~dormant.events.TurnTiming` it keeps on the event that ends the turn. The ledger
 is where the console and ``dormant sessions show`` read it.
 
+The records it builds are trusted (its own values): they are constructed, not validated.
+
 A :class:`Sink` sees the same moments as they happen: the OpenTelemetry bridge
 (:mod:`dormant._otel`) turns them into spans and metrics. With no sink the recorder only
 reads the clock.
@@ -102,9 +104,10 @@ MAX_LINKS = 8
 
 
 def parked_spans(events: Sequence[Event], invocation_id: str | None) -> list[SpanRef]:
-    """The spans of the requests that parked ``invocation_id`` before (the latest first), as
-    the timing of the events that ended them keeps them: what a request carrying the
-    invocation on links to."""
+    """The spans of the requests that parked ``invocation_id`` before, or claimed its
+    reopening (the latest first), as the events they wrote keep them (an ending's
+    ``timing.span``, a reopening's ``span``): what a request carrying the invocation on links
+    to."""
     refs: list[SpanRef] = []
     if invocation_id is None:
         return refs
@@ -114,8 +117,9 @@ def parked_spans(events: Sequence[Event], invocation_id: str | None) -> list[Spa
         if isinstance(event, InvocationStart) or len(refs) == MAX_LINKS:
             break
         timing = getattr(event, "timing", None)
-        if timing is not None and timing.span is not None:
-            refs.append(timing.span)
+        ref = timing.span if timing is not None else getattr(event, "span", None)
+        if ref is not None:
+            refs.append(ref)
     return refs
 
 
@@ -210,13 +214,16 @@ class Recorder:
         for ref in links:
             span.link(ref)
 
+    def span_ref(self) -> SpanRef | None:
+        """The request's span, for a later request to link to (None: not traced)."""
+        return self.span.ref() if self.span is not None else None
+
     def timing(self) -> TurnTiming:
         """The turn's timing so far, for the event that ends it."""
-        span = self.span
-        return TurnTiming(started=self.started, elapsed_ms=self.offset(),
-                          phases=list(self.phases), model_calls=list(self.calls),
-                          tools=list(self.tools), usage=self.usage,
-                          span=span.ref() if span is not None else None)
+        return TurnTiming.model_construct(
+            started=self.started, elapsed_ms=self.offset(), phases=list(self.phases),
+            model_calls=list(self.calls), tools=list(self.tools), usage=self.usage,
+            span=self.span_ref())
 
     def close(self, *, outcome: str, commit: str | None = None,
               code: str | None = None) -> None:
@@ -283,7 +290,7 @@ class Phase:
             requests, capacity = after[0] - self.before[0], after[1] - self.before[1]
         duration = recorder.offset() - self.start
         if self.name != "commit":  # (the commit comes after the event that keeps the timing)
-            recorder.phases.append(PhaseTiming(
+            recorder.phases.append(PhaseTiming.model_construct(
                 name=self.name, start_ms=self.start, duration_ms=duration, requests=requests,
                 capacity=round(capacity, 3) if capacity else None))
         span = self.span
@@ -340,7 +347,7 @@ class CallRecorder:
         """The call ended (``error``: the code of a failed one); ``usage`` with its cost."""
         recorder = self.recorder
         usage = recorder.price(usage, self.model, self.response_model)
-        timing = CallTiming(
+        timing = CallTiming.model_construct(
             step=self.step, provider=self.provider, model=self.model,
             response_model=self.response_model, response_id=self.response_id,
             finish_reason=self.finish_reason, start_ms=self.start,
@@ -407,7 +414,7 @@ class ToolRecorder:
         ``deferred`` (``error_type``: the exception's class name, for an error;
         ``approved``: it ran once a person approved it)."""
         recorder = self.recorder
-        recorder.tools.append(ToolTiming(
+        recorder.tools.append(ToolTiming.model_construct(
             call_id=self.call_id, name=self.name, start_ms=self.start,
             duration_ms=recorder.offset() - self.start, outcome=outcome,
             error_type=error_type))

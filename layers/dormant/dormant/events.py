@@ -267,6 +267,10 @@ class InvocationResume(_Base):
     """A parked invocation reopens."""
 
     type: Literal["invocation_resume"] = "invocation_resume"
+    span: SpanRef | None = Field(
+        default=None, description="The trace span of the request whose claim reopened it "
+                                  "(when OpenTelemetry traced it): a request that takes the "
+                                  "invocation over links to it.")
 
 
 class ToolResult(_Base):
@@ -388,6 +392,10 @@ class RetryEvent(_Base):
 
     type: Literal["retry"] = "retry"
     retry_id: str = Field(description="Id of this retry: a resent retry lands once.")
+    span: SpanRef | None = Field(
+        default=None, description="The trace span of the request whose claim reopened it "
+                                  "(when OpenTelemetry traced it): a request that takes the "
+                                  "invocation over links to it.")
 
 
 class StopRequested(_Base):

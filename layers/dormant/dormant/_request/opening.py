@@ -38,6 +38,7 @@ from dormant.events import (
     QueueSendNow,
     ResumeEvent,
     RetryEvent,
+    SpanRef,
     StopRequested,
     TimerFired,
     ToolResult,
@@ -121,7 +122,8 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
     for attempt in range(CLAIM_ATTEMPTS):
         with recorder.phase("load"):
             session = _load(host, agent, sid, request, rules)
-        opened = _decided(host, agent, session, request, on_start, invocation_id)
+        opened = _decided(host, agent, session, request, on_start, invocation_id,
+                          recorder.span_ref())
         opened.lost_claims = attempt
         if _claims(opened):
             try:
@@ -230,8 +232,10 @@ def _refuse_deferred_answers(session: Session, given: Input) -> None:
 
 
 def _decided(host: Host, agent: Agent, session: Session, request: HandlerInput,
-             on_start: Callable[[Head], None] | None, fresh: str | None) -> Opened:
-    """Apply the request's inputs to ``session`` and decide what runs (nothing written)."""
+             on_start: Callable[[Head], None] | None, fresh: str | None,
+             span: SpanRef | None) -> Opened:
+    """Apply the request's inputs to ``session`` and decide what runs (nothing written).
+    ``span``: the request's trace span, kept on a reopening its claim writes."""
     given = request.input
     sessions = host.sessions
     wake_up = given.timer is not None and is_lease_timer(given.timer.name)
@@ -277,12 +281,13 @@ def _decided(host: Host, agent: Agent, session: Session, request: HandlerInput,
             host.sessions.arm(session.session_id, given.timer.name,
                               head.lease + LEASE_GRACE_MS)
     if decided.run:
-        _what_runs(host, agent, opened, given, first, fresh)
+        _what_runs(host, agent, opened, given, first, fresh, span)
     return opened
 
 
 def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
-               first: tuple[tuple[str, str], ...], fresh: str | None) -> None:
+               first: tuple[tuple[str, str], ...], fresh: str | None,
+               span: SpanRef | None) -> None:
     """The turn a request that runs one runs (``opened.turn``), and what its claim opens
     first: a retry, a settled step reopened, a queued message's start, a message after the
     ending it asked for; else a fresh turn, which writes nothing until it ends."""
@@ -299,6 +304,8 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
     elif retry is not None:
         retried = _decide.retry(session, retry, landed=lambda retry_id: host.store.has_once(
             session.session_id, "r:" + retry_id))
+        if span is not None:
+            retried = retried.model_copy(update={"span": span})
         session.add_event(retried)
         opened.claimed.append(retried)
         opened.invocation_id = head.open_invocation
@@ -307,7 +314,7 @@ def _what_runs(host: Host, agent: Agent, opened: Opened, given: Input,
     elif _settling(head):
         # the step is settled: the claim reopens the invocation; only the request that
         # landed the reopening runs the step's tools, never a second one beside it
-        resumed = InvocationResume(invocation_id=head.open_invocation)
+        resumed = InvocationResume(invocation_id=head.open_invocation, span=span)
         session.add_event(resumed)
         opened.claimed.append(resumed)
         opened.invocation_id = head.open_invocation
