@@ -163,13 +163,15 @@ class Sink(Protocol):
 
 class Recorder:
     """One request's timings (see the module). ``clock``: epoch milliseconds (the app's);
-    ``prices``: the app's price table; ``sink``: where spans go (None: none);
-    ``counters``: the store's running totals on this thread (None: it reports none)."""
+    ``prices``: the app's price table; ``sink``: where spans go (None: none); ``store``:
+    the store's name, as the phases' spans say it; ``counters``: the store's running totals
+    on this thread (None: it reports none)."""
 
     def __init__(self, *, agent: str = "", clock: Callable[[], int] = now_ms,
-                 prices: Prices | None = None, sink: Sink | None = None,
+                 prices: Prices | None = None, sink: Sink | None = None, store: str = "",
                  counters: Callable[[], Counters] | None = None) -> None:
         self.agent = agent
+        self.store = store
         self.clock = clock
         self.prices = prices or {}
         self.sink = sink
@@ -277,7 +279,8 @@ class Phase:
         self.start = recorder.offset()
         self.before = recorder.counters() if recorder.counters is not None else None
         span = recorder.span
-        self.span = span.child(f"dormant.{self.name}", {"dormant.phase": self.name}) \
+        self.span = span.child(f"dormant.{self.name}", {"dormant.phase": self.name,
+                                                        "dormant.store": recorder.store}) \
             if span is not None else None
         return self
 

@@ -130,8 +130,10 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
     called with the opened request before anything runs; ``on_done``: with the request's own
     outcome, before the inbox drains; ``drains``: False for the turns a drain runs."""
     host = serving.host
+    store = host.store
     recorder = Recorder(agent=serving.agent.name, clock=host.clock, prices=host.prices,
-                        sink=otel_sink(), counters=getattr(host.store, "counters", None))
+                        sink=otel_sink(), store=type(store).__name__,
+                        counters=getattr(store, "counters", None))
     served = Served()
     try:
         _open(serving, served, request, signal, recorder, invocation_id, on_start)
