@@ -311,6 +311,23 @@ def test_a_tool_s_own_spans_nest_under_its_execute_tool_span(
         assert own["trace_id"] == runs[call_id]["trace_id"]
 
 
+def test_a_denied_call_s_span_says_a_person_denied_it(spans: InMemorySpanExporter) -> None:
+    app, agent = travel(UsageModel([BOOK, "Not booked."]))
+    turn = app.handler.rest(agent=agent)
+    approval_id, call_id = pending_of(turn(ASK))
+    spans.clear()
+
+    turn({"session_id": "trip", "input": {"approvals": [
+        {"approval_id": approval_id, "approved": False, "reason": "too dear"}]}})
+
+    (denied,) = named(finished(spans), "execute_tool book")
+    assert {key: denied["attributes"].get(key) for key in (
+        "gen_ai.tool.call.id", "dormant.tool.outcome", "dormant.tool.approved")} == {
+        "gen_ai.tool.call.id": call_id, "dormant.tool.outcome": "denied",
+        "dormant.tool.approved": False}
+    assert denied["status"] == "UNSET"
+
+
 class FailingModel:
     """A model whose provider refuses the call."""
 
