@@ -73,15 +73,17 @@ class _Instruments:
             description="A request's turn, from its opening to its end, by outcome.")
 
 
-_INSTRUMENTS: dict[int, _Instruments] = {}
+#: The meter provider the instruments were made with, and them (one provider at a time: a
+#: new one replaces the old). The provider itself, not its ``id``: a later provider could
+#: reuse the id of one that was let go.
+_INSTRUMENTS: list[tuple[Any, _Instruments]] = []
 
 
 def _instruments(provider: Any) -> _Instruments:
-    key = id(provider)
-    made = _INSTRUMENTS.get(key)
-    if made is None:
-        _INSTRUMENTS.clear()  # (one provider at a time: a new one replaces the old)
-        made = _INSTRUMENTS[key] = _Instruments(provider.get_meter(SCOPE))
+    if _INSTRUMENTS and _INSTRUMENTS[0][0] is provider:
+        return _INSTRUMENTS[0][1]
+    made = _Instruments(provider.get_meter(SCOPE))
+    _INSTRUMENTS[:] = [(provider, made)]
     return made
 
 

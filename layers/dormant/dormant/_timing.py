@@ -415,7 +415,7 @@ class ToolRecorder:
             approved: bool | None = None) -> None:
         """The run ended: ``result``, ``error``, ``yielded``, ``approval``, ``denied`` or
         ``deferred`` (``error_type``: the exception's class name, for an error;
-        ``approved``: it ran once a person approved it)."""
+        ``approved``: True, it ran once a person approved it; False, a person denied it)."""
         recorder = self.recorder
         recorder.tools.append(ToolTiming.model_construct(
             call_id=self.call_id, name=self.name, start_ms=self.start,

@@ -213,13 +213,15 @@ def _close(recorder: Recorder, served: Served) -> None:
     if recorder.span is None:
         return
     result, outcome = served.result, served.outcome
+    status: str
+    code: str | None
     if served.error is not None or (result is None and served.opened is None):
         status, code = "error", served.code or "aborted"
     elif result is not None:
         status, code = result.status, getattr(result, "code", None)
     else:
         opened = served.opened
-        status, code = (opened.plan.status if opened is not None else "recorded"), None
+        status, code = (opened.plan.status if opened is not None else None) or "recorded", None
     commit = outcome.status if outcome is not None else served.commit
     recorder.close(outcome=outcome_of(status, code), commit=commit, code=code)
 

@@ -390,9 +390,9 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
             timed.end(usage, error=_error_code(run, error))
         raise
     if timed is not None:
-        usage = timed.end(usage)
-        if timed.recorder.content:
+        if timed.recorder.content:  # (before the end: an ended span takes no more)
             timed.content(output_content("".join(parts), calls, timed.finish_reason))
+        usage = timed.end(usage)
     if _counts(usage):
         run.usage = run.usage + usage
     yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage)

@@ -537,7 +537,7 @@ def _outcome(run: RunState, call: Call) -> None:
                           description=tool.description if tool is not None else None)
     if recorder.content:
         timed.content(_tool_content(call))
-    timed.end(outcome, error_type=call.error_type)
+    timed.end(outcome, error_type=call.error_type, approved=False if call.denied else None)
 
 
 def _tool_content(call: Call) -> dict[str, str]:
