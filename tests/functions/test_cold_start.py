@@ -228,8 +228,9 @@ API_INIT_MODULES = {
     "dormant", "dormant._appspec", "dormant._clients", "dormant._commit", "dormant._context",
     "dormant._control", "dormant._decide", "dormant._follow", "dormant._fork", "dormant._head",
     "dormant._ids", "dormant._inputs", "dormant._lru", "dormant._patch", "dormant._request",
-    # what a request came to, counted as the function's metrics (dormant.aws.metrics)
-    "dormant._measure", "dormant.aws.metrics",
+    # what a request came to, counted as the function's metrics (dormant.aws.metrics), and
+    # what it took, kept on the ledger (the turn's timing, its tokens and cost)
+    "dormant._measure", "dormant.aws.metrics", "dormant._timing",
     # the request room by job (it was one module): the executor, the opening, the invocation,
     # and the write-ahead of a tool step (every turn that runs a tool writes one)
     "dormant._request.ahead", "dormant._request.host", "dormant._request.invocation",

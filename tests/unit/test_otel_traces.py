@@ -519,3 +519,26 @@ def test_a_model_the_price_table_does_not_cover_costs_nothing_known(unset: None)
     session = app.sessions.get("trip")
     assert session is not None and session.head.usage is not None
     assert session.head.usage["cost"] is None and session.head.usage["input_tokens"] == 120
+
+
+def test_a_takeover_links_to_the_claim_and_the_parking_not_to_itself() -> None:
+    from dormant._timing import parked_spans
+    from dormant.events import (
+        InvocationResume,
+        InvocationStart,
+        InvocationYield,
+        SpanRef,
+        TurnTiming,
+    )
+
+    parked = SpanRef(trace_id="a" * 32, span_id="1" * 16)
+    claimed = SpanRef(trace_id="b" * 32, span_id="2" * 16)
+    events = [InvocationStart(invocation_id="inv_old"),
+              InvocationYield(invocation_id="inv_old", reason="message"),
+              InvocationStart(invocation_id="inv_1"),
+              InvocationYield(invocation_id="inv_1", reason="tool",
+                              timing=TurnTiming(started=1, elapsed_ms=2, span=parked)),
+              InvocationResume(invocation_id="inv_1", span=claimed)]
+
+    assert parked_spans(events, "inv_1") == [(claimed, "claimed"), (parked, "parked")]
+    assert parked_spans(events, None) == []

@@ -67,6 +67,7 @@ def fork_head(source: StoredSession, version: int, end: int, session_id: str,
         head.state = copy.deepcopy(source.head.state)
     head.timers = {}  # the source's timers fire for the source
     head.control_rev = 0  # the fork has no control record yet
+    head.usage = None  # what the source's turns cost, the source counts
     head.lineage = fork_lineage(source.head, version, end)
     head.fork_of = {"session": source.head.session_id, "version": version, "seq": end}
     return head
@@ -76,7 +77,8 @@ def fork_of_head(source: Head, session_id: str, owner: str | None) -> Head:
     """The head of a new fork of ``source`` at its current version, from that head alone (no
     event read): what :func:`fork_head` folds from the events up to there is the head as it
     stands, less what belongs to the source alone (its id, owner, times, timers, control
-    revision, commit positions, lineage); not yet written (version 0)."""
+    revision, commit positions, lineage, what its turns cost); not yet written (version
+    0)."""
     stamp = birth_ms()
     head = source.clone()
     head.session_id, head.principal = session_id, owner
@@ -84,6 +86,7 @@ def fork_of_head(source: Head, session_id: str, owner: str | None) -> Head:
     head.version = 0
     head.timers = {}  # the source's timers fire for the source
     head.control_rev = 0  # the fork has no control record yet
+    head.usage = None  # what the source's turns cost, the source counts
     head.commit_seqs = []
     head.lineage = fork_lineage(source, source.version, source.seq)
     head.fork_of = {"session": source.session_id, "version": source.version,

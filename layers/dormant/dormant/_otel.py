@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dormant._timing import OTEL_MODULES
 from dormant.events import CallTiming, SpanRef
 from dormant.settings import ENV
 
@@ -32,8 +33,7 @@ SCOPE = "dormant"
 def sink() -> OtelSink | None:
     """The OpenTelemetry sink of this request, or None: OpenTelemetry was never imported in
     this process, or neither a tracer nor a meter provider is set."""
-    trace = sys.modules.get("opentelemetry.trace")
-    metrics = sys.modules.get("opentelemetry.metrics")
+    trace, metrics = (sys.modules.get(name) for name in OTEL_MODULES)
     if trace is None and metrics is None:
         return None
     tracer = meter = None
@@ -106,13 +106,13 @@ class _Span:
     def set(self, attributes: Mapping[str, Any]) -> None:
         self.span.set_attributes(dict(attributes))
 
-    def link(self, ref: SpanRef) -> None:
+    def link(self, ref: SpanRef, why: str) -> None:
         from opentelemetry import trace
 
         context = trace.SpanContext(trace_id=int(ref.trace_id, 16),
                                     span_id=int(ref.span_id, 16), is_remote=True,
                                     trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))
-        self.span.add_link(context, {"dormant.link": "parked"})
+        self.span.add_link(context, {"dormant.link": why})
 
     def ref(self) -> SpanRef | None:
         context = self.span.get_span_context()
@@ -148,7 +148,7 @@ class _NoSpan:
     def set(self, attributes: Mapping[str, Any]) -> None:
         return None
 
-    def link(self, ref: SpanRef) -> None:
+    def link(self, ref: SpanRef, why: str) -> None:
         return None
 
     def ref(self) -> SpanRef | None:

@@ -16,6 +16,7 @@ reads the clock.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
@@ -36,13 +37,17 @@ from dormant.events import (
     Usage,
 )
 
-__all__ = ["CallRecorder", "Counters", "Price", "Prices", "Recorder", "Sink", "SinkSpan",
-           "ToolRecorder", "outcome_of", "parked_spans", "price_table"]
+__all__ = ["OTEL_MODULES", "CallRecorder", "Counters", "Price", "Prices", "Recorder", "Sink",
+           "SinkSpan", "ToolRecorder", "otel_loaded", "outcome_of", "parked_spans",
+           "price_table"]
 
 #: A turn's outcome by its result's status (an error's is decided by its code).
 _OUTCOMES = {"completed": "completed", "yielded_tool": "yielded",
              "yielded_message": "yielded", "stopped": "stopped", "paused": "paused",
              "interrupted": "interrupted"}
+
+#: The OpenTelemetry modules an app that set it up has imported (dormant never does).
+OTEL_MODULES = ("opentelemetry.trace", "opentelemetry.metrics")
 
 #: A store's running totals on this thread: requests made, capacity units consumed.
 Counters = tuple[int, float]
@@ -71,6 +76,13 @@ class Price(BaseModel):
 #: A price table: the model's name (as the agent's model names it, or as the provider
 #: answered) to its :class:`Price`.
 Prices = Mapping[str, Price]
+
+
+def otel_loaded() -> bool:
+    """Whether this process imported OpenTelemetry's API (only then is there a provider to
+    look for, and the bridge, :mod:`dormant._otel`, worth importing)."""
+    modules = sys.modules
+    return OTEL_MODULES[0] in modules or OTEL_MODULES[1] in modules
 
 
 def outcome_of(status: str, code: str | None = None) -> str:
@@ -103,12 +115,12 @@ def price_table(prices: Mapping[str, Price | Mapping[str, Any]] | None) -> dict[
 MAX_LINKS = 8
 
 
-def parked_spans(events: Sequence[Event], invocation_id: str | None) -> list[SpanRef]:
-    """The spans of the requests that parked ``invocation_id`` before, or claimed its
-    reopening (the latest first), as the events they wrote keep them (an ending's
-    ``timing.span``, a reopening's ``span``): what a request carrying the invocation on links
-    to."""
-    refs: list[SpanRef] = []
+def parked_spans(events: Sequence[Event], invocation_id: str | None
+                 ) -> list[tuple[SpanRef, str]]:
+    """The spans of the requests that parked ``invocation_id`` before (``parked``: an
+    ending's ``timing.span``) or claimed its reopening (``claimed``: a reopening's
+    ``span``), the latest first: what a request carrying the invocation on links to."""
+    refs: list[tuple[SpanRef, str]] = []
     if invocation_id is None:
         return refs
     for event in reversed(events):
@@ -117,9 +129,11 @@ def parked_spans(events: Sequence[Event], invocation_id: str | None) -> list[Spa
         if isinstance(event, InvocationStart) or len(refs) == MAX_LINKS:
             break
         timing = getattr(event, "timing", None)
-        ref = timing.span if timing is not None else getattr(event, "span", None)
-        if ref is not None:
-            refs.append(ref)
+        claimed: SpanRef | None = getattr(event, "span", None)
+        if timing is not None and timing.span is not None:
+            refs.append((timing.span, "parked"))
+        elif claimed is not None:
+            refs.append((claimed, "claimed"))
     return refs
 
 
@@ -131,7 +145,7 @@ class SinkSpan(Protocol):
 
     def set(self, attributes: Mapping[str, Any]) -> None: ...
 
-    def link(self, ref: SpanRef) -> None: ...
+    def link(self, ref: SpanRef, why: str) -> None: ...
 
     def ref(self) -> SpanRef | None: ...
 
@@ -203,9 +217,10 @@ class Recorder:
         return Phase(self, name)
 
     def opened(self, *, session_id: str, invocation_id: str | None,
-               links: Iterable[SpanRef] = ()) -> None:
+               links: Iterable[tuple[SpanRef, str]] = ()) -> None:
         """The request knows its session and invocation: the turn's span says so and links
-        to the spans that parked the invocation before."""
+        to the spans of the requests that parked the invocation or claimed it before (each
+        with why: ``parked``, ``claimed``; :func:`parked_spans`)."""
         span = self.span
         if span is None:
             return
@@ -213,8 +228,10 @@ class Recorder:
         if invocation_id is not None:
             attributes["dormant.invocation.id"] = invocation_id
         span.set(attributes)
-        for ref in links:
-            span.link(ref)
+        own = span.ref()
+        for ref, why in links:
+            if ref != own:  # (its own claim, committed before the turn runs)
+                span.link(ref, why)
 
     def span_ref(self) -> SpanRef | None:
         """The request's span, for a later request to link to (None: not traced)."""

@@ -22,13 +22,12 @@ from dormant._commit import Outcome
 from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, write_asks
 from dormant._ids import new_id
 from dormant._inputs import CommitStatus, HandlerInput, Input, RetryRequest, landed
-from dormant._otel import sink as otel_sink
 from dormant._request.ahead import WriteAhead
 from dormant._request.host import Host, RequestRules
 from dormant._request.opening import Opened, open_request
 from dormant._run import run_turn
 from dormant._run.compaction import claim_in
-from dormant._timing import Recorder, outcome_of, parked_spans
+from dormant._timing import Recorder, Sink, otel_loaded, outcome_of, parked_spans
 from dormant.errors import (
     MODEL_ERROR_CODES,
     DormantError,
@@ -132,7 +131,7 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
     host = serving.host
     store = host.store
     recorder = Recorder(agent=serving.agent.name, clock=host.clock, prices=host.prices,
-                        sink=otel_sink(), store=type(store).__name__,
+                        sink=_sink(), store=type(store).__name__,
                         counters=getattr(store, "counters", None))
     served = Served()
     try:
@@ -206,6 +205,15 @@ def _open(serving: Serving, served: Served, request: HandlerInput, signal: Signa
         _failed(served, InputError("invalid request: " + describe_validation(error)))
     except DormantError as error:
         _failed(served, error)
+
+
+def _sink() -> Sink | None:
+    """OpenTelemetry's sink when the process loaded it: its bridge is imported only then."""
+    if not otel_loaded():
+        return None
+    from dormant._otel import sink
+
+    return sink()
 
 
 def _close(recorder: Recorder, served: Served) -> None:

@@ -21,7 +21,6 @@ from dormant._ids import new_id, now_ms
 from dormant._inputs import ClientContext, ClientTool
 from dormant._patch import to_json_value
 from dormant._run.compaction import compact_if_due
-from dormant._run.content import output_content, request_content
 from dormant._run.state import ClaimCompaction, Clock, Overtaken, RunState, Start, WriteAhead
 from dormant._run.tools import (
     Call,
@@ -391,6 +390,8 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         raise
     if timed is not None:
         if timed.recorder.content:  # (before the end: an ended span takes no more)
+            from dormant._run.content import output_content  # (content capture only)
+
             timed.content(output_content("".join(parts), calls, timed.finish_reason))
         usage = timed.end(usage)
     if _counts(usage):
@@ -442,6 +443,8 @@ def _timed(run: RunState, model: Model, step: int, request: ModelRequest
     provider, name = identify(model)
     timed = recorder.call(step, provider=provider, model=name)
     if recorder.content:
+        from dormant._run.content import request_content  # (content capture only)
+
         timed.content(request_content(request))
     return timed
 
