@@ -8,6 +8,7 @@
 import { useState } from "preact/hooks";
 import { SchemaForm } from "./SchemaForm.jsx";
 import { describe } from "./Timeline.jsx";
+import { TurnTiming } from "./TurnTiming.jsx";
 import { KeyValue } from "./Value.jsx";
 import { shortId } from "./api.js";
 
@@ -68,8 +69,8 @@ const USER_LABEL = (e) => (e.steer ? "user (steer)" : e.queued ? "user (from the
  * result, approval and answer folded in), asks (what is pending, from the head; once
  * answered, what was asked stays above its answer), failures (code, message, whether a retry
  * can help; `requests`: the request id the server logged each under, by invocation, when
- * this page saw it), notes (stops, the fork point) and, with `details`, a log row for every
- * other event.
+ * this page saw it), notes (stops, the fork point), each turn's timing (after the event that
+ * ended it) and, with `details`, a log row for every other event.
  */
 export function conversation(events, { details = false, forkOf, outcomes = {}, requests = {}, pending = {} } = {}) {
   const entries = [];
@@ -96,7 +97,7 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, r
   const bubble = (e, role, label, text, extra = {}) => entries.push({ kind: "bubble", key: e.id, types: [e.type], ts: e.ts, role, label, text, ...extra });
   const note = (e, tone, text) => entries.push({ kind: "note", key: e.id, types: [e.type], ts: e.ts, tone, text });
 
-  events.forEach((e, position) => {
+  const place = (e, position) => {
     if (forkOf && position === forkOf.seq) {
       entries.push({ kind: "fork", key: "fork", types: [], text: `forked here from ${shortId(forkOf.session)} at version ${forkOf.version}` });
     }
@@ -168,6 +169,11 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, r
       default:
         return log(e);
     }
+  };
+  events.forEach((e, position) => {
+    place(e, position);
+    // The event that ends a request's turn keeps what it took: its timeline, closed.
+    if (e.timing) entries.push({ kind: "timing", key: `timing-${e.id}`, types: [], timing: e.timing });
   });
   // Anything pending that the ledger shown did not place (it was asked before a fork's cut or
   // a compaction): at the end, so it can still be answered.
@@ -233,6 +239,8 @@ function Entry({ entry, details, busy, actions }) {
       return <li class="failure" {...attrs}><Failure failure={entry} details={details} /></li>;
     case "note":
       return <li class={`note tone-${entry.tone}`} {...attrs}>{entry.text}</li>;
+    case "timing":
+      return <li class="timing-entry" {...attrs}><TurnTiming timing={entry.timing} /></li>;
     case "fork":
       return <li class="note fork">── {entry.text} ──</li>;
     default: // log

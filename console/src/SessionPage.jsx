@@ -8,6 +8,7 @@ import { aguiRunsControls, ApiError, follow, getSession, getSessionHead, missing
 import { Conversation, conversation, pendingOf, retryAdvice } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
 import { StatePanel } from "./StatePanel.jsx";
+import { sessionUsage, UsageTotal } from "./TurnTiming.jsx";
 import { VoiceButton } from "./Voice.jsx";
 import { StatusBadge, statusOf } from "./status.jsx";
 
@@ -264,6 +265,7 @@ export function SessionPage({ sessionId }) {
         {view && <span class="status-sentence">{told.sentence}</span>}
         {view?.forkOf && <span>fork of <a href={`#/sessions/${encodeURIComponent(view.forkOf.session)}`}>{shortId(view.forkOf.session)}</a> at version {view.forkOf.version}</span>}
         {view?.compactions ? <span>compacted {view.compactions}×</span> : null}
+        <UsageTotal usage={sessionUsage(view, events)} />
         {view && details && <span>version {view.version}</span>}
         {view === null && <span>new: the first message creates it</span>}
       </p>
