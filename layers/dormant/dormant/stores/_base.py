@@ -36,6 +36,11 @@ class Store(Protocol):
     ``expected_version`` that is no longer current returns ``CommitResult(ok=False,
     conflict=True, current_version=N)`` and writes nothing. Any other failure raises
     :class:`dormant.errors.StoreError`.
+
+    Optional, beside the protocol: ``counters() -> tuple[int, float]``, the requests the
+    store made on the calling thread so far and the capacity units they consumed (running
+    totals; a turn's timing records each phase's difference). ``DynamoDBStore`` has it;
+    a store without it records no requests.
     """
 
     def load(self, session_id: str, *, turns: int | None = None,

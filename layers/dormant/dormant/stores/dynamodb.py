@@ -32,7 +32,8 @@ reads delete as before, at the same cost.
 This module is the store's face: reading, planning a commit, the control record, the once-only
 ids. What it sends lives in ``_dynamodb``: ``commits`` (sending a commit, reading a refusal),
 ``forks`` (creating one, reading lineage segments, version ends), ``deletes`` (deleting,
-keeping what forks read, releasing, purging), over ``table`` (the client and its errors).
+keeping what forks read, releasing, purging), over ``table`` (the client and its errors);
+``meter`` counts what the requests cost (:meth:`DynamoDBStore.counters`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from dormant.stores._base import LedgerPage, commit_head, once_keys
 from dormant.stores._dynamodb import commits, deletes, forks, listing, reads, writes
 from dormant.stores._dynamodb import control as controls
 from dormant.stores._dynamodb import layout as lay
+from dormant.stores._dynamodb.meter import Meter, meter
 from dormant.stores._dynamodb.offload import Offloader, is_pointer
 from dormant.stores._dynamodb.reads import Later
 
@@ -136,6 +138,7 @@ class DynamoDBStore:
         self.bucket = bucket
         self.ttl_seconds = ttl_seconds
         self._client = client if client is not None else _dynamodb_client(region_name)
+        self._meters: builtins.list[Meter] = [meter(self._client)]
         self._offload_above = offload_above
         self._transaction_limit = transaction_limit
         self._clock = clock
@@ -145,8 +148,8 @@ class DynamoDBStore:
         self.purge_later: deletes.PurgeLater | None = None
         self._memo: Lru[writes.Known] = Lru(_MEMO_SIZE)
         self._offloader = None if bucket is None else Offloader(
-            bucket, offload_prefix,
-            (lambda: s3_client) if s3_client is not None else (lambda: _s3_client(region_name)))
+            bucket, offload_prefix, lambda: self._metered(
+                s3_client if s3_client is not None else _s3_client(region_name)))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
@@ -547,6 +550,24 @@ class DynamoDBStore:
         (``deletes.purge``): the cursor of the next step, None when there is nothing more.
         Idempotent: safe to run again, after a crash, or for a session that is live."""
         return deletes.purge(self._table, session_id, after, self.purge_later)
+
+    # --- what it cost -------------------------------------------------------------------------
+
+    def counters(self) -> tuple[int, float]:
+        """The requests this store's clients made on the calling thread so far (DynamoDB's,
+        and S3's once an event was offloaded or read from there), and the capacity units
+        DynamoDB said they consumed: what each phase of a turn's timing records as the
+        difference. Every request the store sends asks DynamoDB for its consumed capacity
+        (``ReturnConsumedCapacity=TOTAL``, free of charge). See ``_dynamodb.meter``."""
+        requests, capacity = 0, 0.0
+        for one in self._meters:
+            more, units = one.totals()
+            requests, capacity = requests + more, capacity + units
+        return requests, capacity
+
+    def _metered(self, client: S3Client) -> S3Client:
+        self._meters.append(meter(client))
+        return client
 
     # --- plumbing ------------------------------------------------------------------------------
 
