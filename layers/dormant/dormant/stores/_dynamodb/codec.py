@@ -135,7 +135,7 @@ HEAD_DEFAULTS: dict[str, Any] = {
     "failed": False, "messages": -1, "settled_ids": [], "retries": 0, "calls": 0,
     "paused": False, "queue": [], "inputs": [], "control_rev": 0, "invocations": [],
     "commit_seqs": [], "lineage": [], "fork_of": None, "compacted_to": 0, "compactions": 0,
-    "lease": 0, "takeovers": 0, "preview": None, "holder": "",
+    "lease": 0, "takeovers": 0, "preview": None, "holder": "", "usage": None,
 }
 #: Keys of the head's JSON the item's keys give instead.
 _KEYED = ("session_id", "version")
