@@ -33,8 +33,9 @@ SLOW_DIRS = frozenset({"e2e", "functions", "reliability"})
 SLOW_ENGINES = ("dynamodb-local", "dynamodb-server", "DynamoDBLocal", "MotoServer")
 #: Modules of long sessions (thousands of turns), benchmarks, property searches, the CLI.
 SLOW_MODULES = frozenset({
-    "test_bench_harness", "test_cli_errors", "test_dynamodb_deletes", "test_dynamodb_forks",
-    "test_ledger_pages", "test_scaffold", "test_side_effect_properties", "test_sim_matrix",
+    "test_bench_harness", "test_cli_errors", "test_dev_otlp", "test_dynamodb_deletes",
+    "test_dynamodb_forks", "test_ledger_pages", "test_scaffold", "test_side_effect_properties",
+    "test_sim_matrix",
 })
 
 

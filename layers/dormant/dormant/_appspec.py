@@ -155,7 +155,7 @@ def _import_module(target: str) -> Any:
 
 #: The extra that installs each optional package dormant (or an app) may import.
 EXTRAS = {"openai": "openai", "boto3": "aws", "botocore": "aws", "aws_lambda_powertools": "aws",
-          "ag_ui": "agui", "mcp": "mcp"}
+          "ag_ui": "agui", "mcp": "mcp", "opentelemetry": "otel"}
 #: How much of an app's exception message :func:`failure` keeps.
 _SAID = 300
 _DORMANT = Path(__file__).resolve().parent

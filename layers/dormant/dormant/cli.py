@@ -3,7 +3,7 @@
 ::
 
     dormant dev [--host 127.0.0.1] [--port 8000] [--db dormant.db] [--app APP] [--model MODEL]
-                [--reload]
+                [--reload] [--otlp URL]
     dormant new NAME [--dir PARENT] [--model openai|bedrock]
     dormant sessions list [--db PATH] [--principal P] [--limit N] [--json]
     dormant sessions show ID [--db PATH] [--json]
@@ -18,8 +18,10 @@ a file or ``module:attribute`` naming ``build(store=None, model=None) -> (app, a
 (:mod:`dormant._appspec`).
 
 ``--reload`` serves the app anew after each save to its files (:mod:`dormant._devserver.reload`),
-on the same port and store. Ctrl-C names each turn it cuts off and how to send it again
-(:mod:`dormant._devserver.inflight`), and exits 130.
+on the same port and store. ``--otlp URL`` (or ``OTEL_EXPORTER_OTLP_ENDPOINT``) exports each
+turn's spans and metrics to an OTLP/HTTP collector (:mod:`dormant._devserver.otlp`). Ctrl-C
+names each turn it cuts off and how to send it again (:mod:`dormant._devserver.inflight`), and
+exits 130.
 
 Every ordinary mistake (a bad option; an app that cannot be loaded, its own code raising
 included; an optional package not installed; a database that is not one, or a place this user
@@ -176,6 +178,12 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--reload", action="store_true",
                      help="serve the app anew when one of its files changes (the .py files "
                           "under its module's directory); sessions are kept")
+    dev.add_argument("--otlp", default=None, metavar="URL",
+                     help="export each turn's OpenTelemetry spans and metrics over OTLP/HTTP to "
+                          "the collector at this base URL (URL/v1/traces, URL/v1/metrics), "
+                          "e.g. http://127.0.0.1:4318; needs the otel extra (default: "
+                          "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT "
+                          "when set, else none)")
     dev.add_argument("--quiet", action="store_true", help="do not log each request")
     dev.set_defaults(run=_dev)
 
@@ -220,13 +228,30 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def _dev(args: argparse.Namespace) -> int:
     try:
-        from dormant._devserver import DevServer, dev_cors
-        from dormant._devserver.serving import Serving
+        from dormant._devserver.otlp import Exporting, endpoints
     except ModuleNotFoundError as error:  # the API is Powertools' resolver: the aws extra
         if (error.name or "").partition(".")[0] != "aws_lambda_powertools":
             raise
         raise _CliError("dormant dev serves the API with AWS Lambda Powertools, which is not "
                         "installed: pip install 'dormant[aws]'") from error
+
+    try:
+        where = endpoints(args.otlp, os.environ)
+    except ValueError as error:
+        raise _CliError(str(error)) from error
+    exporting = Exporting(where) if where is not None else None  # the otel extra, or its line
+    try:
+        return _serve(args, exporting)
+    finally:
+        if exporting is not None:  # what is left goes out before the command ends
+            exporting.close()
+
+
+def _serve(args: argparse.Namespace, exporting: Any) -> int:
+    """``dormant dev``, its spans and metrics going where ``exporting`` sends them (None:
+    nowhere)."""
+    from dormant._devserver import DevServer, dev_cors
+    from dormant._devserver.serving import Serving
 
     try:
         cors = dev_cors(args.allow_origin)
@@ -250,6 +275,8 @@ def _dev(args: argparse.Namespace) -> int:
     except BaseException:
         give_back()
         raise
+    if exporting is not None:
+        exporting.start(app.name)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     describe = getattr(sys.modules.get(factory.__module__), "describe_model", None)
@@ -283,6 +310,8 @@ def _dev(args: argparse.Namespace) -> int:
               f"Stop with Ctrl-C.", flush=True)
         if server.lacking:
             print(f"dormant dev: {server.lacking}", file=sys.stderr, flush=True)
+        if exporting is not None:
+            print(f"dormant dev: {exporting.where.describe()}", file=sys.stderr, flush=True)
         if args.reload:
             reloader = serving.watch(factory, server)
         server.serve_forever()

@@ -38,7 +38,7 @@ from dormant.errors import (
     StoreError,
     describe_validation,
 )
-from dormant.events import InvocationFailed, StreamEvent
+from dormant.events import InvocationFailed, InvocationStart, StreamEvent
 from dormant.models._base import ModelError
 from dormant.results import ErrorResult, RunResult
 from dormant.session import Session
@@ -141,10 +141,14 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             _done(served, on_done)
             return served
         if recorder.span is not None:
+            # An invocation this request started was parked by nobody: looking for its
+            # spans would scan the whole ledger, a traced turn's time growing with history.
+            carried = not any(isinstance(event, InvocationStart)
+                              for event in (*opened.claimed, *opened.opening))
             recorder.opened(session_id=opened.session.session_id,
                             invocation_id=opened.invocation_id,
                             links=parked_spans(opened.session.loaded_events,
-                                               opened.invocation_id))
+                                               opened.invocation_id) if carried else ())
         if on_open is not None:
             on_open(opened)
         session, start = opened.session, opened.start
