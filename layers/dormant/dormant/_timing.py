@@ -119,13 +119,16 @@ def parked_spans(events: Sequence[Event], invocation_id: str | None
                  ) -> list[tuple[SpanRef, str]]:
     """The spans of the requests that parked ``invocation_id`` before (``parked``: an
     ending's ``timing.span``) or claimed its reopening (``claimed``: a reopening's
-    ``span``), the latest first: what a request carrying the invocation on links to."""
+    ``span``), the latest first: what a request carrying the invocation on links to. The
+    search ends where the invocation began, or at an earlier invocation's event."""
     refs: list[tuple[SpanRef, str]] = []
     if invocation_id is None:
         return refs
     for event in reversed(events):
         if event.invocation_id != invocation_id:
-            continue
+            if event.invocation_id is not None:
+                break  # an earlier invocation's: this one is not in the window (a fresh one)
+            continue  # (an append between its requests: a decision, an answer)
         if isinstance(event, InvocationStart) or len(refs) == MAX_LINKS:
             break
         timing = getattr(event, "timing", None)

@@ -38,7 +38,7 @@ from dormant.errors import (
     StoreError,
     describe_validation,
 )
-from dormant.events import InvocationFailed, InvocationStart, StreamEvent
+from dormant.events import InvocationFailed, StreamEvent
 from dormant.models._base import ModelError
 from dormant.results import ErrorResult, RunResult
 from dormant.session import Session
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from dormant._head import Head
     from dormant.agent import Agent, ErrorHandler, Hook
 
-__all__ = ["DEADLINE_MARGIN", "DRAIN_BUDGET", "MAX_DRAIN", "Served", "Serving", "serve"]
+__all__ = ["DEADLINE_MARGIN", "DRAIN_BUDGET", "MAX_DRAIN", "Served", "Serving", "otel_sink",
+           "serve"]
 
 log = logging.getLogger("dormant")
 
@@ -131,7 +132,7 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
     host = serving.host
     store = host.store
     recorder = Recorder(agent=serving.agent.name, clock=host.clock, prices=host.prices,
-                        sink=_sink(), store=type(store).__name__,
+                        sink=otel_sink(), store=type(store).__name__,
                         counters=getattr(store, "counters", None))
     served = Served()
     try:
@@ -141,14 +142,10 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             _done(served, on_done)
             return served
         if recorder.span is not None:
-            # An invocation this request started was parked by nobody: looking for its
-            # spans would scan the whole ledger, a traced turn's time growing with history.
-            carried = not any(isinstance(event, InvocationStart)
-                              for event in (*opened.claimed, *opened.opening))
             recorder.opened(session_id=opened.session.session_id,
                             invocation_id=opened.invocation_id,
                             links=parked_spans(opened.session.loaded_events,
-                                               opened.invocation_id) if carried else ())
+                                               opened.invocation_id))
         if on_open is not None:
             on_open(opened)
         session, start = opened.session, opened.start
@@ -211,7 +208,7 @@ def _open(serving: Serving, served: Served, request: HandlerInput, signal: Signa
         _failed(served, error)
 
 
-def _sink() -> Sink | None:
+def otel_sink() -> Sink | None:
     """OpenTelemetry's sink when the process loaded it: its bridge is imported only then."""
     if not otel_loaded():
         return None
