@@ -25,12 +25,14 @@ _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-
 _MARKER = re.compile(r"^\s*<!--\s*(?P<kind>[\w-]+)\s*(?::\s*(?P<value>.*?))?\s*-->\s*$")
 KINDS = ("fragment", "name", "continues")
 
-#: Placeholders for what differs from run to run: ids, timestamps, dates, temporary paths.
+#: Placeholders for what differs from run to run: ids, timestamps, dates, durations,
+#: temporary paths.
 VOLATILE = [
     (re.compile(r"\b(call|inv|evt|apr|inp|msg|retry)_[0-9a-f]{8,}(_[0-9a-z]+)*"), r"\1_<id>"),
     (re.compile(r"\b1[78]\d{11}\b"), "<ms>"),  # epoch milliseconds, 2023 to 2033
     (re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\b"), "<date> UTC"),
     (re.compile(r"\b\d\d:\d\d:\d\d\.\d{3}\b"), "<time>"),
+    (re.compile(r"· \d+ ms\b"), "· <n> ms"),  # a turn's time, as the inspector shows it
     (re.compile(r"/tmp/[\w./-]*"), "<tmp>"),
     (re.compile(r"\b(localhost|127\.0\.0\.1):\d+\b"), r"\1:<port>"),
 ]

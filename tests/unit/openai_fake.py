@@ -175,20 +175,27 @@ def raw(status: int, body: Any, content_type: str = "application/json") -> Reply
 # --- Responses API ----------------------------------------------------------------------------
 
 
-def _usage(usage: tuple[int, int, int]) -> dict[str, Any]:
-    prompt, completion, cached = usage
+#: A reply's usage: input, output and cached tokens, and optionally the reasoning tokens (of
+#: the output).
+Tokens = tuple[int, int, int] | tuple[int, int, int, int]
+
+
+def _usage(usage: Tokens) -> dict[str, Any]:
+    prompt, completion, cached, *reasoning = usage
     return {"input_tokens": prompt,
             "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
-            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": sum(reasoning)},
             "total_tokens": prompt + completion}
 
 
 def _response(status: str, output: list[dict[str, Any]],
               usage: dict[str, Any] | None) -> dict[str, Any]:
+    incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
     body = {
         "id": "resp_fake", "object": "response", "created_at": CREATED, "status": status,
         "model": MODEL, "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
-        "tools": [], "error": None, "incomplete_details": None, "instructions": None,
+        "tools": [], "error": None, "incomplete_details": incomplete, "instructions": None,
         "metadata": {}, "temperature": 1.0, "top_p": 1.0, "usage": usage,
         "text": {"format": {"type": "text"}}, "truncation": "disabled",
     }
@@ -225,7 +232,7 @@ def _output_items(text: str, calls: list[Call], summary: list[str],
 def responses_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
                      summary: list[str] | tuple[str, ...] = (),
                      encrypted: str | None = None, reasoning_id: str = "rs_1",
-                     usage: tuple[int, int, int] = (12, 5, 4),
+                     usage: Tokens = (12, 5, 4),
                      interleave: bool = False, final: str | None = "response.completed"
                      ) -> Reply:
     """A Responses API stream: created, in_progress, a reasoning item (its summary parts;
@@ -306,7 +313,7 @@ def _flush_args(emit: Any, pending: list[tuple[int, str, list[str]]],
 def responses_json(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
                    summary: list[str] | tuple[str, ...] = (), encrypted: str | None = None,
                    reasoning_id: str = "rs_1",
-                   usage: tuple[int, int, int] = (12, 5, 4)) -> Reply:
+                   usage: Tokens = (12, 5, 4)) -> Reply:
     """An unstreamed Responses API result."""
     items = _output_items(text, list(calls), list(summary), encrypted, reasoning_id)
     return Reply(body=_response("completed", items, _usage(usage)))
@@ -315,12 +322,12 @@ def responses_json(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
 # --- Chat Completions -------------------------------------------------------------------------
 
 
-def _chat_usage(usage: tuple[int, int, int]) -> dict[str, Any]:
-    prompt, completion, cached = usage
+def _chat_usage(usage: Tokens) -> dict[str, Any]:
+    prompt, completion, cached, *reasoning = usage
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+            "completion_tokens_details": {"reasoning_tokens": sum(reasoning), "audio_tokens": 0,
                                           "accepted_prediction_tokens": 0,
                                           "rejected_prediction_tokens": 0}}
 
@@ -337,7 +344,7 @@ def _chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None = None,
 
 
 def chat_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
-                usage: tuple[int, int, int] | None = (12, 5, 4), interleave: bool = False,
+                usage: Tokens | None = (12, 5, 4), interleave: bool = False,
                 reasoning: str = "", finish: bool = True) -> Reply:
     """A Chat Completions stream as OpenAI sends it with ``include_usage``: a role chunk,
     content deltas, tool-call fragments (the first carries id and name; ``interleave`` mixes
@@ -380,7 +387,7 @@ def chat_stream(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
 
 
 def chat_json(text: str = "", calls: list[Call] | tuple[Call, ...] = (), *,
-              usage: tuple[int, int, int] = (12, 5, 4)) -> Reply:
+              usage: Tokens = (12, 5, 4)) -> Reply:
     """An unstreamed Chat Completions result."""
     message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None,
                                "annotations": []}

@@ -20,13 +20,14 @@ from pydantic import BaseModel
 
 import dormant
 from dormant.errors import ConfigError
-from dormant.events import Usage
+from dormant.events import InvocationEnd, Usage
 from dormant.models import (
     AssistantMessage,
     BedrockModel,
     ModelError,
     ModelRequest,
     ReasoningChunk,
+    ResponseInfo,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
@@ -165,7 +166,9 @@ def test_tool_input_streams_as_deltas_and_the_whole_call_comes_after_message_sto
     assert len(fragments) > 2
     assert {(f.call_id, f.name) for f in fragments} == {("tooluse_stay", "lookup_stay")}
     assert "".join(f.args for f in fragments) == json.dumps(LOOKUP.args)
-    assert isinstance(chunks[-2], ToolCallChunk) and isinstance(chunks[-1], UsageChunk)
+    assert isinstance(chunks[-3], ToolCallChunk) and isinstance(chunks[-2], UsageChunk)
+    # Converse names no response: the call's request id stands for it.
+    assert chunks[-1] == ResponseInfo(response_id="fake-request-id", finish_reason="tool_use")
     assert _calls(chunks) == [("tooluse_stay", "lookup_stay", {"ref": "BK-1042"})]
     (spec,) = bedrock.requests[0].body["toolConfig"]["tools"][:1]
     assert spec == {"toolSpec": {"name": "lookup_stay", "description": "Look up a booking",
@@ -596,13 +599,19 @@ def _concierge(app: dormant.App, fake: FakeBedrock) -> dormant.Agent:
                      tools=[lookup, cancel])
 
 
+def _events(app: dormant.App, session_id: str = "s1") -> list[Any]:
+    session = app.sessions.get(session_id)
+    assert session is not None
+    return list(session.events)
+
+
 def _types(session: dormant.Session | None) -> list[str]:
     assert session is not None
     return [e.type for e in session.events if e.type != "state_delta"]
 
 
 def test_a_tool_round_trip_sends_the_tool_result_and_sums_usage(bedrock: FakeBedrock) -> None:
-    app = dormant.App(name="bedrock")
+    app = dormant.App(name="bedrock", prices={MODEL: {"input": 3, "output": 15, "cached": 0.3}})
     rest = app.handler.rest(agent=_concierge(app, bedrock), response={"usage": True})
     bedrock.script(converse_stream("", [LOOKUP], usage=(100, 20, 0)),
                    converse_stream("BK-1042 is three nights.", usage=(40, 6, 1100)))
@@ -612,6 +621,16 @@ def test_a_tool_round_trip_sends_the_tool_result_and_sums_usage(bedrock: FakeBed
     assert done.status == "completed" and done.output.text == "BK-1042 is three nights."
     assert done.usage is not None and (done.usage.input_tokens, done.usage.output_tokens,
                                        done.usage.cached_tokens) == (1240, 26, 1100)
+    # The cache reads at the cached price, the rest of the input at the input price.
+    one, two = (100 * 3 + 20 * 15) / 1e6, (40 * 3 + 1100 * 0.3 + 6 * 15) / 1e6
+    assert done.usage.cost == pytest.approx(one + two)
+    end = _events(app)[-1]
+    assert isinstance(end, InvocationEnd) and end.timing is not None
+    calls = end.timing.model_calls
+    assert [(c.provider, c.model, c.response_id, c.finish_reason) for c in calls] == [
+        ("aws.bedrock", MODEL, "fake-request-id", "tool_use"),
+        ("aws.bedrock", MODEL, "fake-request-id", "end_turn")]
+    assert [c.usage.cost for c in calls] == pytest.approx([one, two])
     second = bedrock.requests[1]
     assert second.blocks("toolUse") == [
         {"toolUseId": "tooluse_stay", "name": "lookup_stay", "input": {"ref": "BK-1042"}}]

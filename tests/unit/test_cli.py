@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -68,6 +69,37 @@ def test_show_json_is_the_whole_ledger(db: Path, capsys: pytest.CaptureFixture[s
     assert shown["sessionId"] == "session_done" and shown["status"] == "active"
     assert [e["type"] for e in shown["events"]] == [
         "invocation_start", "user", "assistant", "invocation_end"]
+
+
+def test_show_says_what_the_turns_used_and_cost(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    store = SqliteStore(tmp_path / "costs.db")
+    app = dormant.App(name="cli", store=store,
+                      prices={"scripted": {"input": 2, "output": 8, "cached": 0.5}})
+    used = {"input_tokens": 1200, "output_tokens": 300, "cached_tokens": 1000,
+            "reasoning_tokens": 100}
+    agent = app.agent(name="concierge", model=ScriptedModel([
+        {"text": "Hello.", "usage": used},
+        {"text": "Bye.", "usage": {"input_tokens": 1500, "output_tokens": 40}}]))
+    rest = app.handler.rest(agent=agent)
+    rest({"session_id": "s1", "input": {"message": "hi"}})
+    rest({"session_id": "s1", "input": {"message": "bye"}})
+    store.close()
+
+    assert main(["sessions", "show", "s1", "--db", str(tmp_path / "costs.db")]) == 0
+    out = capsys.readouterr().out.splitlines()
+
+    # 200 input at 2, 1,000 cached at 0.5, 300 output at 8; then 1,500 at 2 and 40 at 8
+    assert out[3] == ("  usage: 2 turns · tokens 2,700 in (1,000 cached) / 340 out "
+                      "(100 reasoning) · cost 0.00662")
+    ends = [line.split("■ run ended (completed)")[1] for line in out if "■ run ended" in line]
+    assert [re.sub(r"^ · \d+ ms", "", end) for end in ends] == [
+        " · tokens 1,200 in / 300 out · cost 0.0033",
+        " · tokens 1,500 in / 40 out · cost 0.00332"]
+    assert main(["sessions", "show", "s1", "--db", str(tmp_path / "costs.db"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["usage"] == {
+        "input_tokens": 2700, "output_tokens": 340, "cached_tokens": 1000,
+        "reasoning_tokens": 100, "cost": pytest.approx(0.00662), "turns": 2}
 
 
 def test_list_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

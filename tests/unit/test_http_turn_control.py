@@ -348,6 +348,7 @@ def test_get_sessions_with_detail_says_what_each_session_waits_on(
             view["status"], view["version"], view["updatedAt"], view["createdAt"])
         assert line.get("openInvocation") == view.get("openInvocation")
         assert line.get("agent") == view.get("agent")
+        assert line.get("usage") == view["usage"]
         assert line.get("waiting", []) == view["waiting"]  # one rule for both
     [call] = views["yield"]["yieldedTools"]
     assert lines["yield"]["waiting"] == [{"kind": "yield", "id": call["callId"],
@@ -368,7 +369,7 @@ def test_get_sessions_with_detail_says_what_each_session_waits_on(
                                        "version": lines["done"]["version"],
                                        "seq": views["fork"]["forkOf"]["seq"]}
     assert set(lines["done"]) == {"sessionId", "status", "version", "updatedAt", "createdAt",
-                                  "preview", "agent"}
+                                  "preview", "agent", "usage"}
     assert lines["done"]["agent"] == agent.name  # the agent that ran its latest invocation
 
 

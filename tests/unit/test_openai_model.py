@@ -12,12 +12,14 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from dormant.events import Usage
+import dormant
+from dormant.events import InvocationEnd, Usage
 from dormant.models import (
     AssistantMessage,
     ModelError,
     ModelRequest,
     OpenAIModel,
+    ResponseInfo,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
@@ -30,6 +32,7 @@ from dormant.models import (
 from dormant.models._openai_schema import strict_schema
 from dormant.tools import Aborted, Signal
 from tests.unit.openai_fake import (
+    MODEL,
     Call,
     FakeOpenAI,
     Reply,
@@ -111,14 +114,18 @@ def _json_reply(api: str, *args: Any, **kwargs: Any) -> Reply:
 def test_text_tool_calls_and_usage_become_chunks(fake: FakeOpenAI, api: str,
                                                  streamed: bool) -> None:
     build = _stream_reply if streamed else _json_reply
-    fake.script(build(api, "Asking for approval now.", PARALLEL[:1], usage=(120, 30, 64)))
+    fake.script(build(api, "Asking for approval now.", PARALLEL[:1],
+                      usage=(120, 30, 64, 18)))
 
     chunks = _run(_model(fake, api, stream=streamed))
 
     assert _text(chunks) == "Asking for approval now."
     assert _calls(chunks) == [("call_a", "request_approval",
                                '{"action": "delete the 2019 archive"}')]
-    assert _usage(chunks) == [Usage(input_tokens=120, output_tokens=30, cached_tokens=64)]
+    assert _usage(chunks) == [Usage(input_tokens=120, output_tokens=30, cached_tokens=64,
+                                    reasoning_tokens=18)]
+    assert chunks[-1] == (ResponseInfo(MODEL, "resp_fake", "completed") if api == "responses"
+                          else ResponseInfo(MODEL, "chatcmpl-fake", "tool_calls"))
     (sent,) = fake.requests
     assert sent.path == PATHS[api]
     assert sent.headers["authorization"] == "Bearer test-key"
@@ -579,6 +586,51 @@ def test_an_abort_during_backoff_stops_waiting(fake: FakeOpenAI) -> None:
     worker.join()
     assert len(outcome) == 1 and isinstance(outcome[0], Aborted)
     assert len(fake.requests) == 1
+
+
+# --- what a turn's timing keeps of a call ----------------------------------------------------
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_turn_timing_keeps_the_response_and_its_priced_tokens(fake: FakeOpenAI,
+                                                                 api: str) -> None:
+    app = dormant.App(name="timed", prices={MODEL: dormant.Price(input=1.25, output=10,
+                                                                  cached=0.125)})
+    rest = app.handler.rest(agent=app.agent(name="a", model=_model(fake, api)),
+                            response={"usage": True})
+    fake.script(_stream_reply(api, "Done.", usage=(1000, 200, 800, 150)))
+
+    done = rest({"session_id": "s1", "input": {"message": "hi"}})
+
+    session = app.sessions.get("s1")
+    assert session is not None
+    end = session.events[-1]
+    assert isinstance(end, InvocationEnd) and end.timing is not None
+    (call,) = end.timing.model_calls
+    assert (call.provider, call.model, call.response_model) == ("openai", MODEL, MODEL)
+    assert (call.response_id, call.finish_reason) == (
+        ("resp_fake", "completed") if api == "responses" else ("chatcmpl-fake", "stop"))
+    # 200 input tokens at 1.25, 800 cached at 0.125, 200 output (150 of them reasoning) at 10
+    cost = (200 * 1.25 + 800 * 0.125 + 200 * 10) / 1_000_000
+    assert call.usage.model_dump() == {"input_tokens": 1000, "output_tokens": 200,
+                                       "cached_tokens": 800, "reasoning_tokens": 150,
+                                       "cost": pytest.approx(cost)}
+    assert done.usage == call.usage
+
+
+def test_a_response_cut_short_says_why_it_finished(fake: FakeOpenAI) -> None:
+    app = dormant.App(name="timed")
+    rest = app.handler.rest(agent=app.agent(name="a", model=_model(fake)))
+    fake.script(responses_stream("The answer is", final="response.incomplete"))
+
+    rest({"session_id": "s1", "input": {"message": "hi"}})
+
+    session = app.sessions.get("s1")
+    assert session is not None
+    timing = session.events[-1].timing  # type: ignore[union-attr]
+    assert timing is not None
+    assert timing.model_calls[0].finish_reason == "max_output_tokens"
+    assert timing.model_calls[0].usage.cost is None  # no price table: no cost
 
 
 def test_construction_errors_are_config_errors() -> None:

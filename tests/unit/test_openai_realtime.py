@@ -26,6 +26,7 @@ from dormant.models import (
     ModelError,
     ModelRequest,
     OpenAIRealtimeModel,
+    ResponseInfo,
     ScriptedModel,
     TextDelta,
     ToolCallChunk,
@@ -199,7 +200,8 @@ def test_chunks_of_a_text_reply_with_a_call(fake: FakeRealtime) -> None:
             if isinstance(c, ToolCallChunk)] == [("call_x", "lookup_stay", {"booking": "B-1"})]
     [usage] = [c.usage for c in chunks if isinstance(c, UsageChunk)]
     assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (9, 4, 2)
-    assert isinstance(chunks[-1], UsageChunk)
+    assert isinstance(chunks[-2], UsageChunk)
+    assert chunks[-1] == ResponseInfo(response_id="resp_fake", finish_reason="completed")
 
 
 # --- audio ------------------------------------------------------------------------------------

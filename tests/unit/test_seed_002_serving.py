@@ -87,7 +87,8 @@ def test_step2_opt_in_fields(app: dormant.App, concierge: dormant.Agent) -> None
     assert wire["sessionId"].startswith("session_")
     assert [e["type"] for e in wire["events"]] == [
         "invocation_start", "user", "assistant", "invocation_end"]
-    assert wire["usage"] == {"inputTokens": 0, "outputTokens": 0, "cachedTokens": 0}
+    assert wire["usage"] == {"inputTokens": 0, "outputTokens": 0, "cachedTokens": 0,
+                             "reasoningTokens": 0, "cost": None}
     assert "state" not in wire and "yieldedTools" not in wire and "warning" not in wire
 
 

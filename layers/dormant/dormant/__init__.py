@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dormant._timing import Price
 from dormant.agent import Agent, Compaction, Hook, HookContext
 from dormant.app import App
 from dormant.errors import (
@@ -94,6 +95,7 @@ __all__ = [
     "PendingApproval",
     "PendingInput",
     "PendingInputError",
+    "Price",
     "QueuedMessage",
     "ResponseOptions",
     "RestResponse",

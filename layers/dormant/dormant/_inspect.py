@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dormant._resume import validate_resume_state
-from dormant.events import Event
+from dormant.events import Event, Usage
 from dormant.session import Session
 from dormant.types import SessionSummary
 
@@ -38,6 +38,46 @@ def render_list(summaries: list[SessionSummary]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
                      .rstrip() for row in rows)
+
+
+def _cost(cost: float) -> str:
+    """A cost in the price table's currency: cents kept, small sums to six places."""
+    return f"{cost:,.2f}" if cost >= 1 else f"{cost:.6f}".rstrip("0").rstrip(".")
+
+
+def _tokens(usage: Usage | dict[str, Any], *, detail: bool = True) -> str:
+    """``tokens 1,210 in (1,000 cached) / 305 out (100 reasoning)``; with ``detail`` off,
+    the in and out counts only."""
+    if isinstance(usage, dict):
+        usage = Usage.model_validate(usage)
+    cached = f" ({usage.cached_tokens:,} cached)" if detail and usage.cached_tokens else ""
+    reasoning = f" ({usage.reasoning_tokens:,} reasoning)" \
+        if detail and usage.reasoning_tokens else ""
+    return (f"tokens {usage.input_tokens:,} in{cached} / {usage.output_tokens:,} "
+            f"out{reasoning}")
+
+
+def _totals(usage: dict[str, Any]) -> str:
+    """The header's line of what the session's turns used and cost (``Head.usage``)."""
+    turns = usage.get("turns", 0)
+    cost = usage.get("cost")
+    priced = f"cost {_cost(cost)}" if cost is not None else "no price for its models"
+    return f"  usage: {turns} turn{'s' if turns != 1 else ''} · {_tokens(usage)} · {priced}"
+
+
+def _took(event: Event) -> str:
+    """What an ending event's turn took: its time, tokens and cost (none: untimed)."""
+    timing = getattr(event, "timing", None)
+    if timing is None:
+        return ""
+    ms = timing.elapsed_ms
+    parts = [f"{ms} ms" if ms < 10_000 else f"{ms / 1000:.0f} s"]
+    usage = timing.usage
+    if usage.input_tokens or usage.output_tokens:
+        parts.append(_tokens(usage, detail=False))
+    if usage.cost is not None:
+        parts.append(f"cost {_cost(usage.cost)}")
+    return " · " + " · ".join(parts)
 
 
 def _line(event: Event, waits: dict[str, str]) -> str:
@@ -178,7 +218,8 @@ def _input_schemas(session: Session) -> dict[str, dict[str, Any]]:
 
 
 def render_session(session: Session, expects: dict[str, str] | None = None) -> str:
-    """A readable timeline: who said what, which tool yielded and what it waits for.
+    """A readable timeline: who said what, which tool yielded and what it waits for, what
+    the session's turns used and cost, and each turn's time, tokens and cost.
 
     What a waiting call expects comes from the ledger (its ``tool_yield`` records the
     schema). ``expects``, when given, maps a yielding tool's name to a description of the
@@ -193,6 +234,8 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
         f"{_when(head.updated_at, date=True)}",
         "",
     ]
+    if head.usage:
+        out.insert(-1, _totals(head.usage))
     waits: dict[str, str] = {}
     fork_of = head.fork_of
     if fork_of is not None:
@@ -204,7 +247,7 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
     for position, event in enumerate(session.events, session.first_seq):
         if fork_of is not None and position == fork_of["seq"]:
             out.append(f"  ── forked here from {fork_of['session']} v{fork_of['version']} ──")
-        out.append(f"  {_when(event.ts)}  {_line(event, waits)}")
+        out.append(f"  {_when(event.ts)}  {_line(event, waits)}{_took(event)}")
     if session.state:
         out += ["", f"  state: {_short(session.state, 100)}"]
     timers = session.timers
@@ -279,6 +322,7 @@ def session_json(session: Session) -> dict[str, Any]:
         "forkOf": session.head.fork_of,
         "compactions": session.head.compactions,
         "compactedTo": session.head.compacted_to,
+        "usage": session.head.usage,
         "createdAt": session.head.created_at,
         "updatedAt": session.head.updated_at,
         "events": [e.model_dump(mode="json") for e in session.events],

@@ -13,7 +13,7 @@ from dormant.events import Usage
 from dormant.results import Output
 from dormant.types import PendingApproval, YieldedTool
 
-__all__ = ["RestResponse", "TurnResult", "VoiceAudio", "VoiceResponse"]
+__all__ = ["RestResponse", "TurnResult", "VoiceAudio", "VoiceResponse", "usage_whole"]
 
 
 
@@ -121,7 +121,18 @@ class RestResponse(BaseModel):
         return landed(self.commit_status, self.version)
 
     def wire(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        """The JSON body: empty fields left out, but ``usage`` whole (its ``cost`` null
+        when no call of the turn had a price)."""
+        return usage_whole(self.model_dump(by_alias=True, mode="json", exclude_none=True),
+                           self.usage)
+
+
+def usage_whole(body: dict[str, Any], usage: Usage | None) -> dict[str, Any]:
+    """A JSON body with its ``usage`` whole: its ``cost`` says null when nothing was priced
+    (the body's other empty fields are left out)."""
+    if usage is not None:
+        body["usage"] = usage.model_dump(by_alias=True, mode="json")
+    return body
 
 
 class VoiceAudio(BaseModel):

@@ -320,7 +320,12 @@ def _owner(owner: str | None, principal: str | None) -> str | None:
 
 
 class App:
-    """A dormant application: ``App(name=..., store=...)`` (store defaults to memory)."""
+    """A dormant application: ``App(name=..., store=...)`` (store defaults to memory).
+
+    ``prices``: what each model's tokens cost, ``{model name: Price(input=..., output=...,
+    cached=...)}`` (per million tokens, or a dict of those fields): turns, sessions and
+    traces then say what they cost. A price that does not fit raises
+    :class:`~dormant.errors.ConfigError` naming its model."""
 
     def __init__(
         self,
@@ -333,7 +338,7 @@ class App:
         prices: Mapping[str, Price | Mapping[str, Any]] | None = None,
     ) -> None:
         self.name = name
-        #: What each model's tokens cost (:class:`~dormant._timing.Price` by model name):
+        #: What each model's tokens cost (:class:`~dormant.Price` by model name):
         #: turns and sessions add up their cost with it. None ships: prices change.
         self.prices: dict[str, Price] = price_table(prices)
         self.store: Store = store if store is not None else MemoryStore()

@@ -70,7 +70,7 @@ class Host(Protocol):
 
     @property
     def prices(self) -> Prices:
-        """The app's price table (:class:`~dormant._timing.Price` by model name)."""
+        """The app's price table (:class:`~dormant.Price` by model name)."""
         ...
 
     @property

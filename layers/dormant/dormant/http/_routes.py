@@ -62,6 +62,7 @@ from dormant.http._wire import (
     Running,
     SessionLine,
     SessionList,
+    SessionUsage,
     SessionView,
     TurnRequest,
     checked_session_id,
@@ -298,7 +299,7 @@ class Routes:
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
-            compactions=head.compactions or None,
+            compactions=head.compactions or None, usage=SessionUsage.of(session),
             created_at=head.created_at, updated_at=head.updated_at,
             events=public_events(page.events) if page is not None else None,
             next=page.next if page is not None else None,
@@ -344,9 +345,8 @@ class Routes:
             now = self.app.clock()
             lines = [SessionLine.detailed(session, now) for session in heads
                      if session is not None and session.head.visible_to(principal)]
-        body = SessionList(sessions=lines)
         return Response(status_code=200, content_type=JSON,
-                        body=body.model_dump(by_alias=True, mode="json", exclude_none=True))
+                        body=SessionList(sessions=lines).wire())
 
     # --- /sessions/{id}/events -----------------------------------------------------------------
 

@@ -22,7 +22,9 @@ from dormant._inputs import (
     StopRequest,
     message_text,
 )
+from dormant._turn_wire import usage_whole
 from dormant.errors import InputError
+from dormant.events import Usage
 from dormant.handlers import HandlerInput, Input, RetryRequest, ToolAnswer
 from dormant.session import MAX_SESSION_ID, Session, normalize_session_id
 from dormant.types import PendingInput, QueuedMessage
@@ -39,6 +41,7 @@ __all__ = [
     "PendingStop",
     "SessionLine",
     "SessionList",
+    "SessionUsage",
     "SessionView",
     "TurnRequest",
     "Waiting",
@@ -308,6 +311,18 @@ class ActiveInvocation(_Wire):
             if entry is not None else None
 
 
+class SessionUsage(Usage):
+    """What a session's turns used and cost, summed over every turn the ledger timed
+    (``cost``: null when no call of them had a price in the app's price table)."""
+
+    turns: int = Field(description="How many turns the totals cover.")
+
+    @classmethod
+    def of(cls, session: Session) -> SessionUsage | None:
+        usage = session.head.usage
+        return cls.model_validate(usage) if usage else None
+
+
 class SessionView(_Wire):
     """The body of ``GET /sessions/{id}``."""
 
@@ -358,6 +373,10 @@ class SessionView(_Wire):
     compactions: int | None = Field(
         default=None, description="How many times older turns were folded into a summary "
         "(absent: never).")
+    usage: SessionUsage | None = Field(
+        default=None, description="The tokens and cost of its turns, summed: {inputTokens, "
+        "outputTokens, cachedTokens, reasoningTokens, cost, turns}; `null` before its first "
+        "turn ends.")
     created_at: int = 0
     updated_at: int = 0
     events: list[dict[str, Any]] | None = Field(
@@ -371,7 +390,8 @@ class SessionView(_Wire):
         """The JSON body: empty fields left out, except those that say ``null``."""
         body = self.model_dump(by_alias=True, mode="json", exclude_none=True)
         body.setdefault("activeInvocation", None)
-        return body
+        body.setdefault("usage", None)
+        return usage_whole(body, self.usage)
 
 
 class ForkOf(_Wire):
@@ -440,6 +460,9 @@ class SessionLine(_Wire):
                                 "message yet).")
     agent: str | None = Field(default=None, description="The agent that ran its latest "
                               "invocation (`detail=true`; absent: none ran yet).")
+    usage: SessionUsage | None = Field(
+        default=None, description="The tokens and cost of its turns, summed, as `GET "
+        "/sessions/{id}` says them (`detail=true`; absent: no turn ended yet).")
 
     @classmethod
     def detailed(cls, session: Session, now: int) -> SessionLine:
@@ -453,7 +476,7 @@ class SessionLine(_Wire):
                    running=Running.of(session, now),
                    fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
                    compactions=head.compactions or None, created_at=head.created_at,
-                   preview=head.preview, agent=head.agent)
+                   preview=head.preview, agent=head.agent, usage=SessionUsage.of(session))
 
 
 def waiting_on(session: Session) -> list[Waiting]:
@@ -476,6 +499,13 @@ class SessionList(_Wire):
     """The body of ``GET /sessions``: the caller's sessions, most recently updated first."""
 
     sessions: list[SessionLine]
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body: each line's empty fields left out."""
+        body = self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        for line, wired in zip(self.sessions, body["sessions"], strict=True):
+            usage_whole(wired, line.usage)
+        return body
 
 
 class ErrorBody(_Wire):

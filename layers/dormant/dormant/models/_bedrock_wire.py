@@ -25,6 +25,7 @@ from dormant.models._base import (
     ModelError,
     ModelRequest,
     ReasoningChunk,
+    ResponseInfo,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
@@ -342,12 +343,14 @@ def _usage(usage: Any) -> Usage | None:
                  output_tokens=usage.get("outputTokens") or 0, cached_tokens=cached)
 
 
-def converse_chunks(events: Iterable[dict[str, Any]], model_id: str = ""
-                    ) -> Iterator[ModelChunk]:
+def converse_chunks(events: Iterable[dict[str, Any]], model_id: str = "",
+                    request_id: str | None = None) -> Iterator[ModelChunk]:
     """ConverseStream events → chunks. Text and reasoning text stream as they come; tool
     input streams as :class:`ToolCallDelta`; whole tool calls, reasoning items and usage come
-    once the stream has ended after ``messageStop``. A stream with no ``messageStop`` raises
-    ``stream_incomplete``, so a cut reply is never taken for a whole one."""
+    once the stream has ended after ``messageStop``, then a :class:`ResponseInfo` (the
+    ``stopReason``; Converse names no response, so its id is the call's ``request_id``).
+    A stream with no ``messageStop`` raises ``stream_incomplete``, so a cut reply is never
+    taken for a whole one."""
     blocks: dict[int, _Block] = {}
     stop: str | None = None
     usage: Usage | None = None
@@ -390,6 +393,7 @@ def converse_chunks(events: Iterable[dict[str, Any]], model_id: str = ""
                     if blocks[i].result is not None)
     if usage is not None:
         yield UsageChunk(usage)
+    yield ResponseInfo(response_id=request_id or None, finish_reason=stop)
 
 
 def _delta(event: dict[str, Any], blocks: dict[int, _Block]) -> Iterator[ModelChunk]:

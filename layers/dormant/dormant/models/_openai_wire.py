@@ -20,6 +20,7 @@ from dormant.models._base import (
     ModelError,
     ModelRequest,
     ReasoningChunk,
+    ResponseInfo,
     TextDelta,
     ThoughtDelta,
     ToolCallChunk,
@@ -176,21 +177,56 @@ class _Call:
         return ToolCallChunk(call_id=self.call_id or new_id("call"), name=self.name, args=args)
 
 
-def _usage(usage: Any, inputs: str, outputs: str, details: str) -> Usage | None:
-    """Token counts from either API's usage object (they name the same fields differently)."""
+def _usage(usage: Any, inputs: str, outputs: str, api: str) -> Usage | None:
+    """Token counts from either API's usage object (they name the same fields differently:
+    ``api`` is ``input``/``output`` or ``prompt``/``completion`` in the details' names). Both
+    count the cached tokens in the input and the reasoning tokens in the output, as
+    :class:`Usage` does."""
     if usage is None:
         return None
+    read, written = ("input", "output") if api == "responses" else ("prompt", "completion")
     return Usage(input_tokens=getattr(usage, inputs, 0) or 0,
                  output_tokens=getattr(usage, outputs, 0) or 0,
-                 cached_tokens=getattr(getattr(usage, details, None), "cached_tokens", 0) or 0)
+                 cached_tokens=_detail(usage, f"{read}_tokens_details", "cached_tokens"),
+                 reasoning_tokens=_detail(usage, f"{written}_tokens_details",
+                                          "reasoning_tokens"))
+
+
+def _detail(usage: Any, details: str, name: str) -> int:
+    count = getattr(getattr(usage, details, None), name, 0)
+    return count if isinstance(count, int) else 0
 
 
 def _usage_of_response(usage: Any) -> Usage | None:
-    return _usage(usage, "input_tokens", "output_tokens", "input_tokens_details")
+    return _usage(usage, "input_tokens", "output_tokens", "responses")
 
 
 def _usage_of_chat(usage: Any) -> Usage | None:
-    return _usage(usage, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
+    return _usage(usage, "prompt_tokens", "completion_tokens", "chat")
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _info_of_response(response: Any) -> ResponseInfo:
+    """A Responses API result's id, model and how it finished: its ``status``, or for an
+    incomplete one the reason (``max_output_tokens``, ``content_filter``)."""
+    status = _text(getattr(response, "status", None))
+    if status == "incomplete":
+        status = _text(getattr(getattr(response, "incomplete_details", None), "reason",
+                               None)) or status
+    return ResponseInfo(model=_text(getattr(response, "model", None)),
+                        response_id=_text(getattr(response, "id", None)),
+                        finish_reason=status)
+
+
+def _info_of_chat(reply: Any, finish_reason: Any) -> ResponseInfo:
+    """A Chat Completions reply's (or stream chunk's) id and model, and its first choice's
+    ``finish_reason`` (``stop``, ``tool_calls``, ``length``, ``content_filter``)."""
+    return ResponseInfo(model=_text(getattr(reply, "model", None)),
+                        response_id=_text(getattr(reply, "id", None)),
+                        finish_reason=_text(finish_reason))
 
 
 class StreamFailed(ModelError):
@@ -271,6 +307,7 @@ def responses_chunks(events: Iterable[Any]) -> Iterator[ModelChunk]:
             calls.clear()
             if usage is not None:
                 yield UsageChunk(usage)
+            yield _info_of_response(event.response)
         elif kind == "response.failed":
             raise _failure(getattr(event.response, "error", None), "response_failed")
         elif kind == "error":
@@ -300,6 +337,7 @@ def responses_result_chunks(response: Any) -> Iterator[ModelChunk]:
     usage = _usage_of_response(getattr(response, "usage", None))
     if usage is not None:
         yield UsageChunk(usage)
+    yield _info_of_response(response)
 
 
 def _reasoning(delta: Any) -> str | None:
@@ -322,13 +360,17 @@ def chat_chunks(chunks: Iterable[Any]) -> Iterator[ModelChunk]:
     usage: Usage | None = None
     seen = 0
     finished = False
+    last: Any = None
+    reason: Any = None
     for chunk in chunks:
         seen += 1
+        last = chunk
         usage = _usage_of_chat(getattr(chunk, "usage", None)) or usage
         for choice in getattr(chunk, "choices", None) or ():
             finished = finished or getattr(choice, "finish_reason", None) is not None
             if getattr(choice, "index", 0) != 0:
                 continue
+            reason = getattr(choice, "finish_reason", None) or reason
             delta = choice.delta
             thought = _reasoning(delta)
             if thought:
@@ -355,6 +397,7 @@ def chat_chunks(chunks: Iterable[Any]) -> Iterator[ModelChunk]:
         yield calls[index].chunk()
     if usage is not None:
         yield UsageChunk(usage)
+    yield _info_of_chat(last, reason)
 
 
 def chat_result_chunks(completion: Any) -> Iterator[ModelChunk]:
@@ -376,3 +419,5 @@ def chat_result_chunks(completion: Any) -> Iterator[ModelChunk]:
     usage = _usage_of_chat(getattr(completion, "usage", None))
     if usage is not None:
         yield UsageChunk(usage)
+    yield _info_of_chat(completion, getattr(choices[0], "finish_reason", None)
+                        if choices else None)

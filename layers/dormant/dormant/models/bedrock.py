@@ -113,6 +113,9 @@ class BedrockModel:
     text has already streamed to clients): it is raised, marked retryable.
     """
 
+    #: The provider, as traces name it (the GenAI conventions' ``gen_ai.provider.name``).
+    provider = "aws.bedrock"
+
     def __init__(
         self,
         model_id: str,
@@ -179,9 +182,10 @@ class BedrockModel:
         body = self._body(request)
         reply, made = self._call(body, signal)
         events = reply["stream"]
+        request_id = (reply.get("ResponseMetadata") or {}).get("RequestId")
         try:
             yield from self._translated(converse_chunks(self._read(events, signal),
-                                                        self.model_id), made)
+                                                        self.model_id, request_id), made)
         finally:
             events.close()  # a consumer that stops early (abort, error) frees the connection
 

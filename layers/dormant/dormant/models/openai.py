@@ -102,6 +102,9 @@ class OpenAIModel:
     result and nothing is committed.
     """
 
+    #: The provider, as traces name it (the GenAI conventions' ``gen_ai.provider.name``).
+    provider = "openai"
+
     def __init__(
         self,
         model: str,

@@ -31,6 +31,7 @@ from dormant.models._base import (
     ModelChunk,
     ModelError,
     ModelRequest,
+    ResponseInfo,
     TextDelta,
     ToolCallChunk,
     UsageChunk,
@@ -115,6 +116,9 @@ class OpenAIRealtimeModel:
     """
 
     realtime = True
+
+    #: The provider, as traces name it (the GenAI conventions' ``gen_ai.provider.name``).
+    provider = "openai"
 
     def __init__(
         self,
@@ -265,6 +269,12 @@ class OpenAIRealtimeModel:
             yield UsageChunk(Usage(input_tokens=getattr(usage, "input_tokens", 0) or 0,
                                    output_tokens=getattr(usage, "output_tokens", 0) or 0,
                                    cached_tokens=getattr(details, "cached_tokens", 0) or 0))
+        if status == "incomplete":  # (cut short: max_output_tokens, content_filter, ...)
+            status = getattr(getattr(response, "status_details", None), "reason",
+                             None) or status
+        response_id = getattr(response, "id", None)
+        yield ResponseInfo(response_id=response_id if isinstance(response_id, str) else None,
+                           finish_reason=status if isinstance(status, str) else None)
 
     # --- transcription --------------------------------------------------------------------------
 

@@ -88,6 +88,10 @@ class RuleModel:
     """A :class:`~dormant.models.Model` answering from rules: override :meth:`reply` and
     :meth:`after_tool` (see the module's example)."""
 
+    #: How traces and the price table name it (:func:`~dormant.models._base.identify`).
+    provider = "dormant"
+    model = "rules"
+
     def reply(self, text: str) -> Reply:
         """What to answer the user's latest message ``text`` (default: say what to do)."""
         return (f"No rule answers {text!r} yet: override {type(self).__name__}.reply "

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from dormant.events import Usage
 from dormant.models._base import (
     ModelChunk,
     ModelError,
@@ -50,13 +51,20 @@ class ScriptedModel:
     ``"provider_metadata"`` (a dict), and ``"provider_executed": True`` with a ``"result"``
     (and ``"is_error"``) for a call the provider ran, played as a :class:`ToolResultChunk`
     after the calls (no ``"result"``: the provider's result never came). The requests the
-    model was sent are kept in ``requests``. A call with no reply left raises
+    model was sent are kept in ``requests``. A reply's ``"usage"`` is what the call reports
+    using (``{"input_tokens": 12, "output_tokens": 3}``; also ``cached_tokens``,
+    ``reasoning_tokens``): the turn's tokens, and its cost by the app's price table under the
+    model name ``scripted``, with no network. A call with no reply left raises
     :class:`ScriptError` (a test's script is wrong); with ``strict=False`` it is a failed
     model call instead (:class:`~dormant.models.ModelError` ``script_exhausted``, not
     retryable), for serving a script (``dormant dev --model scripted:FILE``), where running
     out is news for the client, not a crash. :meth:`assert_consumed` raises if replies are
     left over.
     """
+
+    #: How traces and the price table name it (:func:`~dormant.models._base.identify`).
+    provider = "dormant"
+    model = "scripted"
 
     def __init__(self, replies: Sequence[str | dict[str, Any]] = (), *,
                  delay: float = 0.0, strict: bool = True) -> None:
@@ -130,15 +138,27 @@ def _play(reply: str | dict[str, Any], delay: float = 0.0,
         if call.get("provider_executed") and "result" in call:
             yield ToolResultChunk(call.get("id") or "", call["result"],
                                   is_error=bool(call.get("is_error")))
-    yield UsageChunk()
+    usage = reply.get("usage")
+    yield UsageChunk(Usage(**usage)) if usage else UsageChunk()
+
+
+#: What a reply's ``usage`` may say.
+_TOKENS = frozenset({"input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens"})
 
 
 def _check_reply(index: int, reply: Any) -> None:
     if isinstance(reply, str):
         return
-    if not isinstance(reply, dict) or not set(reply) <= {"text", "tool_calls", "thought"}:
+    if not isinstance(reply, dict) or not set(reply) <= {"text", "tool_calls", "thought",
+                                                          "usage"}:
         raise ScriptError(f"reply #{index + 1} must be a str or a dict with text/tool_calls, "
                           f"got {reply!r}")
+    usage = reply.get("usage")
+    if usage is not None and not (
+            isinstance(usage, dict) and set(usage) <= _TOKENS
+            and all(type(n) is int and n >= 0 for n in usage.values())):
+        raise ScriptError(f"reply #{index + 1}: usage must map {', '.join(sorted(_TOKENS))} "
+                          f"to counts (whole numbers, 0 or more), got {usage!r}")
     for call in reply.get("tool_calls") or ():
         if not isinstance(call, dict) or "name" not in call:
             raise ScriptError(f"reply #{index + 1}: each tool call needs a name, got {call!r}")

@@ -57,12 +57,13 @@ pytest; it is imported on first use, so importing this module never imports pyte
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dormant._timing import Price
 from dormant.agent import Agent
 from dormant.app import App
 from dormant.events import Event, ToolResult
@@ -172,7 +173,8 @@ class TestRun:
 
 def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
              through: Literal["run", "handlers"] = "run",
-             session_id: str | None = None) -> TestRun:
+             session_id: str | None = None,
+             prices: Mapping[str, Price | Mapping[str, Any]] | None = None) -> TestRun:
     """Run the script against ``agent`` on a fresh session; return the last step's outcome.
 
     ``through="run"`` (default) serves each step in process, as its own request, with the
@@ -180,7 +182,8 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     result; ``through="handlers"`` sends each step to the REST handler as its own request
     and commit (a :func:`timer` to the wake handler). ``store`` (default: a new
     :class:`MemoryStore`) holds the session; ``session_id`` names it (it may exist already
-    in ``store``).
+    in ``store``). ``prices``: the app's price table (``App(prices=...)``), by which the
+    :func:`model` steps' ``usage`` is priced under the model name ``scripted``.
 
     Steps: :func:`user` / :func:`message`, :func:`model`, :func:`tool_input`,
     :func:`tool_result`, :func:`approval` (:func:`approve`, :func:`deny`), :func:`respond`,
@@ -209,7 +212,8 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     served = replace(agent, model=scripted)
     kit_store = KitStore(store if store is not None else MemoryStore())
     # the kit delivers timers itself (the ``timer`` step): it is the app's scheduler
-    app = App(name="test", store=kit_store, clock=KitClock(), scheduler=RecordingScheduler())
+    app = App(name="test", store=kit_store, clock=KitClock(), scheduler=RecordingScheduler(),
+              prices=prices)
     sid = normalize_session_id(session_id) if session_id else mint_session_id()
     driver: Driver = (HandlerDriver if through == "handlers" else InProcessDriver)(
         app, served, sid)

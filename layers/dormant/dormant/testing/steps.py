@@ -153,22 +153,28 @@ def message(text: str, *, id: str | None = None,
 
 def model(text: str | dict[str, Any] | None = None, *,
           tool_calls: Sequence[dict[str, Any]] | None = None,
-          thought: str | None = None) -> ModelStep:
+          thought: str | None = None, usage: dict[str, int] | None = None) -> ModelStep:
     """One model reply: text, tool calls (``[{"name": ..., "args": {...}}]``) or both.
+    ``usage``: the tokens the call reports (``{"input_tokens": 12, "output_tokens": 3}``;
+    also ``cached_tokens``, ``reasoning_tokens``), priced by the app's price table under
+    the model name ``scripted``.
 
     A dict in the seeds' shape is accepted too: ``model({"tool_calls": [...]})``."""
     if isinstance(text, dict):
         calls = text.get("tool_calls", text.get("toolCalls"))
-        return model(text.get("text"), tool_calls=calls, thought=text.get("thought"))
+        return model(text.get("text"), tool_calls=calls, thought=text.get("thought"),
+                     usage=text.get("usage"))
     if text is None and not tool_calls:
         raise ScriptError("model(...) needs text or tool_calls")
-    if tool_calls is None and thought is None:
+    if tool_calls is None and thought is None and usage is None:
         return ModelStep(text or "")
     reply: dict[str, Any] = {"text": text or ""}
     if tool_calls:
         reply["tool_calls"] = [dict(call) for call in tool_calls]
     if thought:
         reply["thought"] = thought
+    if usage is not None:
+        reply["usage"] = dict(usage)
     return ModelStep(reply)
 
 
