@@ -3,7 +3,8 @@
 Each walkthrough runs twice, on a fresh :class:`MemoryStore` each: in process
 (``through="run"``) and through the REST handler (``through="handlers"``). The two ledgers
 must agree event by event on everything that does not vary from run to run: every field of
-every event except its ``id``, ``ts`` and ``seq``; ids minted at random (``apr_…``, ``evt_…``,
+every event except its ``id``, ``ts`` and ``seq``, and the times in a turn's ``timing`` (its
+phases, calls and tools must agree, not how long they took); ids minted at random (``apr_…``, ``evt_…``,
 ``msg_…``: ``new_id``) are compared by where they first appear. Derived ids — invocation ids
 (from the session and the message id), call ids (from the invocation and the call's place) —
 are compared as they are: every walkthrough names its session and its messages, so a path
@@ -180,6 +181,8 @@ WALKTHROUGHS = [
 MINTED = re.compile(r"^[a-z]+_[0-9a-f]{16}_[0-9a-f]+$")
 #: Fields that hold when, or where in a stream, an event was made.
 VARYING = frozenset({"id", "ts", "seq"})
+#: A turn timing's fields that hold when, or how long (every ``…_ms`` too).
+TIMES = frozenset({"started"})
 
 
 def ledger(run: TestRun) -> list[dict[str, Any]]:
@@ -190,7 +193,8 @@ def ledger(run: TestRun) -> list[dict[str, Any]]:
         if isinstance(value, str) and MINTED.match(value):
             return seen.setdefault(value, f"<{value.split('_', 1)[0]} #{len(seen) + 1}>")
         if isinstance(value, dict):
-            return {k: canon(v) for k, v in value.items()}
+            return {k: canon(v) for k, v in value.items()
+                    if k not in TIMES and not k.endswith("_ms")}
         if isinstance(value, list):
             return [canon(v) for v in value]
         return value
