@@ -4,12 +4,13 @@ Each walkthrough runs twice, on a fresh :class:`MemoryStore` each: in process
 (``through="run"``) and through the REST handler (``through="handlers"``). The two ledgers
 must agree event by event on everything that does not vary from run to run: every field of
 every event except its ``id``, ``ts`` and ``seq``, and the times in a turn's ``timing`` (its
-phases, calls and tools must agree, not how long they took); ids minted at random (``apr_…``, ``evt_…``,
-``msg_…``: ``new_id``) are compared by where they first appear. Derived ids — invocation ids
-(from the session and the message id), call ids (from the invocation and the call's place) —
-are compared as they are: every walkthrough names its session and its messages, so a path
-that minted an invocation id where the other derived it would show here. The steps'
-outcomes (status and code) and the tools that ran (by call id) must agree too.
+phases, calls and tools must agree, not how long they took); ids minted at random
+(``apr_…``, ``evt_…``, ``msg_…``: ``new_id``) are compared by where they first appear.
+Derived ids — invocation ids (from the session and the message id), call ids (from the
+invocation and the call's place) — are compared as they are: every walkthrough names its
+session and its messages, so a path that minted an invocation id where the other derived it
+would show here. The steps' outcomes (status and code) and the tools that ran (by call id)
+must agree too.
 """
 
 from __future__ import annotations
