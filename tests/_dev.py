@@ -40,3 +40,13 @@ def dev_process(command: Sequence[str], *, cwd: Path, env: Mapping[str, str],
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def one_dormant_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one ``dormant:`` line a refused command printed (asserting it is one, exit 2,
+    nothing on stdout)."""
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
+    assert done.stdout == ""
+    return done.stderr

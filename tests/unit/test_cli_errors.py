@@ -20,7 +20,7 @@ import pytest
 import dormant
 from dormant.models import ScriptedModel
 from dormant.stores import SqliteStore
-from tests._dev import dev_process
+from tests._dev import dev_process, one_dormant_line
 
 #: The environment the commands run in: no OpenAI key (nothing may reach the network).
 ENV = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
@@ -250,15 +250,6 @@ def test_dev_without_the_aws_extra_says_what_to_install(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # no database made for a server that cannot start
 
 
-def _one_dormant_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The one ``dormant:`` line a refused command printed (asserting it is one, exit 2)."""
-    assert "Traceback" not in done.stderr, done.stderr
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
-    assert done.stdout == ""
-    return done.stderr
-
-
 #: ``import openai`` fails in the command's process (as without the ``openai`` extra):
 #: Python's ``site`` imports this file first from the path's front.
 WITHOUT_OPENAI = 'import sys\nsys.modules["openai"] = None\n'
@@ -287,7 +278,7 @@ def test_openai_with_a_key_and_no_openai_package_says_which_extra(
     env = {**ENV, "PYTHONPATH": path, "OPENAI_API_KEY": "sk-test-not-a-key"}
     done = subprocess.run([sys.executable, "-m", "dormant.cli", "dev", "--port", "0", *args],
                           cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    assert _one_dormant_line(done) == f"dormant: {says}\n"
+    assert one_dormant_line(done) == f"dormant: {says}\n"
     assert [p.name for p in work.iterdir()] == ["uses_openai.py"]  # no database left behind
 
 
@@ -329,7 +320,7 @@ def read_only(tmp_path: Path) -> Iterator[Path]:
 
 def test_new_in_a_directory_it_cannot_write_names_it(read_only: Path) -> None:
     locked = read_only
-    said = _one_dormant_line(_dormant_bound("new", "shop", cwd=locked))
+    said = one_dormant_line(_dormant_bound("new", "shop", cwd=locked))
     assert said == (f"dormant: cannot create shop in {locked}: Permission denied "
                     f"({locked / 'shop'}); pass --dir a directory you can write\n")
     assert list(locked.iterdir()) == []
@@ -337,7 +328,7 @@ def test_new_in_a_directory_it_cannot_write_names_it(read_only: Path) -> None:
 
 def test_dev_in_a_read_only_directory_names_it_and_db(read_only: Path) -> None:
     locked = read_only
-    said = _one_dormant_line(_dormant_bound("dev", "--port", "0", cwd=locked))
+    said = one_dormant_line(_dormant_bound("dev", "--port", "0", cwd=locked))
     assert said.startswith(f"dormant: cannot open the database {locked / 'dormant.db'}: this "
                            f"user may not write in its directory {locked} (permission denied")
     assert said.endswith("; pass --db to put the sessions elsewhere, e.g. --db ~/dormant.db\n")
@@ -351,9 +342,9 @@ def test_a_read_only_database_is_not_called_another_kind_of_file(tmp_path: Path)
     db.chmod(0o444)
     db.parent.chmod(0o555)
     try:
-        served = _one_dormant_line(_dormant_bound("dev", "--port", "0", "--db", str(db),
+        served = one_dormant_line(_dormant_bound("dev", "--port", "0", "--db", str(db),
                                                   cwd=tmp_path))
-        listed = _one_dormant_line(_dormant_bound("sessions", "list", "--db", str(db),
+        listed = one_dormant_line(_dormant_bound("sessions", "list", "--db", str(db),
                                                   cwd=tmp_path))
     finally:
         db.parent.chmod(0o755)
@@ -367,7 +358,7 @@ def test_a_read_only_database_is_not_called_another_kind_of_file(tmp_path: Path)
 def test_dev_where_no_file_can_be_made_names_the_place_and_db(tmp_path: Path) -> None:
     """/proc takes no new file, whoever asks (root included); elsewhere there is no /proc
     to make one in: either way no file can be made there."""
-    said = _one_dormant_line(_dormant("dev", "--port", "0", "--db", "/proc/dormant.db",
+    said = one_dormant_line(_dormant("dev", "--port", "0", "--db", "/proc/dormant.db",
                                       cwd=tmp_path))
     assert said.startswith("dormant: cannot open the database /proc/dormant.db: ")
     assert "/proc" in said.split(": ", 2)[2]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dormant._devserver.otlp import Endpoints, endpoints
+from tests._dev import one_dormant_line
 from tests._otlp import Receiver
 
 ENV = {k: v for k, v in os.environ.items()
@@ -69,23 +70,15 @@ def _dev(*args: str, cwd: Path, env: dict[str, str] | None = None
                           timeout=TIMEOUT)
 
 
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert "Traceback" not in done.stderr, done.stderr
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("dormant: ") and done.stderr.count("\n") == 1, done.stderr
-    assert done.stdout == ""
-    return done.stderr
-
-
 def test_dev_with_a_bad_otlp_url_says_so_and_starts_nothing(tmp_path: Path) -> None:
-    said = _one_line(_dev("--otlp", "localhost:4318", cwd=tmp_path))
+    said = one_dormant_line(_dev("--otlp", "localhost:4318", cwd=tmp_path))
     assert said == ("dormant: --otlp 'localhost:4318' is not an OTLP/HTTP endpoint: it needs "
                     "http:// or https:// and a host, e.g. http://127.0.0.1:4318\n")
     assert list(tmp_path.iterdir()) == []  # no database for a server that never started
 
 
 def test_dev_with_a_bad_endpoint_variable_names_the_variable(tmp_path: Path) -> None:
-    said = _one_line(_dev(cwd=tmp_path, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "grpc://x:4317"}))
+    said = one_dormant_line(_dev(cwd=tmp_path, env={"OTEL_EXPORTER_OTLP_ENDPOINT": "grpc://x:4317"}))
     assert said.startswith("dormant: OTEL_EXPORTER_OTLP_ENDPOINT 'grpc://x:4317' is not an "
                            "OTLP/HTTP endpoint")
 
@@ -97,7 +90,7 @@ def test_dev_otlp_without_the_otel_extra_says_what_to_install(tmp_path: Path) ->
     work = tmp_path / "work"
     work.mkdir()
     path = os.pathsep.join(p for p in (str(shim), ENV.get("PYTHONPATH")) if p)
-    said = _one_line(_dev("--otlp", BASE, cwd=work, env={"PYTHONPATH": path}))
+    said = one_dormant_line(_dev("--otlp", BASE, cwd=work, env={"PYTHONPATH": path}))
     assert said == ("dormant: dormant dev --otlp exports with the OpenTelemetry SDK and its "
                     "OTLP/HTTP exporter, which are not installed: pip install 'dormant[otel]'\n")
     assert list(work.iterdir()) == []
@@ -114,7 +107,7 @@ TURN = textwrap.dedent('''
 
     exporting = Exporting(endpoints(sys.argv[1], {}))
     exporting.start("calc")
-    app = dormant.App(name="calc", prices={"ScriptedModel": {"input": 1, "output": 2}})
+    app = dormant.App(name="calc", prices={"scripted": {"input": 1, "output": 2}})
 
     @app.tool
     def add(a: int, b: int) -> int:
@@ -136,14 +129,14 @@ def test_a_turn_s_spans_and_metrics_reach_an_otlp_receiver(tmp_path: Path) -> No
         assert done.returncode == 0, done.stderr
     assert receiver.content_types == {"application/x-protobuf"}
     spans = {span.name: (span, attrs, resource) for span, attrs, resource in receiver.spans()}
-    assert {"invoke_agent calc", "chat ScriptedModel", "execute_tool add"} <= set(spans)
+    assert {"invoke_agent calc", "chat scripted", "execute_tool add"} <= set(spans)
     root, root_attrs, resource = spans["invoke_agent calc"]
     assert resource["service.name"] == "calc"
     assert root_attrs["gen_ai.operation.name"] == "invoke_agent"
     assert root_attrs["gen_ai.conversation.id"] == "session_s1"
-    chat, chat_attrs, _ = spans["chat ScriptedModel"]
+    chat, chat_attrs, _ = spans["chat scripted"]
     assert chat.trace_id == root.trace_id and chat.parent_span_id == root.span_id
-    assert chat_attrs["gen_ai.request.model"] == "ScriptedModel"
+    assert chat_attrs["gen_ai.request.model"] == "scripted"
     assert "dormant.usage.cost" in chat_attrs  # priced: App(prices=...)
     assert spans["execute_tool add"][1]["dormant.tool.outcome"] == "result"
     assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration",

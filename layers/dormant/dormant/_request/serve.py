@@ -194,8 +194,8 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
 
 
 def _open(serving: Serving, served: Served, request: HandlerInput, signal: Signal,
-           recorder: Recorder, invocation_id: str | None,
-           on_start: Callable[[Head], None] | None) -> None:
+          recorder: Recorder, invocation_id: str | None,
+          on_start: Callable[[Head], None] | None) -> None:
     """Open the request: ``served.opened`` set, or the error that refused it (nothing
     written)."""
     try:
