@@ -57,6 +57,7 @@ VOLATILE = [
     (re.compile(r"\bevt_[0-9a-f]{8,}(_[0-9a-f]+)?"), "evt_<id>"),
     (re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\b"), "<date> UTC"),
     (re.compile(r"\b\d\d:\d\d:\d\d\.\d{3}\b"), "<time>"),
+    (re.compile(r"· \d+ ms\b"), "· <n> ms"),  # a turn's time, as the inspector shows it
     (re.compile(r"\S+/dormant\.db\b"), "<dir>/dormant.db"),
     (re.compile(r"\b(localhost|127\.0\.0\.1):\d+\b"), r"\1:<port>"),
 ]

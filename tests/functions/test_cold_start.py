@@ -259,6 +259,8 @@ API_INIT_MODULES = {
     "dormant.http._routes", "dormant.http._sse",  # the HTTP API by job (was http/__init__)
     # the DynamoDB store's listing and control record (were in stores/dynamodb.py)
     "dormant.stores._dynamodb.control", "dormant.stores._dynamodb.listing",
+    # what the store's requests consumed, per phase of a turn (its timing on the ledger)
+    "dormant.stores._dynamodb.meter",
 }
 #: The packages outside the standard library it may import at init (and their own deps).
 API_INIT_PACKAGES = {

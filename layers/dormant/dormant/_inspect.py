@@ -234,8 +234,10 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
         f"{_when(head.updated_at, date=True)}",
         "",
     ]
-    if head.usage:
-        out.insert(-1, _totals(head.usage))
+    usage = head.usage
+    if usage and (usage.get("input_tokens") or usage.get("output_tokens")
+                  or usage.get("cost") is not None):  # (a model that counts no tokens: none)
+        out.insert(-1, _totals(usage))
     waits: dict[str, str] = {}
     fork_of = head.fork_of
     if fork_of is not None:

@@ -60,7 +60,10 @@ def _units(consumed: Any) -> float:
 
 
 def meter(client: Any) -> Meter:
-    """The meter of ``client`` (hung on it on first use)."""
+    """The meter of ``client`` (hung on it on first use; a stand-in that is not a botocore
+    client gets one that counts nothing)."""
+    if getattr(getattr(client, "meta", None), "events", None) is None:
+        return Meter()
     with _lock:
         found = _meters.get(client)
         if found is None:
