@@ -42,11 +42,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dormant import scaffold
 from dormant._appspec import SAMPLE, AppSpecError, missing_extra, shown
 from dormant.settings import ENV, Settings
+
+if TYPE_CHECKING:
+    from dormant._devserver.otlp import Exporting
 
 __all__ = ["main"]
 
@@ -247,7 +250,7 @@ def _dev(args: argparse.Namespace) -> int:
             exporting.close()
 
 
-def _serve(args: argparse.Namespace, exporting: Any) -> int:
+def _serve(args: argparse.Namespace, exporting: Exporting | None) -> int:
     """``dormant dev``, its spans and metrics going where ``exporting`` sends them (None:
     nowhere)."""
     from dormant._devserver import DevServer, dev_cors
