@@ -14,11 +14,14 @@ export const duration = (ms) => (ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1
 
 const count = (n) => (n || 0).toLocaleString("en-US");
 
-/** A cost in dollars (`$0.0123`), a tiny one to two significant digits; unpriced: `—`. */
+/**
+ * A cost in the price table's own currency (`0.0123`: the app's prices say which), a tiny one
+ * to two significant digits; unpriced: `—`.
+ */
 export function money(cost) {
   if (cost === null || cost === undefined) return "—";
-  if (cost === 0 || cost >= 0.0001) return `$${cost.toFixed(4)}`;
-  return `$${cost.toFixed(1 - Math.floor(Math.log10(cost)))}`;
+  if (cost === 0 || cost >= 0.0001) return cost.toFixed(4);
+  return cost.toFixed(1 - Math.floor(Math.log10(cost)));
 }
 
 /** `1,200 in · 80 out` with the cached and reasoning parts when there are any. */
@@ -33,7 +36,7 @@ export function tokens(usage) {
 const reported = (u) => Boolean(u && (u.input_tokens || u.output_tokens || (u.cost !== null && u.cost !== undefined)));
 
 /** Tokens and cost in a few words (`no tokens reported` for a model that tells none). */
-const spent = (usage, costWord = "") => (reported(usage) ? `${tokens(usage)} tokens · ${costWord}${money(usage.cost)}` : "no tokens reported");
+const spent = (usage) => (reported(usage) ? `${tokens(usage)} tokens · cost ${money(usage.cost)}` : "no tokens reported");
 
 /** A cost summed: null (unpriced) unless some part had a price. */
 const addCost = (a, b) => (a === null || a === undefined ? (b ?? null) : b === null || b === undefined ? a : a + b);
@@ -153,7 +156,7 @@ function TimingBody({ timing }) {
       </ol>
       <p class="timing-total">
         Started {new Date(timing.started).toLocaleTimeString([], { hourCycle: "h23" })} · {duration(timing.elapsed_ms)} until the commit ·{" "}
-        {spent(timing.usage, "cost ")}
+        {spent(timing.usage)}
       </p>
     </div>
   );

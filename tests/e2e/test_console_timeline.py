@@ -90,7 +90,7 @@ def test_a_turns_timeline_shows_its_bars_tokens_and_cost(priced_page: Page) -> N
     expect(timeline).not_to_have_attribute("open", "")
     summary = timeline.locator("summary")
     expect(summary).to_contain_text("Timeline")
-    expect(summary).to_contain_text("2,600 in · 120 out tokens · $0.0096")
+    expect(summary).to_contain_text("2,600 in · 120 out tokens · cost 0.0096")
     expect(rows(timeline).first).to_be_hidden()
 
     # Open: a bar for each phase, model call and tool, in the order they started, then the commit.
@@ -102,8 +102,8 @@ def test_a_turns_timeline_shows_its_bars_tokens_and_cost(priced_page: Page) -> N
         "commit"])
     first_call, tool, second_call, commit = (listed.nth(n) for n in (1, 3, 4, 5))
     expect(first_call).to_contain_text("first token after")
-    expect(first_call).to_contain_text("1,200 in · 80 out tokens · $0.0048 · finished: tool_calls")
-    expect(second_call).to_contain_text("1,400 in · 40 out tokens · $0.0048 · finished: stop")
+    expect(first_call).to_contain_text("1,200 in · 80 out tokens · cost 0.0048 · finished: tool_calls")
+    expect(second_call).to_contain_text("1,400 in · 40 out tokens · cost 0.0048 · finished: stop")
     expect(tool).to_contain_text("result")
     expect(commit).to_contain_text("commit follows, from ")
     # ...on one time axis: the tool runs after the first call and before the second; each
@@ -116,18 +116,18 @@ def test_a_turns_timeline_shows_its_bars_tokens_and_cost(priced_page: Page) -> N
     assert box(tool)["x"] + box(tool)["width"] <= box(second_call)["x"] + 1
     assert box(second_call)["x"] < box(commit)["x"]
     expect(timeline.locator(".timing-total")).to_contain_text(
-        "2,600 in · 120 out tokens · cost $0.0096")
+        "2,600 in · 120 out tokens · cost 0.0096")
     assert_accessible(page, "a turn's timeline, open")
     picture(timeline)
 
     # The header sums the session's turns; the state panel says what each one changed.
     expect(totals(page)).to_have_text(
-        "used 2,720 tokens (2,600 in · 120 out) · cost $0.0096 over 1 timed turn")
+        "used 2,720 tokens (2,600 in · 120 out) · cost 0.0096 over 1 timed turn")
     send(page, "buy eggs")
     expect(bubble(page, "assistant", 'Noted: "buy eggs"')).to_be_visible(timeout=WAIT)
     expect(timelines(page)).to_have_count(2, timeout=WAIT)
     expect(totals(page)).to_have_text(
-        "used 5,440 tokens (5,200 in · 240 out) · cost $0.0192 over 2 timed turns")
+        "used 5,440 tokens (5,200 in · 240 out) · cost 0.0192 over 2 timed turns")
     changes = page.get_by_role("region", name="State").get_by_role(
         "list", name="What each turn changed").locator(":scope > li")
     expect(changes).to_have_count(2)
@@ -168,7 +168,7 @@ def test_the_header_takes_the_sessions_usage_from_the_server_when_it_sends_it(
     page.route(re.compile(r"/sessions/session_told(\?.*)?$"), with_usage)
     page.reload()
     expect(totals(page)).to_have_text(
-        "used 57,000 tokens (50,000 in (1,000 cached) · 7,000 out) · cost $1.2500 "
+        "used 57,000 tokens (50,000 in (1,000 cached) · 7,000 out) · cost 1.2500 "
         "over 9 timed turns", timeout=WAIT)
 
 
@@ -178,7 +178,7 @@ def test_an_unpriced_turn_shows_its_tokens_and_no_cost(unpriced_page: Page) -> N
     send(page, "buy milk")
     timeline = timelines(page)
     expect(timeline).to_have_count(1, timeout=WAIT)
-    expect(timeline.locator("summary")).to_contain_text("2,600 in · 120 out tokens · —")
+    expect(timeline.locator("summary")).to_contain_text("2,600 in · 120 out tokens · cost —")
     expect(totals(page)).to_have_text(
         "used 2,720 tokens (2,600 in · 120 out) · cost — over 1 timed turn")
 
