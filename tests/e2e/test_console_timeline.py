@@ -102,7 +102,8 @@ def test_a_turns_timeline_shows_its_bars_tokens_and_cost(priced_page: Page) -> N
         "commit"])
     first_call, tool, second_call, commit = (listed.nth(n) for n in (1, 3, 4, 5))
     expect(first_call).to_contain_text("first token after")
-    expect(first_call).to_contain_text("1,200 in · 80 out tokens · cost 0.0048 · finished: tool_calls")
+    expect(first_call).to_contain_text(
+        "1,200 in · 80 out tokens · cost 0.0048 · finished: tool_calls")
     expect(second_call).to_contain_text("1,400 in · 40 out tokens · cost 0.0048 · finished: stop")
     expect(tool).to_contain_text("result")
     expect(commit).to_contain_text("commit follows, from ")
