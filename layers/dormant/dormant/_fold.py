@@ -291,9 +291,11 @@ def _on_pause(head: Head, event: PauseEvent) -> None:
 
 
 def _count_usage(head: Head, timing: TurnTiming) -> None:
-    """Add a timed turn's tokens and cost to the session's (``Head.usage``)."""
-    total = Usage.model_validate(head.usage) if head.usage else NO_USAGE
-    turns = head.usage.get("turns", 0) if head.usage else 0
+    """Add a timed turn's tokens and cost to the session's (``Head.usage``). The head's own
+    sums are trusted: rebuilt, not validated (this runs in the fold, once a turn)."""
+    summed = dict(head.usage) if head.usage else {}
+    turns = summed.pop("turns", 0)
+    total = Usage.model_construct(**summed) if summed else NO_USAGE
     head.usage = {**(total + timing.usage).model_dump(), "turns": turns + 1}
 
 
