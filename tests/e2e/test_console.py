@@ -425,6 +425,9 @@ def test_inbox_queues_edits_and_sends_now(page: Page, server: DevServer) -> None
     expect(page.get_by_role("region", name=re.compile(r"^Inbox"))).to_have_count(0)
     # Send now ended what the session waited for: the question was interrupted, not answered.
     show_details(page)
+    expect(conversation(page).locator(
+        "li[data-types~=interrupt], li[data-types~=queue_send_now]").first).to_be_attached(
+        timeout=WAIT)  # the live bubble can come before the page re-reads the ledger
     types = timeline_types(page)
     assert "interrupt" in types or "queue_send_now" in types, types
     assert "tool_input" not in types
@@ -594,11 +597,12 @@ def test_a_failed_turn_shows_its_code_and_retry_streams_it_to_the_end_with_no_42
     assert sent[0]["forwardedProps"]["dormant"]["retry"]["retryId"].startswith("retry-")
     assert any("Your stay BK-1 is 3 nights." in text for text in live_texts(page))
     show_details(page)
+    # The bubble streams in before the page re-reads the ledger: wait for the ledger's end.
+    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
+        "ended (completed)", timeout=WAIT)
     types = timeline_types(page)
     assert types.count("tool_result") == 1, types  # the tool did not run again
     assert "retry" in types, types
-    expect(timeline.locator("li[data-type=invocation_end]").last).to_contain_text(
-        "ended (completed)")
     expect(page.get_by_role("button", name="Retry")).to_be_disabled()
     assert api(flaky_server, "GET", "/sessions/flaky-1").json()["status"] == "active"
     # No 422 anywhere: not in the answers the page got, not in its console, not in the log.
