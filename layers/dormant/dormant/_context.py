@@ -39,8 +39,8 @@ from dormant.models._base import (
 )
 from dormant.session import Session
 
-__all__ = ["app_event_note", "history_messages", "latest_summary", "summary_message",
-           "to_messages"]
+__all__ = ["app_event_note", "history_messages", "latest_summary", "scoped_messages",
+           "summary_message", "to_messages"]
 
 #: How a history shows application events: False (not at all), True (:func:`app_event_note`)
 #: or a function of the event returning the note's text (None: skipped).
@@ -65,12 +65,16 @@ class _Fold:
     it: the list only ever grows, so the shorter fold's prefix stays what it was, and a
     long history is not copied on every commit."""
 
-    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "size", "start", "text",
-                 "view")
+    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "scope", "size", "start",
+                 "text", "view")
 
-    def __init__(self, start: int, view: AppEventView = False) -> None:
+    def __init__(self, start: int, view: AppEventView = False, scope: str | None = None
+                 ) -> None:
         self.start = start
         self.view = view
+        #: Whose events it translates: the session's agent's (None), or those of the
+        #: sub-agent running for the call of this id.
+        self.scope = scope
         self.end = start
         self.last_id: str | None = None
         self.messages: list[Message] = []
@@ -83,7 +87,7 @@ class _Fold:
         return self._like(self.messages[:self.size])
 
     def _like(self, messages: list[Message]) -> _Fold:
-        fold = _Fold(self.start, self.view)
+        fold = _Fold(self.start, self.view, self.scope)
         fold.end, fold.last_id, fold.text = self.end, self.last_id, self.text
         fold.messages, fold.size = messages, self.size
         fold.calls, fold.reasoning = self.calls.copy(), self.reasoning.copy()
@@ -115,6 +119,9 @@ class _Fold:
     def add(self, events: Sequence[Event]) -> _Fold:
         messages = self.messages
         for event in events:
+            scope = event.scope
+            if (scope.call_id if scope is not None else None) != self.scope:
+                continue  # another agent's (a sub-agent's, or its caller's)
             match event:
                 case ReasoningEvent():
                     if self.calls or self.text is not None:
@@ -236,6 +243,18 @@ def _fold(session: Session, start: int, until: int, view: AppEventView = False
     if until > committed:
         return fold.copy().add(session.new_events[:until - committed]).taken()
     return fold.finished()
+
+
+def scoped_messages(session: Session, call_id: str, task: str, until: int) -> list[Message]:
+    """A sub-agent's messages (an agent used as a tool, running for its caller's call
+    ``call_id``): its task as the user's message, then the events it wrote, up to ledger
+    position ``until``. They all sit after the call in the open invocation: the loaded
+    window holds them (it starts at the latest user message or earlier)."""
+    first = session.first_seq
+    committed = min(session.base_seq, until)
+    events = [*session.loaded_events[:max(committed - first, 0)],
+              *session.new_events[:max(until - session.base_seq, 0)]]
+    return [UserMessage(task), *_Fold(0, scope=call_id).add(events).taken()]
 
 
 def to_messages(events: Iterable[Event]) -> list[Message]:

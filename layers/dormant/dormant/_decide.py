@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from dormant._head import Head
+from dormant._head import Head, call_scope
 from dormant._ids import new_id
 from dormant._inputs import IfBusy, Input, QueuedRef, TurnStatus
 from dormant._patch import to_json_value
@@ -260,7 +260,8 @@ def end_waiting(session: Slice, status: Literal["stopped", "interrupted"], *,
     for call in list(head.step):
         if not call.settled:
             session.add_event(ToolResult(invocation_id=invocation, call_id=call.call_id,
-                                         name=call.name, error=status))
+                                         name=call.name, error=status,
+                                         scope=call_scope(call)))
     if status == STOPPED:  # the same shape as a running turn's stop
         session.add_event(StopRequested(invocation_id=invocation, seen=seen))
     session.add_event(InvocationEnd(invocation_id=invocation, status=status))

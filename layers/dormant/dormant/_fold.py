@@ -159,10 +159,24 @@ def _on_invocation_end(head: Head, event: InvocationEnd) -> None:
 
 def _on_tool_call(head: Head, event: ToolCall) -> None:
     head.calls += 1
-    if all(c.settled for c in head.step):
-        head.step = []
+    scope = event.scope
+    if scope is None:
+        if all(c.settled for c in head.step):
+            head.step = []
+        head.step.append(PendingCall(call_id=event.call_id, name=event.name, args=event.args,
+                                     dynamic=event.dynamic))
+        return
+    # A sub-agent's call joins its parent's step, which waits on it; the sub-agent's
+    # earlier steps, all settled, leave it.
+    parent = scope.call_id
+    if all(c.settled for c in head.step if c.scope == parent):
+        gone = {parent}
+        for c in head.step:  # (a call's own sub-agent's calls come after it)
+            if c.scope in gone:
+                gone.add(c.call_id)
+        head.step = [c for c in head.step if c.scope is None or c.scope not in gone]
     head.step.append(PendingCall(call_id=event.call_id, name=event.name, args=event.args,
-                                 dynamic=event.dynamic))
+                                 dynamic=event.dynamic, scope=parent, path=scope.path))
 
 
 def _on_tool_yield(head: Head, event: ToolYield) -> None:

@@ -17,11 +17,12 @@ from dormant._patch import json_copy
 from dormant.errors import RetryRefused
 from dormant.events import (
     LEDGER_FORMAT,
+    Scope,
 )
 
 __all__ = ["COMMIT_WINDOW", "DIGEST_ANSWERED", "DIGEST_DECIDED", "DIGEST_EVENT",
            "DIGEST_INPUT", "DIGEST_RETRY", "INVOCATION_WINDOW", "MESSAGE_ID_WINDOW",
-           "PREVIEW_CHARS", "TURN_INDEX_SIZE", "Head", "PendingCall", "SessionStatus",
+           "PREVIEW_CHARS", "TURN_INDEX_SIZE", "Head", "PendingCall", "SessionStatus", "call_scope",
            "message_digest", "preview_of", "status_of"]
 
 #: How many recent turn starts (user-event positions) the head remembers for windowed reads.
@@ -57,6 +58,11 @@ class PendingCall:
     deferred: bool = False
     #: A client's tool (``tool_call.dynamic``): its answer is its result.
     dynamic: bool = False
+    #: A sub-agent's call: the parent's call it runs for (None: the session's own agent).
+    scope: str | None = None
+    #: A sub-agent's call: the agents from the session's down to the one that made it
+    #: (``"concierge/billing"``).
+    path: str | None = None
 
 
 @dataclass(slots=True)
@@ -180,7 +186,7 @@ class Head:
             [PendingCall(c.call_id, c.name, json_copy(c.args), c.yielded,
                          json_copy(c.prepared), c.answered, json_copy(c.input),
                          c.settled, c.approval_id, c.decided, c.approved, c.reason,
-                         c.deferred, c.dynamic)
+                         c.deferred, c.dynamic, c.scope, c.path)
              for c in self.step] if self.step else [],
             list(self.turn_starts),
             list(self.message_ids),
@@ -267,6 +273,11 @@ class Head:
         ``has_message`` is the whole truth and a redelivery check needs no store read."""
         return 0 <= self.messages <= MESSAGE_ID_WINDOW
 
+    def scoped(self, scope: str | None) -> list[PendingCall]:
+        """The step's calls of one agent: the session's own (``scope`` None) or a sub-agent's
+        running for the parent's call ``scope``."""
+        return [c for c in self.step if c.scope == scope]
+
     def pending_yields(self) -> list[PendingCall]:
         """Yielded calls that have no input yet, in call order."""
         return [c for c in self.step if c.yielded and not c.answered and not c.settled]
@@ -352,6 +363,14 @@ class Head:
             if candidate.call_id == call_id:
                 return candidate
         return None
+
+
+def call_scope(call: PendingCall) -> Scope | None:
+    """The scope a sub-agent's call's events carry (None: a call of the session's agent)."""
+    if call.scope is None:
+        return None
+    path = call.path or ""
+    return Scope(agent=path.rsplit("/", 1)[-1], call_id=call.scope, path=path)
 
 
 @functools.cache

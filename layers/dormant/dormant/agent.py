@@ -7,11 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from dormant._head import TURN_INDEX_SIZE
 from dormant._inputs import ClientContext
 from dormant.errors import ConfigError, DormantError, ToolSourceUnavailable
 from dormant.models._base import ToolSpec
-from dormant.tools import APPROVAL_POLICIES, Tool, ToolSource
+from dormant.tools import APPROVAL_POLICIES, TOOL_NAME, Tool, ToolSource
 
 if TYPE_CHECKING:
     from dormant._decide import EventType
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from dormant.session import Session
     from dormant.tools import ToolContext
 
-__all__ = ["Agent", "ClientPart", "Compaction", "ContextBuilders", "History", "Hook",
+__all__ = ["Agent", "AgentInput", "ClientPart", "Compaction", "ContextBuilders", "History", "Hook",
            "HookContext", "System", "Toolset", "client_notes"]
 
 DEFAULT_MAX_STEPS = 16
@@ -228,6 +230,14 @@ class Toolset:
     approval: dict[str, Any]
 
 
+class AgentInput(BaseModel):
+    """What a call of an agent used as a tool (``Agent.as_tool``) gives it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(description="What the agent should do, in words: its first message.")
+
+
 @dataclass(eq=False)
 class Agent:
     """An agent: a model, a context recipe, tools. Build it with ``app.agent(...)``."""
@@ -286,6 +296,27 @@ class Agent:
                                     if isinstance(item, History) and item.app_events), False)
         if not self.sources:  # nothing to list: the toolset is the agent's own tools
             self._toolset = Toolset(self.tools, self.tool_specs, dict(self.tool_approval or {}))
+
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Tool:
+        """This agent as a tool for another agent's ``tools=[...]``: a call runs it as a
+        sub-agent inside the caller's turn, with its own instructions and history (the
+        caller's model sees neither), on the same session's ledger (its events carry a
+        ``scope`` naming it and the call). Its tools' approvals, yields and deferred calls
+        are the session's pending items, answered as ever; the answer resumes the sub-agent
+        where it stopped, then the caller. Its final reply is the call's result.
+
+        ``name``: the tool's name (default: the agent's); ``description``: what the calling
+        model is told the tool does (default: one naming the agent)."""
+        tool_name = self.name if name is None else name
+        if not isinstance(tool_name, str) or not TOOL_NAME.fullmatch(tool_name):
+            raise ConfigError(f"agent {self.name!r}: as_tool(name={tool_name!r}) must be a "
+                              "tool name: letters, digits, '_' and '-', at most 64")
+        if description is not None and not isinstance(description, str):
+            raise ConfigError(f"agent {self.name!r}: as_tool(description=...) must be text")
+        return Tool(name=tool_name,
+                    description=description or f"Ask the {self.name} agent. Say in `input` "
+                                               "what it should do; it answers in text.",
+                    schema=AgentInput, agent=self)
 
     def toolset(self) -> Toolset:
         """The agent's tools with its sources' (an MCP server's), resolved on first use and

@@ -21,11 +21,11 @@ __all__ = [
     "ErrorEvent", "Event", "InputRequested", "InputResponse", "InterruptEvent", "InvocationEnd",
     "InvocationFailed", "InvocationResume", "InvocationStart", "InvocationYield", "ModelEnd",
     "ModelStart", "PauseEvent", "PhaseTiming", "QueueEdit", "QueueMove", "QueueRemove",
-    "QueueSendNow", "QueuedEvent", "ReasoningEvent", "ResumeEvent", "RetryEvent", "SeedEvent",
-    "SpanRef", "StateDelta", "SteerEvent", "StopRequested", "StreamEvent", "ThoughtDelta",
-    "TimerCancelled", "TimerFired", "TimerSet", "ToolCall", "ToolCallDraft", "ToolDeferred",
-    "ToolInput", "ToolResult", "ToolTiming", "ToolYield", "TurnTiming", "Usage", "UserEvent",
-    "dump_events", "dump_ledger", "load_event", "load_events", "load_ledger",
+    "QueueSendNow", "QueuedEvent", "ReasoningEvent", "ResumeEvent", "RetryEvent", "Scope",
+    "SeedEvent", "SpanRef", "StateDelta", "SteerEvent", "StopRequested", "StreamEvent",
+    "ThoughtDelta", "TimerCancelled", "TimerFired", "TimerSet", "ToolCall", "ToolCallDraft",
+    "ToolDeferred", "ToolInput", "ToolResult", "ToolTiming", "ToolYield", "TurnTiming", "Usage",
+    "UserEvent", "dump_events", "dump_ledger", "load_event", "load_events", "load_ledger",
 ]
 
 #: Version of the stored ledger format. Bump it only with a loader for the older format.
@@ -140,6 +140,23 @@ class TurnTiming(BaseModel):
 
 
 
+class Scope(BaseModel):
+    """Where a sub-agent's event belongs: the agent that wrote it and the parent's call it
+    runs for (an agent used as a tool, ``Agent.as_tool``). ``path`` names the agents from
+    the session's agent down to this one (``"concierge/billing"``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str = Field(description="The sub-agent that wrote the event.")
+    call_id: str = Field(description="The parent's tool call the sub-agent runs for.")
+    path: str = Field(description="The agents from the session's down to this one, "
+                                  "joined by ``/``.")
+
+
+def _unscoped(scope: Scope | None) -> bool:
+    return scope is None
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
@@ -152,6 +169,10 @@ class _Base(BaseModel):
         default=None, exclude=True,
         description="1-based position in the stream of its invocation (stream events only; "
                     "never stored). A stop's ``seen`` counts these.")
+    scope: Scope | None = Field(
+        default=None, exclude_if=_unscoped,
+        description="A sub-agent's event: which agent, for which call of its parent (None, "
+                    "and left out of the JSON: the session's own agent).")
 
 
 class InvocationStart(_Base):

@@ -403,20 +403,20 @@ class Session:
     @property
     def yielded_tools(self) -> list[YieldedTool]:
         """The unanswered yields, in call order."""
-        return [YieldedTool(call_id=c.call_id, name=c.name, args=c.prepared)
+        return [YieldedTool(call_id=c.call_id, name=c.name, args=c.prepared, agent=c.path)
                 for c in self.window.head.pending_yields()]
 
     @property
     def deferred_tools(self) -> list[YieldedTool]:
         """Deferred calls waiting for their result (``input.tool_result``), in call order."""
-        return [YieldedTool(call_id=c.call_id, name=c.name, args=c.args)
+        return [YieldedTool(call_id=c.call_id, name=c.name, args=c.args, agent=c.path)
                 for c in self.window.head.pending_deferred()]
 
     @property
     def pending_approvals(self) -> list[PendingApproval]:
         """Approval requests awaiting a decision, in call order."""
         return [PendingApproval(approval_id=c.approval_id, call_id=c.call_id, tool=c.name,
-                                args=c.args)
+                                args=c.args, agent=c.path)
                 for c in self.window.head.pending_approvals() if c.approval_id is not None]
 
     @property

@@ -176,6 +176,9 @@ class Tool:
     #: each of its calls (``tool_call.tool_metadata``) and shown with them; never sent to a
     #: model as part of the tool's spec.
     metadata: dict[str, Any] | None = None
+    #: The agent this tool runs (``Agent.as_tool``): a call runs it as a sub-agent inside
+    #: the caller's turn, and its final reply is the call's result. None: an ordinary tool.
+    agent: Any = None
 
     @property
     def yields(self) -> bool:

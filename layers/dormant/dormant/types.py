@@ -39,12 +39,25 @@ class WireModel(BaseModel):
                               defer_build=True)
 
 
+def _whole(value: object) -> bool:
+    return value is None
+
+
+def _agent() -> Any:
+    """What a pending item says of the agent that waits (absent: the session's own)."""
+    return Field(default=None, exclude_if=_whole, description=(
+        "A sub-agent's call (an agent used as a tool): the agents from the session's down to "
+        "the one that made the call, joined by `/` (`concierge/billing`). Absent for the "
+        "session's own agent's calls. It is answered like any other."))
+
+
 class YieldedTool(WireModel):
     """A call the run waits on: answer it by ``call_id``."""
 
     call_id: str
     name: str
     args: Any = None
+    agent: str | None = _agent()
 
 
 class PendingApproval(WireModel):
@@ -54,6 +67,7 @@ class PendingApproval(WireModel):
     call_id: str
     tool: str
     args: Any = None
+    agent: str | None = _agent()
 
 
 class QueuedMessage(WireModel):

@@ -16,7 +16,8 @@ import json
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from dormant._context import history_messages
+from dormant._context import history_messages, scoped_messages
+from dormant._head import call_scope
 from dormant._ids import new_id, now_ms
 from dormant._inputs import ClientContext, ClientTool
 from dormant._patch import to_json_value
@@ -124,6 +125,7 @@ def run_turn(
     run.recorder = recorder
     run.invocation_id = start.invocation_id
     run.trigger = start.trigger
+    run.sub_run = _sub_body
     if client_tools:
         run.client_tools = {spec.name: client_tool(spec) for spec in client_tools}
     if client_context:
@@ -202,9 +204,10 @@ def _stopped(run: RunState) -> Stream:
                                      args_text="".join(draft["args"])))
     run.drafts = {}
     for call in list(run.session.head.step):
-        if not call.settled:
+        if not call.settled:  # (a sub-agent's too: each result in its agent's scope)
             yield run.emit(ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
-                                      name=call.name, error="stopped"))
+                                      name=call.name, error="stopped",
+                                      scope=call_scope(call)))
     yield run.emit(StopRequested(invocation_id=run.invocation_id, seen=seen,
                                  rev=signal.stop_rev))
     yield run.emit(InvocationEnd(invocation_id=run.invocation_id, status="stopped"))
@@ -278,6 +281,22 @@ def _body(run: RunState, start: Start) -> Stream:
     return (yield from _loop(run))
 
 
+def _sub_body(run: RunState) -> Stream:
+    """A sub-agent's run (an agent used as a tool), carried on from its ledger: first the
+    step it parked on, if any (answered yields, decided approvals, calls written ahead
+    whose request ended), then its model loop. It ends in a :class:`CompletedResult` (its
+    reply is the call's result), an :class:`ErrorResult`, or a :class:`YieldedToolResult`
+    (it waits for answers: so does its caller's call)."""
+    mine = run.session.head.scoped(run.scope_id)
+    if mine and not all(call.settled for call in mine):
+        calls = written_ahead(run)
+        parks = yield from (run_tools(run, calls) if calls else resume_tools(run))
+        yield from run.flush()
+        if parks or any(call.scope == run.scope_id for call in run.session.head.unresolved()):
+            return _finish_yield_tool(run)
+    return (yield from _loop(run))
+
+
 def _before_agent(run: RunState) -> str | None:
     """The ``before_agent`` hooks: the text of one that answers in the agent's place (then
     the model loop does not run), else None. (A function, not a generator around the loop:
@@ -307,7 +326,8 @@ def _loop(run: RunState) -> Stream:
                        "without finishing; raise max_steps or check for a tool loop")
             yield run.emit(ErrorEvent(invocation_id=run.invocation_id, message=message,
                                       code="max_steps"))
-            yield run.emit(InvocationEnd(invocation_id=run.invocation_id, status="error"))
+            if run.scope is None:  # (a sub-agent's error is its caller's call's result)
+                yield run.emit(InvocationEnd(invocation_id=run.invocation_id, status="error"))
             return _result(run, ErrorResult(error=message, code="max_steps"))
         step += 1
         calls = yield from _model_step(run, step)
@@ -319,7 +339,9 @@ def _loop(run: RunState) -> Stream:
         yielded = yield from run_tools(run, calls)
         yield from run.flush()
         if yielded:
-            yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="tool"))
+            if run.scope is None:  # (a sub-agent's caller parks: it waits on this one)
+                yield run.emit(InvocationYield(invocation_id=run.invocation_id,
+                                               reason="tool"))
             return _finish_yield_tool(run)
 
 
@@ -327,13 +349,14 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
     model = run.agent.model
     if model is None:
         raise InputError(f"agent {run.agent.name!r} has no model and no hook answered")
-    if run.agent.compaction is not None:
+    if run.agent.compaction is not None and run.scope is None:
         yield from compact_if_due(run)
     request = _request(run, step)
     _call_hooks(run, "before_model", request=request)
     invocation_id = run.invocation_id
     signal = run.signal
-    yield ModelStart(invocation_id=invocation_id, step=step)
+    scope = run.scope
+    yield ModelStart(invocation_id=invocation_id, step=step, scope=scope)
     reply_id = new_id("evt")
     thought_id = new_id("thought")
     run.deltas = []
@@ -356,17 +379,17 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
                 if chunk.text:
                     parts.append(chunk.text)
                     delta = AssistantDelta(invocation_id=invocation_id, message_id=reply_id,
-                                           delta=chunk.text)
+                                           delta=chunk.text, scope=scope)
                     run.deltas.append(delta)
                     yield delta
             elif isinstance(chunk, ThoughtDelta):
                 yield ThoughtDeltaEvent(invocation_id=invocation_id, message_id=thought_id,
-                                        delta=chunk.text)
+                                        delta=chunk.text, scope=scope)
             elif isinstance(chunk, AudioChunk):
                 if chunk.data:  # stream-only: the ledger keeps the transcript, not the audio
                     yield AudioDelta(invocation_id=invocation_id, message_id=reply_id,
                                      data=base64.b64encode(chunk.data).decode("ascii"),
-                                     format=chunk.format, rate=chunk.rate)
+                                     format=chunk.format, rate=chunk.rate, scope=scope)
             elif isinstance(chunk, ToolCallDelta):
                 _draft(run, chunk)
             elif isinstance(chunk, ToolCallChunk):
@@ -396,7 +419,7 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         usage = timed.end(usage)
     if _counts(usage):
         run.usage = run.usage + usage
-    yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage)
+    yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage, scope=scope)
     run.deltas = []
     run.drafts = {}
     text = "".join(parts)
@@ -486,6 +509,8 @@ def _settle(run: RunState) -> Stream:
     _call_hooks(run, "after_agent")
     if run.unmarked or run.session.window.has_deferred:
         yield from run.flush()
+    if run.scope is not None:  # a sub-agent's reply: its caller's call's result
+        return _result(run, CompletedResult())
     if run.agent.yields:
         yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="message"))
         assert run.invocation_id is not None
@@ -554,8 +579,12 @@ def _request(run: RunState, step: int) -> ModelRequest:
     compacted = agent.compaction is not None
     view = agent.app_event_view
     seen = session.head.seq  # the lazy read below must not see later events
+    scope = run.scope
+    task = run.task
 
     def messages() -> list[Message]:
+        if scope is not None:  # a sub-agent: its task, then its own events only
+            return scoped_messages(session, scope.call_id, task, seen)
         if not has_history:
             return []
         return history_messages(session, limit, seen, compacted, view)

@@ -16,6 +16,7 @@ from dormant.events import (
     InvocationFailed,
     InvocationYield,
     PauseEvent,
+    Scope,
     StreamEvent,
     Usage,
 )
@@ -107,15 +108,46 @@ class RunState:
     #: What times the turn's model calls and tools (None: nothing is timed, e.g.
     #: ``app.run``); the event that ends the turn keeps its timing.
     recorder: Recorder | None = None
+    #: A sub-agent's run (``Agent.as_tool``): which agent, for which call of its parent.
+    #: Every event it emits carries it. None: the session's own agent.
+    scope: Scope | None = None
+    #: A sub-agent's run: what its caller asked of it (its first message).
+    task: str = ""
+    #: How a sub-agent's run is carried on (the run loop's; set by :func:`run_turn`): an
+    #: agent used as a tool runs through it, from the tool phase.
+    sub_run: Callable[[RunState], Generator[StreamEvent, None, Any]] | None = None
+
+    @property
+    def scope_id(self) -> str | None:
+        """The parent's call this run serves (None: the session's own agent)."""
+        return None if self.scope is None else self.scope.call_id
 
     def emit(self, event: Event) -> Event:
         """Append a ledger event to the session's uncommitted slice, and hand it back to
-        yield. The event that ends the turn carries its timing."""
-        recorder = self.recorder
-        if recorder is not None and type(event) in _ENDINGS and event.invocation_id:
-            event = event.model_copy(update={"timing": recorder.timing()})
+        yield. The event that ends the turn carries its timing; a sub-agent's events carry
+        its scope."""
+        if self.scope is not None:
+            if event.scope is None:
+                event = event.model_copy(update={"scope": self.scope})
+        elif self.recorder is not None and type(event) in _ENDINGS and event.invocation_id:
+            event = event.model_copy(update={"timing": self.recorder.timing()})
         self.session.add_event(event)
         return event
+
+    def child(self, agent: Agent, scope: Scope, task: str) -> RunState:
+        """A sub-agent's run inside this one: the same session, signal, clock, recorder and
+        write-ahead (its tools' calls land like this run's); its own agent, hooks and
+        words. No control watch: a stop reaches it through the shared signal, and a pause
+        or a steer waits for the session's agent's next step boundary."""
+        sub = RunState(agent, self.session, tuple(agent.app_hooks) + tuple(agent.hooks),
+                       self.error_handlers, self.signal, self.clock, self.invocation_id)
+        sub.write_ahead = self.write_ahead
+        sub.recorder = self.recorder
+        sub.trigger = self.trigger
+        sub.scope = scope
+        sub.task = task
+        sub.sub_run = self.sub_run
+        return sub
 
     def hook_context(self, **fields: Any) -> HookContext:
         fields.setdefault("event", self.trigger)

@@ -28,10 +28,11 @@ from dormant._patch import apply_patch, json_copy, make_patch, to_json_value
 from dormant._run.state import RunState
 from dormant._schema import schema_errors
 from dormant._timing import ToolRecorder
-from dormant.agent import HookContext
+from dormant.agent import AgentInput, HookContext
 from dormant.errors import describe_validation
 from dormant.events import (
     ApprovalRequested,
+    Scope,
     StateDelta,
     StreamEvent,
     ToolDeferred,
@@ -39,6 +40,7 @@ from dormant.events import (
     ToolYield,
 )
 from dormant.models._base import DENIED
+from dormant.results import ErrorResult, YieldedToolResult
 from dormant.tools import APPROVAL_POLICIES, CURRENT_TOOL, Aborted, Tool, ToolContext
 
 __all__ = ["Call", "ClientAnswer", "client_tool", "resume_tools", "run_tools", "state_delta",
@@ -84,6 +86,9 @@ class Call:
     error_type: str | None = None
     #: It runs because a person approved it.
     approved: bool = False
+    #: A call of an agent used as a tool whose sub-agent parked: it has no result yet (it
+    #: waits on the sub-agent's pending items, which the session lists).
+    waiting: bool = False
 
 
 # --- a model step's calls ----------------------------------------------------------------------
@@ -95,6 +100,7 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
     or a deferred call)."""
     work: dict[str, Any] = json_copy(run.session.state)
     runnable: list[Call] = []
+    agents: list[Call] = []
     for call in calls:
         _resolve(run, call)
         if call.error is not None:
@@ -110,17 +116,23 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
             _prepare(run, call, work)
         elif _needs_approval(run, call):
             call.approval_id = new_id("apr")
+        elif call.tool.agent is not None:
+            agents.append(call)  # (its sub-agent's own tools write ahead as they run)
         else:
             runnable.append(call)
     if runnable and run.write_ahead is not None:
         run.write_ahead()  # the calls land before anything of theirs runs
     yield from _execute_all(run, runnable, work)
     yield from state_delta(run, work)
+    for call in agents:  # after the state writes: a sub-agent writes the session's state
+        yield from _run_agent(run, call)
     ran = any(call.ran for call in calls)
     parks = False
     for call in calls:
         _outcome(run, call)
-        if call.approval_id is not None:
+        if call.waiting:
+            parks = True
+        elif call.approval_id is not None:
             parks = True
             yield run.emit(ApprovalRequested(
                 invocation_id=run.invocation_id, approval_id=call.approval_id,
@@ -223,7 +235,7 @@ def written_ahead(run: RunState) -> list[Call]:
     nothing settled, held or parked since: the step's request ended before its results
     landed (its process died, its deadline cut it). They run again as the step they were,
     under the same call ids. Empty for a parked step (its calls are held or answered)."""
-    step = run.session.head.step
+    step = run.session.head.scoped(run.scope_id)
     if any(c.yielded or c.approval_id is not None or c.deferred for c in step) \
             or all(c.settled for c in step):
         return []
@@ -241,7 +253,8 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
     done: list[Call] = []
     approved: list[Call] = []
     admitted: list[Call] = []
-    for pending in run.session.head.step:
+    agents: list[Call] = []
+    for pending in run.session.head.scoped(run.scope_id):
         if pending.settled or pending.deferred:
             continue  # (a deferred call that waits: its result lands from outside)
         if pending.approval_id is not None:
@@ -253,7 +266,8 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
                     admitted.append(call)
                     continue
                 if call.error is None:
-                    approved.append(call)
+                    (agents if call.tool is not None and call.tool.agent is not None
+                     else approved).append(call)
             else:
                 call.denied = True
                 call.error = DENIED + (
@@ -261,12 +275,27 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
             done.append(call)
             continue
         if not pending.yielded:
+            if pending.dynamic:
+                continue
+            # An agent's call whose sub-agent parked (or whose request ended while it ran):
+            # the sub-agent carries on from its ledger.
+            call = Call(call_id=pending.call_id, name=pending.name, args=pending.args)
+            _resolve(run, call)
+            if call.error is None and call.tool is not None and call.tool.agent is not None:
+                agents.append(call)
+                done.append(call)
             continue
         done.append((yield from _answer_yield(run, pending, work)))
     yield from _execute_all(run, approved, work)
     yield from state_delta(run, work)
+    for call in agents:  # after the state writes: a sub-agent writes the session's state
+        yield from _run_agent(run, call)
+    waiting = False
     for call in done:  # already in call order: the loop walked the step
         _outcome(run, call)
+        if call.waiting:
+            waiting = True
+            continue
         yield run.emit(_tool_result(run, call))
     for call in admitted:
         _outcome(run, call)
@@ -274,7 +303,7 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
                                     name=call.name, args=to_json_value(call.parsed)))
     if any(call.ran for call in done) or run.session.claimed:
         run.note_effects()  # a claimed decision is committed: its results are progress too
-    return bool(admitted)
+    return bool(admitted) or waiting
 
 
 def _answer_yield(run: RunState, pending: PendingCall,
@@ -298,6 +327,44 @@ def _answer_yield(run: RunState, pending: PendingCall,
             yield from _run_here(run, call, work, answer)
             _apply(work, call)
     return call
+
+
+# --- a call of an agent used as a tool ----------------------------------------------------------
+
+
+def _run_agent(run: RunState, call: Call) -> Generator[StreamEvent, None, None]:
+    """Run (or carry on) the sub-agent of ``call`` inside this turn: its events carry its
+    scope; its reply becomes the call's result; it parks, and the call waits, when its
+    tools wait for a person or for a deferred result."""
+    assert call.tool is not None and run.sub_run is not None
+    agent = call.tool.agent
+    parent = run.scope.path if run.scope is not None else run.agent.name
+    scope = Scope(agent=agent.name, call_id=call.call_id, path=f"{parent}/{agent.name}")
+    task = call.parsed.input if isinstance(call.parsed, AgentInput) else str(call.args)
+    sub = run.child(agent, scope, task)
+    timed = run.recorder.tool(call.call_id, call.name, description=call.tool.description) \
+        if run.recorder is not None else None
+    try:
+        ended = yield from run.sub_run(sub)
+    except Aborted as error:  # a stop or the deadline reached the sub-agent
+        call.error = _cut(run, call)
+        call.error_type = type(error).__name__
+    else:
+        if isinstance(ended, YieldedToolResult):
+            call.waiting = True
+        elif isinstance(ended, ErrorResult):
+            call.error = f"{call.name} failed: {ended.error}"
+        else:
+            call.result = ended.output.text
+    finally:
+        call.ran = sub.ran
+        if sub.ran:
+            run.ran = True
+        run.usage = run.usage + sub.usage
+    if timed is not None:
+        call.timed = True
+        timed.end("yielded" if call.waiting else "error" if call.error is not None
+                  else "result", error_type=call.error_type)
 
 
 # --- one call ----------------------------------------------------------------------------------

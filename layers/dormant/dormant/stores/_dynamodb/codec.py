@@ -108,7 +108,9 @@ def _event_defaults() -> dict[str, dict[str, Any]]:
         name = model.model_fields["type"].default
         table[name] = {
             field: info.default for field, info in model.model_fields.items()
-            if field not in ("type", "seq", "invocation_id") and info.default_factory is None
+            # (``scope`` is left out of the JSON when None: nothing to restore)
+            if field not in ("type", "seq", "invocation_id", "scope")
+            and info.default_factory is None
             and _plain(info.default)
         }
     return table
