@@ -266,6 +266,9 @@ class Agent:
     has_history: bool = field(init=False, repr=False)
     places_client_context: bool = field(init=False, repr=False)
     history_turns: int | None = field(init=False, repr=False)
+    #: How many recent turns a request loads for this agent (its history's, at least the
+    #: current turn's when it has agents as tools).
+    load_turns: int | None = field(init=False, repr=False)
     #: The context's compaction (None: the history is never compacted).
     compaction: Compaction | None = field(init=False, repr=False)
     tool_specs: list[ToolSpec] = field(init=False, repr=False)
@@ -287,6 +290,11 @@ class Agent:
         #: The recipe says where a client's context goes (else: after the system prompts).
         self.places_client_context = any(isinstance(item, ClientPart) for item in self.context)
         self.history_turns = _history_turns(self.context)
+        # A sub-agent that parked carries on from its events, all after the latest message:
+        # an agent with agents as tools loads at least that turn, whatever its model sees.
+        self.load_turns = self.history_turns if self.history_turns is None or not any(
+            tool.agent is not None for tool in self.tools.values()) \
+            else max(self.history_turns, 1)
         self.compaction = next((item.compact for item in self.context
                                 if isinstance(item, History) and item.compact is not None),
                                None)

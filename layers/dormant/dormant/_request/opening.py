@@ -148,7 +148,7 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
 
 def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
           rules: RequestRules) -> Session:
-    session = host.sessions.load(sid, turns=agent.history_turns,
+    session = host.sessions.load(sid, turns=agent.load_turns,
                                  compacted=agent.compaction is not None)
     if session is None:
         session = host.sessions.bind(Session.new(

@@ -447,7 +447,7 @@ class _Running:
 
 def _reload(serving: Serving, session: Session) -> Callable[[], Session | None]:
     host, agent = serving.host, serving.agent
-    turns, compacted = agent.history_turns, agent.compaction is not None
+    turns, compacted = agent.load_turns, agent.compaction is not None
     return lambda: host.sessions.load(session.session_id, turns=turns, compacted=compacted)
 
 
