@@ -192,7 +192,8 @@ def _scoped(event: Event) -> str:
     scope = getattr(event, "scope", None)
     if scope is None:
         return ""
-    return "  " * scope.path.count("/") + f"[{scope.path}] "
+    path: str = scope.path
+    return "  " * path.count("/") + f"[{path}] "
 
 
 def _in(agent: str | None) -> str:
