@@ -186,6 +186,21 @@ def _line(event: Event, waits: dict[str, str]) -> str:
     return event.type  # a type added later without a line here
 
 
+def _scoped(event: Event) -> str:
+    """A sub-agent's event is indented under its caller's call, one step per level, and
+    labelled with its agent's path (``[concierge/billing]``); the session agent's is not."""
+    scope = getattr(event, "scope", None)
+    if scope is None:
+        return ""
+    path: str = scope.path
+    return "  " * path.count("/") + f"[{path}] "
+
+
+def _in(agent: str | None) -> str:
+    """Which agent a pending item waits in: `` in concierge/billing`` for a sub-agent's."""
+    return f" in {agent}" if agent else ""
+
+
 def _delivers(message: str | None, tool_input: dict[str, Any] | None) -> str:
     """What a timer delivers: a user message, or an answer to a yielded call."""
     if message is not None:
@@ -219,7 +234,9 @@ def _input_schemas(session: Session) -> dict[str, dict[str, Any]]:
 
 def render_session(session: Session, expects: dict[str, str] | None = None) -> str:
     """A readable timeline: who said what, which tool yielded and what it waits for, what
-    the session's turns used and cost, and each turn's time, tokens and cost.
+    the session's turns used and cost, and each turn's time, tokens and cost. A sub-agent's
+    events (an agent used as a tool) are indented under its caller's call and labelled with
+    its agent's path; a pending item of a sub-agent says which agent it waits in.
 
     What a waiting call expects comes from the ledger (its ``tool_yield`` records the
     schema). ``expects``, when given, maps a yielding tool's name to a description of the
@@ -249,7 +266,7 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
     for position, event in enumerate(session.events, session.first_seq):
         if fork_of is not None and position == fork_of["seq"]:
             out.append(f"  ── forked here from {fork_of['session']} v{fork_of['version']} ──")
-        out.append(f"  {_when(event.ts)}  {_line(event, waits)}{_took(event)}")
+        out.append(f"  {_when(event.ts)}  {_scoped(event)}{_line(event, waits)}{_took(event)}")
     if session.state:
         out += ["", f"  state: {_short(session.state, 100)}"]
     timers = session.timers
@@ -266,10 +283,12 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
     if pending or approvals or deferred:
         out.append("  pending:")
     for call in deferred:
-        out.append(f"    {call.name} [{call.call_id}] is deferred: waits for its result from "
+        out.append(f"    {call.name} [{call.call_id}]{_in(call.agent)} is deferred: waits for "
+                   "its result from "
                    "server code (input.tool_result)")
     for call in pending:
-        out.append(f"    {call.name} [{call.call_id}] waits for input; it was asked "
+        out.append(f"    {call.name} [{call.call_id}]{_in(call.agent)} waits for input; it was "
+                   "asked "
                    f"{_short(call.args, 48)}")
         described = (expects or {}).get(call.name)
         if described is None and call.call_id in schemas:
@@ -282,7 +301,7 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
             "tools": [{"callId": pending[0].call_id, "input": {"...": "..."}}]}
         out.append(f"  answer with: POST /turns {json.dumps(example)}")
     for request in approvals:
-        out.append(f"    {request.tool} [{request.call_id}] needs approval "
+        out.append(f"    {request.tool} [{request.call_id}]{_in(request.agent)} needs approval "
                    f"{request.approval_id}; it would run with {_short(request.args, 40)}")
     if approvals:
         example = {"sessionId": session.session_id, "approvals": [

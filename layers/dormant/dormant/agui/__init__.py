@@ -17,7 +17,9 @@ the run resumes tool calls an earlier run made, then the turn translated (text d
 ``CUSTOM`` ``TOOL_PROGRESS``, its final one the call's single ``TOOL_CALL_RESULT``; a steer's
 user message and a seed ``TEXT_MESSAGE_*`` of their role; a queued message ``CUSTOM``
 ``QUEUED``; the other turn-control events, which have no AG-UI counterpart, ``CUSTOM``
-``dormant.<event type>`` with the event's JSON), and one ending, after whatever text or
+``dormant.<event type>`` with the event's JSON; each event of a sub-agent, an agent used
+as a tool, ``CUSTOM`` ``dormant.subagent`` — never part of the caller's messages), and one
+ending, after whatever text or
 reasoning is open is closed. Every ``RUN_FINISHED`` carries
 ``result: {"commitStatus": ..., "status": <the turn's status>}``:
 
@@ -78,6 +80,7 @@ from dormant.agui._adapter import (
     LEDGER_EVENT_PREFIX,
     QUEUED,
     RUN_INTERRUPTED,
+    SUBAGENT,
     TOOL_PROGRESS,
     AgUIAdapter,
     ToolTransformer,
@@ -92,6 +95,7 @@ __all__ = [
     "QUEUED",
     "RUN_INTERRUPTED",
     "SSE_CONTENT_TYPE",
+    "SUBAGENT",
     "TOOL_PROGRESS",
     "AgUIAdapter",
     "AgUIRun",

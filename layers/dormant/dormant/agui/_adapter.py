@@ -61,6 +61,7 @@ __all__ = [
     "LEDGER_EVENT_PREFIX",
     "QUEUED",
     "RUN_INTERRUPTED",
+    "SUBAGENT",
     "TOOL_PROGRESS",
     "AgUIAdapter",
     "ToolTransformer",
@@ -83,6 +84,10 @@ CONTROL_ACCEPTED = "CONTROL_ACCEPTED"
 #: ``CUSTOM`` name: a generator tool's preliminary output (value: ``toolCallId``,
 #: ``toolCallName``, ``content``); the call's one ``TOOL_CALL_RESULT`` comes when it ends.
 TOOL_PROGRESS = "TOOL_PROGRESS"
+#: ``CUSTOM`` name: one event of a sub-agent (an agent used as a tool) — value: ``agent``
+#: (its path, ``concierge/billing``), ``callId`` (its caller's call it runs for) and ``event``
+#: (the dormant event's JSON form: its text deltas, tool calls and results...).
+SUBAGENT = "dormant.subagent"
 #: Prefix of the ``CUSTOM`` names of ledger events with no AG-UI counterpart (``dormant.pause``,
 #: ``dormant.input_requested``, ...): the value is the event's JSON form.
 LEDGER_EVENT_PREFIX = "dormant."
@@ -134,6 +139,17 @@ class AgUIAdapter:
     (stop, pause, resume, interrupt, inbox edits, input requests and responses) a ``CUSTOM``
     named ``dormant.<type>`` whose value is the event's JSON. How each turn status ends the run:
     see :meth:`finish`.
+
+    Sub-agents (``Agent.as_tool``): the run's messages and tool calls are the session agent's
+    conversation, as its model sees it — the call of a sub-agent is one ``TOOL_CALL_*`` and
+    its final reply that call's ``TOOL_CALL_RESULT``. What the sub-agent does meanwhile (its
+    events carry a ``scope``) is never merged into them: each of its events is one ``CUSTOM``
+    :data:`SUBAGENT` (``agent``, ``callId``, ``event``), so its words are not appended to the
+    caller's assistant message, its model steps are no ``STEP_*`` and its tool calls are not
+    taken for the caller's (or for front-end tool calls). Its state changes are the
+    session's: they stay ``STATE_DELTA``; an application event stays its own ``CUSTOM``. A
+    sub-agent's pending approval or yield is an interrupt like any other (its
+    ``metadata.agent`` names the path).
 
     The loop ``app.handler.agui`` runs, written by hand::
 
@@ -214,6 +230,13 @@ class AgUIAdapter:
         have no AG-UI counterpart)."""
         out: list[BaseEvent] = []
         kind = event.type
+        scope = getattr(event, "scope", None)
+        if scope is not None and not isinstance(event, StateDelta | AppEvent):
+            if kind != "audio_delta":  # (no audio in AG-UI)
+                out.append(CustomEvent(name=SUBAGENT, value={
+                    "agent": scope.path, "callId": scope.call_id,
+                    "event": event.model_dump(mode="json")}, **self._meta(event)))
+            return out
         if kind == "audio_delta":  # a realtime model's voice: AG-UI has no audio; its words
             return out             # stream as text (the transcript), which stays open
         if kind != "thought_delta":
@@ -373,8 +396,8 @@ class AgUIAdapter:
         shown = [(tool, self._shown_args(tool)) for tool in yielded]
         out.append(CustomEvent(name=RUN_INTERRUPTED, timestamp=now_ms(), value={
             "callIds": [tool.call_id for tool in yielded] + [a.call_id for a in approvals],
-            "yieldedTools": [{"callId": tool.call_id, "name": tool.name, "args": args}
-                             for tool, args in shown],
+            "yieldedTools": [_agent({"callId": tool.call_id, "name": tool.name, "args": args},
+                                    tool.agent) for tool, args in shown],
             "pendingApprovals": [a.model_dump(by_alias=True, mode="json") for a in approvals],
             "commitStatus": commit_status,
         }))
@@ -382,14 +405,16 @@ class AgUIAdapter:
             Interrupt(id=tool.call_id, reason="tool_yield", tool_call_id=tool.call_id,
                       message=f"{tool.name} is waiting for input",
                       response_schema=self.yield_schemas.get(tool.name),
-                      metadata={"toolName": tool.name, "args": args})
-            for tool, args in shown if tool.name not in self.client_tools
+                      metadata=_agent({"toolName": tool.name, "args": args}, tool.agent))
+            for tool, args in shown if tool.agent is not None
+            or tool.name not in self.client_tools
         ] + [
             Interrupt(id=request.approval_id, reason="tool_approval",
                       tool_call_id=request.call_id,
                       message=f"{request.tool} needs approval before it runs",
                       response_schema=_DECISION_SCHEMA,
-                      metadata={"toolName": request.tool, "args": request.args})
+                      metadata=_agent({"toolName": request.tool, "args": request.args},
+                                      request.agent))
             for request in approvals
         ]
         outcome = RunFinishedInterruptOutcome(interrupts=interrupts) if interrupts else None
@@ -476,6 +501,11 @@ class AgUIAdapter:
         self._close_text(out, None)
         self._close_step(out, None)
         return out
+
+
+def _agent(metadata: dict[str, Any], agent: str | None) -> dict[str, Any]:
+    """An interrupt's metadata, naming the sub-agent that waits (none: the session agent)."""
+    return metadata if agent is None else {**metadata, "agent": agent}
 
 
 def _result(commit_status: str | None, status: str | None, **extra: Any) -> dict[str, Any]:

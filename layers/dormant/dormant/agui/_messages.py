@@ -61,16 +61,27 @@ def _call(call: CallLike) -> ToolCall:
                                                            arguments=args_json(call.args)))
 
 
+def _own(item: Any) -> bool:
+    """Whether an event or pending call is the session agent's (not a sub-agent's)."""
+    return getattr(item, "scope", None) is None
+
+
 def to_agui_messages(events: Iterable[Event], calls: Sequence[CallLike] = ()) -> list[Message]:
     """The conversation in ``events`` as AG-UI messages.
 
     ``calls`` (the parked step's calls) are added as one assistant message when ``events``
     does not reach back to them, so every call a resumed run settles is known to the client.
+
+    The conversation is the session agent's: a sub-agent's events and calls (an agent used
+    as a tool; they carry a ``scope``) are left out, as its caller's model never sees them —
+    the caller's call of the sub-agent and its result stand for them.
     """
     messages: list[Message] = []
     holder: AssistantMessage | None = None  # the message this step's tool calls hang under
     seen: set[str] = set()
     for event in events:
+        if not _own(event):
+            continue
         match event:
             case UserEvent():
                 holder = None
@@ -96,7 +107,7 @@ def to_agui_messages(events: Iterable[Event], calls: Sequence[CallLike] = ()) ->
                                             error=event.error))
             case _:
                 pass
-    missing = [call for call in calls if call.call_id not in seen]
+    missing = [call for call in calls if call.call_id not in seen and _own(call)]
     if missing:
         messages.append(AssistantMessage(id=f"{missing[0].call_id}.message",
                                          tool_calls=[_call(call) for call in missing]))

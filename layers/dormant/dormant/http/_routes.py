@@ -219,7 +219,7 @@ class Routes:
 
     def _pending(self, session_id: str, principal: str | None) -> list[PendingCall] | None:
         session = self._load(session_id, principal, turns=0)
-        return [PendingCall(call_id=c.call_id, name=c.name, args=c.args)
+        return [PendingCall(call_id=c.call_id, name=c.name, args=c.args, agent=c.agent)
                 for c in session.yielded_tools]
 
     # --- POST /voice ---------------------------------------------------------------------------
@@ -284,11 +284,13 @@ class Routes:
             session_id=session.session_id, status=session.status, version=session.version,
             yielded_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args,
                                        input_schema=schemas.get(c.call_id),
-                                       tool_metadata=self._tool_metadata(c.name))
+                                       tool_metadata=self._tool_metadata(c.name, c.agent),
+                                       agent=c.agent)
                            for c in session.yielded_tools],
             pending_approvals=session.pending_approvals,
             deferred_tools=[PendingCall(call_id=c.call_id, name=c.name, args=c.args,
-                                        tool_metadata=self._tool_metadata(c.name))
+                                        tool_metadata=self._tool_metadata(c.name, c.agent),
+                                        agent=c.agent)
                             for c in session.deferred_tools],
             pending_inputs=session.pending_inputs, waiting=waiting_on(session),
             inbox=session.inbox, open_invocation=session.open_invocation,
@@ -306,9 +308,17 @@ class Routes:
         )
         return Response(status_code=200, content_type=JSON, body=view.wire())
 
-    def _tool_metadata(self, name: str) -> dict[str, Any] | None:
-        """The agent's own tool's ``metadata`` (a source's tools are not listed for a view)."""
-        tool = self.agent.tools.get(name)
+    def _tool_metadata(self, name: str, path: str | None = None) -> dict[str, Any] | None:
+        """The own tool's ``metadata`` of the agent that made the call — the served agent, or
+        the sub-agent ``path`` names, reached through the tools that run sub-agents (a
+        source's tools are not listed for a view)."""
+        agent: Any = self.agent
+        for step in (path or "").split("/")[1:]:  # the first part is the served agent
+            agent = next((t.agent for t in agent.tools.values()
+                          if t.agent is not None and t.agent.name == step), None)
+            if agent is None:
+                return None
+        tool = agent.tools.get(name)
         return tool.metadata if tool is not None else None
 
     def _input_schemas(self, session: Session, *, whole: bool) -> dict[str, dict[str, Any]]:

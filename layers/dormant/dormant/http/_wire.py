@@ -77,6 +77,15 @@ class _Wire(BaseModel):
                               defer_build=True)
 
 
+def _agent_path() -> Any:
+    """A pending item's agent path: absent for the session agent's own (as
+    ``types.PendingApproval.agent``)."""
+    return Field(default=None, exclude_if=lambda value: value is None, description=(
+        "A sub-agent's call (an agent used as a tool): the agents from the session's down to "
+        "the one that made the call, joined by `/` (`concierge/billing`). Absent for the "
+        "session's own agent's calls. It is answered like any other."))
+
+
 class ApprovalAnswer(_Wire):
     """A decision on a pending approval."""
 
@@ -233,6 +242,7 @@ class PendingCall(_Wire):
         default=None, description="The tool's `metadata` as its definition declares it "
         "(`app.tool(..., metadata=...)`), shown by `GET /sessions/{id}`; absent when it has "
         "none. The ledger's `tool_call` events carry it too.")
+    agent: str | None = _agent_path()
 
 
 class Waiting(_Wire):
@@ -248,6 +258,7 @@ class Waiting(_Wire):
                     "input id; for `message`, the parked invocation.")
     name: str = Field(description="The tool (`yield`, `approval`), the request's prompt or "
                       "else its id (`input`), or `message`.")
+    agent: str | None = _agent_path()
 
 
 class Running(_Wire):
@@ -481,13 +492,15 @@ class SessionLine(_Wire):
 
 def waiting_on(session: Session) -> list[Waiting]:
     """What ``session`` waits on: its yielded calls, then its approvals, then its input
-    requests; else, when its agent yielded the turn, the next message."""
-    waiting = [Waiting(kind="yield", id=c.call_id, name=c.name) for c in session.yielded_tools]
-    waiting += [Waiting(kind="approval", id=a.approval_id, name=a.tool)
+    requests; else, when its agent yielded the turn, the next message. A sub-agent's item
+    names its agent's path."""
+    waiting = [Waiting(kind="yield", id=c.call_id, name=c.name, agent=c.agent)
+               for c in session.yielded_tools]
+    waiting += [Waiting(kind="approval", id=a.approval_id, name=a.tool, agent=a.agent)
                 for a in session.pending_approvals]
     waiting += [Waiting(kind="input", id=i.input_id, name=i.prompt or i.input_id)
                 for i in session.pending_inputs]
-    waiting += [Waiting(kind="deferred", id=c.call_id, name=c.name)
+    waiting += [Waiting(kind="deferred", id=c.call_id, name=c.name, agent=c.agent)
                 for c in session.deferred_tools]
     invocation = session.open_invocation
     if not waiting and session.head.parked == "message" and invocation is not None:

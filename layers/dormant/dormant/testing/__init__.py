@@ -51,6 +51,19 @@ the one for that tool, ``approve(approval_id)`` that one; ``deny`` is the same w
                            model("Sorry, I can't refund that.")])
     assert get_tool_results(run.events)[0].denied
 
+Sub-agents (``Agent.as_tool``) are scripted on their own: ``model(..., agent="billing")``
+feeds the reply to that agent's model (a name or a path such as ``"concierge/billing"``; every
+agent the script's agent reaches has its own scripted model, ``run.models`` by path), and a
+step answering a pending item picks among one agent's with ``agent=``::
+
+    run = run_test(concierge, [
+        user("refund BK-1"), model(tool_calls=[ASK_BILLING]),
+        model(tool_calls=[REFUND], agent="billing"),       # billing's refund waits
+        approve("refund", agent="concierge/billing"),
+        model("Refunded.", agent="billing"),               # billing carries on, then ends
+        model("Done."),                                    # then the concierge
+    ])
+
 :class:`StoreContract` (``dormant.testing.store_contract``) is the store conformance suite, for
 pytest; it is imported on first use, so importing this module never imports pytest.
 """
@@ -72,6 +85,7 @@ from dormant.schedulers import RecordingScheduler
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
+from dormant.testing._agents import agent_paths, rebuild, resolve_agent
 from dormant.testing._drivers import (
     Driver,
     HandlerDriver,
@@ -89,7 +103,7 @@ from dormant.testing.steps import (
     approval,
     approve,
     conflict,
-    controls_by_reply,
+    controls_by_agent,
     crash,
     deny,
     input,  # noqa: F401  (an alias of tool_input, kept out of __all__: it shadows a builtin)
@@ -147,7 +161,8 @@ class TestRun:
     through the handlers a :class:`~dormant.handlers.TurnResult`), ``results`` (every step's
     that sends a request, in order), ``controls`` (the outcomes of the stops, steers and
     pauses sent while a reply streamed, normally ``accepted``), ``session`` (as stored),
-    ``events`` (its ledger), ``model`` (the scripted model).
+    ``events`` (its ledger), ``model`` (the scripted model), ``models`` (every agent's, by
+    path).
 
     In process, a step that runs no turn (a queued message, a pause, an interrupt…) has a
     :class:`~dormant.handlers.TurnResult` with the status a handler would answer."""
@@ -155,12 +170,16 @@ class TestRun:
     __test__ = False  # not a pytest class
 
     def __init__(self, result: Any, session: Session, results: list[Any],
-                 scripted: ScriptedModel, controls: list[Any] | None = None) -> None:
+                 scripted: ScriptedModel, controls: list[Any] | None = None,
+                 models: Mapping[str, ScriptedModel] | None = None) -> None:
         self.result = result
         self.session = session
         self.results = results
         self.model = scripted
         self.controls = controls if controls is not None else []
+        #: Path -> the scripted model of each agent the script reached (``model`` is the
+        #: session agent's): ``run.models["concierge/billing"].requests``.
+        self.models = dict(models) if models is not None else {}
 
     @property
     def status(self) -> str:
@@ -206,10 +225,9 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     steps = list(steps)
     if through not in ("run", "handlers"):
         raise ValueError(f"through must be 'run' or 'handlers', got {through!r}")
-    scripted = KitModel([s.reply if isinstance(s, ModelStep) else ModelFault(s.message, s.retryable)
-                         for s in steps if isinstance(s, ModelStep | ModelErrorStep)],
-                        controls_by_reply(steps))
-    served = replace(agent, model=scripted)
+    models = _models(agent, steps)
+    scripted = models[agent.name]
+    served = rebuild(agent, lambda path, each: replace(each, model=models[path]))
     kit_store = KitStore(store if store is not None else MemoryStore())
     # the kit delivers timers itself (the ``timer`` step): it is the app's scheduler
     app = App(name="test", store=kit_store, clock=KitClock(), scheduler=RecordingScheduler(),
@@ -223,11 +241,32 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
         kit_store.close_reads()
     if driver.problems:
         raise ScriptError("; ".join(driver.problems))
-    scripted.assert_consumed()
+    for each in models.values():
+        each.assert_consumed()
     if not driver.results:
         raise ScriptError("the script has no user(...) step, so nothing ran")
     return TestRun(driver.results[-1], driver.session(), driver.results, scripted,
-                   driver.controls)
+                   driver.controls, models)
+
+
+def _models(agent: Agent, steps: list[Step]) -> dict[str, KitModel]:
+    """Path -> the scripted model of each agent the script's agent reaches, fed by the
+    ``model`` / ``model_error`` steps naming it (no ``agent=``: the session agent). An agent
+    with no step gets an empty script: a call of its model fails the run, naming it."""
+    paths = agent_paths(agent)
+    owners: dict[int, str] = {}
+    for step in steps:
+        if isinstance(step, ModelStep | ModelErrorStep):
+            what = "model(...)" if isinstance(step, ModelStep) else "model_error(...)"
+            owners[id(step)] = (agent.name if step.agent is None
+                                else resolve_agent(paths, step.agent, what))
+    controls = controls_by_agent(steps, lambda step: owners[id(step)])
+    return {path: KitModel([s.reply if isinstance(s, ModelStep)
+                            else ModelFault(s.message, s.retryable)
+                            for s in steps if isinstance(s, ModelStep | ModelErrorStep)
+                            and owners[id(s)] == path],
+                           controls.get(path), agent=None if path == agent.name else path)
+            for path in paths}
 
 
 class ToolOutcome(BaseModel):

@@ -41,6 +41,7 @@ from dormant.results import ErrorResult, RunResult
 from dormant.schedulers import LEASE_GRACE_MS, TimerDelivery
 from dormant.session import Session
 from dormant.stores._base import Store
+from dormant.testing._agents import agent_paths, rebuild
 from dormant.tools import Signal
 
 __all__ = ["POLL_INTERVAL", "Control", "Driver", "HandlerDriver", "InProcessDriver", "KitClock",
@@ -110,11 +111,15 @@ class Control:
 
 class KitModel(ScriptedModel):
     """The kit's :class:`ScriptedModel`: replies, failures in their place, and the controls
-    to send while a reply streams (``controls``: model-call position -> controls)."""
+    to send while a reply streams (``controls``: model-call position -> controls).
+    ``agent``: the path of the sub-agent it answers for (None: the session agent's), named
+    in its complaints."""
 
     def __init__(self, replies: Sequence[str | dict[str, Any] | ModelFault],
-                 controls: dict[int, list[Control]] | None = None) -> None:
+                 controls: dict[int, list[Control]] | None = None, *,
+                 agent: str | None = None) -> None:
         super().__init__([r for r in replies if not isinstance(r, ModelFault)])
+        self.agent = agent
         #: Model-call position -> the failure scripted there.
         self._faults = {i: r for i, r in enumerate(replies) if isinstance(r, ModelFault)}
         self._controls = {i: sorted(c, key=lambda c: c.after)
@@ -134,7 +139,10 @@ class KitModel(ScriptedModel):
         if fault is not None:
             self.requests.append(request)
             raise ModelError(fault.message, retryable=fault.retryable)
-        chunks = super().stream(request, signal=signal)
+        try:
+            chunks = super().stream(request, signal=signal)
+        except ScriptError as error:
+            raise ScriptError(self._named(str(error))) from None
         if not controls:
             return chunks
         return self._with_controls(chunks, controls, signal)
@@ -158,8 +166,14 @@ class KitModel(ScriptedModel):
             raise ScriptError(f"{control.describe()}: nothing sends controls for this model")
         return self.send(control, signal)
 
+    def _named(self, message: str) -> str:
+        return message if self.agent is None else f"agent {self.agent}: {message}"
+
     def assert_consumed(self) -> None:
-        super().assert_consumed()
+        try:
+            super().assert_consumed()
+        except ScriptError as error:
+            raise ScriptError(self._named(str(error))) from None
         if self._faults:
             raise ScriptError(f"{len(self._faults)} scripted model_error(...) steps were "
                               "never reached")
@@ -254,10 +268,13 @@ class Driver:
         self.store: KitStore = app.store
         #: The app's clock when it is the kit's (a crash needs it to let a lease run out).
         self.clock: KitClock | None = app.clock if isinstance(app.clock, KitClock) else None
-        #: The agent served, with the kit's hook (it names the invocation a reply belongs to).
-        self.agent = replace(agent, hooks=(*agent.hooks, Hook(before_model=self.before_model)))
-        if isinstance(agent.model, KitModel):
-            agent.model.send = self.send
+        #: The agent served, with the kit's hook (it names the invocation a reply belongs to)
+        #: on it and on every sub-agent it reaches (a resumed sub-agent calls its model first).
+        hook = Hook(before_model=self.before_model)
+        self.agent = rebuild(agent, lambda _, each: replace(each, hooks=(*each.hooks, hook)))
+        for each in agent_paths(agent).values():
+            if isinstance(each.model, KitModel):
+                each.model.send = self.send
         self.session_id = session_id
         self.results: list[Outcome] = []
         self.controls: list[Outcome] = []

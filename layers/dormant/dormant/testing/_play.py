@@ -40,13 +40,16 @@ def play(driver: Driver, steps: list[Step]) -> None:
                 given["if_busy"] = step.if_busy
             driver.deliver(given)
         elif isinstance(step, ToolInputStep):
-            driver.deliver({"tools": _answer(driver.session(), step.answers)})
+            driver.deliver({"tools": _answer(driver.session(), step.answers,
+                                             _Mine(driver.agent.name, step.agent))})
         elif isinstance(step, ToolResultStep):
-            driver.deliver({"tool_results": [{"call_id": _deferred(driver.session(), step.call),
+            call = _deferred(driver.session(), step.call, _Mine(driver.agent.name, step.agent))
+            driver.deliver({"tool_results": [{"call_id": call,
                                               "result": step.result,
                                               "is_error": step.is_error}]})
         elif isinstance(step, ApprovalStep):
-            driver.deliver({"approvals": _decide(driver.session(), step.decisions)})
+            driver.deliver({"approvals": _decide(driver.session(), step.decisions,
+                                                 _Mine(driver.agent.name, step.agent))})
         elif isinstance(step, RetryStep):
             driver.deliver({"retry": {"retry_id": step.retry_id or new_id("retry")}})
         elif isinstance(step, ConflictStep):
@@ -82,8 +85,26 @@ def _waited_on(session: Session) -> str:
                       "input request or failed invocation); name the owner")
 
 
-def _answer(session: Session, answers: dict[str, Any]) -> list[dict[str, Any]]:
-    pending = session.yielded_tools
+class _Mine:
+    """Which agent's pending items a step picks among: ``agent`` (a path such as
+    ``"concierge/billing"``, or the last part of one: an agent's name) or, None, any agent's.
+    A pending item of the session agent has no path: its path is the agent's name."""
+
+    def __init__(self, root: str, agent: str | None) -> None:
+        self.root = root
+        self.agent = agent
+
+    def __call__(self, path: str | None) -> bool:
+        path = path or self.root
+        return self.agent is None or self.agent in (path, path.rsplit("/", 1)[-1])
+
+    def named(self, path: str | None) -> str:
+        """How a pending item is listed in a complaint: with its agent's path."""
+        return f" in {path}" if path else ""
+
+
+def _answer(session: Session, answers: dict[str, Any], mine: _Mine) -> list[dict[str, Any]]:
+    pending = [p for p in session.yielded_tools if mine(p.agent)]
     given: list[dict[str, Any]] = []
     for key, value in answers.items():
         by_id = [p for p in pending if p.call_id == key]
@@ -96,16 +117,22 @@ def _answer(session: Session, answers: dict[str, Any]) -> list[dict[str, Any]]:
             ids = ", ".join(p.call_id for p in by_name)
             raise ScriptError(f"{key!r} yielded {len(by_name)} times; answer by call id: {ids}")
         else:
-            waiting = ", ".join(f"{p.name} ({p.call_id})" for p in pending) or "nothing"
-            raise ScriptError(f"tool_input for {key!r}, but the run waits on {waiting}")
+            waiting = ", ".join(f"{p.name} ({p.call_id}{mine.named(p.agent)})"
+                                for p in session.yielded_tools) or "nothing"
+            raise ScriptError(f"tool_input for {key!r}{_among(mine)}, but the run waits on "
+                              f"{waiting}")
         given.append({"call_id": target.call_id, "input": value})
     return given
 
 
-def _deferred(session: Session, key: str) -> str:
+def _among(mine: _Mine) -> str:
+    return "" if mine.agent is None else f" (agent {mine.agent})"
+
+
+def _deferred(session: Session, key: str, mine: _Mine) -> str:
     """The call id of the waiting deferred call ``key`` names (by id or by tool name); a key
     that names none is passed on as it is (the request refuses it, as production would)."""
-    pending = session.deferred_tools
+    pending = [p for p in session.deferred_tools if mine(p.agent)]
     by_name = [p for p in pending if p.name == key]
     if any(p.call_id == key for p in pending) or not by_name:
         return key
@@ -116,10 +143,12 @@ def _deferred(session: Session, key: str) -> str:
     return by_name[0].call_id
 
 
-def _decide(session: Session, decisions: dict[str | None, Any]) -> list[dict[str, Any]]:
+def _decide(session: Session, decisions: dict[str | None, Any],
+            mine: _Mine) -> list[dict[str, Any]]:
     """The wire decisions (``approvals``) for ``decisions``: each key names one pending
-    request (approval id, call id, else tool name); ``None`` names every pending one."""
-    pending = session.pending_approvals
+    request (approval id, call id, else tool name) of the agent ``mine`` picks; ``None``
+    names every such pending one."""
+    pending = [p for p in session.pending_approvals if mine(p.agent)]
     given: list[dict[str, Any]] = []
     for key, value in decisions.items():
         if key is None:
@@ -128,9 +157,10 @@ def _decide(session: Session, decisions: dict[str | None, Any]) -> list[dict[str
             matches = [p for p in pending if key in (p.approval_id, p.call_id)] or \
                 [p for p in pending if p.tool == key]
         if not matches or (key is not None and len(matches) != 1):
-            waiting = ", ".join(f"{p.tool} ({p.approval_id})" for p in pending) or "nothing"
+            waiting = ", ".join(f"{p.tool} ({p.approval_id}{mine.named(p.agent)})"
+                                for p in session.pending_approvals) or "nothing"
             what = ("a decision on every pending approval" if key is None
-                    else f"approval for {key!r}")
+                    else f"approval for {key!r}") + _among(mine)
             raise ScriptError(f"{what} matches {len(matches)} pending requests; "
                               f"pending: {waiting}")
         decision = value if isinstance(value, dict) else {"approved": value}

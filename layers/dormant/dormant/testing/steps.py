@@ -10,7 +10,7 @@ streams.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ __all__ = [
     "ToolInputStep",
     "ToolResultStep",
     "UserStep",
+    "controls_by_agent",
     "controls_by_reply",
 ]
 
@@ -50,11 +51,15 @@ class UserStep:
 @dataclass(frozen=True)
 class ModelStep:
     reply: str | dict[str, Any]
+    #: The agent whose model gives this reply (a path or a name); None: the session agent.
+    agent: str | None = None
 
 
 @dataclass(frozen=True)
 class ToolInputStep:
     answers: dict[str, Any]
+    #: Only the calls of this agent (a path or a name); None: any agent's.
+    agent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class ToolResultStep:
     call: str
     result: Any
     is_error: bool
+    agent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,12 +75,15 @@ class ApprovalStep:
     #: Decisions keyed by tool name, call id or approval id; the key ``None`` decides every
     #: pending request (``approve()`` / ``deny()`` with no name).
     decisions: dict[str | None, Any]
+    #: Only the requests of this agent (a path or a name); None: any agent's.
+    agent: str | None = None
 
 
 @dataclass(frozen=True)
 class ModelErrorStep:
     message: str
     retryable: bool
+    agent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,21 +162,28 @@ def message(text: str, *, id: str | None = None,
 
 def model(text: str | dict[str, Any] | None = None, *,
           tool_calls: Sequence[dict[str, Any]] | None = None,
-          thought: str | None = None, usage: dict[str, int] | None = None) -> ModelStep:
+          thought: str | None = None, usage: dict[str, int] | None = None,
+          agent: str | None = None) -> ModelStep:
     """One model reply: text, tool calls (``[{"name": ..., "args": {...}}]``) or both.
     ``usage``: the tokens the call reports (``{"input_tokens": 12, "output_tokens": 3}``;
     also ``cached_tokens``, ``reasoning_tokens``), priced by the app's price table under
     the model name ``scripted``.
 
+    ``agent``: the agent whose model replies — a sub-agent the script's agent reaches
+    through its tools (``Agent.as_tool``), by name (``"billing"``) or path
+    (``"concierge/billing"``). Each agent's replies are consumed in script order by its own
+    model calls; None: the session agent's. A name no reachable agent has fails the run
+    with a :class:`ScriptError` before anything runs.
+
     A dict in the seeds' shape is accepted too: ``model({"tool_calls": [...]})``."""
     if isinstance(text, dict):
         calls = text.get("tool_calls", text.get("toolCalls"))
         return model(text.get("text"), tool_calls=calls, thought=text.get("thought"),
-                     usage=text.get("usage"))
+                     usage=text.get("usage"), agent=agent)
     if text is None and not tool_calls:
         raise ScriptError("model(...) needs text or tool_calls")
     if tool_calls is None and thought is None and usage is None:
-        return ModelStep(text or "")
+        return ModelStep(text or "", agent)
     reply: dict[str, Any] = {"text": text or ""}
     if tool_calls:
         reply["tool_calls"] = [dict(call) for call in tool_calls]
@@ -175,21 +191,24 @@ def model(text: str | dict[str, Any] | None = None, *,
         reply["thought"] = thought
     if usage is not None:
         reply["usage"] = dict(usage)
-    return ModelStep(reply)
+    return ModelStep(reply, agent)
 
 
-def tool_input(answers: dict[str, Any]) -> ToolInputStep:
-    """Answers for the calls that yielded, keyed by tool name or by call id."""
-    return ToolInputStep(dict(answers))
+def tool_input(answers: dict[str, Any], *, agent: str | None = None) -> ToolInputStep:
+    """Answers for the calls that yielded, keyed by tool name or by call id. ``agent``
+    (a path like ``"concierge/billing"``, or an agent's name): only that agent's calls are
+    matched by tool name — for two agents waiting on a tool of the same name."""
+    return ToolInputStep(dict(answers), agent)
 
 
-def tool_result(call: str, result: Any = None, *, is_error: bool = False) -> ToolResultStep:
+def tool_result(call: str, result: Any = None, *, is_error: bool = False,
+                agent: str | None = None) -> ToolResultStep:
     """The result of a deferred call (``app.tool(..., deferred=True)``), as trusted server
     code supplies it: ``call`` is the tool's name or the call id (by id when the tool was
     called twice in a step). ``is_error``: ``result`` is an error the model reads. The
     parked turn resumes once every call of its step is settled: script the ``model`` reply
-    that follows."""
-    return ToolResultStep(call, result, is_error)
+    that follows. ``agent``: only that agent's deferred calls are matched by name."""
+    return ToolResultStep(call, result, is_error, agent)
 
 
 #: The seeds call this step ``input(...)``; importing it by that name shadows the builtin only
@@ -197,33 +216,42 @@ def tool_result(call: str, result: Any = None, *, is_error: bool = False) -> Too
 input = tool_input
 
 
-def approval(decisions: dict[str, bool | dict[str, Any]]) -> ApprovalStep:
+def approval(decisions: dict[str, bool | dict[str, Any]], *,
+             agent: str | None = None) -> ApprovalStep:
     """Decisions on pending approval requests, keyed by tool name, call id or approval id:
-    ``True`` / ``False``, or ``{"approved": False, "reason": "not today"}``."""
+    ``True`` / ``False``, or ``{"approved": False, "reason": "not today"}``. ``agent``: only
+    that agent's requests (a path like ``"concierge/billing"``, or an agent's name)."""
     keyed: dict[str | None, Any] = {key: value for key, value in decisions.items()}
-    return ApprovalStep(keyed)
+    return ApprovalStep(keyed, agent)
 
 
-def approve(name: str | None = None, *, reason: str | None = None) -> ApprovalStep:
+def approve(name: str | None = None, *, reason: str | None = None,
+            agent: str | None = None) -> ApprovalStep:
     """Approve what waits for approval: every pending request (no ``name``), or the one
     ``name`` names (a tool name, call id or approval id). The tool then runs; script the
     :func:`model` reply that follows. With nothing pending (or nothing ``name`` names) the
-    run fails with a :class:`ScriptError` that lists what is pending."""
-    return ApprovalStep({name: {"approved": True, "reason": reason}})
+    run fails with a :class:`ScriptError` that lists what is pending.
+
+    A sub-agent's requests are pending too (each names its agent's path): ``agent``
+    (``"concierge/billing"``, or an agent's name) picks among that agent's only — for two
+    agents waiting on a tool of the same name. The session agent is named by its own name."""
+    return ApprovalStep({name: {"approved": True, "reason": reason}}, agent)
 
 
-def deny(name: str | None = None, *, reason: str | None = None) -> ApprovalStep:
+def deny(name: str | None = None, *, reason: str | None = None,
+         agent: str | None = None) -> ApprovalStep:
     """Deny what waits for approval (as :func:`approve` picks it): the tool never runs, and
     the model reads the denial (with ``reason``) as the call's result."""
-    return ApprovalStep({name: {"approved": False, "reason": reason}})
+    return ApprovalStep({name: {"approved": False, "reason": reason}}, agent)
 
 
 def model_error(message: str = "the model provider failed", *,
-                retryable: bool = True) -> ModelErrorStep:
+                retryable: bool = True, agent: str | None = None) -> ModelErrorStep:
     """The next model call fails (a :class:`~dormant.models.ModelError`). Before any tool ran
     the turn writes nothing; after, its finished steps are kept and the session is
-    ``failed`` until :func:`retry`."""
-    return ModelErrorStep(message, retryable)
+    ``failed`` until :func:`retry`. ``agent``: the agent whose model call fails (as
+    :func:`model`)."""
+    return ModelErrorStep(message, retryable, agent)
 
 
 def retry(retry_id: str | None = None) -> RetryStep:
@@ -340,10 +368,19 @@ def redeliver() -> RedeliverStep:
 
 def controls_by_reply(steps: list[Step]) -> dict[int, list[Control]]:
     """Model-call position -> the stops, steers and pauses sent while that reply streams
-    (each acts on the next ``model`` step after it)."""
-    by_reply: dict[int, list[Control]] = {}
+    (each acts on the next ``model`` step after it), counting every model step as one
+    agent's."""
+    return controls_by_agent(steps, lambda step: None).get(None, {})
+
+
+def controls_by_agent(steps: list[Step], owner: Callable[[ModelStep | ModelErrorStep], Any],
+                      ) -> dict[Any, dict[int, list[Control]]]:
+    """Agent (``owner`` of a model step) -> its model-call position -> the stops, steers and
+    pauses sent while that reply streams (each acts on the next ``model`` step after it,
+    whichever agent's; positions count each agent's own model calls)."""
+    by_agent: dict[Any, dict[int, list[Control]]] = {}
+    positions: dict[Any, int] = {}
     waiting: list[Control] = []
-    position = 0
     for step in steps:
         if isinstance(step, Control):
             waiting.append(step)
@@ -351,7 +388,8 @@ def controls_by_reply(steps: list[Step]) -> dict[int, list[Control]]:
             if waiting:
                 raise ScriptError(f"{waiting[0].describe()} acts on the next model(...) reply, "
                                   "but the next model call is a model_error(...)")
-            position += 1
+            key = owner(step)
+            positions[key] = positions.get(key, 0) + 1
         elif isinstance(step, ModelStep):
             reply: dict[str, Any] = (step.reply if isinstance(step.reply, dict)
                                      else {"text": step.reply})
@@ -362,12 +400,12 @@ def controls_by_reply(steps: list[Step]) -> dict[int, list[Control]]:
                 if control.after > pieces:
                     raise ScriptError(f"{control.describe()}: the next reply streams only "
                                       f"{pieces} pieces")
+            key = owner(step)
+            position = positions.get(key, 0)
             if waiting:
-                by_reply[position] = waiting
+                by_agent.setdefault(key, {})[position] = waiting
                 waiting = []
-            position += 1
+            positions[key] = position + 1
     if waiting:
         raise ScriptError(f"{waiting[0].describe()} needs a model(...) reply after it to act on")
-    return by_reply
-
-
+    return by_agent
