@@ -14,7 +14,7 @@ from dormant.stores.memory import MemoryStore
 
 @pytest.fixture
 def ask() -> Any:
-    app, agent, _ = concierge.build(MemoryStore(), env={})
+    app, agent = concierge.build(MemoryStore(), env={})
     return app.handler.rest(agent=agent, response={"events": True})
 
 
@@ -67,6 +67,7 @@ def test_other_questions_the_concierge_answers_itself(ask: Any) -> None:
 
 
 def test_with_a_key_both_agents_use_the_real_model() -> None:
-    _, agent, billing = concierge.build(MemoryStore(), env={"OPENAI_API_KEY": "sk-test"})
+    _, agent = concierge.build(MemoryStore(), env={"OPENAI_API_KEY": "sk-test"})
+    billing = agent.tools["billing"].agent
     assert isinstance(agent.model, OpenAIModel)
     assert billing.model is agent.model

@@ -71,11 +71,11 @@ def _refund(ctx: ToolContext) -> dict[str, Any]:
 
 
 class Concierge(NamedTuple):
-    """The sample: ``app, concierge = build()``; ``billing`` is the agent it hands to."""
+    """The sample: ``app, concierge = build()`` (billing is the agent behind its ``billing``
+    tool)."""
 
     app: dormant.App
     concierge: dormant.Agent
-    billing: dormant.Agent
 
 
 def build(store: Store | None = None, model: Model | None = None, *,
@@ -102,7 +102,7 @@ def build(store: Store | None = None, model: Model | None = None, *,
                                "payments or refunds to the billing agent: say what the "
                                "customer wants, with the invoice reference")],
     )
-    return Concierge(app, concierge, billing)
+    return Concierge(app, concierge)
 
 
 # --- the demo models ----------------------------------------------------------------------------
