@@ -92,8 +92,9 @@ def test_a_sub_agents_work_is_a_nested_card_with_its_approval_inline(
     call = card.locator("xpath=parent::li")
     expect(call).to_have_class("tool-entry")
     expect(call.locator("xpath=parent::ol")).to_have_attribute("aria-label", "Timeline")
-    expect(call.locator(":scope > details.tool summary")).to_contain_text("billing")
-    expect(call.locator(":scope > details.tool summary .chip")).to_have_text("billing waits for you")
+    summary = call.locator(":scope > details.tool summary")
+    expect(summary).to_contain_text("billing")
+    expect(summary.locator(".chip")).to_have_text("billing waits for you")
     expect(card.locator(".subagent-head")).to_contain_text("billing")
     expect(card.locator(".subagent-path")).to_have_text("concierge/billing")
     expect(card.locator(".subagent-task")).to_contain_text("refund invoice INV-7")
@@ -122,7 +123,7 @@ def test_a_sub_agents_work_is_a_nested_card_with_its_approval_inline(
     expect(said(inner, "approval of refund", "approved: duplicate charge")).to_be_visible()
     expect(said(inner, "billing", "Refunded 120.00 EUR on invoice INV-7.")).to_be_visible()
     expect(card.locator(".subagent-head .chip")).to_have_text("done")
-    expect(call.locator(":scope > details.tool summary .chip")).to_have_text("returned")
+    expect(summary.locator(".chip")).to_have_text("returned")
     expect(inner.locator("details.tool summary .chip")).to_have_text(
         ["returned", "approved · returned"])
     assert own_types(page) == ["user", "tool_call", "tool_result", "assistant"]
@@ -130,7 +131,7 @@ def test_a_sub_agents_work_is_a_nested_card_with_its_approval_inline(
     evidence(page, "41-subagent-done")
 
 
-def test_a_hand_off_is_a_divider_naming_the_agent_handed_to(
+def test_a_hand_off_is_a_divider_and_delegations_are_links(
         concierge_page: Page, concierge_server: DevServer) -> None:
     """The sample has no hand-off yet: its real ledger, with a hand-off event put in on the
     wire where the concierge's call of billing was, as a hand-off would write it."""
@@ -142,6 +143,9 @@ def test_a_hand_off_is_a_divider_naming_the_agent_handed_to(
     def with_handoff(route: Route) -> None:
         answer = route.fetch()
         body = answer.json()
+        # A delegation's sessions, as the head names them: links in the session's header.
+        body["parent"] = {"sessionId": "session_desk", "callId": "call_1"}
+        body["children"] = [{"sessionId": "session_billing-1", "callId": "call_2"}]
         events = body.get("events")
         if events:
             at = next(i for i, e in enumerate(events) if e["type"] == "tool_call")
@@ -159,6 +163,13 @@ def test_a_hand_off_is_a_divider_naming_the_agent_handed_to(
     expect(said(conversation(page), "billing", "Invoice INV-8 is for 45.00 EUR, paid.")) \
         .to_be_visible()
     assert own_types(page)[:2] == ["user", "handoff"]
+    meta = page.locator(".meta")
+    expect(meta.get_by_role("link", name="desk")).to_have_attribute(
+        "href", "#/sessions/session_desk")
+    expect(meta.get_by_role("link", name="billing-1")).to_have_attribute(
+        "href", "#/sessions/session_billing-1")
+    expect(meta).to_contain_text("delegated from desk")
+    expect(meta).to_contain_text("delegated to billing-1")
     assert_accessible(page, "a hand-off divider")
     evidence(page, "42-handoff")
 
