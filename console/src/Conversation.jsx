@@ -4,7 +4,9 @@
 // answer, an approval, an input) as a form right where the agent asked, and once answered
 // what it asked, above the answer; a failed turn's code, message and whether a retry helps.
 // The ledger's bookkeeping (runs, commits, timers, the inbox's moves, application events)
-// shows only with Details on: then nothing is left out.
+// shows only with Details on: then nothing is left out. A sub-agent's work (an agent used as a
+// tool: its events carry a `scope`) is a nested card under the call it runs for, with its own
+// conversation; a hand-off to another agent is a divider naming it.
 import { useState } from "preact/hooks";
 import { SchemaForm } from "./SchemaForm.jsx";
 import { describe } from "./Timeline.jsx";
@@ -73,17 +75,70 @@ const USER_LABEL = (e) => (e.steer ? "user (steer)" : e.queued ? "user (from the
  * ended it) and, with `details`, a log row for every other event.
  */
 export function conversation(events, { details = false, forkOf, outcomes = {}, requests = {}, pending = {} } = {}) {
-  const entries = [];
-  const cards = {};
-  const prompts = {};
   const lastTerminal = {};
   for (const event of events) {
     if (event.type === "invocation_yield" || event.type === "invocation_end") lastTerminal[event.invocation_id] = event.id;
   }
+  const groups = scoped(events);
+  const positions = new Map(events.map((e, position) => [e, position]));
+  const options = { details, forkOf, outcomes, requests, pending, lastTerminal, groups, positions };
+  const entries = converse(groups.get(ROOT) || [], options);
+  // Anything pending that the ledger shown did not place (it was asked before a fork's cut or
+  // a compaction): at the end, so it can still be answered.
+  const placed = new Set(flatten(entries).filter((x) => x.kind.startsWith("ask-")).map((x) => x.key));
+  for (const call of Object.values(pending.calls || {})) {
+    if (!placed.has(`ask-${call.callId}`)) entries.push({ kind: "ask-call", key: `ask-${call.callId}`, types: [], call });
+  }
+  for (const approval of Object.values(pending.approvals || {})) {
+    if (!placed.has(`ask-${approval.approvalId}`)) entries.push({ kind: "ask-approval", key: `ask-${approval.approvalId}`, types: [], approval });
+  }
+  for (const request of Object.values(pending.inputs || {})) {
+    if (!placed.has(`ask-${request.inputId}`)) entries.push({ kind: "ask-input", key: `ask-${request.inputId}`, types: [], request });
+  }
+  return entries;
+}
+
+/** The conversation's own events (key ROOT) and each sub-agent's, keyed by the call it runs
+ * for, each in ledger order. An event with no scope that answers a sub-agent's call (a
+ * decision, an answer) belongs to that sub-agent. */
+const ROOT = "";
+function scoped(events) {
+  const owner = {};
+  for (const e of events) {
+    if (e.type === "tool_call" && e.scope) owner[e.call_id] = e.scope.call_id;
+  }
+  const groups = new Map();
+  for (const e of events) {
+    const key = e.scope ? e.scope.call_id : (e.call_id && owner[e.call_id]) || ROOT;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(e);
+  }
+  return groups;
+}
+
+/** Entries and the entries of their sub-agents' cards, all in one list. */
+function flatten(entries) {
+  return entries.flatMap((x) => [x, ...(x.sub ? flatten(x.sub.entries) : [])]);
+}
+
+/** One agent's conversation entries (see conversation()); a tool call a sub-agent ran for
+ * gets `sub`: that agent's name, path, task and entries. */
+function converse(events, { details, forkOf, outcomes, requests, pending, lastTerminal, groups, positions }) {
+  const entries = [];
+  let forkShown = false;
+  const cards = {};
+  const prompts = {};
+  let speaker = "assistant";
   const card = (e) => {
     if (!cards[e.call_id]) {
       cards[e.call_id] = { kind: "tool", key: `tool-${e.call_id}`, callId: e.call_id, name: e.name, args: e.args, ts: e.ts, types: [], progress: [] };
       entries.push(cards[e.call_id]);
+      const sub = groups.get(e.call_id);
+      if (sub && sub.length) {
+        const scope = sub.find((x) => x.scope)?.scope || {};
+        cards[e.call_id].sub = { agent: scope.agent || e.name, path: scope.path || e.name, task: e.args?.input ?? e.args,
+          entries: converse(sub, { details, outcomes, requests, pending, lastTerminal, groups, positions }) };
+      }
     }
     const found = cards[e.call_id];
     found.types.push(e.type);
@@ -98,7 +153,8 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, r
   const note = (e, tone, text) => entries.push({ kind: "note", key: e.id, types: [e.type], ts: e.ts, tone, text });
 
   const place = (e, position) => {
-    if (forkOf && position === forkOf.seq) {
+    if (forkOf && !forkShown && position >= forkOf.seq) {
+      forkShown = true;
       entries.push({ kind: "fork", key: "fork", types: [], text: `forked here from ${shortId(forkOf.session)} at version ${forkOf.version}` });
     }
     switch (e.type) {
@@ -107,7 +163,11 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, r
       case "seed":
         return e.role === "system" ? note(e, "system", `system (seeded): ${e.text}`) : bubble(e, "user", "user (seeded)", e.text);
       case "assistant":
-        return bubble(e, "assistant", "assistant", e.text);
+        return bubble(e, "assistant", e.scope ? e.scope.agent : speaker, e.text);
+      case "handoff":
+        // From here on the agent handed to answers: its bubbles say its name.
+        speaker = e.to_agent;
+        return void entries.push({ kind: "handoff", key: e.id, types: [e.type], ts: e.ts, from: e.from_agent, to: e.to_agent, reason: e.reason });
       case "tool_call":
         return void card(e);
       case "tool_yield": {
@@ -170,23 +230,11 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, r
         return log(e);
     }
   };
-  events.forEach((e, position) => {
-    place(e, position);
+  events.forEach((e) => {
+    place(e, positions.get(e));
     // The event that ends a request's turn keeps what it took: its timeline, closed.
     if (e.timing) entries.push({ kind: "timing", key: `timing-${e.id}`, types: [], timing: e.timing });
   });
-  // Anything pending that the ledger shown did not place (it was asked before a fork's cut or
-  // a compaction): at the end, so it can still be answered.
-  const placed = new Set(entries.filter((x) => x.kind.startsWith("ask-")).map((x) => x.key));
-  for (const call of Object.values(pending.calls || {})) {
-    if (!placed.has(`ask-${call.callId}`)) entries.push({ kind: "ask-call", key: `ask-${call.callId}`, types: [], call });
-  }
-  for (const approval of Object.values(pending.approvals || {})) {
-    if (!placed.has(`ask-${approval.approvalId}`)) entries.push({ kind: "ask-approval", key: `ask-${approval.approvalId}`, types: [], approval });
-  }
-  for (const request of Object.values(pending.inputs || {})) {
-    if (!placed.has(`ask-${request.inputId}`)) entries.push({ kind: "ask-input", key: `ask-${request.inputId}`, types: [], request });
-  }
   return entries;
 }
 
@@ -219,7 +267,19 @@ function Entry({ entry, details, busy, actions }) {
         </li>
       );
     case "tool":
-      return <li class="tool-entry" {...attrs}><ToolCard call={entry} details={details} /></li>;
+      return (
+        <li class="tool-entry" {...attrs}>
+          <ToolCard call={entry} details={details} />
+          {entry.sub && <SubAgent call={entry} details={details} busy={busy} actions={actions} />}
+        </li>
+      );
+    case "handoff":
+      return (
+        <li class="handoff" {...attrs} data-agent={entry.to}>
+          <span class="handoff-line">Handed over to {entry.to}{entry.reason ? `: ${entry.reason}` : ""}</span>
+          {details && entry.from ? <span class="hint"> (from {entry.from})</span> : null}
+        </li>
+      );
     case "ask-call":
       return <li class="ask-entry" {...attrs}><AskCall call={entry.call} busy={busy} onAnswer={actions.answer} /></li>;
     case "ask-approval":
@@ -255,6 +315,26 @@ function Entry({ entry, details, busy, actions }) {
   }
 }
 
+/** A sub-agent's work for `call` (an agent used as a tool): its name and path, the task it
+ * was given, and its own conversation, with what it waits for answered in place. */
+function SubAgent({ call, details, busy, actions }) {
+  const { agent, path, task, entries } = call.sub;
+  const id = `sub-${call.callId}`;
+  return (
+    <section class="subagent" aria-labelledby={id} data-agent={agent} data-path={path}>
+      <p class="subagent-head" id={id}>
+        <span class="subagent-name">{agent}</span>
+        <span class="subagent-path">{path}</span>
+        <span class={`chip tone-${call.done ? "good" : "quiet"}`}>{call.done ? "done" : "working"}</span>
+      </p>
+      {task !== undefined && task !== null && task !== "" && <p class="subagent-task"><span class="who">task</span> {typeof task === "string" ? task : oneLine(task)}</p>}
+      <ol class="conversation sub" aria-label={`${agent}'s conversation`}>
+        {entries.map((entry) => <Entry key={entry.key} entry={entry} details={details} busy={busy} actions={actions} />)}
+      </ol>
+    </section>
+  );
+}
+
 /** The errors of a call ended by a person (a stop, an interrupt), not by a failure. */
 const ENDED = new Set(["stopped", "interrupted", "cancelled by the user"]);
 
@@ -268,6 +348,10 @@ function stateOf(call) {
   if (call.approval === "denied") return ["denied", "bad"];
   if (call.asks !== undefined && !call.answered) return ["asks", "wait"];
   if (call.deferred) return ["waits for its result", "wait"];
+  if (call.sub) {
+    const waits = flatten(call.sub.entries).some((x) => x.kind.startsWith("ask-"));
+    return waits ? [`${call.sub.agent} waits for you`, "wait"] : [`${call.sub.agent} working`, "quiet"];
+  }
   if (call.live) return [call.live, "quiet"];
   return ["running", "quiet"];
 }
@@ -353,6 +437,7 @@ function AskApproval({ approval, busy, onDecide }) {
   return (
     <article class="ask approval" aria-labelledby={id}>
       <h3 id={id}>{approval.tool} wants approval</h3>
+      {approval.agent && <p class="hint asked-by">asked by <span class="agent-path">{approval.agent}</span></p>}
       <Args args={approval.args} />
       <label for={reasonId}>Reason (optional)</label>
       <input id={reasonId} type="text" value={reason} onInput={(e) => setReason(e.currentTarget.value)} />

@@ -264,6 +264,10 @@ export function SessionPage({ sessionId }) {
         <StatusBadge status={told} />
         {view && <span class="status-sentence">{told.sentence}</span>}
         {view?.forkOf && <span>fork of <a href={`#/sessions/${encodeURIComponent(view.forkOf.session)}`}>{shortId(view.forkOf.session)}</a> at version {view.forkOf.version}</span>}
+        {view?.parent && <span>delegated from <a href={`#/sessions/${encodeURIComponent(view.parent.sessionId)}`}>{shortId(view.parent.sessionId)}</a></span>}
+        {view?.children?.length ? <span>delegated to {view.children.map((child, i) => (
+          <>{i ? ", " : ""}<a key={child.sessionId} href={`#/sessions/${encodeURIComponent(child.sessionId)}`}>{shortId(child.sessionId)}</a></>
+        ))}</span> : null}
         {view?.compactions ? <span>compacted {view.compactions}×</span> : null}
         <UsageTotal usage={sessionUsage(view, events)} />
         {view && details && <span>version {view.version}</span>}

@@ -1,0 +1,186 @@
+"""The billing concierge: two agents working together (``dormant.samples.concierge:build``).
+
+A ``concierge`` answers the customer and hands billing questions to a ``billing`` agent it
+uses as a tool (``billing.as_tool``). Billing looks invoices up (``lookup_invoice``) and
+refunds them (``refund``), and a person approves each refund before it is made (billing's
+``tool_approval`` policy): the approval is the session's own, answered with the ordinary
+``approvals`` input, and names the agent that asked (``concierge/billing``).
+
+``build(store=None, model=None)`` returns the app and the concierge. Both agents run on
+``model`` when one is given, else on the model :func:`dormant.samples.bookings.default_model`
+picks (Bedrock, OpenAI) and, with no key, on two small rule-based models (no network):
+"refund invoice INV-7" makes the concierge ask billing, billing look the invoice up and ask
+to refund it, and once approved, refund it and the concierge pass the answer on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, Field
+
+import dormant
+from dormant.models import Model, ModelRequest, ToolMessage, UserMessage
+from dormant.models.rules import Reply, RuleModel, ToolOutcome
+from dormant.samples.bookings import DemoModel, default_model
+from dormant.schedulers import Scheduler
+from dormant.stores import Store
+from dormant.tools import ToolContext
+
+__all__ = ["INVOICES", "BillingDemo", "Concierge", "ConciergeDemo", "build"]
+
+CONCIERGE = ("You are a customer concierge. Answer general questions yourself; hand every "
+             "question about invoices, payments or refunds to the billing tool, in one clear "
+             "sentence, and pass its answer on to the customer.")
+BILLING = ("You are the billing agent. Look invoices up with lookup_invoice before acting on "
+           "them; refund an invoice with refund only when asked to (a person approves each "
+           "refund). Answer in one sentence.")
+HISTORY_TURNS = 20
+
+#: The sample's invoices: reference -> (amount in cents, currency).
+INVOICES: dict[str, tuple[int, str]] = {"INV-7": (12000, "EUR"), "INV-8": (4500, "EUR"),
+                                        "INV-9": (99000, "EUR")}
+
+
+class InvoiceRef(BaseModel):
+    invoice: str = Field(description="The invoice reference, e.g. INV-7")
+
+
+class Refund(BaseModel):
+    invoice: str = Field(description="The invoice reference, e.g. INV-7")
+    amount_cents: int = Field(ge=1, description="How much to refund, in cents")
+
+
+def _lookup_invoice(ctx: ToolContext) -> dict[str, Any]:
+    ref = ctx.args.invoice.upper()
+    if ref not in INVOICES:
+        raise ValueError(f"no invoice {ref}")
+    cents, currency = INVOICES[ref]
+    refunded = ref in ctx.state.get("refunded", [])
+    return {"invoice": ref, "amount_cents": cents, "currency": currency,
+            "status": "refunded" if refunded else "paid"}
+
+
+def _refund(ctx: ToolContext) -> dict[str, Any]:
+    # Runs only once a person approved this call (billing's tool_approval policy).
+    ref = ctx.args.invoice.upper()
+    ctx.state["refunded"] = [*ctx.state.get("refunded", []), ref]
+    return {"invoice": ref, "amount_cents": ctx.args.amount_cents, "status": "refunded"}
+
+
+class Concierge(NamedTuple):
+    """The sample: ``app, concierge = build()`` (billing is the agent behind its ``billing``
+    tool)."""
+
+    app: dormant.App
+    concierge: dormant.Agent
+
+
+def build(store: Store | None = None, model: Model | None = None, *,
+          env: Mapping[str, str] | None = None,
+          scheduler: Scheduler | None = None) -> Concierge:
+    """The concierge app on ``store`` (memory when None), both agents served by ``model``
+    (see the module doc for the default)."""
+    app = dormant.App(name="concierge", store=store, scheduler=scheduler)
+    chosen = model if model is not None else default_model(env)
+    demo = isinstance(chosen, DemoModel)
+    lookup_invoice = app.tool(name="lookup_invoice", description="Look an invoice up by its "
+                              "reference", schema=InvoiceRef, execute=_lookup_invoice)
+    refund = app.tool(name="refund", description="Refund an invoice (a person approves it "
+                      "first)", schema=Refund, execute=_refund)
+    billing = app.agent(
+        name="billing", model=BillingDemo() if demo else chosen,
+        context=[app.context.system(BILLING)],
+        tools=[lookup_invoice, refund], tool_approval={"refund": "user-approval"},
+    )
+    concierge = app.agent(
+        name="concierge", model=ConciergeDemo() if demo else chosen,
+        context=[app.context.system(CONCIERGE), app.context.history(limit=HISTORY_TURNS)],
+        tools=[billing.as_tool(name="billing", description="Hand a question about invoices, "
+                               "payments or refunds to the billing agent: say what the "
+                               "customer wants, with the invoice reference")],
+    )
+    return Concierge(app, concierge)
+
+
+# --- the demo models ----------------------------------------------------------------------------
+
+_INVOICE = re.compile(r"\bINV-?(\d+)\b", re.IGNORECASE)
+_BILLING_WORDS = ("invoice", "refund", "bill", "payment", "charge")
+_HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so small rule-based models are "
+         "answering). I hand billing questions to the billing agent: try \"what is invoice "
+         "INV-8?\" or \"refund invoice INV-7\" (a person approves each refund).")
+
+
+def _invoice(text: str) -> str | None:
+    match = _INVOICE.search(text)
+    return f"INV-{match.group(1)}" if match else None
+
+
+def _money(cents: Any, currency: Any) -> str:
+    return f"{int(cents) / 100:.2f} {currency}" if isinstance(cents, int) else str(cents)
+
+
+class ConciergeDemo(RuleModel):
+    """The concierge's rules: a billing question goes to the ``billing`` tool as it was
+    asked; billing's answer is passed on; anything else gets the help text."""
+
+    def reply(self, text: str) -> Reply:
+        if any(word in text.lower() for word in _BILLING_WORDS):
+            return self.call("billing", {"input": text})
+        return _HELP
+
+    def after_tool(self, result: ToolOutcome) -> Reply:
+        if result.is_error:
+            return f"Billing couldn't help: {result.content}"
+        return f"Billing says: {result.data}"
+
+
+class BillingDemo(RuleModel):
+    """Billing's rules: a task naming an invoice looks it up; when the task asks for a
+    refund and the invoice is paid, it refunds the whole amount (held for approval); then it
+    says what came of it."""
+
+    def answer(self, request: ModelRequest) -> Reply:
+        # A looked-up invoice is refunded when the task (billing's user message) asked so.
+        messages = request.messages
+        task = next((m.text for m in reversed(messages) if isinstance(m, UserMessage)), "")
+        last = messages[-1] if messages else None
+        if (isinstance(last, ToolMessage) and last.name == "lookup_invoice"
+                and not last.is_error and "refund" in task.lower()):
+            data = ToolOutcome(last.name, last.call_id, last.content, False).data
+            if isinstance(data, dict) and data.get("status") == "paid":
+                return self.call("refund", {"invoice": data["invoice"],
+                                            "amount_cents": data["amount_cents"]})
+        return super().answer(request)
+
+    def reply(self, text: str) -> Reply:
+        ref = _invoice(text)
+        if ref is None:
+            return "Which invoice? Give its reference, e.g. INV-7."
+        return self.call("lookup_invoice", {"invoice": ref})
+
+    def after_tool(self, result: ToolOutcome) -> Reply:
+        data = result.data
+        if result.name == "refund":
+            return _refunded(result)
+        if result.is_error or not isinstance(data, dict):
+            return f"I couldn't look that invoice up: {result.content}"
+        amount = _money(data.get("amount_cents"), data.get("currency"))
+        return f"Invoice {data.get('invoice')} is for {amount}, {data.get('status')}."
+
+
+def _refunded(result: ToolOutcome) -> str:
+    asked = result.args if isinstance(result.args, dict) else {}
+    ref = asked.get("invoice", "the invoice")
+    if result.denied:
+        why = (result.reason or "").strip().rstrip(".")
+        return f"The refund of {ref} was not approved." + (f" The reason given: {why}."
+                                                           if why else "")
+    data = result.data
+    if result.is_error or not isinstance(data, dict):
+        return f"The refund of {ref} didn't work: {result.content}"
+    currency = INVOICES.get(str(data.get("invoice")), (0, ""))[1]
+    return f"Refunded {_money(data.get('amount_cents'), currency)} on invoice {ref}."

@@ -1,0 +1,181 @@
+"""Agents together in the console, in headless Chromium against a real ``dormant dev`` serving
+the concierge sample (:mod:`dormant.samples.concierge`, on its rule models): a sub-agent's
+work is a nested card under the call it runs for, with its own conversation and its approval
+answered in place; a hand-off is a divider naming the agent handed to.
+
+The nested card's screenshot is ``console-subagent.png`` among the run's artifacts: the
+docs' picture (``docs/images/console-subagent.png``) is a copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, Route, expect
+
+from .conftest import ROOT, DevServer
+from .test_console import (
+    ARTIFACTS,
+    PNG,
+    WAIT,
+    api,
+    assert_accessible,
+    browser,
+    conversation,
+    evidence,
+    open_page,
+    send,
+)
+
+__all__ = ["browser"]  # the module's Chromium, shared with test_console
+
+CONCIERGE = "dormant.samples.concierge:build"
+PICTURE = ROOT / "docs" / "images" / "console-subagent.png"
+SESSION = "session_refund"
+ANSWER = "Billing says: Refunded 120.00 EUR on invoice INV-7."
+
+
+@pytest.fixture
+def concierge_server(tmp_path: Path) -> Iterator[DevServer]:
+    server = DevServer(tmp_path / "concierge.db", CONCIERGE).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def concierge_page(browser: Browser, concierge_server: DevServer) -> Iterator[Page]:
+    yield from open_page(browser, concierge_server, bypass_csp=True)
+
+
+def own_types(page: Page) -> list[str]:
+    """The event types the session's own conversation shows (not its sub-agents' cards)."""
+    types: list[str] = conversation(page).locator(":scope > li[data-types]").evaluate_all(
+        "nodes => nodes.flatMap(n => n.dataset.types.split(' ').filter(Boolean))")
+    return types
+
+
+def said(where: Locator, label: str, text: str) -> Locator:
+    """A bubble of the ledger (not the live stream) directly in the list ``where``, by who
+    said it and what."""
+    return where.locator(":scope > li.bubble").filter(
+        has=where.page.locator(".who", has_text=re.compile(f"^{re.escape(label)}$"))
+    ).filter(has_text=text)
+
+
+def picture(card: Locator) -> None:
+    """The nested card in its conversation, for the docs."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / "console-subagent.png"
+    card.scroll_into_view_if_needed()
+    card.locator("xpath=ancestor::ol[@aria-label='Timeline']").screenshot(path=str(path))
+    data = path.read_bytes()
+    assert data[:8] == PNG and 5_000 < len(data) < 200_000, len(data)
+
+
+def test_a_sub_agents_work_is_a_nested_card_with_its_approval_inline(
+        concierge_page: Page, concierge_server: DevServer) -> None:
+    page = concierge_page
+    page.goto("/#/sessions/refund")
+    send(page, "refund invoice INV-7")
+
+    # The ledger's rendering (the live stream may show the sub-agent's words in the parent's
+    # bubble until it is replaced): the billing card, under the concierge's call of billing.
+    card = conversation(page).locator("section.subagent[data-path='concierge/billing']")
+    expect(card).to_be_visible(timeout=WAIT)
+    timeline = conversation(page)
+    call = card.locator("xpath=parent::li")
+    expect(call).to_have_class("tool-entry")
+    expect(call.locator("xpath=parent::ol")).to_have_attribute("aria-label", "Timeline")
+    summary = call.locator(":scope > details.tool summary")
+    expect(summary).to_contain_text("billing")
+    expect(summary.locator(".chip")).to_have_text("billing waits for you")
+    expect(card.locator(".subagent-head")).to_contain_text("billing")
+    expect(card.locator(".subagent-path")).to_have_text("concierge/billing")
+    expect(card.locator(".subagent-task")).to_contain_text("refund invoice INV-7")
+    inner = card.get_by_role("list", name="billing's conversation")
+    expect(inner.locator(":scope > li.tool-entry details.tool summary .tool-name")).to_have_text(
+        ["lookup_invoice", "refund"])
+    # Its approval, in its card, saying which agent asked.
+    approval = card.get_by_role("article").filter(has_text="refund wants approval")
+    expect(approval).to_contain_text("asked by concierge/billing")
+    expect(approval).to_contain_text("12000")
+    pending = api(concierge_server, "GET", f"/sessions/{SESSION}").json()["pendingApprovals"]
+    assert [(a["tool"], a["agent"]) for a in pending] == [("refund", "concierge/billing")]
+    # The concierge's own conversation: its message and its call, nothing of billing's.
+    assert own_types(page) == ["user", "tool_call"]
+    expect(timeline.locator(":scope > li.ask-entry")).to_have_count(0)
+    assert_accessible(page, "a sub-agent's card waiting for approval")
+    evidence(page, "40-subagent-approval")
+    picture(card)
+
+    # Approved in the card: billing refunds, its answer is the call's result, the concierge
+    # passes it on.
+    approval.get_by_label("Reason (optional)").fill("duplicate charge")
+    approval.get_by_role("button", name="Approve").click()
+    expect(said(timeline, "assistant", ANSWER)).to_be_visible(timeout=WAIT)
+    expect(approval).to_have_count(0)
+    expect(said(inner, "approval of refund", "approved: duplicate charge")).to_be_visible()
+    expect(said(inner, "billing", "Refunded 120.00 EUR on invoice INV-7.")).to_be_visible()
+    expect(card.locator(".subagent-head .chip")).to_have_text("done")
+    expect(summary.locator(".chip")).to_have_text("returned")
+    expect(inner.locator("details.tool summary .chip")).to_have_text(
+        ["returned", "approved · returned"])
+    assert own_types(page) == ["user", "tool_call", "tool_result", "assistant"]
+    assert_accessible(page, "a sub-agent's card, done")
+    evidence(page, "41-subagent-done")
+
+
+def test_a_hand_off_is_a_divider_and_delegations_are_links(
+        concierge_page: Page, concierge_server: DevServer) -> None:
+    """The sample has no hand-off yet: its real ledger, with a hand-off event put in on the
+    wire where the concierge's call of billing was, as a hand-off would write it."""
+    page = concierge_page
+    asked = api(concierge_server, "POST", "/turns", {"sessionId": SESSION,
+                                                     "message": "what is invoice INV-8?"})
+    assert asked.json()["output"]["text"] == "Billing says: Invoice INV-8 is for 45.00 EUR, paid."
+
+    def with_handoff(route: Route) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        # A delegation's sessions, as the head names them: links in the session's header.
+        body["parent"] = {"sessionId": "session_desk", "callId": "call_1"}
+        body["children"] = [{"sessionId": "session_billing-1", "callId": "call_2"}]
+        events = body.get("events")
+        if events:
+            at = next(i for i, e in enumerate(events) if e["type"] == "tool_call")
+            events.insert(at, {**events[at], "id": "evt_handoff", "type": "handoff",
+                               "from_agent": "concierge", "to_agent": "billing",
+                               "call_id": events[at]["call_id"], "reason": None})
+        route.fulfill(response=answer, body=json.dumps(body))
+
+    page.route(re.compile(rf"/sessions/{SESSION}(\?.*)?$"), with_handoff)
+    page.goto(f"/#/sessions/{SESSION.removeprefix('session_')}")
+    divider = conversation(page).locator(":scope > li[data-type=handoff]")
+    expect(divider).to_have_text("Handed over to billing", timeout=WAIT)
+    expect(divider).to_have_attribute("data-agent", "billing")
+    # From the divider on, the agent handed to is the one answering.
+    expect(said(conversation(page), "billing", "Invoice INV-8 is for 45.00 EUR, paid.")) \
+        .to_be_visible()
+    assert own_types(page)[:2] == ["user", "handoff"]
+    meta = page.locator(".meta")
+    expect(meta.get_by_role("link", name="desk")).to_have_attribute(
+        "href", "#/sessions/session_desk")
+    expect(meta.get_by_role("link", name="billing-1")).to_have_attribute(
+        "href", "#/sessions/session_billing-1")
+    expect(meta).to_contain_text("delegated from desk")
+    expect(meta).to_contain_text("delegated to billing-1")
+    assert_accessible(page, "a hand-off divider")
+    evidence(page, "42-handoff")
+
+
+def test_the_docs_picture_of_a_sub_agent_is_small() -> None:
+    data = PICTURE.read_bytes()
+    assert data[:8] == PNG and len(data) < 200_000, len(data)
+    assert f"]({PICTURE.relative_to(ROOT / 'docs')})" in (ROOT / "docs" / "dev-server.md") \
+        .read_text()
