@@ -286,6 +286,8 @@ class TurnStream(Iterator[StreamEvent]):
         else:
             assert served.outcome is not None
             self.result = self._turn_result(session, served.result, served.outcome)
+            if self._config.serving.agent.handoffs:  # (one agent alone: no need to say)
+                self.result.agent = session.head.agent or None
         if served.handed_on:
             assert self.result is not None
             self.result.handed_on = True

@@ -166,7 +166,7 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             try:
                 yield from opened.shown  # committed by the claim, or opened in the slice
                 served.result = yield from run_turn(
-                    serving.agent, session, start, hooks=serving.hooks,
+                    opened.agent or serving.agent, session, start, hooks=serving.hooks,
                     error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
                     watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead,
                     client_tools=request.input.client_tools or (),
@@ -447,7 +447,7 @@ class _Running:
 
 def _reload(serving: Serving, session: Session) -> Callable[[], Session | None]:
     host, agent = serving.host, serving.agent
-    turns, compacted = agent.history_turns, agent.compaction is not None
+    turns, compacted = agent.load_turns, agent.load_compacted
     return lambda: host.sessions.load(session.session_id, turns=turns, compacted=compacted)
 
 
