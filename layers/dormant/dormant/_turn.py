@@ -83,6 +83,8 @@ class TurnConfig:
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
+        if agent.handoffs:  # (resolved now when it can be: a hand-off to nobody fails here)
+            agent.team()
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be positive (seconds)")
         self.host = host

@@ -360,22 +360,19 @@ class Agent:
 
     def team(self) -> dict[str, Agent]:
         """This agent and every agent reachable from it through hand-offs, by name: the
-        agents a handler serving it runs. Resolved (and checked) on first use, then kept."""
+        agents a handler serving it runs. A name is one agent in a team: the first reached
+        from this one (itself first) is the one a hand-off of that name goes to. Resolved
+        (and checked: :meth:`handoff`) on first use, then kept."""
         team = self._team
         if team is None:
             team = {self.name: self}
             todo = [self]
             while todo:
-                agent = todo.pop()
+                agent = todo.pop(0)
                 for name in agent._handoff_names.values():
-                    target = agent.handoff(name)
-                    known = team.get(target.name)
-                    if known is None:
-                        team[target.name] = target
+                    if name not in team:
+                        team[name] = target = agent.handoff(name)
                         todo.append(target)
-                    elif known is not target:
-                        raise ConfigError(f"agent {self.name!r}: two different agents named "
-                                          f"{name!r} are reachable through its hand-offs")
             self._team = team
         return team
 

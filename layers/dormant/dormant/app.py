@@ -510,9 +510,10 @@ class App:
         if session is None:
             sid = normalize_session_id(session_id) if session_id else mint_session_id()
             session = self.sessions.get(sid) or self.sessions.bind(Session.new(sid))
-        agent = agent.active(session.head.agent)  # the agent a hand-off left in charge
-        start = open_turn(agent, session, TurnInput(message=message), clock=self.clock)
-        return drain(run_turn(agent, session, start, hooks=hooks, clock=self.clock))
+        runs = agent.active(session.head.agent)  # the agent a hand-off left in charge
+        start = open_turn(runs, session, TurnInput(message=message), clock=self.clock)
+        return drain(run_turn(runs, session, start, hooks=hooks, clock=self.clock,
+                              team=agent.team()))
 
     @property
     def handler(self) -> Handlers:

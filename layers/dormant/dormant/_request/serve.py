@@ -170,7 +170,8 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
                     error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
                     watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead,
                     client_tools=request.input.client_tools or (),
-                    client_context=request.input.context or (), recorder=recorder)
+                    client_context=request.input.context or (), recorder=recorder,
+                    team=serving.agent.team())
                 _check_state(serving.rules, session)
                 if session.window.effects_end == 0 and not signal.stopped:
                     signal.raise_if_aborted()  # aborted at the very end: write nothing

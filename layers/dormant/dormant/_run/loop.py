@@ -109,6 +109,7 @@ def run_turn(
     client_tools: Sequence[ClientTool] = (),
     client_context: Sequence[ClientContext] = (),
     recorder: Recorder | None = None,
+    team: dict[str, Agent] | None = None,
 ) -> Stream:
     """Carry a turn on from ``start``: its invocation is open in ``session`` already (the
     request room, :func:`dormant._request.open_turn`, wrote the opening or a claim committed
@@ -117,7 +118,8 @@ def run_turn(
     ``write_ahead``: how a step's calls are recorded before its tools run (the request
     executor's; None: nothing is written before the turn ends). ``client_tools`` and
     ``client_context``: what the request's client offers this turn (AG-UI front-end tools and
-    ``context``)."""
+    ``context``). ``team``: the agents a hand-off goes to, by name (the handler's entry
+    agent's :meth:`~dormant.agent.Agent.team`; None: ``agent``'s own)."""
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     run.watch = watch
@@ -128,6 +130,8 @@ def run_turn(
     run.trigger = start.trigger
     run.sub_run = _sub_body
     run.turn_hooks = tuple(hooks)
+    if team is not None:
+        run.team = team
     if client_tools:
         run.client_tools = {spec.name: client_tool(spec) for spec in client_tools}
     if client_context:
@@ -150,7 +154,7 @@ def _guarded(run: RunState, start: Start) -> Stream:
     # committed stays for a later request or the lease's takeover to run, with the same
     # call ids, once the source answers again.
     run.agent.toolset()
-    run.agent.team()  # its hand-offs resolve (a name no agent of its app has fails here)
+    run.team = run.team or run.agent.team()  # (a hand-off naming no agent fails here)
     run.session.window.defer_events()  # timers tools ask for wait for flush (call order)
     try:
         return (yield from _body(run, start))
@@ -381,7 +385,7 @@ def _hand_over(run: RunState, moves: list[Call], *, blocked: bool
             yield run.emit(ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
                                       name=call.name, error=error))
             continue
-        to = agent.handoff(target)
+        to = run.team.get(target) or agent.handoff(target)
         moved = to.name
         yield run.emit(ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
                                   name=call.name, result=f"Handed over to {to.name}."))

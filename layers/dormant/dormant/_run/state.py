@@ -119,6 +119,9 @@ class RunState:
     #: The hooks the turn's caller added (a handler's): kept when a hand-off changes the
     #: agent, whose own hooks replace the previous agent's.
     turn_hooks: tuple[Hook, ...] = ()
+    #: The agents the turn may hand over to, by name (the entry agent's team: see
+    #: :meth:`~dormant.agent.Agent.team`); empty: the agent's own hand-offs resolve.
+    team: dict[str, Agent] = field(default_factory=dict)
 
     def hand_over(self, agent: Agent) -> None:
         """A hand-off: the rest of the turn runs ``agent``, with its hooks."""
