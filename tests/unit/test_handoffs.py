@@ -181,3 +181,15 @@ def test_a_kit_script_hands_over_and_back():
     moves = [(e.from_agent, e.to_agent) for e in run.events if isinstance(e, HandoffEvent)]
     assert moves == [("concierge", "billing"), ("billing", "concierge")]
     assert run.session.head.agent == "concierge"
+
+
+def test_the_inspector_shows_a_handoff():
+    from dormant._inspect import render_session
+
+    app, _, _ = desk()
+    app.handler.rest(agent=app.agents["concierge"][0])({"session_id": "s",
+                                                        "input": {"message": "refund"}})
+
+    shown = render_session(app.sessions.load("session_s", turns=None))
+
+    assert "⇄ concierge handed over to billing (a refund)" in shown
