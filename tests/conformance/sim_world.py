@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from dormant.errors import DormantError
 from dormant.events import (
     ApprovalDecided,
     Event,
+    HandoffEvent,
     InvocationEnd,
     InvocationStart,
     PauseEvent,
@@ -51,7 +52,8 @@ from dormant.tools import Signal
 
 from .sim_engine import CURRENT, Chooser, Request, Sim, SimStore
 
-__all__ = ["INPUTS", "SETUPS", "Outcome", "check", "describe", "forget", "run_schedule"]
+__all__ = ["HAND_INPUTS", "INPUTS", "SETUPS", "Outcome", "check", "describe", "forget",
+           "run_schedule"]
 
 START_MS = 1_700_000_000_000
 LEASE = 60.0
@@ -156,6 +158,7 @@ class World:
         ]
         self.agent = app.agent(name="sim", model=KindModel(), tools=tools,
                                tool_approval={"risky": "user-approval"})
+        self.agent = _with_desk(app, self.agent, tools)  # hand-offs: see below
         # The control record is read at the turn's step boundaries, on the request's thread;
         # the background poll (by wall-clock time) is pushed out of any schedule's reach.
         self.turn = app.handler.turn(agent=self.agent, lease=LEASE, poll_interval=3600.0)
@@ -194,6 +197,66 @@ class World:
     def send(self, given: dict[str, Any]) -> TurnResult:
         stream = self.turn({"session_id": self.session_id, "input": given})
         return stream.run()
+
+
+# --- hand-offs -----------------------------------------------------------------------------------
+# A ``hand`` message makes the session's agent hand the conversation to the other one (``sim``
+# to ``desk``, ``desk`` back to ``sim``): the same turn goes on with it, and later requests
+# run it. Both have the same tools and behave as :class:`KindModel` otherwise, so every other
+# input runs as ever, on whichever agent has the session.
+
+#: The inputs only the hand-off schedules draw (the others' seeds keep their meaning).
+HAND_INPUTS = ("hand",)
+
+
+class HandModel:
+    """:class:`KindModel`, except that a ``hand`` message's first step hands over to
+    ``other`` (``transfer_to_<other>``); the step after it (the other agent's) replies."""
+
+    def __init__(self, other: str) -> None:
+        self.other = other
+        self.kind = KindModel()
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[Any]:
+        messages = request.messages
+        text = next(m.text for m in reversed(messages) if isinstance(m, UserMessage))
+        if text.split()[0] == "hand" and isinstance(messages[-1], UserMessage):
+            yield ToolCallChunk(call_id="", name=f"transfer_to_{self.other}",
+                                args={"reason": text})
+            return
+        yield from self.kind.stream(request, signal=signal)
+
+
+def _with_desk(app: dormant.App, sim: dormant.Agent, tools: list[Any]) -> dormant.Agent:
+    """The ``sim`` agent, handing over to a ``desk`` agent that hands back."""
+    app.agent(name="desk", model=HandModel("sim"), tools=tools,
+              tool_approval={"risky": "user-approval"}, handoffs=["sim"])
+    return replace(sim, model=HandModel("desk"), handoffs=("desk",))
+
+
+def _handoffs_hold(session: dormant.Session, events: list[Event]) -> list[str]:
+    """Each hand-off call has one result, ``Handed over`` exactly when a ``handoff`` event
+    names it; the stored head's agent is the one the last start or hand-off left in charge."""
+    broken: list[str] = []
+    moves = {e.call_id: e for e in events if isinstance(e, HandoffEvent)}
+    results = [e for e in events if isinstance(e, ToolResult)
+               and e.name.startswith("transfer_to_")]
+    for result in results:
+        handed = result.error is None
+        if handed != (result.call_id in moves):
+            said = result.result if handed else result.error
+            broken.append(f"hand-off call {result.call_id}: result {said!r}, handoff event "
+                          f"{'present' if result.call_id in moves else 'absent'}")
+    unsettled = set(moves) - {r.call_id for r in results}
+    if unsettled:
+        broken.append(f"handoff events without their call's result: {sorted(unsettled)}")
+    last = next((e for e in reversed(events) if isinstance(e, InvocationStart | HandoffEvent)),
+                None)
+    expected = last.agent if isinstance(last, InvocationStart) else \
+        last.to_agent if last is not None else ""
+    if last is not None and expected and session.head.agent != expected:
+        broken.append(f"the head says agent {session.head.agent!r}, the ledger {expected!r}")
+    return broken
 
 
 # --- where a schedule starts -------------------------------------------------------------------
@@ -301,6 +364,8 @@ class Input:
                 return {"events": [{"name": "ping", "data": {"n": i}, "id": "e-1"}]}
             case "nudge":
                 return {}
+            case "hand":
+                return {"message": f"hand {i}", "message_id": f"h-{i}"}
             case "timer" | "fork" | "delete":
                 return None
         raise ValueError(f"no input kind {self.kind!r}")
@@ -415,6 +480,7 @@ def check(outcome: Outcome) -> list[str]:
     broken += _paused_runs_nothing(events)
     broken += _nobody_left_waiting(session, world.sim.now)
     broken += _folds_cleanly(session, events)
+    broken += _handoffs_hold(session, events)
     return broken
 
 

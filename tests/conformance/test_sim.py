@@ -25,7 +25,7 @@ import pytest
 from dormant.stores import MemoryStore, Store
 
 from .sim_engine import Exhaustive, Random
-from .sim_world import INPUTS, SETUPS, check, describe, forget, run_schedule
+from .sim_world import HAND_INPUTS, INPUTS, SETUPS, check, describe, forget, run_schedule
 
 #: Random schedules per run on memory (the fast loop), and per store in the matrix; and
 #: random schedules with stalls (the fast loop).
@@ -160,6 +160,12 @@ def random_seeds(store: Store, seeds: range, *, stalls: bool = False) -> list[st
 def replay(store: Store, spec: str) -> list[str]:
     """Replay one schedule named by ``spec`` (a seed, or SETUP/KIND,KIND/CHOICES): the
     invariants it breaks, with its description."""
+    if spec.startswith("hand:"):
+        named = spec.removeprefix("hand:")
+        if "/" in named:
+            return hand_pair(store, named)
+        broken, description = hand_schedule(store, int(named))[2:]
+        return [*broken, description] if broken else []
     stalled = spec.removeprefix("stall:")
     if stalled.isdigit():
         setup, kinds, broken, description = random_schedule(store, int(stalled),
@@ -243,3 +249,90 @@ def _stable(description: str) -> str:
     """A description without the ids minted afresh each run (event and call ids)."""
     return "\n".join(line for line in description.splitlines()
                      if not line.lstrip().startswith("ledger"))
+
+
+# --- hand-offs (issue 44) --------------------------------------------------------------------
+# Their own schedules: a ``hand`` input (the session's agent hands over, the next request runs
+# the agent it went to) beside every other input, and random schedules drawing it too
+# (``hand:SEED``; the plain seeds above keep their meaning).
+
+#: Random schedules with hand-offs per run.
+HAND_SEEDS = 120
+
+
+def hand_schedule(store: Store, seed: int) -> tuple[str, list[str], list[str], str]:
+    """The random schedule ``hand:SEED``: (setup, kinds, broken invariants, description)."""
+    rng = random.Random(f"hand:{seed}")
+    setup = rng.choice(sorted(SETUPS))
+    kinds = [rng.choice(INPUTS + HAND_INPUTS * 4) for _ in range(rng.randint(3, 5))]
+    outcome = run_schedule(store, setup, kinds, Random(seed, crash_rate=0.05))
+    broken, description = check(outcome), describe(outcome)
+    forget(outcome)
+    return setup, kinds, broken, description
+
+
+#: Pairs whose schedules are too many to walk here (two first turns at once: 5,000 each):
+#: sampled, ``HAND_SAMPLES`` random schedules each (``hand:SETUP/KIND/SEED`` replays one).
+HAND_SAMPLED = {("fresh", "message"), ("fresh", "redelivered")}
+HAND_SAMPLES = 60
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_a_handoff_beside_every_input_keeps_the_invariants(setup: str) -> None:
+    """A ``hand`` message beside each other input (and another ``hand``), under every
+    schedule without a crash (or a sample: :data:`HAND_SAMPLED`): one result per hand-off
+    call, its event, the head's agent."""
+    failures = []
+    for other in (*HAND_INPUTS, *INPUTS):
+        if (setup, other) in HAND_SAMPLED:
+            for seed in range(HAND_SAMPLES):
+                broken = hand_pair(MemoryStore(), f"{setup}/{other}/{seed}")
+                if broken:
+                    failures.append(f"--sim-seed=hand:{setup}/{other}/{seed}\n  "
+                                    + "\n  ".join(broken))
+                    break
+            continue
+        for choices, broken, description in pair_schedules(MemoryStore(), setup,
+                                                           ["hand", other], crashes=0):
+            if broken:
+                failures.append(f"--sim-seed={setup}/hand,{other}/"
+                                f"{'.'.join(map(str, choices))}\n  " + "\n  ".join(broken)
+                                + "\n" + description)
+                break
+    assert not failures, "\n\n".join(failures[:3])
+
+
+def hand_pair(store: Store, spec: str) -> list[str]:
+    """One sampled schedule of ``hand`` beside another input, ``SETUP/KIND/SEED``: the
+    invariants it breaks, with its description (empty: none)."""
+    setup, other, seed = spec.split("/")
+    outcome = run_schedule(store, setup, ["hand", other], Random(int(seed), crash_rate=0.0))
+    broken, description = check(outcome), describe(outcome)
+    forget(outcome)
+    return [*broken, description] if broken else []
+
+
+def test_random_schedules_with_handoffs_keep_the_invariants() -> None:
+    failures = []
+    for seed in range(HAND_SEEDS):
+        setup, kinds, broken, description = hand_schedule(MemoryStore(), seed)
+        if broken:
+            failures.append(f"--sim-seed=hand:{seed} ({setup}: {', '.join(kinds)})\n  "
+                            + "\n  ".join(broken) + "\n" + description)
+    assert not failures, "\n\n".join(failures[:3])
+
+
+def test_a_handed_over_session_runs_the_agent_it_went_to() -> None:
+    """The scenario does what it says: a ``hand`` turn ends on ``desk``, the next message's
+    turn runs on ``desk`` with its tools, and a second ``hand`` goes back to ``sim``."""
+    world = run_schedule(MemoryStore(), "fresh", [], Exhaustive(crashes=0)).world
+    replies = [world.send({"message": text, "message_id": f"x-{n}"})
+               for n, text in enumerate(["hand 0", "work 1", "hand 2"])]
+    assert [(r.status, r.agent) for r in replies] == [
+        ("completed", "desk"), ("completed", "desk"), ("completed", "sim")]
+    session = world.app.sessions.get(world.session_id)
+    assert session is not None
+    starts = [e.agent for e in session.events if e.type == "invocation_start"]
+    assert starts[-3:] == ["sim", "desk", "desk"]
+    assert sum(e.type == "tool_result" and e.name == "work" for e in session.events) == 2
+    assert sum(e.type == "handoff" for e in session.events) == 2

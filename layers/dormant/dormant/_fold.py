@@ -48,6 +48,7 @@ from dormant.events import (
     ApprovalRequested,
     CompactionEvent,
     Event,
+    HandoffEvent,
     InputRequested,
     InputResponse,
     InterruptEvent,
@@ -141,6 +142,10 @@ def _on_invocation_start(head: Head, event: InvocationStart) -> None:
     head.parked = None
     head.step = []
     head.inbox = 0
+
+
+def _on_handoff(head: Head, event: HandoffEvent) -> None:
+    head.agent = event.to_agent  # later requests run it (the handler's entry agent's team)
 
 
 def _on_invocation_end(head: Head, event: InvocationEnd) -> None:
@@ -594,4 +599,5 @@ _HANDLERS: dict[type[Any], Callable[[Head, Any], None]] = {
     InterruptEvent: _on_interrupt,
     StopRequested: _on_stop_requested,
     SteerEvent: _on_steer,
+    HandoffEvent: _on_handoff,
 }

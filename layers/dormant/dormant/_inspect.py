@@ -183,6 +183,9 @@ def _line(event: Event, waits: dict[str, str]) -> str:
         case "app_event":
             where = f"  [{event.event_id}]" if event.event_id else ""
             return f"◆ event {event.name} {_short(event.data, 56)}{where}"
+        case "handoff":
+            why = f" ({_short(event.reason, 40)})" if event.reason else ""
+            return f"⇄ {event.from_agent} handed over to {event.to_agent}{why}  [{event.call_id}]"
     return event.type  # a type added later without a line here
 
 

@@ -83,6 +83,8 @@ class TurnConfig:
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"handler config needs agent=<an app.agent(...)>, got {agent!r}")
+        if agent.handoffs:  # (resolved now when it can be: a hand-off to nobody fails here)
+            agent.team()
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be positive (seconds)")
         self.host = host
@@ -286,6 +288,8 @@ class TurnStream(Iterator[StreamEvent]):
         else:
             assert served.outcome is not None
             self.result = self._turn_result(session, served.result, served.outcome)
+            if self._config.serving.agent.handoffs:  # (one agent alone: no need to say)
+                self.result.agent = session.head.agent or None
         if served.handed_on:
             assert self.result is not None
             self.result.handed_on = True

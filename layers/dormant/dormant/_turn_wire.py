@@ -46,6 +46,9 @@ class TurnResult(BaseModel):
     handed_on: bool | None = None
     #: Ids of the queued messages this request ran after its own turn (the inbox drained).
     drained: list[str] | None = None
+    #: The agent that answered, after any hand-off in the turn, when the handler's agent
+    #: hands over to others (None: no turn ran, or the handler serves one agent alone).
+    agent: str | None = None
     #: What the caller should know of how the request finished (the ``warning`` it gets).
     note: str | None = Field(default=None, exclude=True)
 
@@ -106,6 +109,9 @@ class RestResponse(BaseModel):
     queued: QueuedRef | None = None
     handed_on: bool | None = None
     drained: list[str] | None = None
+    #: The agent that answered, after any hand-off in the turn (absent: no turn ran, or the
+    #: handler's agent hands over to no other).
+    agent: str | None = None
     #: How the turn reached the store (also in Python; not on the wire, where ``warning``
     #: says when the commit was not clean).
     commit_status: CommitStatus | None = Field(default=None, exclude=True)

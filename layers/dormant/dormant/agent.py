@@ -22,10 +22,18 @@ if TYPE_CHECKING:
     from dormant.session import Session
     from dormant.tools import ToolContext
 
-__all__ = ["Agent", "AgentInput", "ClientPart", "Compaction", "ContextBuilders", "History", "Hook",
-           "HookContext", "System", "Toolset", "client_notes"]
+__all__ = ["HANDOFF_PREFIX", "Agent", "AgentInput", "ClientPart", "Compaction",
+           "ContextBuilders", "HandoffInput", "History", "Hook", "HookContext", "Roster",
+           "System", "Toolset", "client_notes"]
 
 DEFAULT_MAX_STEPS = 16
+
+#: A hand-off tool's name is this prefix and its target agent's name.
+HANDOFF_PREFIX = "transfer_to_"
+
+#: The agents an app made, by name (``app.agent``): what a hand-off named by its agent's
+#: name resolves among. Several agents may share a name; only resolving such a name fails.
+Roster = dict[str, list["Agent"]]
 
 #: The tool lanes an agent may name: ``"tools"`` runs its tools one at a time, in call order.
 TOOL_LANES = ("tools",)
@@ -238,6 +246,15 @@ class AgentInput(BaseModel):
     input: str = Field(description="What the agent should do, in words: its first message.")
 
 
+class HandoffInput(BaseModel):
+    """What a hand-off call (``transfer_to_<agent>``) gives: optionally, why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None,
+                               description="Why the conversation goes to that agent.")
+
+
 @dataclass(eq=False)
 class Agent:
     """An agent: a model, a context recipe, tools. Build it with ``app.agent(...)``."""
@@ -266,9 +283,9 @@ class Agent:
     has_history: bool = field(init=False, repr=False)
     places_client_context: bool = field(init=False, repr=False)
     history_turns: int | None = field(init=False, repr=False)
-    #: How many recent turns a request loads for this agent (its history's, at least the
-    #: current turn's when it has agents as tools).
-    load_turns: int | None = field(init=False, repr=False)
+    #: How many recent turns a request loads for this agent alone (its history's, at least
+    #: the current turn's when it has agents as tools); :attr:`load_turns` is its team's.
+    own_turns: int | None = field(init=False, repr=False)
     #: The context's compaction (None: the history is never compacted).
     compaction: Compaction | None = field(init=False, repr=False)
     tool_specs: list[ToolSpec] = field(init=False, repr=False)
@@ -277,6 +294,15 @@ class Agent:
     #: Where more tools come from (MCP servers), listed on the first turn that needs them
     #: (:meth:`toolset`). ``tools`` and ``tool_specs`` hold the agent's own tools only.
     sources: tuple[ToolSource, ...] = field(default=(), repr=False)
+    #: The agents this one may hand the conversation over to: each an Agent or an agent's
+    #: name, resolved among the agents of its app (``roster``) on first use.
+    handoffs: tuple[Agent | str, ...] = ()
+    roster: Roster | None = field(default=None, repr=False)
+    #: The hand-off tools' specs (``transfer_to_<agent>``), offered beside the agent's tools
+    #: when it is the session's agent (never to a sub-agent run as a tool).
+    handoff_specs: list[ToolSpec] = field(init=False, repr=False)
+    _handoff_names: dict[str, str] = field(init=False, repr=False)
+    _team: dict[str, Agent] | None = field(init=False, repr=False, default=None)
     _toolset: Toolset | None = field(init=False, repr=False, default=None)
     _toolset_lock: threading.Lock = field(init=False, repr=False,
                                           default_factory=threading.Lock)
@@ -292,7 +318,7 @@ class Agent:
         self.history_turns = _history_turns(self.context)
         # A sub-agent that parked carries on from its events, all after the latest message:
         # an agent with agents as tools loads at least that turn, whatever its model sees.
-        self.load_turns = self.history_turns if self.history_turns is None or not any(
+        self.own_turns = self.history_turns if self.history_turns is None or not any(
             tool.agent is not None for tool in self.tools.values()) \
             else max(self.history_turns, 1)
         self.compaction = next((item.compact for item in self.context
@@ -304,6 +330,80 @@ class Agent:
                                     if isinstance(item, History) and item.app_events), False)
         if not self.sources:  # nothing to list: the toolset is the agent's own tools
             self._toolset = Toolset(self.tools, self.tool_specs, dict(self.tool_approval or {}))
+        self._handoff_names = {}
+        for target in self.handoffs:
+            name = target.name if isinstance(target, Agent) else target
+            tool_name = HANDOFF_PREFIX + name
+            if not TOOL_NAME.fullmatch(tool_name) or tool_name in self.tools \
+                    or tool_name in self._handoff_names:
+                raise ConfigError(f"agent {self.name!r}: cannot hand over to {name!r}: its "
+                                  f"tool {tool_name!r} is not a tool name, or taken twice")
+            self._handoff_names[tool_name] = name
+        self.handoff_specs = [
+            ToolSpec(tool_name, f"Hand the conversation over to the {name} agent: it answers "
+                                "the user from here on, seeing the whole conversation. Say "
+                                "why in `reason`.", HandoffInput.model_json_schema())
+            for tool_name, name in self._handoff_names.items()]
+
+    def handoff_target(self, tool_name: str) -> str | None:
+        """The agent a call of ``tool_name`` hands over to (None: no hand-off tool)."""
+        return self._handoff_names.get(tool_name)
+
+    def handoff(self, name: str) -> Agent:
+        """The agent this one hands over to by ``name``: one it was given, else the only
+        agent of that name its app made. Raises :class:`ConfigError` for a name it may not
+        hand over to, none of its app's agents, or several."""
+        for target in self.handoffs:
+            if isinstance(target, Agent) and target.name == name:
+                return target
+        if name not in self._handoff_names.values():
+            raise ConfigError(f"agent {self.name!r} may not hand over to {name!r}")
+        found = (self.roster or {}).get(name, [])
+        if len(found) != 1:
+            why = "no agent of its app is" if not found else \
+                f"{len(found)} agents of its app are"
+            raise ConfigError(f"agent {self.name!r} hands over to {name!r}, but {why} named "
+                              f"{name!r}; pass the Agent itself in handoffs=[...]")
+        return found[0]
+
+    def team(self) -> dict[str, Agent]:
+        """This agent and every agent reachable from it through hand-offs, by name: the
+        agents a handler serving it runs. A name is one agent in a team: the first reached
+        from this one (itself first) is the one a hand-off of that name goes to. Resolved
+        (and checked: :meth:`handoff`) on first use, then kept."""
+        team = self._team
+        if team is None:
+            team = {self.name: self}
+            todo = [self]
+            while todo:
+                agent = todo.pop(0)
+                for name in agent._handoff_names.values():
+                    if name not in team:
+                        team[name] = target = agent.handoff(name)
+                        todo.append(target)
+            self._team = team
+        return team
+
+    def active(self, name: str | None) -> Agent:
+        """The agent that runs a session whose active agent is ``name`` (``Head.agent``),
+        when this agent is the entry: that one if it is of this agent's team, else this
+        one."""
+        if not name or name == self.name or not self.handoffs:
+            return self
+        return self.team().get(name, self)
+
+    @property
+    def load_turns(self) -> int | None:
+        """How many recent turns a request loads for this agent's team (None: all): enough
+        for whichever of them runs."""
+        limits = [agent.own_turns for agent in self.team().values()]
+        return None if None in limits else max(limit or 0 for limit in limits)
+
+    @property
+    def load_compacted(self) -> bool:
+        """Whether a request may load from the latest summary: only when every agent of the
+        team compacts (one that does not reads the whole history)."""
+        return all(agent.compaction is not None for agent in self.team().values())
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> Tool:
         """This agent as a tool for another agent's ``tools=[...]``: a call runs it as a
@@ -408,6 +508,8 @@ def build_agent(
     app_hooks: tuple[Hook, ...],
     tool_lane: str | None = None,
     app_events: dict[str, EventType] | None = None,
+    handoffs: Sequence[Agent | str] | None = None,
+    roster: Roster | None = None,
 ) -> Agent:
     if not name:
         raise ConfigError("an agent needs a name")
@@ -449,7 +551,15 @@ def build_agent(
         if not callable(policy) and policy not in APPROVAL_POLICIES:
             raise ConfigError(f"agent {name!r}: the policy for {tool_name!r} must be "
                               "'user-approval', 'approved' or a function of the arguments")
-    return Agent(name=name, model=model, context=items, tools=by_name, yields=yields,
-                 tool_approval=tool_approval, hooks=tuple(Hook.coerce(h) for h in hooks or ()),
-                 max_steps=max_steps, app_hooks=app_hooks, tool_lane=tool_lane,
-                 app_events=app_events, sources=tuple(sources))
+    for target in handoffs or ():
+        if not isinstance(target, Agent | str) or not target:
+            raise ConfigError(f"agent {name!r}: handoffs=[...] lists agents or agents' names, "
+                              f"got {target!r}")
+    agent = Agent(name=name, model=model, context=items, tools=by_name, yields=yields,
+                  tool_approval=tool_approval, hooks=tuple(Hook.coerce(h) for h in hooks or ()),
+                  max_steps=max_steps, app_hooks=app_hooks, tool_lane=tool_lane,
+                  app_events=app_events, sources=tuple(sources), handoffs=tuple(handoffs or ()),
+                  roster=roster)
+    if roster is not None:
+        roster.setdefault(name, []).append(agent)
+    return agent

@@ -24,6 +24,7 @@ from dormant.agent import (
     ContextItem,
     Hook,
     HookFn,
+    Roster,
     build_agent,
 )
 from dormant.errors import ConfigError, InputError, SessionExists, SessionNotFound
@@ -368,6 +369,9 @@ class App:
         #: CloudWatch metrics (:class:`dormant.aws.metrics.TurnMetrics`). None: not counted.
         self.meter: Meter | None = None
         self._handler: Handlers | None = None
+        #: The agents this app made, by name: what a hand-off naming an agent resolves
+        #: among (``app.agent(..., handoffs=["billing"])``).
+        self.agents: Roster = {}
 
     # --- declarations --------------------------------------------------------------------------
 
@@ -464,6 +468,7 @@ class App:
         hooks: Sequence[Hook | dict[str, HookFn]] | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         tool_lane: str | None = None,
+        handoffs: Sequence[Agent | str] | None = None,
     ) -> Agent:
         """Declare an agent (context defaults to ``[app.context.history()]``).
 
@@ -475,10 +480,17 @@ class App:
         tools that share a sandbox); by default independent tools run concurrently.
 
         ``tools`` may list tool sources beside tools (``dormant.mcp.MCPServer(url)``): their
-        tools are listed on the first turn that needs them, once per process."""
+        tools are listed on the first turn that needs them, once per process.
+
+        ``handoffs``: the agents this one may hand the conversation over to, each an Agent
+        or the name of one this app makes (a name lets two agents hand over to each other).
+        The model hands over by calling ``transfer_to_<agent>``; the rest of the turn, and
+        later requests to a handler serving this agent, run that agent until it hands back
+        or on."""
         return build_agent(name=name, model=model, context=context, tools=tools, yields=yields,
                            tool_approval=tool_approval, hooks=hooks, max_steps=max_steps,
-                           app_hooks=self.hooks, tool_lane=tool_lane, app_events=self.events)
+                           app_hooks=self.hooks, tool_lane=tool_lane, app_events=self.events,
+                           handoffs=handoffs, roster=self.agents)
 
     # --- running -------------------------------------------------------------------------------
 
@@ -498,8 +510,10 @@ class App:
         if session is None:
             sid = normalize_session_id(session_id) if session_id else mint_session_id()
             session = self.sessions.get(sid) or self.sessions.bind(Session.new(sid))
-        start = open_turn(agent, session, TurnInput(message=message), clock=self.clock)
-        return drain(run_turn(agent, session, start, hooks=hooks, clock=self.clock))
+        runs = agent.active(session.head.agent)  # the agent a hand-off left in charge
+        start = open_turn(runs, session, TurnInput(message=message), clock=self.clock)
+        return drain(run_turn(runs, session, start, hooks=hooks, clock=self.clock,
+                              team=agent.team()))
 
     @property
     def handler(self) -> Handlers:

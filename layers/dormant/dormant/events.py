@@ -17,8 +17,8 @@ from dormant._ids import new_id, now_ms
 
 __all__ = [
     "LEDGER_FORMAT", "STREAM_ONLY_TYPES", "AppEvent", "ApprovalDecided", "ApprovalRequested",
-    "AssistantDelta", "AssistantEvent", "AudioDelta", "CallTiming", "CompactionEvent",
-    "ErrorEvent", "Event", "InputRequested", "InputResponse", "InterruptEvent", "InvocationEnd",
+    "AssistantDelta", "AssistantEvent", "AudioDelta", "CallTiming", "CompactionEvent", "ErrorEvent",
+    "Event", "HandoffEvent", "InputRequested", "InputResponse", "InterruptEvent", "InvocationEnd",
     "InvocationFailed", "InvocationResume", "InvocationStart", "InvocationYield", "ModelEnd",
     "ModelStart", "PauseEvent", "PhaseTiming", "QueueEdit", "QueueMove", "QueueRemove",
     "QueueSendNow", "QueuedEvent", "ReasoningEvent", "ResumeEvent", "RetryEvent", "Scope",
@@ -577,6 +577,18 @@ class CompactionEvent(_Base):
                                "measure).")
 
 
+class HandoffEvent(_Base):
+    """The session's agent handed the conversation to another agent (the model called
+    ``transfer_to_<agent>``): the rest of the turn, and later requests, run ``to_agent``
+    until it hands back or on."""
+
+    type: Literal["handoff"] = "handoff"
+    from_agent: str = Field(description="The agent that handed over.")
+    to_agent: str = Field(description="The agent that answers from here on.")
+    call_id: str = Field(description="The hand-off tool call (``transfer_to_<agent>``).")
+    reason: str | None = Field(default=None, description="Why, as the model said it.")
+
+
 LedgerEvent = (
     InvocationStart
     | UserEvent
@@ -615,6 +627,7 @@ LedgerEvent = (
     | ToolDeferred
     | ToolCallDraft
     | AppEvent
+    | HandoffEvent
 )
 
 Event = Annotated[LedgerEvent, Discriminator("type")]

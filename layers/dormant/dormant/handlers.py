@@ -297,6 +297,7 @@ def to_rest(result: TurnResult, stream: TurnStream, options: ResponseOptions) ->
         queued=result.queued,
         handed_on=result.handed_on,
         drained=result.drained,
+        agent=result.agent,
         commit_status=result.commit_status,
         version=result.version,
         # a realtime model's audio is left out: the body keeps its words (the deltas and the

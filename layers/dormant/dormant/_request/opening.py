@@ -88,6 +88,9 @@ class Opened:
     armed: str | None = None
     #: Claims another writer's progress refused before this one was decided.
     lost_claims: int = 0
+    #: The agent that runs the turn: the handler's (the entry agent), or the one of its
+    #: hand-offs the session was handed over to (``Head.agent``). None: not decided yet.
+    agent: Agent | None = None
 
     @property
     def shown(self) -> list[Event]:
@@ -122,8 +125,10 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
     for attempt in range(CLAIM_ATTEMPTS):
         with recorder.phase("load"):
             session = _load(host, agent, sid, request, rules)
-        opened = _decided(host, agent, session, request, on_start, invocation_id,
+        runs = agent.active(session.head.agent)  # a hand-off's agent keeps the session
+        opened = _decided(host, runs, session, request, on_start, invocation_id,
                           recorder.span_ref())
+        opened.agent = runs
         opened.lost_claims = attempt
         if _claims(opened):
             try:
@@ -135,7 +140,7 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
                 continue  # somebody's progress: decide again from the newer head
         if opened.turn is not None:
             before = len(session.new_events)
-            opened.start = open_turn(agent, session, opened.turn, clock=host.clock)
+            opened.start = open_turn(runs, session, opened.turn, clock=host.clock)
             opened.opening = session.new_events[before:]
             opened.invocation_id = opened.start.invocation_id
         return opened
@@ -148,8 +153,8 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
 
 def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
           rules: RequestRules) -> Session:
-    session = host.sessions.load(sid, turns=agent.load_turns,
-                                 compacted=agent.compaction is not None)
+    # (enough for whichever agent of the entry's hand-offs the session is with)
+    session = host.sessions.load(sid, turns=agent.load_turns, compacted=agent.load_compacted)
     if session is None:
         session = host.sessions.bind(Session.new(
             sid, state=_initial_state(rules, request.input.initial_state),

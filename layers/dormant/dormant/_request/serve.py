@@ -166,11 +166,12 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
             try:
                 yield from opened.shown  # committed by the claim, or opened in the slice
                 served.result = yield from run_turn(
-                    serving.agent, session, start, hooks=serving.hooks,
+                    opened.agent or serving.agent, session, start, hooks=serving.hooks,
                     error_handlers=serving.error_handlers, signal=signal, clock=host.clock,
                     watch=watch, claim_compaction=claim_in(host.store), write_ahead=ahead,
                     client_tools=request.input.client_tools or (),
-                    client_context=request.input.context or (), recorder=recorder)
+                    client_context=request.input.context or (), recorder=recorder,
+                    team=serving.agent.team())
                 _check_state(serving.rules, session)
                 if session.window.effects_end == 0 and not signal.stopped:
                     signal.raise_if_aborted()  # aborted at the very end: write nothing
@@ -447,7 +448,7 @@ class _Running:
 
 def _reload(serving: Serving, session: Session) -> Callable[[], Session | None]:
     host, agent = serving.host, serving.agent
-    turns, compacted = agent.load_turns, agent.compaction is not None
+    turns, compacted = agent.load_turns, agent.load_compacted
     return lambda: host.sessions.load(session.session_id, turns=turns, compacted=compacted)
 
 

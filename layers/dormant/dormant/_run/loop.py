@@ -40,6 +40,7 @@ from dormant.events import (
     AssistantEvent,
     AudioDelta,
     ErrorEvent,
+    HandoffEvent,
     InvocationEnd,
     InvocationFailed,
     InvocationYield,
@@ -108,6 +109,7 @@ def run_turn(
     client_tools: Sequence[ClientTool] = (),
     client_context: Sequence[ClientContext] = (),
     recorder: Recorder | None = None,
+    team: dict[str, Agent] | None = None,
 ) -> Stream:
     """Carry a turn on from ``start``: its invocation is open in ``session`` already (the
     request room, :func:`dormant._request.open_turn`, wrote the opening or a claim committed
@@ -116,7 +118,8 @@ def run_turn(
     ``write_ahead``: how a step's calls are recorded before its tools run (the request
     executor's; None: nothing is written before the turn ends). ``client_tools`` and
     ``client_context``: what the request's client offers this turn (AG-UI front-end tools and
-    ``context``)."""
+    ``context``). ``team``: the agents a hand-off goes to, by name (the handler's entry
+    agent's :meth:`~dormant.agent.Agent.team`; None: ``agent``'s own)."""
     run = RunState(agent, session, tuple(agent.app_hooks) + tuple(agent.hooks) + tuple(hooks),
                    tuple(error_handlers), signal or Signal(), clock)
     run.watch = watch
@@ -126,6 +129,9 @@ def run_turn(
     run.invocation_id = start.invocation_id
     run.trigger = start.trigger
     run.sub_run = _sub_body
+    run.turn_hooks = tuple(hooks)
+    if team is not None:
+        run.team = team
     if client_tools:
         run.client_tools = {spec.name: client_tool(spec) for spec in client_tools}
     if client_context:
@@ -148,6 +154,7 @@ def _guarded(run: RunState, start: Start) -> Stream:
     # committed stays for a later request or the lease's takeover to run, with the same
     # call ids, once the source answers again.
     run.agent.toolset()
+    run.team = run.team or run.agent.team()  # (a hand-off naming no agent fails here)
     run.session.window.defer_events()  # timers tools ask for wait for flush (call order)
     try:
         return (yield from _body(run, start))
@@ -313,9 +320,9 @@ def _before_agent(run: RunState) -> str | None:
 
 
 def _loop(run: RunState) -> Stream:
-    agent = run.agent
     step = 0
     while True:
+        agent = run.agent  # (a hand-off changes it between steps)
         run.signal.raise_if_aborted()
         if step > 0:
             paused = yield from _boundary(run)
@@ -331,18 +338,60 @@ def _loop(run: RunState) -> Stream:
             return _result(run, ErrorResult(error=message, code="max_steps"))
         step += 1
         calls = yield from _model_step(run, step)
-        if not calls:
+        moves = [call for call in calls if run.scope is None
+                 and agent.handoff_target(call.name) is not None]
+        if moves:
+            calls = [call for call in calls if all(call is not move for move in moves)]
+        elif not calls:
             if run.watch is not None and run.watch.steers_waiting \
                     and (yield from _take_steers(run)):
                 continue  # a steer arrived as the model answered: one more step
             return (yield from _settle(run))
-        yielded = yield from run_tools(run, calls)
-        yield from run.flush()
+        yielded = False
+        if calls:
+            yielded = yield from run_tools(run, calls)
+            yield from run.flush()
+        if moves:
+            yield from _hand_over(run, moves, blocked=yielded)
         if yielded:
             if run.scope is None:  # (a sub-agent's caller parks: it waits on this one)
                 yield run.emit(InvocationYield(invocation_id=run.invocation_id,
                                                reason="tool"))
             return _finish_yield_tool(run)
+
+
+def _hand_over(run: RunState, moves: list[Call], *, blocked: bool
+               ) -> Generator[StreamEvent, None, None]:
+    """The step's hand-off calls, after its other calls: the first hands the conversation
+    over (its result, then a ``handoff`` event; the turn's next step runs the new agent),
+    the others get an error result. A step whose other calls park hands over to nobody (the
+    parked step is resumed by the agent that made it): the model may ask again."""
+    agent = run.agent
+    moved: str | None = None
+    for call in moves:
+        target = agent.handoff_target(call.name)
+        assert target is not None
+        args = call.args if isinstance(call.args, dict) else {}
+        reason = args.get("reason")
+        error = call.error
+        if error is None and (set(args) - {"reason"} or not isinstance(reason, str | None)):
+            error = f"Invalid arguments for {call.name}: only an optional text `reason`"
+        if error is None and moved is not None:
+            error = f"Not handed over: the conversation went to {moved} in this step."
+        if error is None and blocked:
+            error = ("Not handed over: other calls of this step wait for answers; hand over "
+                     "again once they are answered.")
+        if error is not None:
+            yield run.emit(ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
+                                      name=call.name, error=error))
+            continue
+        to = run.team.get(target) or agent.handoff(target)
+        moved = to.name
+        yield run.emit(ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
+                                  name=call.name, result=f"Handed over to {to.name}."))
+        yield run.emit(HandoffEvent(invocation_id=run.invocation_id, from_agent=agent.name,
+                                    to_agent=to.name, call_id=call.call_id, reason=reason))
+        run.hand_over(to)
 
 
 def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[Call]]:
@@ -570,10 +619,12 @@ def _request(run: RunState, step: int) -> ModelRequest:
         system = _system_with(agent, session, notes)
     toolset = agent.toolset()
     tools = toolset.specs
+    if agent.handoff_specs and run.scope is None:  # (a sub-agent hands over to nobody)
+        tools = tools + agent.handoff_specs
     if run.client_tools:
         tools = tools + [ToolSpec(tool.name, tool.description, tool.parameters())
                          for name, tool in run.client_tools.items()
-                         if name not in toolset.tools]
+                         if name not in toolset.tools and agent.handoff_target(name) is None]
     has_history = agent.has_history
     limit = agent.history_turns
     compacted = agent.compaction is not None

@@ -116,6 +116,17 @@ class RunState:
     #: How a sub-agent's run is carried on (the run loop's; set by :func:`run_turn`): an
     #: agent used as a tool runs through it, from the tool phase.
     sub_run: Callable[[RunState], Generator[StreamEvent, None, Any]] | None = None
+    #: The hooks the turn's caller added (a handler's): kept when a hand-off changes the
+    #: agent, whose own hooks replace the previous agent's.
+    turn_hooks: tuple[Hook, ...] = ()
+    #: The agents the turn may hand over to, by name (the entry agent's team: see
+    #: :meth:`~dormant.agent.Agent.team`); empty: the agent's own hand-offs resolve.
+    team: dict[str, Agent] = field(default_factory=dict)
+
+    def hand_over(self, agent: Agent) -> None:
+        """A hand-off: the rest of the turn runs ``agent``, with its hooks."""
+        self.agent = agent
+        self.hooks = tuple(agent.app_hooks) + tuple(agent.hooks) + self.turn_hooks
 
     @property
     def scope_id(self) -> str | None:

@@ -97,7 +97,7 @@ LEDGER_EVENT_PREFIX = "dormant."
 _AS_CUSTOM = frozenset({
     "stop_requested", "pause", "resume", "interrupt", "queue_edit", "queue_move",
     "queue_remove", "queue_send_now", "input_requested", "input_response", "compaction",
-    "tool_deferred", "tool_call_draft",
+    "tool_deferred", "tool_call_draft", "handoff",
 })
 
 log = logging.getLogger("dormant.agui")
@@ -136,9 +136,9 @@ class AgUIAdapter:
     :data:`TOOL_PROGRESS` (the call's one ``TOOL_CALL_RESULT`` is its final result); a
     ``queued`` event a ``CUSTOM`` :data:`QUEUED`; an application event (``app.event``) a
     ``CUSTOM`` named after its type (value: ``data``, ``id``); the other control events
-    (stop, pause, resume, interrupt, inbox edits, input requests and responses) a ``CUSTOM``
-    named ``dormant.<type>`` whose value is the event's JSON. How each turn status ends the run:
-    see :meth:`finish`.
+    (stop, pause, resume, interrupt, inbox edits, input requests and responses) and a
+    hand-off a ``CUSTOM`` named ``dormant.<type>`` whose value is the event's JSON. How each
+    turn status ends the run: see :meth:`finish`.
 
     Sub-agents (``Agent.as_tool``): the run's messages and tool calls are the session agent's
     conversation, as its model sees it — the call of a sub-agent is one ``TOOL_CALL_*`` and
@@ -323,7 +323,10 @@ class AgUIAdapter:
         - anything else (``completed``, ``yielded_message``, ``stopped``, ``paused``,
           ``interrupted``, ``recorded``): ``RUN_FINISHED``.
 
-        Every ``RUN_FINISHED`` result is ``{"commitStatus": ..., "status": <turn status>}``.
+        Every ``RUN_FINISHED`` result is ``{"commitStatus": ..., "status": <turn status>}``,
+        with ``agent`` (the agent that answered, after any hand-off) when a turn ran; a
+        hand-off itself is a ``CUSTOM`` ``dormant.handoff`` (value: the ``handoff`` event,
+        ``from_agent``, ``to_agent``, ``call_id``, ``reason``) where it happened.
         """
         status = result.status
         if status == "error":
@@ -342,9 +345,11 @@ class AgUIAdapter:
             return self.run_interrupted(result.yielded_tools or [],
                                         approvals=result.pending_approvals or [],
                                         commit_status=result.commit_status, usage=result.usage,
-                                        status=status)
+                                        status=status, agent=result.agent)
         out = self._close_all()
         extra: dict[str, Any] = {}
+        if result.agent is not None:
+            extra["agent"] = result.agent
         if status == "queued" and result.queued is not None:
             ref = result.queued
             extra["queued"] = {"id": ref.id, "position": ref.position}
@@ -376,7 +381,8 @@ class AgUIAdapter:
                         approvals: Sequence[PendingApproval] = (),
                         commit_status: str | None = None,
                         usage: Usage | None = None,
-                        status: str | None = None) -> list[BaseEvent]:
+                        status: str | None = None,
+                        agent: str | None = None) -> list[BaseEvent]:
         """A ``CUSTOM`` named ``RUN_INTERRUPTED`` whose value names the waiting calls
         (``callIds``; ``yieldedTools`` with ``callId``, ``name``, ``args``; ``pendingApprovals``
         with ``approvalId``, ``callId``, ``tool``, ``args``), then ``RUN_FINISHED`` with an
@@ -418,8 +424,10 @@ class AgUIAdapter:
             for request in approvals
         ]
         outcome = RunFinishedInterruptOutcome(interrupts=interrupts) if interrupts else None
+        named = {"agent": agent} if agent is not None else {}
         out.append(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id,
-                                    result=_result(commit_status, status), outcome=outcome,
+                                    result=_result(commit_status, status, **named),
+                                    outcome=outcome,
                                     usage=_usage(usage), timestamp=now_ms()))
         return out
 

@@ -70,9 +70,10 @@ class AgUIRun(Iterator[BaseEvent]):
         self._seen: int | None = None
         self.turn.capture_start = True  # the opening snapshots need the head at turn start
         self.adapter: AgUIAdapter | None = None
-        self._yield_schemas = {
+        self._yield_schemas = {  # (of every agent the handler may run: its hand-offs')
             name: tool.yield_schema.model_json_schema()
-            for name, tool in config.agent.tools.items() if tool.yield_schema is not None
+            for agent in reversed(config.agent.team().values())
+            for name, tool in agent.tools.items() if tool.yield_schema is not None
         }
         self._client_tools = [name for name in _client_tool_names(request)
                               if name not in config.agent.tools]  # the agent's keep theirs
