@@ -251,3 +251,14 @@ def test_a_parked_child_that_is_stopped_answers_the_call_with_an_error(store: St
     [result] = [e for e in session.events if e.type == "tool_result"]
     assert result.error == "the delegated agent was stopped before it answered"
     assert session.status == "active" and len(lead_model.requests) == 2
+
+
+def test_deleting_a_fork_of_the_parent_leaves_the_parents_children(store: Store) -> None:
+    app, lead, _, _ = _app(store, ["Found 3 papers on tides."])
+    app.handler.rest(agent=lead)({"session_id": "p1", "input": {"message": "Survey tides"}})
+    fork = app.sessions.fork("p1", new_session_id="p1-fork")
+    assert fork.head.children == [{"session": CHILD, "call_id": CALL}]  # (inherited)
+
+    assert app.sessions.children("p1-fork") == []
+    assert app.sessions.delete("p1-fork")
+    assert app.sessions.get(CHILD) is not None and app.sessions.children("p1") == [CHILD]

@@ -317,12 +317,13 @@ class Sessions:
         found: builtins.list[str] = []
         waiting = [normalize_session_id(session_id)]
         while waiting:
-            session = self.load(waiting.pop(), turns=0)
-            if session is None:
-                continue
-            for child in reversed(session.head.children):
+            parent = waiting.pop()
+            session = self.load(parent, turns=0)
+            for child in reversed(session.head.children if session is not None else []):
                 sid = child["session"]
-                if sid not in found and self._store.load(sid, turns=0) is not None:
+                stored = self._store.load(sid, turns=0) if sid not in found else None
+                # (a fork's head lists its source's children: they are not the fork's)
+                if stored is not None and (stored.head.parent or {}).get("session") == parent:
                     found.append(sid)
                     waiting.append(sid)
         return found
