@@ -192,6 +192,8 @@ def _on_tool_yield(head: Head, event: ToolYield) -> None:
 
 def _on_tool_deferred(head: Head, event: ToolDeferred) -> None:
     _known_call(head, event.call_id).deferred = True
+    if event.delegate is not None:
+        head.children = [*head.children, {"session": event.delegate, "call_id": event.call_id}]
 
 
 def _on_invocation_yield(head: Head, event: InvocationYield) -> None:

@@ -155,6 +155,12 @@ class Head:
     #: The tokens and cost of every turn the ledger timed, summed (``Usage``'s fields, and
     #: ``turns``: how many; None: none yet).
     usage: dict[str, Any] | None = None
+    #: A child session's parent (``Agent.as_delegate``): ``{"session", "call_id", "agent"}``,
+    #: set when the child is created by trusted code, never by a request (None: no parent).
+    parent: dict[str, Any] | None = None
+    #: The child sessions this session delegated calls to, oldest first:
+    #: ``{"session", "call_id"}`` each (folded from ``tool_deferred.delegate``).
+    children: list[dict[str, Any]] = field(default_factory=list)
 
     # --- JSON (pydantic-compatible names) ----------------------------------------------------
 
@@ -210,7 +216,9 @@ class Head:
                     [dict(s) for s in self.lineage] if self.lineage else [],
                     dict(self.fork_of) if self.fork_of else None, self.compacted_to,
                     self.compactions, self.lease, self.takeovers, self.preview, self.holder,
-                    dict(self.usage) if self.usage else None)
+                    dict(self.usage) if self.usage else None,
+                    dict(self.parent) if self.parent else None,
+                    [dict(c) for c in self.children] if self.children else [])
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ __all__ = [
     "ClientContext",
     "ClientTool",
     "CommitStatus",
+    "Delegated",
     "HandlerInput",
     "IfBusy",
     "Input",
@@ -199,6 +200,16 @@ class AppEventInput(_In):
     id: str | None = Field(default=None, min_length=1, max_length=128)
 
 
+class Delegated(_In):
+    """Whose child a new session is (``Agent.as_delegate``), from trusted server code: the
+    parent's ``session`` and ``call_id`` (the call the child's end answers) and the ``agent``
+    that runs it. Public clients cannot send it (422 ``server_only``)."""
+
+    session: str = Field(min_length=1, max_length=128)
+    call_id: str = Field(min_length=1, max_length=128)
+    agent: str = Field(min_length=1, max_length=128)
+
+
 class ToolResultInput(_In):
     """The result of a deferred call, from trusted server code: ``{call_id, result,
     is_error}``. ``is_error``: ``result`` is the error the model reads (text, or JSON that is
@@ -280,6 +291,9 @@ class Input(_In):
     tool_results: list[ToolResultInput] | None = None
     #: Application events (trusted server code only; public requests are refused).
     events: list[AppEventInput] | None = None
+    #: The session is a delegated call's child: its parent, recorded when the request creates
+    #: it (trusted server code only; public requests are refused).
+    delegated: Delegated | None = None
     #: Audio to transcribe into ``message`` (``app.handler.voice`` only; other handlers
     #: refuse it).
     audio: AudioInput | None = None

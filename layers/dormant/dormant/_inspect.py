@@ -263,6 +263,11 @@ def render_session(session: Session, expects: dict[str, str] | None = None) -> s
     if fork_of is not None:
         out.insert(-1, f"  fork of {fork_of['session']} at version {fork_of['version']} "
                        f"(its first {fork_of['seq']} events are inherited, not copied)")
+    if head.parent is not None:
+        out.insert(-1, f"  child of {head.parent['session']} (runs its call "
+                       f"{head.parent['call_id']}; its end is that call's result)")
+    for child in head.children:
+        out.insert(-1, f"  child {child['session']} runs call {child['call_id']}")
     if head.compactions:
         out.insert(-1, f"  compacted {head.compactions} time(s): the model is sent the latest "
                        f"summary and events from {head.compacted_to} on")
@@ -344,6 +349,10 @@ def session_json(session: Session) -> dict[str, Any]:
                           for i in session.pending_inputs],
         "inbox": [m.model_dump(by_alias=True, mode="json") for m in session.inbox],
         "forkOf": session.head.fork_of,
+        "parent": ({"sessionId": session.head.parent["session"],
+                    "callId": session.head.parent["call_id"]} if session.head.parent else None),
+        "children": [{"sessionId": c["session"], "callId": c["call_id"]}
+                     for c in session.head.children],
         "compactions": session.head.compactions,
         "compactedTo": session.head.compacted_to,
         "usage": session.head.usage,

@@ -426,6 +426,37 @@ class Agent:
                                                "what it should do; it answers in text.",
                     schema=AgentInput, agent=self)
 
+    def as_delegate(self, name: str | None = None, description: str | None = None) -> Tool:
+        """This agent as a deferred tool for another agent's ``tools=[...]``: a call parks the
+        caller (``tool_deferred``, approval policies first, as for any deferred tool); once
+        the caller's turn has committed, this agent runs the call's ``input`` in a child
+        session of its own (same principal; linked both ways: ``parent``, ``children``),
+        in-process or handed on (``App.hand_on``, the webhook queue). The child's end is the
+        call's result, supplied to the parent through the trusted path (once, whatever the
+        retries), and the parent resumes. A child that parks leaves the parent waiting; its
+        pending items are answered on the child session.
+
+        ``name``: the tool's name (default: the agent's); ``description``: what the calling
+        model is told the tool does (default: one naming the agent)."""
+        tool = self.as_tool(name, description)
+        return Tool(name=tool.name, description=tool.description, schema=AgentInput,
+                    deferred=True, delegate=self)
+
+    def delegates(self) -> dict[str, Agent]:
+        """The agents this one delegates to (``as_delegate``), and theirs, by name: whom a
+        child session of a session this agent serves is run by."""
+        found: dict[str, Agent] = {}
+        seen, waiting = {id(self)}, [self]
+        while waiting:
+            for tool in waiting.pop().tools.values():
+                if tool.delegate is not None:
+                    found.setdefault(tool.delegate.name, tool.delegate)
+                for other in (tool.delegate, tool.agent):
+                    if other is not None and id(other) not in seen:
+                        seen.add(id(other))
+                        waiting.append(other)
+        return found
+
     def toolset(self) -> Toolset:
         """The agent's tools with its sources' (an MCP server's), resolved on first use and
         kept for the life of the process. Raises :class:`ToolSourceUnavailable` if a source

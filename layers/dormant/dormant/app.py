@@ -302,8 +302,32 @@ class Sessions:
 
     def delete(self, session_id: str) -> bool:
         """Delete the session. Its forks keep working: what they read of it is kept, out of
-        sight, until the last of them is deleted; the id is free for a new session at once."""
-        return self._store.delete(normalize_session_id(session_id))
+        sight, until the last of them is deleted; the id is free for a new session at once.
+        Its child sessions (``Agent.as_delegate``), and theirs, are deleted with it: they are
+        its work, answering only to it (:meth:`children` lists them first)."""
+        sid = normalize_session_id(session_id)
+        children = self.children(sid)
+        deleted = self._store.delete(sid)
+        for child in children:
+            self._store.delete(child)
+        return deleted
+
+    def children(self, session_id: str) -> builtins.list[str]:
+        """The ids of the session's child sessions (``Agent.as_delegate``) and of theirs,
+        depth first, that are still stored: what :meth:`delete` deletes with it."""
+        found: builtins.list[str] = []
+        waiting = [normalize_session_id(session_id)]
+        while waiting:
+            parent = waiting.pop()
+            session = self.load(parent, turns=0)
+            for child in reversed(session.head.children if session is not None else []):
+                sid = child["session"]
+                stored = self._store.load(sid, turns=0) if sid not in found else None
+                # (a fork's head lists its source's children: they are not the fork's)
+                if stored is not None and (stored.head.parent or {}).get("session") == parent:
+                    found.append(sid)
+                    waiting.append(sid)
+        return found
 
     def list(self, *, principal: str | None = None, limit: int = 100) -> builtins.list[
             SessionSummary]:

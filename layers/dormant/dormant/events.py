@@ -157,6 +157,10 @@ def _unscoped(scope: Scope | None) -> bool:
     return scope is None
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
@@ -253,6 +257,11 @@ class ToolDeferred(_Base):
     call_id: str = Field(description="The call that waits; supply its result by this id.")
     name: str = Field(description="Tool name.")
     args: Any = Field(default=None, description="The validated arguments (JSON).")
+    delegate: str | None = Field(
+        default=None, exclude_if=_absent,
+        description="A delegation's call (``Agent.as_delegate``): the child session that "
+                    "runs it, whose end supplies the result (None, and left out of the JSON: "
+                    "an ordinary deferred call).")
 
 
 class ToolCallDraft(_Base):

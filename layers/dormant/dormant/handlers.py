@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from dormant._inputs import (
     ApprovalDecision,
     CommitStatus,
+    Delegated,
     HandlerInput,
     Input,
     ResponseOptions,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalDecision",
     "CommitStatus",
+    "Delegated",
     "HandlerInput",
     "Handlers",
     "Input",

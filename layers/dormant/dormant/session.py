@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -57,6 +58,7 @@ __all__ = [
     "SessionSummary",
     "StoredSession",
     "YieldedTool",
+    "child_session_id",
     "normalize_session_id",
 ]
 
@@ -91,6 +93,13 @@ def _normalized(session_id: str) -> str:
 
 def mint_session_id() -> str:
     return new_id("session")
+
+
+def child_session_id(parent: str, call_id: str) -> str:
+    """The id of the child session a delegated call runs in (``Agent.as_delegate``): derived
+    from the parent's id and the call's, so a start sent again finds the same session."""
+    seed = f"{normalize_session_id(parent)}|{call_id}".encode()
+    return _PREFIX + "child-" + hashlib.blake2b(seed, digest_size=10).hexdigest()
 
 
 class SessionInput:

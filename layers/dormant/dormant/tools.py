@@ -179,6 +179,10 @@ class Tool:
     #: The agent this tool runs (``Agent.as_tool``): a call runs it as a sub-agent inside
     #: the caller's turn, and its final reply is the call's result. None: an ordinary tool.
     agent: Any = None
+    #: The agent this tool delegates to (``Agent.as_delegate``): a call is deferred, and the
+    #: agent runs it in a child session once the caller's turn has committed; the child's
+    #: end is the call's result. None: not a delegation.
+    delegate: Any = None
 
     @property
     def yields(self) -> bool:

@@ -14,7 +14,7 @@ from dormant._commit import LostClaim
 from dormant._decide import Plan, plan, take_pending
 from dormant._head import Head
 from dormant._ids import BOOT, new_id
-from dormant._inputs import CommitStatus, HandlerInput, Input
+from dormant._inputs import CommitStatus, Delegated, HandlerInput, Input
 from dormant._request.host import Host, RequestRules, derive_invocation
 from dormant._request.invocation import TurnInput, open_invocation, open_turn
 from dormant._run import Start
@@ -88,8 +88,9 @@ class Opened:
     armed: str | None = None
     #: Claims another writer's progress refused before this one was decided.
     lost_claims: int = 0
-    #: The agent that runs the turn: the handler's (the entry agent), or the one of its
-    #: hand-offs the session was handed over to (``Head.agent``). None: not decided yet.
+    #: The agent that runs the turn: the handler's (the entry agent), the one of its
+    #: hand-offs the session was handed over to (``Head.agent``), or for a child session the
+    #: one its parent delegated to (``Agent.as_delegate``). None: not decided yet.
     agent: Agent | None = None
 
     @property
@@ -125,7 +126,8 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
     for attempt in range(CLAIM_ATTEMPTS):
         with recorder.phase("load"):
             session = _load(host, agent, sid, request, rules)
-        runs = agent.active(session.head.agent)  # a hand-off's agent keeps the session
+        # (a child session's delegate; a hand-off's agent keeps the session)
+        runs = _runner(agent, session).active(session.head.agent)
         opened = _decided(host, runs, session, request, on_start, invocation_id,
                           recorder.span_ref())
         opened.agent = runs
@@ -159,6 +161,10 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
         session = host.sessions.bind(Session.new(
             sid, state=_initial_state(rules, request.input.initial_state),
             principal=request.principal))
+        delegated = request.input.delegated
+        if delegated is not None:  # (trusted code only: a public request was refused)
+            session.head.parent = {"session": normalize_session_id(delegated.session),
+                                   "call_id": delegated.call_id, "agent": delegated.agent}
         given = request.input
         if given.stop is not None or given.pause or given.steer is not None:
             # A session's first turn is in its control record alone until it commits: what
@@ -166,6 +172,10 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
             session.control = host.store.read_control(session.session_id)
     elif not session.head.visible_to(request.principal):
         raise SessionNotFound(sid)
+    elif request.input.delegated is not None and not _child_of(session, request.input.delegated):
+        raise InputError(f"session {sid} exists and is not the child of call "
+                         f"{request.input.delegated.call_id}: a delegated call's child session "
+                         "is made by its start alone")
     elif host.sole and session.head.running and session.head.holder != BOOT:
         # The only process serving this store did not write this claim: its holder was an
         # earlier run of it, killed before it committed. Its lease is not waited out.
@@ -177,6 +187,26 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
     if request.public:
         _refuse_deferred_answers(session, request.input)
     return session
+
+
+def _child_of(session: Session, delegated: Delegated) -> bool:
+    parent = session.head.parent
+    return parent is not None and parent.get("call_id") == delegated.call_id \
+        and parent.get("session") == normalize_session_id(delegated.session)
+
+
+def _runner(agent: Agent, session: Session) -> Agent:
+    """Who runs the session: a child session's delegate (named by its head's ``parent``),
+    found among the agents the handler's agent delegates to; else the handler's agent."""
+    parent = session.head.parent
+    name = parent.get("agent") if parent is not None else None
+    if name is None or name == agent.name:
+        return agent
+    found = agent.delegates().get(name)
+    if found is None:
+        raise InputError(f"session {session.session_id} is a child session run by agent "
+                         f"{name!r}, to which agent {agent.name!r} does not delegate")
+    return found
 
 
 def _initial_state(rules: RequestRules, initial: dict[str, object] | None
@@ -213,7 +243,9 @@ def _refuse_server_only(given: Input) -> None:
                                       ("timer", given.timer),
                                       ("tool_results (deferred tool results)",
                                        given.tool_results),
-                                      ("events (application events)", given.events))
+                                      ("events (application events)", given.events),
+                                      ("delegated (a child session's parent)",
+                                       given.delegated))
              if value is not None]
     if given.seed is not None and given.seed.role != "user":
         named.append(f"seed role {given.seed.role!r} (a client seeds role 'user' only)")

@@ -21,7 +21,15 @@ from pydantic import ValidationError
 from dormant._commit import Outcome
 from dormant._control import DEFAULT_POLL_INTERVAL, ControlWatch, write_asks
 from dormant._ids import new_id
-from dormant._inputs import CommitStatus, HandlerInput, Input, RetryRequest, landed
+from dormant._inputs import (
+    CommitStatus,
+    Delegated,
+    HandlerInput,
+    Input,
+    RetryRequest,
+    ToolResultInput,
+    landed,
+)
 from dormant._request.ahead import WriteAhead
 from dormant._request.host import Host, RequestRules
 from dormant._request.opening import Opened, open_request
@@ -30,6 +38,7 @@ from dormant._run.compaction import claim_in
 from dormant._timing import Recorder, Sink, otel_loaded, outcome_of, parked_spans
 from dormant.errors import (
     MODEL_ERROR_CODES,
+    AlreadyAnswered,
     DormantError,
     DuplicateMessage,
     InputError,
@@ -45,7 +54,7 @@ from dormant.session import Session
 from dormant.tools import Aborted, Signal
 
 if TYPE_CHECKING:
-    from dormant._head import Head
+    from dormant._head import Head, PendingCall
     from dormant.agent import Agent, ErrorHandler, Hook
 
 __all__ = ["DEADLINE_MARGIN", "DRAIN_BUDGET", "MAX_DRAIN", "Served", "Serving", "otel_sink",
@@ -59,6 +68,9 @@ DEADLINE_MARGIN = 5.0
 DRAIN_BUDGET = 10.0
 #: Queued messages one request runs at most before handing the rest on.
 MAX_DRAIN = 16
+#: The message id of a child session's first message (its delegated task): one child per
+#: call, so a start sent again is a duplicate of it.
+DELEGATION_MESSAGE_ID = "delegation"
 
 
 @dataclass(frozen=True)
@@ -189,6 +201,8 @@ def serve(serving: Serving, request: HandlerInput, signal: Signal, *,
         _done(served, on_done)
     finally:
         _close(recorder, served)
+    if served.landed and served.opened is not None:
+        _delegations(serving, served, signal)
     if drains and not served.errored and served.opened is not None:
         _drain(serving, served, served.opened.session, request, signal)
     return served
@@ -423,6 +437,95 @@ def _lease(serving: Serving, signal: Signal) -> float | None:
     if deadline is None:
         return None
     return max(deadline - time.monotonic(), 0.0) + serving.deadline_margin
+
+
+# --- delegation (``Agent.as_delegate``) ------------------------------------------------------
+
+
+def _delegations(serving: Serving, served: Served, signal: Signal) -> None:
+    """What a landed commit sets going between parent and child sessions (never before it
+    landed, like its timers): the children of delegated calls that wait are started, and a
+    child whose invocation ended supplies its parent's call its result. Each lands once
+    (a derived child id and message id; a call settled already), so whatever sends it again
+    (a retried request, a redelivered record) finds it done."""
+    opened = served.opened
+    assert opened is not None
+    session = opened.session
+    head = session.head
+    agent = opened.agent or serving.agent
+    for child in head.children:
+        call = head.call(child["call_id"])
+        if call is not None and call.deferred and not call.settled:
+            _start_child(serving, session, agent, call, child["session"], signal)
+    parent = head.parent
+    if parent is not None and head.open_invocation is None:  # (its invocation ended)
+        answer = _answer(served, opened, parent["call_id"])
+        if answer is not None:
+            _send(serving, HandlerInput(session_id=parent["session"],
+                                        input=Input(tool_results=[answer])), signal)
+
+
+def _start_child(serving: Serving, session: Session, agent: Agent, call: PendingCall,
+                 child_id: str, signal: Signal) -> None:
+    delegate = _delegate_of(agent, call.name)
+    task = call.args.get("input") if isinstance(call.args, dict) else None
+    if delegate is None or not isinstance(task, str) or not task:
+        log.warning("delegated call %s names no agent or task: its child is not started",
+                    call.call_id, extra={"session_id": session.session_id})
+        return
+    given = Input(message=task, message_id=DELEGATION_MESSAGE_ID,
+                  delegated=Delegated(session=session.session_id, call_id=call.call_id,
+                                      agent=delegate.name))
+    _send(serving, HandlerInput(session_id=child_id, input=given,
+                                principal=session.head.principal), signal)
+
+
+def _answer(served: Served, opened: Opened, call_id: str) -> ToolResultInput | None:
+    """A child's end as its parent's call's result (None: this request ended nothing): its
+    final text, or an error naming why it ended without one."""
+    result = served.result
+    if isinstance(result, ErrorResult):
+        return ToolResultInput(call_id=call_id, is_error=True,
+                               result=f"the delegated agent failed ({result.code}): "
+                                      f"{result.error}")
+    if (result is not None and result.status == "stopped") \
+            or (result is None and opened.plan.status == "stopped"):
+        return ToolResultInput(call_id=call_id, is_error=True,
+                               result="the delegated agent was stopped before it answered")
+    if result is not None and result.status == "completed":
+        return ToolResultInput(call_id=call_id, result=result.output.text)
+    return None
+
+
+def _send(serving: Serving, request: HandlerInput, signal: Signal) -> None:
+    """Run ``request`` as a request of its own: handed on where the deployment hands work on,
+    else here, now (its events are not this request's stream). One already done (the child's
+    message in it, the parent's call settled) is done: nothing more."""
+    host = serving.host
+    if host.hand_on is not None:
+        host.hand_on(request)
+        return
+    nested = Signal()
+    nested.deadline = _budget(serving, signal)
+    done = _exhaust(serve(serving, request, nested))
+    if done.errored and done.code not in (DuplicateMessage.code, AlreadyAnswered.code):
+        log.warning("delegation request did not land: %s", _describe(done),
+                    extra={"session_id": request.session_id})
+
+
+def _delegate_of(agent: Agent, name: str) -> Agent | None:
+    """The agent a delegation tool called ``name`` runs: the agent's own, or a sub-agent's."""
+    seen, waiting = {id(agent)}, [agent]
+    while waiting:
+        tools = waiting.pop().tools
+        tool = tools.get(name)
+        if tool is not None and tool.delegate is not None:
+            return tool.delegate  # type: ignore[no-any-return]
+        for other in tools.values():
+            if other.agent is not None and id(other.agent) not in seen:
+                seen.add(id(other.agent))
+                waiting.append(other.agent)
+    return None
 
 
 # --- small parts -------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from dormant.events import (
 )
 from dormant.models._base import DENIED
 from dormant.results import ErrorResult, YieldedToolResult
+from dormant.session import child_session_id
 from dormant.tools import APPROVAL_POLICIES, CURRENT_TOOL, Aborted, Tool, ToolContext
 
 __all__ = ["Call", "ClientAnswer", "client_tool", "resume_tools", "run_tools", "state_delta",
@@ -139,8 +140,7 @@ def run_tools(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None, 
                 call_id=call.call_id, name=call.name, args=call.args))
         elif call.error is None and call.tool is not None and call.tool.deferred:
             parks = True
-            yield run.emit(ToolDeferred(invocation_id=run.invocation_id, call_id=call.call_id,
-                                        name=call.name, args=to_json_value(call.parsed)))
+            yield run.emit(_deferred(run, call))
         elif call.error is None and call.tool is not None and call.tool.yields:
             parks = True
             yield run.emit(ToolYield(invocation_id=run.invocation_id, call_id=call.call_id,
@@ -299,11 +299,19 @@ def resume_tools(run: RunState) -> Generator[StreamEvent, None, bool]:
         yield run.emit(_tool_result(run, call))
     for call in admitted:
         _outcome(run, call)
-        yield run.emit(ToolDeferred(invocation_id=run.invocation_id, call_id=call.call_id,
-                                    name=call.name, args=to_json_value(call.parsed)))
+        yield run.emit(_deferred(run, call))
     if any(call.ran for call in done) or run.session.claimed:
         run.note_effects()  # a claimed decision is committed: its results are progress too
     return bool(admitted) or waiting
+
+
+def _deferred(run: RunState, call: Call) -> ToolDeferred:
+    """A deferred call parks; a delegation's names the child session that will run it."""
+    tool = call.tool
+    child = (child_session_id(run.session.session_id, call.call_id)
+             if tool is not None and tool.delegate is not None else None)
+    return ToolDeferred(invocation_id=run.invocation_id, call_id=call.call_id, name=call.name,
+                        args=to_json_value(call.parsed), delegate=child)
 
 
 def _answer_yield(run: RunState, pending: PendingCall,

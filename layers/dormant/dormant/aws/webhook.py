@@ -23,7 +23,8 @@ message id is already in its session (a redelivery) counts as done, so it lands 
 
 A hand-on record is done when its turn landed or ended without needing another try: the run's
 statuses (completed, yielded, queued, recorded, stopped, paused, interrupted), its message or
-retry already in the session (``duplicate_message``, ``duplicate_retry``), a retry whose
+retry already in the session (``duplicate_message``, ``duplicate_retry``), a delegated
+child's result its parent's call has already (``already_answered``), a retry whose
 session no longer has a failed invocation (``nothing_to_retry``: it was retried or interrupted
 meanwhile), a stop for an invocation that ended (``not_running``), and for a drain (empty
 input) an inbox with nothing to run (``not_pending``) or a failed session
@@ -263,9 +264,10 @@ def _redelivered(reply: RestResponse) -> bool:
                                                       AlreadyAnswered.code)
 
 
-#: Refusals that mean a hand-on's work is already done (or moot): nothing to try again.
+#: Refusals that mean a hand-on's work is already done (or moot): nothing to try again. (A
+#: delegated child's result handed on again finds its parent's call answered already.)
 DONE_CODES = frozenset({DuplicateMessage.code, "duplicate_retry", RetryRefused.code,
-                        NotRunning.code})
+                        NotRunning.code, AlreadyAnswered.code})
 #: For a drain (empty input) also: nothing left in the inbox, or a failed session (its
 #: queued messages wait for the retry, whose turn runs them).
 DRAIN_DONE_CODES = frozenset({NotPending.code, SessionFailed.code})

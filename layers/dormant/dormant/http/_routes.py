@@ -61,6 +61,7 @@ from dormant.http._wire import (
     PendingStop,
     Running,
     SessionLine,
+    SessionLink,
     SessionList,
     SessionUsage,
     SessionView,
@@ -301,6 +302,8 @@ class Routes:
             timers=[t.model_dump(by_alias=True, mode="json", exclude={"session_id"})
                     for t in session.timers],
             fork_of=ForkOf(**head.fork_of) if head.fork_of else None,
+            parent=SessionLink.of(head.parent) if head.parent else None,
+            children=[SessionLink.of(c) for c in head.children] or None,
             compactions=head.compactions or None, usage=SessionUsage.of(session),
             created_at=head.created_at, updated_at=head.updated_at,
             events=public_events(page.events) if page is not None else None,
@@ -444,6 +447,7 @@ class Routes:
 
     def delete(self, session_id: str) -> Response[Any]:
         session = self._load(unquote(session_id), self.principal(), turns=0)
+        children = self.app.sessions.children(session.session_id)  # deleted with it
         if not self.app.sessions.delete(session.session_id):
             raise SessionNotFound(session.session_id)
         scheduler = self.app.scheduler
@@ -456,7 +460,8 @@ class Routes:
                 log.warning("could not cancel timer %r of deleted session %s", timer.name,
                             session.session_id, exc_info=True)
         return Response(status_code=200, content_type=JSON,
-                        body={"sessionId": session.session_id, "deleted": True})
+                        body={"sessionId": session.session_id, "deleted": True,
+                              **({"children": children} if children else {})})
 
     def _load(self, session_id: str, principal: str | None, *, turns: int | None,
               first_turn: bool = False) -> Session:

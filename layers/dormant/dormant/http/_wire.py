@@ -40,6 +40,7 @@ __all__ = [
     "PendingCall",
     "PendingStop",
     "SessionLine",
+    "SessionLink",
     "SessionList",
     "SessionUsage",
     "SessionView",
@@ -381,6 +382,12 @@ class SessionView(_Wire):
                                 "line, cut to 100 characters (absent: no message yet).")
     fork_of: ForkOf | None = Field(
         default=None, description="The session and version this one was forked from.")
+    parent: SessionLink | None = Field(
+        default=None, description="A child session's parent (`Agent.as_delegate`): "
+        "{sessionId, callId}, the call whose result its end supplies (absent: no parent).")
+    children: list[SessionLink] | None = Field(
+        default=None, description="The child sessions it delegated calls to, oldest first: "
+        "[{sessionId, callId}] (absent: none).")
     compactions: int | None = Field(
         default=None, description="How many times older turns were folded into a summary "
         "(absent: never).")
@@ -412,6 +419,18 @@ class ForkOf(_Wire):
     session: str
     version: int
     seq: int
+
+
+class SessionLink(_Wire):
+    """A delegation's link between sessions (``Agent.as_delegate``): the other session, and
+    the parent's call the child runs."""
+
+    session_id: str
+    call_id: str
+
+    @classmethod
+    def of(cls, link: dict[str, Any]) -> SessionLink:
+        return cls(session_id=link["session"], call_id=link["call_id"])
 
 
 class ForkRequest(_Wire):

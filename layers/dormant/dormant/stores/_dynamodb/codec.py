@@ -138,6 +138,7 @@ HEAD_DEFAULTS: dict[str, Any] = {
     "paused": False, "queue": [], "inputs": [], "control_rev": 0, "invocations": [],
     "commit_seqs": [], "lineage": [], "fork_of": None, "compacted_to": 0, "compactions": 0,
     "lease": 0, "takeovers": 0, "preview": None, "holder": "", "usage": None,
+    "parent": None, "children": [],
 }
 #: Keys of the head's JSON the item's keys give instead.
 _KEYED = ("session_id", "version")
