@@ -164,16 +164,20 @@ def test_agui_says_which_agent_answered():
 
 
 def test_a_kit_script_hands_over_and_back():
+    """The kit scripts the hand-off target too (its own model is replaced, as a
+    sub-agent's is): ``model(..., agent="billing")`` is billing's reply."""
     app = dormant.App()
-    billing = app.agent("billing", ScriptedModel(["Which booking?", {"text": "", "tool_calls": [
-        {"name": "transfer_to_concierge", "args": {"reason": "done"}}]}]),
-        handoffs=["concierge"])
+    own = ScriptedModel(["never used"])
+    billing = app.agent("billing", own, handoffs=["concierge"])
     concierge = app.agent("concierge", None, handoffs=[billing])
 
     run = run_test(concierge, [
         user("refund please"),
         model(tool_calls=[{"name": "transfer_to_billing", "args": {}}]),  # concierge's
+        model("Which booking?", agent="billing"),
         user("BK-1, thanks"),          # billing answers, then hands back...
+        model(tool_calls=[{"name": "transfer_to_concierge", "args": {"reason": "done"}}],
+              agent="billing"),
         model("Glad to help."),        # ...and the concierge (the kit's model) replies
     ])
 
@@ -181,6 +185,7 @@ def test_a_kit_script_hands_over_and_back():
     moves = [(e.from_agent, e.to_agent) for e in run.events if isinstance(e, HandoffEvent)]
     assert moves == [("concierge", "billing"), ("billing", "concierge")]
     assert run.session.head.agent == "concierge"
+    assert own.requests == []
 
 
 def test_the_inspector_shows_a_handoff():

@@ -64,6 +64,20 @@ step answering a pending item picks among one agent's with ``agent=``::
         model("Done."),                                    # then the concierge
     ])
 
+Hand-off targets (``handoffs=[...]``) are scripted the same way, each by its own name (a
+target becomes the session's agent: ``"billing"``, its sub-agents ``"billing/ledger"``); a
+:func:`model` step without ``agent=`` is always the script's agent's, whichever agent the
+session has now::
+
+    run = run_test(concierge, [
+        user("I need a refund"),
+        model(tool_calls=[{"name": "transfer_to_billing", "args": {}}]),
+        model("Billing here: which invoice?", agent="billing"),   # the same turn goes on
+        user("INV-7"),                                            # billing has the session
+        model(tool_calls=[{"name": "transfer_to_concierge", "args": {}}], agent="billing"),
+        model("Anything else?"),                                  # the concierge again
+    ])
+
 :class:`StoreContract` (``dormant.testing.store_contract``) is the store conformance suite, for
 pytest; it is imported on first use, so importing this module never imports pytest.
 """
@@ -250,9 +264,10 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
 
 
 def _models(agent: Agent, steps: list[Step]) -> dict[str, KitModel]:
-    """Path -> the scripted model of each agent the script's agent reaches, fed by the
-    ``model`` / ``model_error`` steps naming it (no ``agent=``: the session agent). An agent
-    with no step gets an empty script: a call of its model fails the run, naming it."""
+    """Path -> the scripted model of each agent the script's agent reaches (its sub-agents,
+    its hand-off targets and theirs), fed by the ``model`` / ``model_error`` steps naming it
+    (no ``agent=``: the script's agent). An agent with no step gets an empty script: a call
+    of its model fails the run, naming it."""
     paths = agent_paths(agent)
     owners: dict[int, str] = {}
     for step in steps:

@@ -1,31 +1,41 @@
-"""The agents a script can reach: the session agent and, recursively, the sub-agents its tools
-run (``Agent.as_tool``), each named by its path (``"concierge/billing"``, as the events'
-``scope.path`` names it). The kit gives each one its own scripted model
-(``model(..., agent="billing")``), so the script says which agent a reply is for."""
+"""The agents a script can reach, each named by its path as the events' ``scope.path`` names
+it: the session agent and the agents it may hand the conversation over to (its hand-off
+team, :meth:`Agent.team`), each by its own name (a hand-off target becomes the session's
+agent: its sub-agents' paths start with its name, ``"billing/ledger"``), and under each,
+recursively, the sub-agents its tools run (``Agent.as_tool``: ``"concierge/billing"``). The
+kit gives each one its own scripted model (``model(..., agent="billing")``), so the script
+says which agent a reply is for."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 
-from dormant.agent import Agent
+from dormant.agent import Agent, Roster
 from dormant.models.scripted import ScriptError
 
 __all__ = ["agent_paths", "rebuild", "resolve_agent"]
 
 
 def _children(agent: Agent) -> Iterator[tuple[str, Agent]]:
-    """(tool name, sub-agent) for each agent ``agent`` can hand work to. Hand-off targets
-    (``Agent.handoffs``, once they exist) are one more ``yield from`` here, plus their
-    rebuild in :func:`_rebuild`."""
+    """(tool name, sub-agent) for each agent ``agent`` runs as a tool. Its hand-off targets
+    are no children: they are roots of their own (:func:`_roots`)."""
     for name, tool in agent.tools.items():
         if isinstance(tool.agent, Agent):
             yield name, tool.agent
 
 
+def _roots(agent: Agent) -> dict[str, Agent]:
+    """The agents that may be the session's: ``agent`` and its hand-off team, by name, as a
+    request resolves them (:meth:`Agent.team`, which follows cycles once). A sub-agent is
+    never offered its hand-offs, so only the team's are followed."""
+    return agent.team() if agent.handoffs else {agent.name: agent}
+
+
 def agent_paths(agent: Agent) -> dict[str, Agent]:
-    """Path -> agent, for ``agent`` and every agent it reaches (depth first, each path once:
-    an agent that reaches itself again is not followed further)."""
+    """Path -> agent, for ``agent``, its hand-off team and every agent they run as tools
+    (depth first, each path once: an agent that reaches itself again is not followed
+    further)."""
     found: dict[str, Agent] = {}
 
     def walk(current: Agent, path: str, seen: tuple[int, ...]) -> None:
@@ -34,7 +44,8 @@ def agent_paths(agent: Agent) -> dict[str, Agent]:
             if id(sub) not in seen:
                 walk(sub, f"{path}/{sub.name}", (*seen, id(sub)))
 
-    walk(agent, agent.name, (id(agent),))
+    for name, root in _roots(agent).items():
+        walk(root, name, (id(root),))
     return found
 
 
@@ -49,24 +60,44 @@ def resolve_agent(paths: Mapping[str, Agent], key: str, what: str) -> str:
     if named:
         raise ScriptError(f"{what}: agent {key!r} is reached by {len(named)} paths "
                           f"({', '.join(named)}); name it by its path")
+    last = key.rsplit("/", 1)[-1]
+    if "/" in key and last in paths:  # a hand-off target named as if run as a tool
+        raise ScriptError(f"{what}: no agent {key!r} is reachable from the script's agent; "
+                          f"{last!r} is a hand-off target, named by its own name (it becomes "
+                          f"the session's agent): agent={last!r}; reachable: {reachable}")
     raise ScriptError(f"{what}: no agent {key!r} is reachable from the script's agent; "
                       f"reachable: {reachable}")
 
 
-def rebuild(agent: Agent, change: Callable[[str, Agent], Agent],
-            path: str | None = None) -> Agent:
-    """``agent`` and every agent it reaches, each passed through ``change(path, agent)`` (the
-    tools that run sub-agents are copied with their rebuilt agents; nothing is changed in
-    place)."""
-    path = path if path is not None else agent.name
-    return _rebuild(agent, change, path, (id(agent),))
+def rebuild(agent: Agent, change: Callable[[str, Agent], Agent]) -> Agent:
+    """``agent`` and every agent it reaches, each passed through ``change(path, agent)``;
+    nothing is changed in place. The tools that run sub-agents are copied with their rebuilt
+    agents; the hand-off team's copies hand over to one another (cycles included: each
+    names its targets, resolved among the copies by a roster of the kit's own), so the
+    copied entry's :meth:`Agent.team` is the copies, and a hand-off in a kit run reaches
+    the rebuilt target."""
+    roots = _roots(agent)
+    if len(roots) == 1 and not agent.handoffs:
+        return _rebuild(agent, change, agent.name, (id(agent),))
+    roster: Roster = {}
+    copies = {name: _rebuild(root, change, name, (id(root),), roster)
+              for name, root in roots.items()}
+    for name, copy in copies.items():
+        roster[name] = [copy]
+    return copies[agent.name]
 
 
 def _rebuild(agent: Agent, change: Callable[[str, Agent], Agent], path: str,
-             seen: tuple[int, ...]) -> Agent:
+             seen: tuple[int, ...], roster: Roster | None = None) -> Agent:
+    """``agent`` (at ``path``) and its sub-agents rebuilt; ``roster``: ``agent`` is of the
+    hand-off team, whose copies its hand-offs resolve among (by name)."""
     tools = dict(agent.tools)
     for name, sub in _children(agent):
         if id(sub) not in seen:  # as agent_paths walks
             tools[name] = replace(tools[name], agent=_rebuild(
                 sub, change, f"{path}/{sub.name}", (*seen, id(sub))))
+    if roster is not None:
+        targets = tuple(target.name if isinstance(target, Agent) else target
+                        for target in agent.handoffs)
+        return change(path, replace(agent, tools=tools, handoffs=targets, roster=roster))
     return change(path, replace(agent, tools=tools) if tools != agent.tools else agent)

@@ -41,15 +41,15 @@ def play(driver: Driver, steps: list[Step]) -> None:
             driver.deliver(given)
         elif isinstance(step, ToolInputStep):
             driver.deliver({"tools": _answer(driver.session(), step.answers,
-                                             _Mine(driver.agent.name, step.agent))})
+                                             _Mine(_active(driver), step.agent))})
         elif isinstance(step, ToolResultStep):
-            call = _deferred(driver.session(), step.call, _Mine(driver.agent.name, step.agent))
+            call = _deferred(driver.session(), step.call, _Mine(_active(driver), step.agent))
             driver.deliver({"tool_results": [{"call_id": call,
                                               "result": step.result,
                                               "is_error": step.is_error}]})
         elif isinstance(step, ApprovalStep):
             driver.deliver({"approvals": _decide(driver.session(), step.decisions,
-                                                 _Mine(driver.agent.name, step.agent))})
+                                                 _Mine(_active(driver), step.agent))})
         elif isinstance(step, RetryStep):
             driver.deliver({"retry": {"retry_id": step.retry_id or new_id("retry")}})
         elif isinstance(step, ConflictStep):
@@ -85,10 +85,17 @@ def _waited_on(session: Session) -> str:
                       "input request or failed invocation); name the owner")
 
 
+def _active(driver: Driver) -> str:
+    """The name of the session's agent now: the one a hand-off left in charge, else the
+    script's agent (whose pending items carry no path)."""
+    return driver.session().head.agent or driver.agent.name
+
+
 class _Mine:
     """Which agent's pending items a step picks among: ``agent`` (a path such as
     ``"concierge/billing"``, or the last part of one: an agent's name) or, None, any agent's.
-    A pending item of the session agent has no path: its path is the agent's name."""
+    A pending item of the session's agent has no path: its path is that agent's name (after
+    a hand-off, the target's)."""
 
     def __init__(self, root: str, agent: str | None) -> None:
         self.root = root

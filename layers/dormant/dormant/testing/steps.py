@@ -171,9 +171,10 @@ def model(text: str | dict[str, Any] | None = None, *,
 
     ``agent``: the agent whose model replies — a sub-agent the script's agent reaches
     through its tools (``Agent.as_tool``), by name (``"billing"``) or path
-    (``"concierge/billing"``). Each agent's replies are consumed in script order by its own
-    model calls; None: the session agent's. A name no reachable agent has fails the run
-    with a :class:`ScriptError` before anything runs.
+    (``"concierge/billing"``), or an agent it may hand the conversation over to
+    (``handoffs=[...]``), by its own name. Each agent's replies are consumed in script order
+    by its own model calls; None: the script's agent's (after a hand-off too). A name no
+    reachable agent has fails the run with a :class:`ScriptError` before anything runs.
 
     A dict in the seeds' shape is accepted too: ``model({"tool_calls": [...]})``."""
     if isinstance(text, dict):
