@@ -6,7 +6,9 @@
 // The ledger's bookkeeping (runs, commits, timers, the inbox's moves, application events)
 // shows only with Details on: then nothing is left out. A sub-agent's work (an agent used as a
 // tool: its events carry a `scope`) is a nested card under the call it runs for, with its own
-// conversation; a hand-off to another agent is a divider naming it.
+// conversation; a hand-off to another agent is a divider naming it (the hand-off's tool call,
+// `transfer_to_<agent>`, shows as a card only with Details on), and the bubbles after it
+// carry the name of the agent answering.
 import { useState } from "preact/hooks";
 import { SchemaForm } from "./SchemaForm.jsx";
 import { describe } from "./Timeline.jsx";
@@ -80,8 +82,10 @@ export function conversation(events, { details = false, forkOf, outcomes = {}, r
     if (event.type === "invocation_yield" || event.type === "invocation_end") lastTerminal[event.invocation_id] = event.id;
   }
   const groups = scoped(events);
+  // The calls that handed the conversation over: their divider says it all.
+  const moves = details ? new Set() : new Set(events.filter((e) => e.type === "handoff").map((e) => e.call_id));
   const positions = new Map(events.map((e, position) => [e, position]));
-  const options = { details, forkOf, outcomes, requests, pending, lastTerminal, groups, positions };
+  const options = { details, forkOf, outcomes, requests, pending, lastTerminal, groups, positions, moves };
   const entries = converse(groups.get(ROOT) || [], options);
   // Anything pending that the ledger shown did not place (it was asked before a fork's cut or
   // a compaction): at the end, so it can still be answered.
@@ -123,7 +127,7 @@ function flatten(entries) {
 
 /** One agent's conversation entries (see conversation()); a tool call a sub-agent ran for
  * gets `sub`: that agent's name, path, task and entries. */
-function converse(events, { details, forkOf, outcomes, requests, pending, lastTerminal, groups, positions }) {
+function converse(events, { details, forkOf, outcomes, requests, pending, lastTerminal, groups, positions, moves }) {
   const entries = [];
   let forkShown = false;
   const cards = {};
@@ -137,7 +141,7 @@ function converse(events, { details, forkOf, outcomes, requests, pending, lastTe
       if (sub && sub.length) {
         const scope = sub.find((x) => x.scope)?.scope || {};
         cards[e.call_id].sub = { agent: scope.agent || e.name, path: scope.path || e.name, task: e.args?.input ?? e.args,
-          entries: converse(sub, { details, outcomes, requests, pending, lastTerminal, groups, positions }) };
+          entries: converse(sub, { details, outcomes, requests, pending, lastTerminal, groups, positions, moves }) };
       }
     }
     const found = cards[e.call_id];
@@ -153,6 +157,7 @@ function converse(events, { details, forkOf, outcomes, requests, pending, lastTe
   const note = (e, tone, text) => entries.push({ kind: "note", key: e.id, types: [e.type], ts: e.ts, tone, text });
 
   const place = (e, position) => {
+    if ((e.type === "tool_call" || e.type === "tool_result") && moves.has(e.call_id)) return;
     if (forkOf && !forkShown && position >= forkOf.seq) {
       forkShown = true;
       entries.push({ kind: "fork", key: "fork", types: [], text: `forked here from ${shortId(forkOf.session)} at version ${forkOf.version}` });
@@ -276,7 +281,7 @@ function Entry({ entry, details, busy, actions }) {
     case "handoff":
       return (
         <li class="handoff" {...attrs} data-agent={entry.to}>
-          <span class="handoff-line">Handed over to {entry.to}{entry.reason ? `: ${entry.reason}` : ""}</span>
+          <span class="handoff-line">{handedOver(entry)}</span>
           {details && entry.from ? <span class="hint"> (from {entry.from})</span> : null}
         </li>
       );
@@ -461,6 +466,16 @@ function AskInput({ request, busy, onRespond }) {
 }
 
 /** The turn streaming now, as the AG-UI events arrive (replaced by the ledger once committed). */
+/** A hand-off's divider line: the agent handed to, and why when the model said. */
+const handedOver = ({ to, reason }) => `Handed over to ${to}${reason ? `: ${reason}` : ""}`;
+
+/** The agent answering the conversation after `events` (the last hand-off's; else the
+ * plain "assistant" the ledger's bubbles say before any hand-off). */
+export function speakerAfter(events) {
+  const move = events.findLast((e) => e.type === "handoff" && !e.scope);
+  return move ? move.to_agent : "assistant";
+}
+
 function Live({ live }) {
   return (
     <li class="live" aria-live="polite" aria-busy={live.done ? "false" : "true"}>
@@ -468,6 +483,9 @@ function Live({ live }) {
         {live.items.map((item) => {
           if (item.kind === "tool") {
             return <li key={item.id} class="tool-entry" data-live="tool"><ToolCard call={item} details={false} /></li>;
+          }
+          if (item.kind === "handoff") {
+            return <li key={item.id} class="handoff" data-live="handoff" data-agent={item.to}><span class="handoff-line">{handedOver(item)}</span></li>;
           }
           return (
             <li key={item.id} class={`bubble from-${item.kind}`} data-live={item.kind}>

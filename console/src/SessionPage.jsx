@@ -5,7 +5,7 @@
 // curl) arrive through the session's event feed, and one running now can be stopped from here.
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { aguiRunsControls, ApiError, follow, getSession, getSessionHead, missingFeature, newId, postTurn, runAgui, shortId } from "./api.js";
-import { Conversation, conversation, pendingOf, retryAdvice } from "./Conversation.jsx";
+import { Conversation, conversation, pendingOf, retryAdvice, speakerAfter } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
 import { StatePanel } from "./StatePanel.jsx";
 import { sessionUsage, UsageTotal } from "./TurnTiming.jsx";
@@ -133,7 +133,8 @@ export function SessionPage({ sessionId }) {
     setBusy(true);
     setNotice(null);
     const known = new Set(eventsRef.current.map((e) => e.id));
-    let state = { runId: null, known, seen: undefined, done: false, outcome: null, items: userText ? [{ id: "you", kind: "user", label: "user", text: userText }] : [] };
+    // `speaker`: who the streamed replies are from (a hand-off in the stream changes it).
+    let state = { runId: null, known, seen: undefined, done: false, outcome: null, speaker: speakerAfter(eventsRef.current), items: userText ? [{ id: "you", kind: "user", label: "user", text: userText }] : [] };
     const update = (change) => { state = change(state); setLive(state); };
     const edit = (id, change) => update((s) => ({ ...s, items: s.items.map((item) => (item.id === id ? change(item) : item)) }));
     const push = (item) => update((s) => ({ ...s, items: [...s.items, item] }));
@@ -147,7 +148,7 @@ export function SessionPage({ sessionId }) {
           if (typeof seq === "number" && !(state.seen >= seq)) state = { ...state, seen: seq };
         },
         onRunStartedEvent: ({ event }) => update((s) => ({ ...s, runId: event.metadata?.invocationId || event.runId })),
-        onTextMessageStartEvent: ({ event }) => push({ id: event.messageId, kind: event.role === "user" ? "user" : "assistant", label: event.role || "assistant", text: "" }),
+        onTextMessageStartEvent: ({ event }) => push({ id: event.messageId, kind: event.role === "user" ? "user" : "assistant", label: event.role === "user" ? "user" : state.speaker, text: "" }),
         onTextMessageContentEvent: ({ event }) => edit(event.messageId, (item) => ({ ...item, text: item.text + event.delta })),
         onToolCallStartEvent: ({ event }) => push({ id: event.toolCallId, kind: "tool", name: event.toolCallName, args: "", progress: [], live: "running" }),
         onToolCallArgsEvent: ({ event }) => edit(event.toolCallId, (item) => ({ ...item, args: item.args + event.delta })),
@@ -155,6 +156,11 @@ export function SessionPage({ sessionId }) {
         onCustomEvent: ({ event }) => {
           if (event.name === "QUEUED") {
             setNotice({ kind: "info", text: `The session can't take a message now: yours waits in the inbox at position ${event.value.position + 1}.` });
+          }
+          // A hand-off: its divider in place of its call's card; the agent handed to answers on.
+          if (event.name === "dormant.handoff" && !event.value?.scope) {
+            const move = event.value;
+            update((s) => ({ ...s, speaker: move.to_agent, items: [...s.items.filter((item) => item.id !== move.call_id), { id: move.id, kind: "handoff", to: move.to_agent, reason: move.reason }] }));
           }
         },
         onRunFinishedEvent: ({ event, outcome }) => {

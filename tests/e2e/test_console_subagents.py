@@ -1,7 +1,8 @@
 """Agents together in the console, in headless Chromium against a real ``dormant dev`` serving
 the concierge sample (:mod:`dormant.samples.concierge`, on its rule models): a sub-agent's
 work is a nested card under the call it runs for, with its own conversation and its approval
-answered in place; a hand-off is a divider naming the agent handed to.
+answered in place; a hand-off (a real one: the sample's concierge hands over to billing when
+asked) is a divider naming the agent handed to, whose replies carry its name.
 
 The nested card's screenshot is ``console-subagent.png`` among the run's artifacts: the
 docs' picture (``docs/images/console-subagent.png``) is a copy of it.
@@ -29,6 +30,7 @@ from .test_console import (
     evidence,
     open_page,
     send,
+    show_details,
 )
 
 __all__ = ["browser"]  # the module's Chromium, shared with test_console
@@ -131,38 +133,103 @@ def test_a_sub_agents_work_is_a_nested_card_with_its_approval_inline(
     evidence(page, "41-subagent-done")
 
 
-def test_a_hand_off_is_a_divider_and_delegations_are_links(
+def record_live(page: Page) -> None:
+    """Keep what the page shows as streaming of a hand-off, as it changes: each live
+    divider's line and the label of each live reply (proof the stream said it, before the
+    ledger replaced it)."""
+    page.evaluate("""() => {
+      window.__seen = [];
+      new MutationObserver(() => {
+        for (const node of document.querySelectorAll('[data-live="handoff"]')) {
+          window.__seen.push(`divider ${node.dataset.agent}: ${node.textContent}`);
+        }
+        for (const node of document.querySelectorAll('[data-live="assistant"] .who')) {
+          window.__seen.push(`reply by ${node.textContent}`);
+        }
+      }).observe(document.body, {subtree: true, childList: true, characterData: true});
+    }""")
+
+
+def seen_live(page: Page) -> list[str]:
+    """What :func:`record_live` kept, each once, in the order first seen; then forgotten."""
+    seen: list[str] = page.evaluate("() => window.__seen.splice(0)")
+    return list(dict.fromkeys(seen))
+
+
+def test_a_hand_off_is_a_divider_and_the_agent_handed_to_answers(
         concierge_page: Page, concierge_server: DevServer) -> None:
-    """The sample has no hand-off yet: its real ledger, with a hand-off event put in on the
-    wire where the concierge's call of billing was, as a hand-off would write it."""
+    """A real hand-off: the concierge's rule model calls ``transfer_to_billing`` when asked
+    for billing, billing answers from then on, and hands back when the customer is done."""
+    page = concierge_page
+    page.goto("/#/sessions/desk")
+    timeline = conversation(page)
+    dividers = timeline.locator(":scope > li[data-type=handoff]")
+    record_live(page)
+    send(page, "let me talk to billing")
+
+    expect(dividers).to_have_text(
+        ["Handed over to billing: the customer asked to talk to billing"], timeout=WAIT)
+    expect(dividers).to_have_attribute("data-agent", "billing")
+    # The agent handed to answers the same turn: its bubble says its name.
+    expect(said(timeline, "billing", "Billing here: which invoice can I help with?")) \
+        .to_be_visible()
+    # The hand-off's call (transfer_to_billing) is the divider, not a card of its own.
+    assert own_types(page) == ["user", "handoff", "assistant"]
+    assert seen_live(page) == ["divider billing: Handed over to billing: the customer asked "
+                               "to talk to billing", "reply by billing"]
+
+    # Billing answers on, as the session's agent: its own call, no sub-agent card.
+    send(page, "what is invoice INV-8?")
+    expect(said(timeline, "billing", "Invoice INV-8 is for 45.00 EUR, paid.")).to_be_visible(
+        timeout=WAIT)
+    expect(timeline.locator("section.subagent")).to_have_count(0)
+    assert seen_live(page) == ["reply by billing"]
+    events = api(concierge_server, "GET", "/sessions/session_desk?events=true").json()["events"]
+    [move] = [e for e in events if e["type"] == "handoff"]
+    assert (move["from_agent"], move["to_agent"]) == ("concierge", "billing")
+    assert_accessible(page, "a hand-off divider")
+    evidence(page, "42-handoff")
+
+    # Done with billing: it hands back, and the concierge answers again.
+    send(page, "thanks, that's all")
+    expect(dividers).to_have_text(
+        ["Handed over to billing: the customer asked to talk to billing",
+         "Handed over to concierge: the customer is done with billing"], timeout=WAIT)
+    expect(dividers.last).to_have_attribute("data-agent", "concierge")
+    expect(said(timeline, "concierge", "Welcome back! Anything else I can help with?")) \
+        .to_be_visible()
+    assert own_types(page) == ["user", "handoff", "assistant",
+                               "user", "tool_call", "tool_result", "assistant",
+                               "user", "handoff", "assistant"]
+    assert seen_live(page) == ["divider concierge: Handed over to concierge: the customer "
+                               "is done with billing", "reply by concierge"]
+    # With Details on, nothing is left out: the hand-off calls show as cards too.
+    show_details(page)
+    expect(timeline.locator("details.tool summary .tool-name")).to_have_text(
+        ["transfer_to_billing", "lookup_invoice", "transfer_to_concierge"])
+    evidence(page, "43-handback-details")
+
+
+def test_a_delegations_sessions_are_links(
+        concierge_page: Page, concierge_server: DevServer) -> None:
+    """The sample has no delegation yet: its real ledger, with the parent and children a
+    delegation's head names put in on the wire."""
     page = concierge_page
     asked = api(concierge_server, "POST", "/turns", {"sessionId": SESSION,
                                                      "message": "what is invoice INV-8?"})
     assert asked.json()["output"]["text"] == "Billing says: Invoice INV-8 is for 45.00 EUR, paid."
 
-    def with_handoff(route: Route) -> None:
+    def with_delegation(route: Route) -> None:
         answer = route.fetch()
         body = answer.json()
-        # A delegation's sessions, as the head names them: links in the session's header.
         body["parent"] = {"sessionId": "session_desk", "callId": "call_1"}
         body["children"] = [{"sessionId": "session_billing-1", "callId": "call_2"}]
-        events = body.get("events")
-        if events:
-            at = next(i for i, e in enumerate(events) if e["type"] == "tool_call")
-            events.insert(at, {**events[at], "id": "evt_handoff", "type": "handoff",
-                               "from_agent": "concierge", "to_agent": "billing",
-                               "call_id": events[at]["call_id"], "reason": None})
         route.fulfill(response=answer, body=json.dumps(body))
 
-    page.route(re.compile(rf"/sessions/{SESSION}(\?.*)?$"), with_handoff)
+    page.route(re.compile(rf"/sessions/{SESSION}(\?.*)?$"), with_delegation)
     page.goto(f"/#/sessions/{SESSION.removeprefix('session_')}")
-    divider = conversation(page).locator(":scope > li[data-type=handoff]")
-    expect(divider).to_have_text("Handed over to billing", timeout=WAIT)
-    expect(divider).to_have_attribute("data-agent", "billing")
-    # From the divider on, the agent handed to is the one answering.
-    expect(said(conversation(page), "billing", "Invoice INV-8 is for 45.00 EUR, paid.")) \
-        .to_be_visible()
-    assert own_types(page)[:2] == ["user", "handoff"]
+    expect(said(conversation(page), "assistant", asked.json()["output"]["text"])) \
+        .to_be_visible(timeout=WAIT)
     meta = page.locator(".meta")
     expect(meta.get_by_role("link", name="desk")).to_have_attribute(
         "href", "#/sessions/session_desk")
@@ -170,8 +237,7 @@ def test_a_hand_off_is_a_divider_and_delegations_are_links(
         "href", "#/sessions/session_billing-1")
     expect(meta).to_contain_text("delegated from desk")
     expect(meta).to_contain_text("delegated to billing-1")
-    assert_accessible(page, "a hand-off divider")
-    evidence(page, "42-handoff")
+    assert_accessible(page, "a delegation's links")
 
 
 def test_the_docs_picture_of_a_sub_agent_is_small() -> None:

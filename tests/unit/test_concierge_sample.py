@@ -1,5 +1,6 @@
 """The concierge sample: a concierge hands billing questions to a billing agent (an agent
-used as a tool), whose refunds wait for a person's approval; with no key, on rule models."""
+used as a tool), whose refunds wait for a person's approval, or hands the conversation over
+to billing, which hands back; with no key, on rule models."""
 
 from __future__ import annotations
 
@@ -66,8 +67,46 @@ def test_other_questions_the_concierge_answers_itself(ask: Any) -> None:
     assert unknown["output"]["text"].startswith("Billing says: I couldn't look that invoice up")
 
 
+def test_asking_for_billing_hands_over_and_billing_answers_until_it_hands_back(
+        ask: Any) -> None:
+    handed = _turn(ask, "desk", message="let me talk to billing")
+    assert (handed["status"], handed["agent"]) == ("completed", "billing")
+    assert handed["output"]["text"].startswith("Billing here: which invoice")
+    [move] = [e for e in handed["events"] if e["type"] == "handoff"]
+    assert (move["from_agent"], move["to_agent"], move["reason"]) == (
+        "concierge", "billing", "the customer asked to talk to billing")
+    [call] = [e for e in handed["events"] if e["type"] == "tool_call"]
+    assert (call["name"], call["call_id"]) == ("transfer_to_billing", move["call_id"])
+
+    # Billing answers itself now: no call of the billing tool, no sub-agent scope.
+    looked = _turn(ask, "desk", message="what is invoice INV-8?")
+    assert (looked["agent"], looked["output"]["text"]) == (
+        "billing", "Invoice INV-8 is for 45.00 EUR, paid.")
+    assert _scoped(looked["events"]) == [("tool_call", None), ("tool_result", None),
+                                         ("assistant", None)]
+    # Its refund waits for approval as the session's agent's own (no agent path).
+    [approval] = _turn(ask, "desk", message="refund INV-7")["pendingApprovals"]
+    assert (approval["tool"], approval.get("agent")) == ("refund", None)
+    done = _turn(ask, "desk", approvals=[{"approval_id": approval["approvalId"],
+                                          "approved": True}])
+    assert (done["agent"], done["output"]["text"]) == (
+        "billing", "Refunded 120.00 EUR on invoice INV-7.")
+
+    back = _turn(ask, "desk", message="thanks, that's all")
+    assert (back["agent"], back["output"]["text"]) == (
+        "concierge", "Welcome back! Anything else I can help with?")
+    assert [(e["from_agent"], e["to_agent"]) for e in back["events"]
+            if e["type"] == "handoff"] == [("billing", "concierge")]
+    # The concierge again: a billing question goes to the billing tool.
+    again = _turn(ask, "desk", message="what is invoice INV-7?")
+    assert (again["agent"], again["output"]["text"]) == (
+        "concierge", "Billing says: Invoice INV-7 is for 120.00 EUR, refunded.")
+
+
 def test_with_a_key_both_agents_use_the_real_model() -> None:
     _, agent = concierge.build(MemoryStore(), env={"OPENAI_API_KEY": "sk-test"})
     billing = agent.tools["billing"].agent
     assert isinstance(agent.model, OpenAIModel)
     assert billing.model is agent.model
+    assert agent.handoffs == (billing,) and billing.handoffs == ("concierge",)
+    assert agent.team() == {"concierge": agent, "billing": billing}

@@ -1,16 +1,25 @@
 """The billing concierge: two agents working together (``dormant.samples.concierge:build``).
 
-A ``concierge`` answers the customer and hands billing questions to a ``billing`` agent it
+A ``concierge`` answers the customer and hands a billing question to a ``billing`` agent it
 uses as a tool (``billing.as_tool``). Billing looks invoices up (``lookup_invoice``) and
 refunds them (``refund``), and a person approves each refund before it is made (billing's
 ``tool_approval`` policy): the approval is the session's own, answered with the ordinary
 ``approvals`` input, and names the agent that asked (``concierge/billing``).
 
+A customer who wants to talk to billing itself is handed over: the concierge calls
+``transfer_to_billing`` (``handoffs=[billing]``), billing answers that turn and the next
+ones itself, and hands back with ``transfer_to_concierge`` (``handoffs=["concierge"]``) when
+the customer is done with it. Each hand-off is a ``handoff`` event in the ledger, and a REST
+answer's ``agent`` says which agent answered.
+
 ``build(store=None, model=None)`` returns the app and the concierge. Both agents run on
 ``model`` when one is given, else on the model :func:`dormant.samples.bookings.default_model`
 picks (Bedrock, OpenAI) and, with no key, on two small rule-based models (no network):
 "refund invoice INV-7" makes the concierge ask billing, billing look the invoice up and ask
-to refund it, and once approved, refund it and the concierge pass the answer on.
+to refund it, and once approved, refund it and the concierge pass the answer on. A message
+asking to talk (or speak) to billing, e.g. "let me talk to billing", hands over instead;
+billing then answers the customer's invoice questions and refunds itself, and a message
+naming the concierge or saying that's all ("thanks, that's all") hands back.
 """
 
 from __future__ import annotations
@@ -31,12 +40,16 @@ from dormant.tools import ToolContext
 
 __all__ = ["INVOICES", "BillingDemo", "Concierge", "ConciergeDemo", "build"]
 
-CONCIERGE = ("You are a customer concierge. Answer general questions yourself; hand every "
+CONCIERGE = ("You are a customer concierge. Answer general questions yourself; hand a "
              "question about invoices, payments or refunds to the billing tool, in one clear "
-             "sentence, and pass its answer on to the customer.")
+             "sentence, and pass its answer on to the customer. When the customer asks to "
+             "talk to billing themselves, hand the conversation over with "
+             "transfer_to_billing instead.")
 BILLING = ("You are the billing agent. Look invoices up with lookup_invoice before acting on "
            "them; refund an invoice with refund only when asked to (a person approves each "
-           "refund). Answer in one sentence.")
+           "refund). Answer in one sentence. When you talk to the customer yourself (the "
+           "concierge handed the conversation over) and they are done with billing or ask "
+           "for the concierge, hand back with transfer_to_concierge.")
 HISTORY_TURNS = 20
 
 #: The sample's invoices: reference -> (amount in cents, currency).
@@ -92,8 +105,10 @@ def build(store: Store | None = None, model: Model | None = None, *,
                       "first)", schema=Refund, execute=_refund)
     billing = app.agent(
         name="billing", model=BillingDemo() if demo else chosen,
-        context=[app.context.system(BILLING)],
+        # (its history is the conversation once it is handed over; as a tool it sees its task)
+        context=[app.context.system(BILLING), app.context.history(limit=HISTORY_TURNS)],
         tools=[lookup_invoice, refund], tool_approval={"refund": "user-approval"},
+        handoffs=["concierge"],
     )
     concierge = app.agent(
         name="concierge", model=ConciergeDemo() if demo else chosen,
@@ -101,6 +116,7 @@ def build(store: Store | None = None, model: Model | None = None, *,
         tools=[billing.as_tool(name="billing", description="Hand a question about invoices, "
                                "payments or refunds to the billing agent: say what the "
                                "customer wants, with the invoice reference")],
+        handoffs=[billing],
     )
     return Concierge(app, concierge)
 
@@ -109,9 +125,15 @@ def build(store: Store | None = None, model: Model | None = None, *,
 
 _INVOICE = re.compile(r"\bINV-?(\d+)\b", re.IGNORECASE)
 _BILLING_WORDS = ("invoice", "refund", "bill", "payment", "charge")
+_TO_BILLING = re.compile(r"\b(talk|speak)\b.*\bbilling\b", re.IGNORECASE)
+_TO_CONCIERGE = re.compile(r"\bconcierge\b|\bthat(?:'|\u2019| i)s all\b", re.IGNORECASE)
 _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so small rule-based models are "
          "answering). I hand billing questions to the billing agent: try \"what is invoice "
-         "INV-8?\" or \"refund invoice INV-7\" (a person approves each refund).")
+         "INV-8?\" or \"refund invoice INV-7\" (a person approves each refund), or \"let me "
+         "talk to billing\" to be handed over.")
+_WELCOME_BACK = "Welcome back! Anything else I can help with?"
+_BILLING_HERE = ("Billing here: which invoice can I help with? Say \"thanks, that's all\" to "
+                 "go back to the concierge.")
 
 
 def _invoice(text: str) -> str | None:
@@ -124,15 +146,22 @@ def _money(cents: Any, currency: Any) -> str:
 
 
 class ConciergeDemo(RuleModel):
-    """The concierge's rules: a billing question goes to the ``billing`` tool as it was
-    asked; billing's answer is passed on; anything else gets the help text."""
+    """The concierge's rules: asking to talk to billing hands the conversation over; another
+    billing question goes to the ``billing`` tool as it was asked, and billing's answer is
+    passed on; anything else gets the help text. Handed back to, it welcomes the customer
+    back."""
 
     def reply(self, text: str) -> Reply:
+        if _TO_BILLING.search(text):
+            return self.call("transfer_to_billing",
+                             {"reason": "the customer asked to talk to billing"})
         if any(word in text.lower() for word in _BILLING_WORDS):
             return self.call("billing", {"input": text})
         return _HELP
 
     def after_tool(self, result: ToolOutcome) -> Reply:
+        if result.name == "transfer_to_concierge":  # (billing's call, in the conversation)
+            return _WELCOME_BACK
         if result.is_error:
             return f"Billing couldn't help: {result.content}"
         return f"Billing says: {result.data}"
@@ -141,7 +170,9 @@ class ConciergeDemo(RuleModel):
 class BillingDemo(RuleModel):
     """Billing's rules: a task naming an invoice looks it up; when the task asks for a
     refund and the invoice is paid, it refunds the whole amount (held for approval); then it
-    says what came of it."""
+    says what came of it. Handed the conversation, it greets the customer and takes their
+    messages as tasks, until one names the concierge or says that's all: then it hands
+    back."""
 
     def answer(self, request: ModelRequest) -> Reply:
         # A looked-up invoice is refunded when the task (billing's user message) asked so.
@@ -158,12 +189,17 @@ class BillingDemo(RuleModel):
 
     def reply(self, text: str) -> Reply:
         ref = _invoice(text)
+        if ref is None and _TO_CONCIERGE.search(text):
+            return self.call("transfer_to_concierge",
+                             {"reason": "the customer is done with billing"})
         if ref is None:
             return "Which invoice? Give its reference, e.g. INV-7."
         return self.call("lookup_invoice", {"invoice": ref})
 
     def after_tool(self, result: ToolOutcome) -> Reply:
         data = result.data
+        if result.name == "transfer_to_billing":  # (the concierge's call, in the conversation)
+            return _BILLING_HERE
         if result.name == "refund":
             return _refunded(result)
         if result.is_error or not isinstance(data, dict):
