@@ -78,6 +78,20 @@ session has now::
         model("Anything else?"),                                  # the concierge again
     ])
 
+Delegates (``Agent.as_delegate``) too, each by its own name (it is its child session's agent).
+The child runs after the parent's commit, in the same request (as the executor does without a
+hand-on), and its end resumes the parent there too: the step's result is the parent's parked
+turn (``yielded_tool``), ``run.session`` shows where it went, ``run.children`` the child
+sessions. A step answering a delegate (``approve("book", agent="researcher")``) goes to its
+child session that waits; its result is the child's request's::
+
+    run = run_test(concierge, [
+        user("research flights to Oslo"),
+        model(tool_calls=[{"name": "research", "args": {"input": "flights to Oslo"}}]),
+        model("Three flights found: ...", agent="researcher"),   # the child's reply
+        model("The researcher found three flights."),            # the parent resumes
+    ])
+
 :class:`StoreContract` (``dormant.testing.store_contract``) is the store conformance suite, for
 pytest; it is imported on first use, so importing this module never imports pytest.
 """
@@ -99,7 +113,7 @@ from dormant.schedulers import RecordingScheduler
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
-from dormant.testing._agents import agent_paths, rebuild, resolve_agent
+from dormant.testing._agents import agent_paths, delegated, rebuild, resolve_agent
 from dormant.testing._drivers import (
     Driver,
     HandlerDriver,
@@ -175,7 +189,8 @@ class TestRun:
     through the handlers a :class:`~dormant.handlers.TurnResult`), ``results`` (every step's
     that sends a request, in order), ``controls`` (the outcomes of the stops, steers and
     pauses sent while a reply streamed, normally ``accepted``), ``session`` (as stored),
-    ``events`` (its ledger), ``model`` (the scripted model), ``models`` (every agent's, by
+    ``events`` (its ledger), ``children`` (the child sessions its delegations made, and
+    theirs, as stored), ``model`` (the scripted model), ``models`` (every agent's, by
     path).
 
     In process, a step that runs no turn (a queued message, a pause, an interrupt…) has a
@@ -185,7 +200,8 @@ class TestRun:
 
     def __init__(self, result: Any, session: Session, results: list[Any],
                  scripted: ScriptedModel, controls: list[Any] | None = None,
-                 models: Mapping[str, ScriptedModel] | None = None) -> None:
+                 models: Mapping[str, ScriptedModel] | None = None,
+                 children: list[Session] | None = None) -> None:
         self.result = result
         self.session = session
         self.results = results
@@ -194,6 +210,9 @@ class TestRun:
         #: Path -> the scripted model of each agent the script reached (``model`` is the
         #: session agent's): ``run.models["concierge/billing"].requests``.
         self.models = dict(models) if models is not None else {}
+        #: The child sessions the script's delegations made (``Agent.as_delegate``), then
+        #: theirs, in the order they were made: ``run.children[0].events``.
+        self.children = children if children is not None else []
 
     @property
     def status(self) -> str:
@@ -260,7 +279,7 @@ def run_test(agent: Agent, steps: Iterable[Step], *, store: Store | None = None,
     if not driver.results:
         raise ScriptError("the script has no user(...) step, so nothing ran")
     return TestRun(driver.results[-1], driver.session(), driver.results, scripted,
-                   driver.controls, models)
+                   driver.controls, models, driver.children())
 
 
 def _models(agent: Agent, steps: list[Step]) -> dict[str, KitModel]:
@@ -269,12 +288,13 @@ def _models(agent: Agent, steps: list[Step]) -> dict[str, KitModel]:
     (no ``agent=``: the script's agent). An agent with no step gets an empty script: a call
     of its model fails the run, naming it."""
     paths = agent_paths(agent)
+    delegates = delegated(agent)
     owners: dict[int, str] = {}
     for step in steps:
         if isinstance(step, ModelStep | ModelErrorStep):
             what = "model(...)" if isinstance(step, ModelStep) else "model_error(...)"
             owners[id(step)] = (agent.name if step.agent is None
-                                else resolve_agent(paths, step.agent, what))
+                                else resolve_agent(paths, step.agent, what, delegates))
     controls = controls_by_agent(steps, lambda step: owners[id(step)])
     return {path: KitModel([s.reply if isinstance(s, ModelStep)
                             else ModelFault(s.message, s.retryable)

@@ -126,6 +126,10 @@ class KitModel(ScriptedModel):
                           for i, c in (controls or {}).items()}
         self._calls = 0
         self._fault_lock = threading.Lock()
+        #: The model calls the script had no reply for, as raised: a request the executor
+        #: runs on its own (a delegation's child session, the parent it resumes) only logs
+        #: its failure, so :meth:`assert_consumed` raises it again.
+        self.unexpected: list[str] = []
         #: Sends a control while a reply streams; True when the reply should go on streaming
         #: (set by the driver).
         self.send: Callable[[Control, Signal], bool] | None = None
@@ -142,7 +146,8 @@ class KitModel(ScriptedModel):
         try:
             chunks = super().stream(request, signal=signal)
         except ScriptError as error:
-            raise ScriptError(self._named(str(error))) from None
+            self.unexpected.append(self._named(str(error)))
+            raise ScriptError(self.unexpected[-1]) from None
         if not controls:
             return chunks
         return self._with_controls(chunks, controls, signal)
@@ -170,6 +175,8 @@ class KitModel(ScriptedModel):
         return message if self.agent is None else f"agent {self.agent}: {message}"
 
     def assert_consumed(self) -> None:
+        if self.unexpected:
+            raise ScriptError(self.unexpected[0])
         try:
             super().assert_consumed()
         except ScriptError as error:
@@ -280,22 +287,29 @@ class Driver:
         self.controls: list[Outcome] = []
         self.problems: list[str] = []
         self.last: dict[str, Any] | None = None
+        #: The session the last input went to (None: the script's).
+        self.last_session: str | None = None
         self.conflict_next = False
         #: The next delivery's process dies at its first model call (``crash()``).
         self.crash_next = False
         self._crashing = False
-        #: The invocation whose model is being called (set by the kit's ``before_model`` hook).
+        #: The invocation whose model is being called (set by the kit's ``before_model`` hook),
+        #: and its session (a delegation's child session, or the script's).
         self.running: str | None = None
+        self.running_session: str | None = None
 
     def before_model(self, ctx: HookContext) -> None:
         self.running = ctx.invocation_id
+        self.running_session = ctx.session.session_id
         if self._crashing:  # after the claim (if any) committed, before the turn commits
             self._crashing = False
             raise _Killed(ctx.session.claimed)
 
     # What a step asks for, as the wire shape of ``Input`` (so both drivers share it).
-    def deliver(self, given: dict[str, Any]) -> Outcome:
-        self.last = given
+    def deliver(self, given: dict[str, Any], session_id: str | None = None) -> Outcome:
+        """Deliver ``given`` to the script's session, or to ``session_id`` (a child session
+        a delegation made: a step answering what waits there)."""
+        self.last, self.last_session = given, session_id
         crashing, self.crash_next = self.crash_next, False
         if crashing and self.clock is None:
             raise ScriptError("crash() needs the app on the kit's clock (KitClock)")
@@ -305,7 +319,7 @@ class Driver:
             policy.store = _RaceOnce(store, self)
         self._crashing = crashing
         try:
-            outcome = self._deliver(given)
+            outcome = self._deliver(given, session_id or self.session_id)
         except _Killed as killed:
             outcome = self._died(killed)
         finally:
@@ -340,11 +354,24 @@ class Driver:
     def redeliver(self) -> Outcome:
         if self.last is None:
             raise ScriptError("redeliver() before any input was delivered")
-        return self.deliver(dict(self.last))
+        return self.deliver(dict(self.last), self.last_session)
 
     def session(self) -> Session:
         session = self.app.sessions.get(self.session_id)
         return session if session is not None else Session.new(self.session_id)
+
+    def children(self) -> list[Session]:
+        """The child sessions delegations made (``Agent.as_delegate``): the script session's,
+        then theirs, in the order they were made, as stored."""
+        found: list[Session] = []
+        waiting = [self.session()]
+        while waiting:
+            for child in waiting.pop(0).head.children:
+                session = self.app.sessions.get(child["session"])
+                if session is not None:
+                    found.append(session)
+                    waiting.append(session)
+        return found
 
     def timer(self, name: str) -> Outcome:
         """Deliver the session's pending timer ``name`` now."""
@@ -363,10 +390,10 @@ class Driver:
                                "input": fired.tool_input.get("input")}]
         return self.deliver(given)
 
-    def _deliver(self, given: dict[str, Any]) -> Outcome:
+    def _deliver(self, given: dict[str, Any], session_id: str) -> Outcome:
         raise NotImplementedError
 
-    def _request(self, given: dict[str, Any]) -> Outcome:
+    def _request(self, given: dict[str, Any], session_id: str) -> Outcome:
         """A control request sent while a turn runs (not a step of its own)."""
         raise NotImplementedError
 
@@ -393,7 +420,7 @@ class Driver:
                                "id": control.id or new_id("msg")}}
         else:
             given = {"pause": True}
-        outcome = self._request(given)
+        outcome = self._request(given, self.running_session or self.session_id)
         # Counted once the control is written: a poll already under way may have read the
         # record before the write, so only reads that start from here are sure to see it.
         reads = self.store.reads
@@ -465,20 +492,22 @@ class InProcessDriver(Driver):
         self._serving = Serving(app, self.agent, poll_interval=POLL_INTERVAL)
         self._events: list[StreamEvent] | None = None
 
-    def _deliver(self, given: dict[str, Any]) -> Outcome:
-        return self._serve(given)
+    def _deliver(self, given: dict[str, Any], session_id: str) -> Outcome:
+        return self._serve(given, session_id=session_id)
 
-    def _request(self, given: dict[str, Any]) -> Outcome:
-        return self._serve(given, control=True)
+    def _request(self, given: dict[str, Any], session_id: str) -> Outcome:
+        return self._serve(given, control=True, session_id=session_id)
 
     def _stream_events(self) -> list[StreamEvent] | None:
         return self._events
 
-    def _serve(self, given: dict[str, Any], *, control: bool = False) -> Outcome:
+    def _serve(self, given: dict[str, Any], *, control: bool = False,
+               session_id: str | None = None) -> Outcome:
         """One delivery through the request executor, as a handler serves it."""
-        request = HandlerInput(session_id=self.session_id, input=Input.model_validate(given))
+        sid = session_id or self.session_id
+        request = HandlerInput(session_id=sid, input=Input.model_validate(given))
         mid = request.input.message_id  # a fresh invocation is named as a handler names it
-        fresh = derive_invocation(self.session_id, mid) if mid else new_id("inv")
+        fresh = derive_invocation(sid, mid) if mid else new_id("inv")
         events: list[StreamEvent] = []
         if not control:
             self._events = events
@@ -492,7 +521,7 @@ class InProcessDriver(Driver):
                     done: Served = stop.value
                     break
                 if event.invocation_id is not None:
-                    self.running = event.invocation_id
+                    self.running, self.running_session = event.invocation_id, sid
                 object.__setattr__(event, "seq", len(events) + 1)  # as a handler numbers them
                 events.append(event)
         finally:
@@ -539,18 +568,18 @@ class HandlerDriver(Driver):
         self._wake = app.handler.wake(agent=self.agent, poll_interval=POLL_INTERVAL)
         self._current: TurnStream | None = None
 
-    def _deliver(self, given: dict[str, Any]) -> Outcome:
+    def _deliver(self, given: dict[str, Any], session_id: str) -> Outcome:
         try:
             if given.get("timer") is not None:
-                return self._wake(_delivery(self.session_id, given))
-            stream = self._turn(HandlerInput(session_id=self.session_id, input=Input(**given)))
+                return self._wake(_delivery(session_id, given))
+            stream = self._turn(HandlerInput(session_id=session_id, input=Input(**given)))
             self._current = stream
             return stream.run()
         finally:
             self._current = None
 
-    def _request(self, given: dict[str, Any]) -> Outcome:
-        return self._turn(HandlerInput(session_id=self.session_id, input=Input(**given))).run()
+    def _request(self, given: dict[str, Any], session_id: str) -> Outcome:
+        return self._turn(HandlerInput(session_id=session_id, input=Input(**given))).run()
 
     def _stream_events(self) -> list[StreamEvent] | None:
         current = self._current

@@ -1,5 +1,7 @@
 """How a script's steps become deliveries: each step, in order, as the request a client would
-send (answers by tool name or call id, decisions by approval id, call id or tool name)."""
+send (answers by tool name or call id, decisions by approval id, call id or tool name). A step
+answering an agent that runs child sessions (a delegate: ``agent="researcher"``) goes to the
+child session of that agent which waits."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 from dormant._ids import new_id
 from dormant.models.scripted import ScriptError
 from dormant.session import Session
+from dormant.testing._agents import agent_paths, delegated, resolve_agent
 from dormant.testing._drivers import Driver
 from dormant.testing.steps import (
     ApprovalStep,
@@ -31,6 +34,7 @@ __all__ = ["play"]
 
 def play(driver: Driver, steps: list[Step]) -> None:
     """Deliver ``steps`` to ``driver`` in order."""
+    where = _Where(driver)
     for step in steps:
         if isinstance(step, UserStep):
             # The id is minted here so a redelivery resends it, wherever the message went.
@@ -40,16 +44,22 @@ def play(driver: Driver, steps: list[Step]) -> None:
                 given["if_busy"] = step.if_busy
             driver.deliver(given)
         elif isinstance(step, ToolInputStep):
-            driver.deliver({"tools": _answer(driver.session(), step.answers,
-                                             _Mine(_active(driver), step.agent))})
+            session = where(step.agent, "tool_input(...)")
+            driver.deliver({"tools": _answer(session, step.answers,
+                                             _Mine(where.active(session), step.agent))},
+                           where.target(session))
         elif isinstance(step, ToolResultStep):
-            call = _deferred(driver.session(), step.call, _Mine(_active(driver), step.agent))
+            session = where(step.agent, "tool_result(...)")
+            call = _deferred(session, step.call, _Mine(where.active(session), step.agent))
             driver.deliver({"tool_results": [{"call_id": call,
                                               "result": step.result,
-                                              "is_error": step.is_error}]})
+                                              "is_error": step.is_error}]},
+                           where.target(session))
         elif isinstance(step, ApprovalStep):
-            driver.deliver({"approvals": _decide(driver.session(), step.decisions,
-                                                 _Mine(_active(driver), step.agent))})
+            session = where(step.agent, "approval(...)")
+            driver.deliver({"approvals": _decide(session, step.decisions,
+                                                 _Mine(where.active(session), step.agent))},
+                           where.target(session))
         elif isinstance(step, RetryStep):
             driver.deliver({"retry": {"retry_id": step.retry_id or new_id("retry")}})
         elif isinstance(step, ConflictStep):
@@ -85,10 +95,52 @@ def _waited_on(session: Session) -> str:
                       "input request or failed invocation); name the owner")
 
 
-def _active(driver: Driver) -> str:
-    """The name of the session's agent now: the one a hand-off left in charge, else the
-    script's agent (whose pending items carry no path)."""
-    return driver.session().head.agent or driver.agent.name
+class _Where:
+    """The session a step answering ``agent``'s pending items acts on: the script's, or for
+    an agent that runs child sessions (a delegate, or one of its hand-off team, or a
+    sub-agent of theirs) the one child session of that agent which waits."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.paths = agent_paths(driver.agent)
+        self.delegates = delegated(driver.agent)
+
+    def __call__(self, agent: str | None, what: str) -> Session:
+        session = self.driver.session()
+        if agent is None or not self.delegates:
+            return session
+        try:
+            root = resolve_agent(self.paths, agent, what).split("/", 1)[0]
+        except ScriptError:  # no agent of that name: matched as given, among the script's
+            return session
+        if root not in self.delegates:
+            return session
+        children = [c for c in self.driver.children() if _run_by(c) == root]
+        waiting = [c for c in children if c.head.open_invocation is not None]
+        if len(waiting) == 1:
+            return waiting[0]
+        ids = {c.session_id for c in waiting}
+        known = ", ".join(f"{c.session_id} ({'waits' if c.session_id in ids else 'ended'})"
+                          for c in children) or "none"
+        raise ScriptError(f"{what} for agent {agent!r}: a delegate's pending items are "
+                          f"answered on its child session, and {len(waiting)} of its child "
+                          f"sessions wait (one must); its child sessions: {known}")
+
+    def active(self, session: Session) -> str:
+        """The name of the session's agent now: the one a hand-off left in charge, else the
+        agent it was started with (whose pending items carry no path): the script's, or a
+        child session's delegate."""
+        return session.head.agent or _run_by(session) or self.driver.agent.name
+
+    def target(self, session: Session) -> str | None:
+        """Where a delivery for ``session`` goes (None: the script's session)."""
+        return None if session.session_id == self.driver.session_id else session.session_id
+
+
+def _run_by(session: Session) -> str | None:
+    """The agent a child session runs now (None: not a child session)."""
+    parent = session.head.parent
+    return None if parent is None else session.head.agent or parent.get("agent")
 
 
 class _Mine:

@@ -171,8 +171,9 @@ def model(text: str | dict[str, Any] | None = None, *,
 
     ``agent``: the agent whose model replies — a sub-agent the script's agent reaches
     through its tools (``Agent.as_tool``), by name (``"billing"``) or path
-    (``"concierge/billing"``), or an agent it may hand the conversation over to
-    (``handoffs=[...]``), by its own name. Each agent's replies are consumed in script order
+    (``"concierge/billing"``), an agent it may hand the conversation over to
+    (``handoffs=[...]``) or one it delegates to (``Agent.as_delegate``: it runs a child
+    session), by its own name. Each agent's replies are consumed in script order
     by its own model calls; None: the script's agent's (after a hand-off too). A name no
     reachable agent has fails the run with a :class:`ScriptError` before anything runs.
 
@@ -235,7 +236,10 @@ def approve(name: str | None = None, *, reason: str | None = None,
 
     A sub-agent's requests are pending too (each names its agent's path): ``agent``
     (``"concierge/billing"``, or an agent's name) picks among that agent's only — for two
-    agents waiting on a tool of the same name. The session agent is named by its own name."""
+    agents waiting on a tool of the same name. The session agent is named by its own name.
+    A delegate's requests wait in its child session: ``agent="researcher"`` (a delegate's
+    name, or a path under it) sends the decision there, to the one child session of that
+    agent that waits (the step's result is the child's request's)."""
     return ApprovalStep({name: {"approved": True, "reason": reason}}, agent)
 
 
