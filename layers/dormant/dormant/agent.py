@@ -444,17 +444,24 @@ class Agent:
 
     def delegates(self) -> dict[str, Agent]:
         """The agents this one delegates to (``as_delegate``), and theirs, by name: whom a
-        child session of a session this agent serves is run by."""
+        child session of a session this agent serves is run by. Its hand-off team's, its
+        sub-agents' and its delegates' own delegations count (any of them may make the
+        call)."""
         found: dict[str, Agent] = {}
-        seen, waiting = {id(self)}, [self]
+        seen: set[int] = set()
+        waiting = [self]
         while waiting:
-            for tool in waiting.pop().tools.values():
+            agent = waiting.pop()
+            if id(agent) in seen:
+                continue
+            seen.add(id(agent))
+            if agent.handoffs:
+                waiting.extend(agent.team().values())
+            for tool in agent.tools.values():
                 if tool.delegate is not None:
                     found.setdefault(tool.delegate.name, tool.delegate)
-                for other in (tool.delegate, tool.agent):
-                    if other is not None and id(other) not in seen:
-                        seen.add(id(other))
-                        waiting.append(other)
+                waiting.extend(other for other in (tool.delegate, tool.agent)
+                               if other is not None)
         return found
 
     def toolset(self) -> Toolset:

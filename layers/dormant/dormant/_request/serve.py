@@ -467,7 +467,7 @@ def _delegations(serving: Serving, served: Served, signal: Signal) -> None:
 
 def _start_child(serving: Serving, session: Session, agent: Agent, call: PendingCall,
                  child_id: str, signal: Signal) -> None:
-    delegate = _delegate_of(agent, call.name)
+    delegate = _delegate_of(agent, call.name, session.head.agent)
     task = call.args.get("input") if isinstance(call.args, dict) else None
     if delegate is None or not isinstance(task, str) or not task:
         log.warning("delegated call %s names no agent or task: its child is not started",
@@ -513,9 +513,13 @@ def _send(serving: Serving, request: HandlerInput, signal: Signal) -> None:
                     extra={"session_id": request.session_id})
 
 
-def _delegate_of(agent: Agent, name: str) -> Agent | None:
-    """The agent a delegation tool called ``name`` runs: the agent's own, or a sub-agent's."""
-    seen, waiting = {id(agent)}, [agent]
+def _delegate_of(agent: Agent, name: str, active: str | None) -> Agent | None:
+    """The agent a delegation tool called ``name`` runs: the agent's own, a sub-agent's, or
+    (a hand-off in the turn) its team's, the session's agent now (``active``) first."""
+    first = agent.active(active)
+    team = [first, *(member for member in agent.team().values() if member is not first)] \
+        if agent.handoffs else [agent]
+    seen, waiting = {id(member) for member in team}, team[::-1]
     while waiting:
         tools = waiting.pop().tools
         tool = tools.get(name)
