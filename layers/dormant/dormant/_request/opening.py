@@ -49,7 +49,7 @@ from dormant.session import Session, mint_session_id, normalize_session_id
 if TYPE_CHECKING:
     from dormant.agent import Agent
 
-__all__ = ["CLAIM_ATTEMPTS", "Opened", "claim_lease", "open_request"]
+__all__ = ["CLAIM_ATTEMPTS", "Opened", "claim_lease", "load_turns", "open_request"]
 
 #: Decisions one request makes at most while other writers keep landing first.
 CLAIM_ATTEMPTS = 16
@@ -148,7 +148,7 @@ def open_request(host: Host, agent: Agent, request: HandlerInput, rules: Request
 
 def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
           rules: RequestRules) -> Session:
-    session = host.sessions.load(sid, turns=agent.history_turns,
+    session = host.sessions.load(sid, turns=load_turns(agent),
                                  compacted=agent.compaction is not None)
     if session is None:
         session = host.sessions.bind(Session.new(
@@ -172,6 +172,19 @@ def _load(host: Host, agent: Agent, sid: str, request: HandlerInput,
     if request.public:
         _refuse_deferred_answers(session, request.input)
     return session
+
+
+def load_turns(agent: Agent) -> int | None:
+    """How many recent turns a request of ``agent`` loads: its history's, and at least the
+    latest when it uses agents as tools. A sub-agent's model reads its own events, which sit
+    after its caller's call in the open invocation (a decision or an answer that resumes it
+    must find them loaded, whatever history its caller's recipe keeps); the latest turn's
+    start is before them (nothing starts a turn while a step is parked on its tools)."""
+    turns = agent.history_turns
+    if turns is not None and turns < 1 and any(
+            tool.agent is not None for tool in agent.tools.values()):
+        return 1
+    return turns
 
 
 def _initial_state(rules: RequestRules, initial: dict[str, object] | None

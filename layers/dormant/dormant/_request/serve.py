@@ -24,7 +24,7 @@ from dormant._ids import new_id
 from dormant._inputs import CommitStatus, HandlerInput, Input, RetryRequest, landed
 from dormant._request.ahead import WriteAhead
 from dormant._request.host import Host, RequestRules
-from dormant._request.opening import Opened, open_request
+from dormant._request.opening import Opened, load_turns, open_request
 from dormant._run import run_turn
 from dormant._run.compaction import claim_in
 from dormant._timing import Recorder, Sink, otel_loaded, outcome_of, parked_spans
@@ -447,7 +447,7 @@ class _Running:
 
 def _reload(serving: Serving, session: Session) -> Callable[[], Session | None]:
     host, agent = serving.host, serving.agent
-    turns, compacted = agent.history_turns, agent.compaction is not None
+    turns, compacted = load_turns(agent), agent.compaction is not None
     return lambda: host.sessions.load(session.session_id, turns=turns, compacted=compacted)
 
 
