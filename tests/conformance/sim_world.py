@@ -52,7 +52,8 @@ from dormant.tools import Signal
 
 from .sim_engine import CURRENT, Chooser, Request, Sim, SimStore
 
-__all__ = ["HAND_INPUTS", "INPUTS", "SETUPS", "Outcome", "check", "describe", "forget",
+__all__ = ["HAND_INPUTS", "INPUTS", "SETUPS", "SUBAGENT_SETUPS", "Outcome", "check",
+           "describe", "forget",
            "run_schedule"]
 
 START_MS = 1_700_000_000_000
@@ -110,6 +111,11 @@ class KindModel:
         elif kind == "fail" and text not in self.failed_once:
             self.failed_once.add(text)
             raise ModelError("down")
+        elif kind == "sub" and since == 0:  # (an agent used as a tool: see SUBAGENT_SETUPS)
+            yield ToolCallChunk(call_id="", name="clerk", args={"input": f"clerk {text}"})
+        elif kind == "clerk" and since < 2:  # the sub-agent: a plain tool, then an approval
+            name = "work" if since == 0 else "risky"
+            yield ToolCallChunk(call_id="", name=name, args={"tag": f"{text}/{since}"})
         elif kind == "wait" and since == 0:
             yield ToolCallChunk(call_id="", name="ask", args={"tag": text})
             yield ToolCallChunk(call_id="", name="risky", args={"tag": text})
@@ -156,7 +162,9 @@ class World:
             app.tool(name="lookup", description="its result comes later", schema=Tag,
                      deferred=True),
         ]
-        self.agent = app.agent(name="sim", model=KindModel(), tools=tools,
+        clerk = app.agent(name="clerk", model=KindModel(), tools=tools[:3],
+                          tool_approval={"risky": "user-approval"})
+        self.agent = app.agent(name="sim", model=KindModel(), tools=[*tools, clerk.as_tool()],
                                tool_approval={"risky": "user-approval"})
         self.agent = _with_desk(app, self.agent, tools)  # hand-offs: see below
         # The control record is read at the turn's step boundaries, on the request's thread;
@@ -307,6 +315,31 @@ def _failed(world: World) -> None:
 SETUPS = {"fresh": _fresh, "waiting": _waiting, "failed": _failed}
 
 
+# --- where a schedule starts: an agent used as a tool ------------------------------------------
+
+
+def _sub_waiting(world: World) -> None:
+    """A session whose step called the agent ``clerk`` as a tool; the sub-agent ran its own
+    ``work`` (written ahead), then asked for an approval of its ``risky``: the session waits
+    on the sub-agent's approval, and its caller's call has no result yet. A message in the
+    inbox behind it."""
+    assert world.send({"message": "hello 0", "message_id": "seed-0"}).status == "completed"
+    waiting = world.send({"message": "sub 1", "message_id": "seed-1"})
+    assert waiting.status == "yielded_tool", waiting
+    assert world.send({"message": "hello 2", "message_id": "seed-2"}).status == "queued"
+    session = world.app.sessions.get(world.session_id)
+    assert session is not None
+    [approval] = session.pending_approvals
+    assert approval.agent == "sim/clerk", approval
+    world.waiting_on = {"approval": approval.approval_id,
+                        "invocation": session.head.open_invocation or ""}
+
+
+#: Setups of sub-agent scenarios: kept out of :data:`SETUPS` so the random schedules' seeds
+#: (and the found ones) still pick what they picked; ``test_sim_subagents`` runs them.
+SUBAGENT_SETUPS = {"sub-waiting": _sub_waiting}
+
+
 # --- what a request may bring -----------------------------------------------------------------
 
 
@@ -411,7 +444,7 @@ def run_schedule(store: Any, setup: str, kinds: Sequence[str], chooser: Chooser)
     proxy = SimStore(store)
     world = World(proxy, sim, f"sim-{setup}-{next(_serials)}")
     sim.observe = world.observe
-    SETUPS[setup](world)
+    (SETUPS.get(setup) or SUBAGENT_SETUPS[setup])(world)
     proxy.sim = sim
     proxy.writes.clear()
     inputs: list[tuple[str, dict[str, Any] | None]] = []

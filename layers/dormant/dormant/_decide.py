@@ -480,9 +480,10 @@ def tool_result(session: Slice, call_id: str, result: Any, is_error: bool = Fals
     if is_error:
         error = value if isinstance(value, str) else json.dumps(value)
         value = None
+    # (a sub-agent's call: its result is in its agent's scope, where its model reads it)
     event = ToolResult(invocation_id=head.open_invocation, call_id=call_id,
                        name=call.name if call is not None else "", result=value, error=error,
-                       deferred=True)
+                       deferred=True, scope=call_scope(call) if call is not None else None)
     session.add_event(event)
     return event
 
