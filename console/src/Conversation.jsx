@@ -8,7 +8,8 @@
 // tool: its events carry a `scope`) is a nested card under the call it runs for, with its own
 // conversation; a hand-off to another agent is a divider naming it (the hand-off's tool call,
 // `transfer_to_<agent>`, shows as a card only with Details on), and the bubbles after it
-// carry the name of the agent answering.
+// carry the name of the agent answering. A delegated call (an agent run in a child session of
+// its own) links to that session under its card.
 import { useState } from "preact/hooks";
 import { SchemaForm } from "./SchemaForm.jsx";
 import { describe } from "./Timeline.jsx";
@@ -191,6 +192,7 @@ function converse(events, { details, forkOf, outcomes, requests, pending, lastTe
       case "tool_deferred": {
         const c = card(e);
         c.deferred = true;
+        if (e.delegate) c.delegate = e.delegate;
         return;
       }
       case "tool_result": {
@@ -275,6 +277,7 @@ function Entry({ entry, details, busy, actions }) {
       return (
         <li class="tool-entry" {...attrs}>
           <ToolCard call={entry} details={details} />
+          {entry.delegate && <Delegation call={entry} />}
           {entry.sub && <SubAgent call={entry} details={details} busy={busy} actions={actions} />}
         </li>
       );
@@ -340,6 +343,17 @@ function SubAgent({ call, details, busy, actions }) {
   );
 }
 
+/** Where a delegated call runs: the child session its agent works in, a link to it. */
+function Delegation({ call }) {
+  const href = `#/sessions/${encodeURIComponent(call.delegate)}`;
+  return (
+    <p class="delegation" data-session={call.delegate}>
+      {call.done ? "ran in child session " : "running in child session "}
+      <a href={href}>{shortId(call.delegate)}</a>
+    </p>
+  );
+}
+
 /** The errors of a call ended by a person (a stop, an interrupt), not by a failure. */
 const ENDED = new Set(["stopped", "interrupted", "cancelled by the user"]);
 
@@ -352,6 +366,7 @@ function stateOf(call) {
   if (call.approval === "pending") return ["wants approval", "wait"];
   if (call.approval === "denied") return ["denied", "bad"];
   if (call.asks !== undefined && !call.answered) return ["asks", "wait"];
+  if (call.deferred && call.delegate) return ["delegated", "wait"];
   if (call.deferred) return ["waits for its result", "wait"];
   if (call.sub) {
     const waits = flatten(call.sub.entries).some((x) => x.kind.startsWith("ask-"));

@@ -2,7 +2,9 @@
 the concierge sample (:mod:`dormant.samples.concierge`, on its rule models): a sub-agent's
 work is a nested card under the call it runs for, with its own conversation and its approval
 answered in place; a hand-off (a real one: the sample's concierge hands over to billing when
-asked) is a divider naming the agent handed to, whose replies carry its name.
+asked) is a divider naming the agent handed to, whose replies carry its name; a delegation (also
+real: the concierge delegates an audit to its auditor, in a child session) links the parent
+and the child's pages, and the delegated call's card to the child.
 
 The nested card's screenshot is ``console-subagent.png`` among the run's artifacts: the
 docs' picture (``docs/images/console-subagent.png``) is a copy of it.
@@ -10,13 +12,12 @@ docs' picture (``docs/images/console-subagent.png``) is a copy of it.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, Route, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from .conftest import ROOT, DevServer
 from .test_console import (
@@ -39,6 +40,7 @@ CONCIERGE = "dormant.samples.concierge:build"
 PICTURE = ROOT / "docs" / "images" / "console-subagent.png"
 SESSION = "session_refund"
 ANSWER = "Billing says: Refunded 120.00 EUR on invoice INV-7."
+AUDITED = "The audit is done: No anomalies in 3 invoices."
 
 
 @pytest.fixture
@@ -212,32 +214,57 @@ def test_a_hand_off_is_a_divider_and_the_agent_handed_to_answers(
 
 def test_a_delegations_sessions_are_links(
         concierge_page: Page, concierge_server: DevServer) -> None:
-    """The sample has no delegation yet: its real ledger, with the parent and children a
-    delegation's head names put in on the wire."""
+    """A real delegation: asked for an audit, the concierge's rule model calls ``audit``
+    (``auditor.as_delegate``), its turn parks, the auditor runs the task in a child session
+    (on ``dormant dev``'s worker) and its answer resumes the concierge. The two pages link to
+    each other, and the parked call's card to the child."""
     page = concierge_page
-    asked = api(concierge_server, "POST", "/turns", {"sessionId": SESSION,
-                                                     "message": "what is invoice INV-8?"})
-    assert asked.json()["output"]["text"] == "Billing says: Invoice INV-8 is for 45.00 EUR, paid."
+    page.goto("/#/sessions/acct")
+    timeline = conversation(page)
+    send(page, "audit my account")
 
-    def with_delegation(route: Route) -> None:
-        answer = route.fetch()
-        body = answer.json()
-        body["parent"] = {"sessionId": "session_desk", "callId": "call_1"}
-        body["children"] = [{"sessionId": "session_billing-1", "callId": "call_2"}]
-        route.fulfill(response=answer, body=json.dumps(body))
-
-    page.route(re.compile(rf"/sessions/{SESSION}(\?.*)?$"), with_delegation)
-    page.goto(f"/#/sessions/{SESSION.removeprefix('session_')}")
-    expect(said(conversation(page), "assistant", asked.json()["output"]["text"])) \
-        .to_be_visible(timeout=WAIT)
+    # The ledger's answer, once the child's end resumed the concierge (no reload needed).
+    expect(said(timeline, "assistant", AUDITED)).to_be_visible(timeout=WAIT)
+    [child] = api(concierge_server, "GET", "/sessions/session_acct").json()["children"]
+    child_id, call_id = child["sessionId"], child["callId"]
+    short = child_id.removeprefix("session_")
     meta = page.locator(".meta")
-    expect(meta.get_by_role("link", name="desk")).to_have_attribute(
-        "href", "#/sessions/session_desk")
-    expect(meta.get_by_role("link", name="billing-1")).to_have_attribute(
-        "href", "#/sessions/session_billing-1")
-    expect(meta).to_contain_text("delegated from desk")
-    expect(meta).to_contain_text("delegated to billing-1")
-    assert_accessible(page, "a delegation's links")
+    expect(meta).to_contain_text(f"delegated to {short}")
+    expect(meta.get_by_role("link", name=short)).to_have_attribute(
+        "href", f"#/sessions/{child_id}")
+    # The delegated call's card says where it ran, with a link to the child.
+    call = timeline.locator(":scope > li.tool-entry").filter(
+        has=page.locator(".tool-name", has_text=re.compile("^audit$")))
+    expect(call.locator("details.tool summary .chip")).to_have_text("returned")
+    ran = call.locator(".delegation")
+    expect(ran).to_have_text(f"ran in child session {short}")
+    expect(ran.get_by_role("link", name=short)).to_have_attribute("href", f"#/sessions/{child_id}")
+    assert own_types(page) == ["user", "tool_call", "tool_deferred", "tool_result", "assistant"]
+    assert_accessible(page, "a delegating session")
+    evidence(page, "44-delegation-parent")
+
+    # Followed: the child's page names its parent, with a link back, and shows the task as
+    # the user's message and the auditor's work and reply.
+    meta.get_by_role("link", name=short).click()
+    expect(page.locator("#session-title")).to_have_text(short, timeout=WAIT)
+    child_meta = page.locator(".meta")
+    expect(child_meta).to_contain_text("delegated from acct")
+    expect(child_meta.get_by_role("link", name="acct")).to_have_attribute(
+        "href", "#/sessions/session_acct")
+    expect(child_meta).not_to_contain_text("delegated to")
+    inner = conversation(page)
+    expect(said(inner, "user", "audit my account")).to_be_visible(timeout=WAIT)
+    expect(said(inner, "assistant", "No anomalies in 3 invoices.")).to_be_visible()
+    expect(inner.locator("details.tool summary .tool-name")).to_have_text(["list_invoices"])
+    assert own_types(page) == ["user", "tool_call", "tool_result", "assistant"]
+    head = api(concierge_server, "GET", f"/sessions/{child_id}").json()
+    assert head["parent"] == {"sessionId": "session_acct", "callId": call_id}
+    assert_accessible(page, "a child session")
+    evidence(page, "45-delegation-child")
+
+    # And back to the parent by its link.
+    child_meta.get_by_role("link", name="acct").click()
+    expect(said(conversation(page), "assistant", AUDITED)).to_be_visible(timeout=WAIT)
 
 
 def test_the_docs_picture_of_a_sub_agent_is_small() -> None:

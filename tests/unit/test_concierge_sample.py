@@ -1,13 +1,16 @@
 """The concierge sample: a concierge hands billing questions to a billing agent (an agent
 used as a tool), whose refunds wait for a person's approval, or hands the conversation over
-to billing, which hands back; with no key, on rule models."""
+to billing, which hands back, and delegates an audit to an auditor in a child session; with no
+key, on rule models."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from dormant.http import build_resolver
 from dormant.models import OpenAIModel
 from dormant.samples import concierge
 from dormant.stores.memory import MemoryStore
@@ -103,10 +106,56 @@ def test_asking_for_billing_hands_over_and_billing_answers_until_it_hands_back(
         "concierge", "Billing says: Invoice INV-7 is for 120.00 EUR, refunded.")
 
 
+def _get(resolver: Any, path: str) -> dict[str, Any]:
+    """``GET path?events=true`` through the app's REST routes, as the console reads a
+    session."""
+    out = resolver.resolve({
+        "resource": path, "path": path, "httpMethod": "GET", "headers": {},
+        "multiValueHeaders": {}, "queryStringParameters": {"events": "true"},
+        "multiValueQueryStringParameters": {"events": ["true"]}, "pathParameters": None,
+        "stageVariables": None, "body": None, "isBase64Encoded": False,
+        "requestContext": {"resourcePath": path, "httpMethod": "GET", "path": path,
+                           "stage": "test", "requestId": "r-1", "identity": {}}}, None)
+    assert out["statusCode"] == 200, out
+    return json.loads(out["body"])  # type: ignore[no-any-return]
+
+
+def test_an_audit_is_delegated_to_the_auditor_in_a_child_session() -> None:
+    app, agent = concierge.build(MemoryStore(), env={})
+    ask = app.handler.rest(agent=agent, response={"events": True})
+    resolver = build_resolver(app, agent)
+
+    parked = _turn(ask, "acct", message="audit my account")
+    assert parked["status"] == "yielded_tool"  # the concierge's own turn parks on the call
+    [deferred] = parked["deferredTools"]
+    assert (deferred["name"], deferred["args"]) == ("audit", {"input": "audit my account"})
+
+    # Once that turn committed, the auditor ran the task in a child session (here, in the
+    # same process), and its answer resumed the concierge.
+    parent = _get(resolver, "/sessions/session_acct")
+    [child_link] = parent["children"]
+    assert child_link["callId"] == deferred["callId"] and "parent" not in parent
+    child = _get(resolver, f"/sessions/{child_link['sessionId']}")
+    assert child["parent"] == {"sessionId": "session_acct", "callId": deferred["callId"]}
+    assert "children" not in child
+    assert [(e["type"], e.get("text") or e.get("name")) for e in child["events"]
+            if e["type"] in ("user", "tool_call", "assistant")] == [
+        ("user", "audit my account"), ("tool_call", "list_invoices"),
+        ("assistant", "No anomalies in 3 invoices.")]
+    [answer] = [e for e in parent["events"] if e["type"] == "assistant"]
+    assert answer["text"] == "The audit is done: No anomalies in 3 invoices."
+    assert parent["status"] == "active"
+    [result] = [e for e in parent["events"] if e["type"] == "tool_result"]
+    assert (result["call_id"], result["result"]) == (deferred["callId"],
+                                                     "No anomalies in 3 invoices.")
+
+
 def test_with_a_key_both_agents_use_the_real_model() -> None:
     _, agent = concierge.build(MemoryStore(), env={"OPENAI_API_KEY": "sk-test"})
     billing = agent.tools["billing"].agent
+    auditor = agent.tools["audit"].delegate
     assert isinstance(agent.model, OpenAIModel)
-    assert billing.model is agent.model
+    assert billing.model is agent.model and auditor.model is agent.model
     assert agent.handoffs == (billing,) and billing.handoffs == ("concierge",)
     assert agent.team() == {"concierge": agent, "billing": billing}
+    assert agent.delegates() == {"auditor": auditor}

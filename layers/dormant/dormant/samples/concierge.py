@@ -12,6 +12,14 @@ ones itself, and hands back with ``transfer_to_concierge`` (``handoffs=["concier
 the customer is done with it. Each hand-off is a ``handoff`` event in the ledger, and a REST
 answer's ``agent`` says which agent answered.
 
+An account audit is delegated: the concierge calls ``audit`` (``auditor.as_delegate``), a
+deferred call that parks its turn; once that turn has committed, an ``auditor`` agent runs the
+task in a child session of its own (in-process, or on the worker where the deployment hands
+work on: ``dormant dev``'s worker thread, the webhook queue on AWS), going through the
+invoices with ``list_invoices``. The auditor's final answer is the call's result: it resumes
+the concierge, which passes it on. The child's head names its ``parent`` (session and call),
+the parent's its ``children``, and ``GET /sessions/{id}`` and the console link the two.
+
 ``build(store=None, model=None)`` returns the app and the concierge. Both agents run on
 ``model`` when one is given, else on the model :func:`dormant.samples.bookings.default_model`
 picks (Bedrock, OpenAI) and, with no key, on two small rule-based models (no network):
@@ -19,7 +27,10 @@ picks (Bedrock, OpenAI) and, with no key, on two small rule-based models (no net
 to refund it, and once approved, refund it and the concierge pass the answer on. A message
 asking to talk (or speak) to billing, e.g. "let me talk to billing", hands over instead;
 billing then answers the customer's invoice questions and refunds itself, and a message
-naming the concierge or saying that's all ("thanks, that's all") hands back.
+naming the concierge or saying that's all ("thanks, that's all") hands back. "audit my
+account" delegates the audit: the auditor lists the invoices and answers "No anomalies in 3
+invoices.", and the concierge, resumed, says "The audit is done: No anomalies in 3
+invoices."
 """
 
 from __future__ import annotations
@@ -38,18 +49,23 @@ from dormant.schedulers import Scheduler
 from dormant.stores import Store
 from dormant.tools import ToolContext
 
-__all__ = ["INVOICES", "BillingDemo", "Concierge", "ConciergeDemo", "build"]
+__all__ = ["INVOICES", "AuditorDemo", "BillingDemo", "Concierge", "ConciergeDemo", "build"]
 
 CONCIERGE = ("You are a customer concierge. Answer general questions yourself; hand a "
              "question about invoices, payments or refunds to the billing tool, in one clear "
              "sentence, and pass its answer on to the customer. When the customer asks to "
              "talk to billing themselves, hand the conversation over with "
-             "transfer_to_billing instead.")
+             "transfer_to_billing instead. When they ask for an audit of their account, "
+             "delegate it with the audit tool and pass the auditor's findings on.")
 BILLING = ("You are the billing agent. Look invoices up with lookup_invoice before acting on "
            "them; refund an invoice with refund only when asked to (a person approves each "
            "refund). Answer in one sentence. When you talk to the customer yourself (the "
            "concierge handed the conversation over) and they are done with billing or ask "
            "for the concierge, hand back with transfer_to_concierge.")
+AUDITOR = ("You are the auditor. List the customer's invoices with list_invoices and look "
+           "for anomalies: an unknown status, an amount that is not positive, a refund "
+           "larger than its invoice. Answer in one or two sentences: how many invoices you "
+           "checked and what you found.")
 HISTORY_TURNS = 20
 
 #: The sample's invoices: reference -> (amount in cents, currency).
@@ -76,6 +92,11 @@ def _lookup_invoice(ctx: ToolContext) -> dict[str, Any]:
             "status": "refunded" if refunded else "paid"}
 
 
+def _list_invoices(ctx: ToolContext) -> list[dict[str, Any]]:
+    return [{"invoice": ref, "amount_cents": cents, "currency": currency}
+            for ref, (cents, currency) in INVOICES.items()]
+
+
 def _refund(ctx: ToolContext) -> dict[str, Any]:
     # Runs only once a person approved this call (billing's tool_approval policy).
     ref = ctx.args.invoice.upper()
@@ -85,7 +106,7 @@ def _refund(ctx: ToolContext) -> dict[str, Any]:
 
 class Concierge(NamedTuple):
     """The sample: ``app, concierge = build()`` (billing is the agent behind its ``billing``
-    tool)."""
+    tool, the auditor the one behind its ``audit`` delegation)."""
 
     app: dormant.App
     concierge: dormant.Agent
@@ -110,12 +131,22 @@ def build(store: Store | None = None, model: Model | None = None, *,
         tools=[lookup_invoice, refund], tool_approval={"refund": "user-approval"},
         handoffs=["concierge"],
     )
+    list_invoices = app.tool(name="list_invoices", description="List the customer's "
+                             "invoices", execute=_list_invoices)
+    auditor = app.agent(
+        name="auditor", model=AuditorDemo() if demo else chosen,
+        context=[app.context.system(AUDITOR), app.context.history(limit=HISTORY_TURNS)],
+        tools=[list_invoices],
+    )
     concierge = app.agent(
         name="concierge", model=ConciergeDemo() if demo else chosen,
         context=[app.context.system(CONCIERGE), app.context.history(limit=HISTORY_TURNS)],
         tools=[billing.as_tool(name="billing", description="Hand a question about invoices, "
                                "payments or refunds to the billing agent: say what the "
-                               "customer wants, with the invoice reference")],
+                               "customer wants, with the invoice reference"),
+               auditor.as_delegate(name="audit", description="Delegate an audit of the "
+                                   "customer's account to the auditor, who works on it in a "
+                                   "session of its own: say what to audit")],
         handoffs=[billing],
     )
     return Concierge(app, concierge)
@@ -126,11 +157,13 @@ def build(store: Store | None = None, model: Model | None = None, *,
 _INVOICE = re.compile(r"\bINV-?(\d+)\b", re.IGNORECASE)
 _BILLING_WORDS = ("invoice", "refund", "bill", "payment", "charge")
 _TO_BILLING = re.compile(r"\b(talk|speak)\b.*\bbilling\b", re.IGNORECASE)
+_AUDIT = re.compile(r"\baudit", re.IGNORECASE)
 _TO_CONCIERGE = re.compile(r"\bconcierge\b|\bthat(?:'|\u2019| i)s all\b", re.IGNORECASE)
 _HELP = ("I'm the demo concierge (no OPENAI_API_KEY is set, so small rule-based models are "
          "answering). I hand billing questions to the billing agent: try \"what is invoice "
-         "INV-8?\" or \"refund invoice INV-7\" (a person approves each refund), or \"let me "
-         "talk to billing\" to be handed over.")
+         "INV-8?\" or \"refund invoice INV-7\" (a person approves each refund), \"let me "
+         "talk to billing\" to be handed over, or \"audit my account\" (the auditor works "
+         "on it in a session of its own).")
 _WELCOME_BACK = "Welcome back! Anything else I can help with?"
 _BILLING_HERE = ("Billing here: which invoice can I help with? Say \"thanks, that's all\" to "
                  "go back to the concierge.")
@@ -146,12 +179,14 @@ def _money(cents: Any, currency: Any) -> str:
 
 
 class ConciergeDemo(RuleModel):
-    """The concierge's rules: asking to talk to billing hands the conversation over; another
-    billing question goes to the ``billing`` tool as it was asked, and billing's answer is
-    passed on; anything else gets the help text. Handed back to, it welcomes the customer
-    back."""
+    """The concierge's rules: asking to talk to billing hands the conversation over; asking
+    for an audit delegates it (``audit``); another billing question goes to the ``billing``
+    tool as it was asked; billing's and the auditor's answers are passed on; anything else
+    gets the help text. Handed back to, it welcomes the customer back."""
 
     def reply(self, text: str) -> Reply:
+        if _AUDIT.search(text):
+            return self.call("audit", {"input": text})
         if _TO_BILLING.search(text):
             return self.call("transfer_to_billing",
                              {"reason": "the customer asked to talk to billing"})
@@ -162,6 +197,10 @@ class ConciergeDemo(RuleModel):
     def after_tool(self, result: ToolOutcome) -> Reply:
         if result.name == "transfer_to_concierge":  # (billing's call, in the conversation)
             return _WELCOME_BACK
+        if result.name == "audit":  # (the auditor's final text, as a JSON string)
+            found = result.data if isinstance(result.data, str) else result.content
+            return (f"The audit didn't finish: {found}" if result.is_error
+                    else f"The audit is done: {found}")
         if result.is_error:
             return f"Billing couldn't help: {result.content}"
         return f"Billing says: {result.data}"
@@ -206,6 +245,24 @@ class BillingDemo(RuleModel):
             return f"I couldn't look that invoice up: {result.content}"
         amount = _money(data.get("amount_cents"), data.get("currency"))
         return f"Invoice {data.get('invoice')} is for {amount}, {data.get('status')}."
+
+
+class AuditorDemo(RuleModel):
+    """The auditor's rules: any task lists the invoices, and the answer counts the ones
+    checked and the anomalies found (an amount that is not positive)."""
+
+    def reply(self, text: str) -> Reply:
+        return self.call("list_invoices")
+
+    def after_tool(self, result: ToolOutcome) -> Reply:
+        invoices = result.data
+        if result.is_error or not isinstance(invoices, list):
+            return f"I couldn't list the invoices: {result.content}"
+        odd = [i.get("invoice") for i in invoices
+               if not isinstance(i.get("amount_cents"), int) or i["amount_cents"] <= 0]
+        if odd:
+            return f"Checked {len(invoices)} invoices: {', '.join(map(str, odd))} look wrong."
+        return f"No anomalies in {len(invoices)} invoices."
 
 
 def _refunded(result: ToolOutcome) -> str:
