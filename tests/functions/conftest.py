@@ -52,6 +52,30 @@ def load_event(name: str) -> dict[str, Any]:
         return copy.deepcopy(json.load(file))
 
 
+#: The sample event of a record on the webhook queue (a hand-on, a delegation's start).
+HAND_ON = "webhook_sqs_fifo_hand_on.json"
+
+
+def batch_failures(response: dict[str, Any]) -> list[str]:
+    """The message ids an SQS batch answer reports failed (those the queue delivers again)."""
+    return [item["itemIdentifier"] for item in response["batchItemFailures"]]
+
+
+def queue_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the SQS event source hands the webhook function for these queued messages."""
+    template = load_event(HAND_ON)["Records"][0]
+    records = []
+    for message in messages:
+        record = copy.deepcopy(template)
+        record["messageId"] = message["MessageId"]
+        record["receiptHandle"] = message["ReceiptHandle"]
+        record["body"] = message["Body"]
+        record["md5OfBody"] = message["MD5OfBody"]
+        record["attributes"].update(message["Attributes"])
+        records.append(record)
+    return {"Records": records}
+
+
 def seed_wake_timer(deployed: Deployment, event: dict[str, Any]) -> None:
     """The session as a turn that asked for a wake event's timer left it (timer pending)."""
     from datetime import UTC, datetime

@@ -12,29 +12,16 @@ from typing import Any
 import pytest
 
 from dormant.session import child_session_id
-from tests.functions.conftest import Deployment, FakeLambdaContext, load_event
+from tests.functions.conftest import (
+    HAND_ON,
+    Deployment,
+    FakeLambdaContext,
+    batch_failures,
+    load_event,
+    queue_event,
+)
 
-HAND_ON = "webhook_sqs_fifo_hand_on.json"
 CALL = "call_0000000000000051"
-
-
-def _failures(response: dict[str, Any]) -> list[str]:
-    return [item["itemIdentifier"] for item in response["batchItemFailures"]]
-
-
-def _as_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the SQS event source hands the webhook function for these queued messages."""
-    template = load_event(HAND_ON)["Records"][0]
-    records = []
-    for message in messages:
-        record = copy.deepcopy(template)
-        record["messageId"] = message["MessageId"]
-        record["receiptHandle"] = message["ReceiptHandle"]
-        record["body"] = message["Body"]
-        record["md5OfBody"] = message["MD5OfBody"]
-        record["attributes"].update(message["Attributes"])
-        records.append(record)
-    return {"Records": records}
 
 
 def _message(session_id: str, text: str, principal: str) -> dict[str, Any]:
@@ -57,7 +44,7 @@ def test_a_child_delegated_over_the_webhook_queue_answers_its_parent_once(
     webhook = deployed.cold_start("webhook")
     started = webhook.handler({"Records": [_message("thread-51", "Survey tides", "guest-51")]},
                               context)
-    assert _failures(started) == []
+    assert batch_failures(started) == []
     parent = deployed.session("thread-51")
     assert [t.call_id for t in parent.deferred_tools] == [CALL]
     child_id = child_session_id("thread-51", CALL)
@@ -70,15 +57,15 @@ def test_a_child_delegated_over_the_webhook_queue_answers_its_parent_once(
                                                                     "guest-51")
     assert body["input"]["delegated"] == {"session": "session_thread-51", "callId": CALL,
                                           "agent": "research"}
-    event = _as_event([start])
-    assert _failures(webhook.handler(event, FakeLambdaContext())) == []
+    event = queue_event([start])
+    assert batch_failures(webhook.handler(event, FakeLambdaContext())) == []
     child = deployed.session(child_id)
     assert child.head.parent == {"session": "session_thread-51", "call_id": CALL,
                                  "agent": "research"}
     assert child.head.principal == "guest-51"
     assert [e.type for e in child.events][-2:] == ["assistant", "invocation_end"]
     answer = deployed.queued()
-    assert _failures(webhook.handler(event, FakeLambdaContext())) == []  # the start again
+    assert batch_failures(webhook.handler(event, FakeLambdaContext())) == []  # the start again
     assert deployed.session(child_id).version == child.version
     assert deployed.queued() == []  # a duplicate start hands nothing on
 
@@ -86,10 +73,10 @@ def test_a_child_delegated_over_the_webhook_queue_answers_its_parent_once(
     assert json.loads(result["Body"])["input"] == {
         "toolResults": [{"callId": CALL, "result": "Found 3 papers on tides.",
                          "isError": False}]}
-    event = _as_event([result])
-    assert _failures(webhook.handler(event, FakeLambdaContext())) == []
+    event = queue_event([result])
+    assert batch_failures(webhook.handler(event, FakeLambdaContext())) == []
     done = deployed.session("thread-51")
-    assert _failures(webhook.handler(event, FakeLambdaContext())) == []  # already answered
+    assert batch_failures(webhook.handler(event, FakeLambdaContext())) == []  # already answered
     assert deployed.session("thread-51").version == done.version  # it landed once
     assert deployed.queued() == []
     results = [e for e in done.events if e.type == "tool_result"]

@@ -14,30 +14,17 @@ from dormant.handlers import HandlerInput, Input, RestResponse, RetryRequest
 from dormant.models import ModelError
 from dormant.models._base import ToolCallChunk, UsageChunk
 from dormant.stores import DynamoDBStore
-from tests.functions.conftest import Deployment, FakeLambdaContext, load_event
+from tests.functions.conftest import (
+    HAND_ON,
+    Deployment,
+    FakeLambdaContext,
+    batch_failures,
+    load_event,
+    queue_event,
+)
 
-HAND_ON = "webhook_sqs_fifo_hand_on.json"
 #: The Cognito user of the api events (events/api_*.json), who owns the sample's sessions.
 SUB = "7d9c2a5e-4f1b-4c3a-9e8d-1a2b3c4d5e6f"
-
-
-def _failures(response: dict[str, Any]) -> list[str]:
-    return [item["itemIdentifier"] for item in response["batchItemFailures"]]
-
-
-def _as_event(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the SQS event source hands the webhook function for these queued messages."""
-    template = load_event(HAND_ON)["Records"][0]
-    records = []
-    for message in messages:
-        record = copy.deepcopy(template)
-        record["messageId"] = message["MessageId"]
-        record["receiptHandle"] = message["ReceiptHandle"]
-        record["body"] = message["Body"]
-        record["md5OfBody"] = message["MD5OfBody"]
-        record["attributes"].update(message["Attributes"])
-        records.append(record)
-    return {"Records": records}
 
 
 def _record(body: dict[str, Any] | str, n: int, group: str = "session_thread-x") -> dict[str, Any]:
@@ -189,7 +176,7 @@ def test_the_sample_hand_on_batch_runs_a_retry_a_drain_and_a_message(
 
     response = webhook.handler(event, context)
 
-    assert _failures(response) == []
+    assert batch_failures(response) == []
     retried = deployed.session("thread-11")
     assert retried.status != "failed"
     assert _retries(deployed, "thread-11") == ["deadline-retry-1"]
@@ -202,7 +189,7 @@ def test_the_sample_hand_on_batch_runs_a_retry_a_drain_and_a_message(
     versions = {sid: deployed.session(sid).version for sid in ("thread-11", "thread-13")}
     again = webhook.handler(load_event(HAND_ON), FakeLambdaContext())  # a redelivery
 
-    assert _failures(again) == []  # duplicate_retry, nothing to run, duplicate_message: done
+    assert batch_failures(again) == []  # duplicate_retry, nothing to run, duplicate_message: done
     assert {sid: deployed.session(sid).version for sid in versions} == versions
 
 
@@ -210,15 +197,15 @@ def test_a_retry_handed_on_by_the_api_runs_in_the_webhook_once(
         deployed: Deployment, context: FakeLambdaContext) -> None:
     _failed_session(deployed, "thread-5")
     deployed.cold_start("api").app.hand_on(_retry("thread-5", "deadline-5"))
-    event = _as_event(deployed.queued())
+    event = queue_event(deployed.queued())
     webhook = deployed.cold_start("webhook")
 
-    assert _failures(webhook.handler(event, context)) == []
+    assert batch_failures(webhook.handler(event, context)) == []
     assert deployed.session("thread-5").status != "failed"
     assert _retries(deployed, "thread-5") == ["deadline-5"]
 
     version = deployed.session("thread-5").version
-    assert _failures(webhook.handler(event, FakeLambdaContext())) == []  # duplicate_retry
+    assert batch_failures(webhook.handler(event, FakeLambdaContext())) == []  # duplicate_retry
     assert deployed.session("thread-5").version == version
 
 
@@ -232,9 +219,9 @@ def test_a_drain_handed_on_by_the_api_with_nothing_queued_is_done(
     version = deployed.session("thread-6").version
     deployed.cold_start("api").app.hand_on(HandlerInput(session_id="thread-6"))
 
-    response = webhook.handler(_as_event(deployed.queued()), FakeLambdaContext())
+    response = webhook.handler(queue_event(deployed.queued()), FakeLambdaContext())
 
-    assert _failures(response) == []  # "nothing to run": the inbox is already empty
+    assert batch_failures(response) == []  # "nothing to run": the inbox is already empty
     assert deployed.session("thread-6").version == version
 
 
@@ -249,7 +236,7 @@ def test_a_retry_for_a_session_no_longer_failed_is_done(
 
     response = webhook.handler({"Records": [first, late]}, context)
 
-    assert _failures(response) == []  # nothing_to_retry: somebody retried it already
+    assert batch_failures(response) == []  # nothing_to_retry: somebody retried it already
     assert _retries(deployed, "thread-7") == ["by-the-user"]
 
 
@@ -260,7 +247,7 @@ def test_a_hand_on_for_another_principals_session_is_reported(
     record = _record({"kind": "hand_on", "sessionId": "thread-8",
                       "input": {"retry": {"retryId": "r-8"}}, "principal": "someone-else"}, 1)
 
-    assert _failures(webhook.handler({"Records": [record]}, context)) == [record["messageId"]]
+    assert batch_failures(webhook.handler({"Records": [record]}, context)) == [record["messageId"]]
     assert deployed.session("thread-8").status == "failed"
 
 
@@ -283,7 +270,7 @@ def test_malformed_hand_on_records_are_reported_and_the_good_one_runs(
 
     response = webhook.handler({"Records": [*bad, good]}, context)
 
-    assert _failures(response) == [r["messageId"] for r in bad]
+    assert batch_failures(response) == [r["messageId"] for r in bad]
     assert deployed.session("thread-9") is None
     assert [e.message_id for e in deployed.session("thread-10").events
             if e.type == "user"] == ["m-10"]
@@ -308,8 +295,8 @@ def test_a_hand_on_the_webhook_makes_comes_from_its_record(
     record = _record({"kind": "hand_on", "sessionId": "thread-12", "input": {},
                       "principal": SUB}, 1)
 
-    assert _failures(webhook.handler({"Records": [record]}, context)) == []
-    assert _failures(webhook.handler({"Records": [record]}, FakeLambdaContext())) == []
+    assert batch_failures(webhook.handler({"Records": [record]}, context)) == []
+    assert batch_failures(webhook.handler({"Records": [record]}, FakeLambdaContext())) == []
 
     [message] = deployed.queued()
     assert message["Attributes"]["MessageDeduplicationId"] == HandOnMessage.of(
@@ -324,7 +311,7 @@ def test_hand_on_records_that_would_not_finish_in_the_time_left_are_handed_back(
 
     response = webhook.handler(event, FakeLambdaContext(remaining_ms=webhook.NEEDED_MS - 1))
 
-    assert _failures(response) == [r["messageId"] for r in event["Records"]]
+    assert batch_failures(response) == [r["messageId"] for r in event["Records"]]
     assert deployed.session("thread-13") is None
 
 
@@ -405,12 +392,12 @@ def test_the_api_hands_on_its_inbox_and_the_webhook_runs_it(
     assert message["Attributes"]["MessageGroupId"] == "session_thread-42"
 
     webhook = deployed.cold_start("webhook")
-    event = _as_event([message])
-    assert _failures(webhook.handler(event, context)) == []
+    event = queue_event([message])
+    assert batch_failures(webhook.handler(event, context)) == []
 
     session = deployed.session("thread-42")
     assert session.inbox == []
     assert [e.message_id for e in session.events if e.type == "user"][-1] == "msg-0002"
     assert session.events[-1].type == "invocation_end"
     assert deployed.queued() == []  # nothing left to hand on
-    assert _failures(webhook.handler(event, FakeLambdaContext())) == []  # a redelivery: done
+    assert batch_failures(webhook.handler(event, FakeLambdaContext())) == []  # a redelivery: done
