@@ -42,6 +42,7 @@ from dormant.session import Session
 from dormant.stores import Store
 from dormant.tools import Signal
 from dormant.types import CommitResult
+from tests._clock import Clock, Killed
 
 SID = "race"
 #: The refusals a request that lost a race may get (409 class, each naming what happened;
@@ -50,24 +51,6 @@ REFUSED = frozenset({"not_pending", "already_decided", "already_answered", "not_
                      "session_running"})
 #: Seconds a claim's lease lasts in these tests (the app's clock is the test's).
 LEASE = 5
-
-
-class Killed(BaseException):
-    """The process dies mid-turn: not an ``Exception``, so no handler catches it."""
-
-
-class Clock:
-    """The app's clock (epoch ms): ticks 1 ms per read; ``advance`` jumps ahead."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        self.now += 1
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += int(seconds * 1000)
 
 
 class Ask(BaseModel):

@@ -26,28 +26,11 @@ from dormant.models import (
     UserMessage,
 )
 from dormant.stores import DynamoDBStore, MemoryStore, Store
+from tests._clock import Clock, Killed
 from tests._moto import aws_env, in_process_aws
 
 LEASE = 5
 WAIT = 10
-
-
-class Killed(BaseException):
-    """The process dies mid-turn: not an ``Exception``, so no handler catches it."""
-
-
-class Clock:
-    """The app's clock (epoch ms): ticks 1 ms per read; ``advance`` jumps ahead."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        self.now += 1
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += int(seconds * 1000)
 
 
 class Refund(BaseModel):
