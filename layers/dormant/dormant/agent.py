@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from dormant.session import Session
     from dormant.tools import ToolContext
 
-__all__ = ["HANDOFF_PREFIX", "Agent", "AgentInput", "ClientPart", "Compaction",
-           "ContextBuilders", "HandoffInput", "History", "Hook", "HookContext", "Roster",
-           "System", "Toolset", "client_notes"]
+__all__ = ["Agent", "AgentInput", "ClientPart", "Compaction", "ContextBuilders",
+           "HandoffInput", "History", "Hook", "HookContext", "System", "Toolset",
+           "client_notes"]
 
 DEFAULT_MAX_STEPS = 16
 
