@@ -123,7 +123,9 @@ from dormant.testing._drivers import (
     KitStore,
     ModelFault,
 )
+from dormant.testing._outcomes import Orphan, ReplayDiff, TurnDiff, TurnOutcome
 from dormant.testing._play import play
+from dormant.testing._replay import Replay, replay
 from dormant.testing.steps import (
     ModelErrorStep,
     ModelStep,
@@ -156,9 +158,14 @@ if TYPE_CHECKING:  # not in __all__ either: a star import must not import pytest
     from dormant.testing.store_contract import StoreContract as StoreContract
 
 __all__ = [
+    "Orphan",
+    "Replay",
+    "ReplayDiff",
     "ScriptError",
     "TestRun",
     "ToolOutcome",
+    "TurnDiff",
+    "TurnOutcome",
     "approval",
     "approve",
     "conflict",
@@ -171,6 +178,7 @@ __all__ = [
     "model_error",
     "pause",
     "redeliver",
+    "replay",
     "respond",
     "resume",
     "retry",
