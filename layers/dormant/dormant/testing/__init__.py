@@ -114,6 +114,16 @@ from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
 from dormant.testing._agents import agent_paths, delegated, rebuild, resolve_agent
+from dormant.testing._checks import (
+    CheckResult,
+    judge,
+    no_new_approvals,
+    no_orphans,
+    same_questions,
+    same_status,
+    same_tools,
+    similar_text,
+)
 from dormant.testing._drivers import (
     Driver,
     HandlerDriver,
@@ -123,6 +133,7 @@ from dormant.testing._drivers import (
     KitStore,
     ModelFault,
 )
+from dormant.testing._eval import CaseResult, EvalReport, evaluate
 from dormant.testing._outcomes import Orphan, ReplayDiff, TurnDiff, TurnOutcome
 from dormant.testing._play import play
 from dormant.testing._replay import Replay, replay
@@ -158,6 +169,9 @@ if TYPE_CHECKING:  # not in __all__ either: a star import must not import pytest
     from dormant.testing.store_contract import StoreContract as StoreContract
 
 __all__ = [
+    "CaseResult",
+    "CheckResult",
+    "EvalReport",
     "Orphan",
     "Replay",
     "ReplayDiff",
@@ -171,11 +185,15 @@ __all__ = [
     "conflict",
     "crash",
     "deny",
+    "evaluate",
     "get_tool_results",
     "interrupt",
+    "judge",
     "message",
     "model",
     "model_error",
+    "no_new_approvals",
+    "no_orphans",
     "pause",
     "redeliver",
     "replay",
@@ -183,6 +201,10 @@ __all__ = [
     "resume",
     "retry",
     "run_test",
+    "same_questions",
+    "same_status",
+    "same_tools",
+    "similar_text",
     "steer",
     "stop",
     "timer",

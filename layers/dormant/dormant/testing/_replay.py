@@ -189,6 +189,18 @@ def outside_inputs(events: Sequence[Event]) -> list[Recorded]:
     return found
 
 
+#: Turn control a person sent, which a replay does not send again: where it fell in a running
+#: turn cannot be played back (the replay's turns run whole).
+CONTROLS = {"stop_requested": "stop", "pause": "pause", "resume": "resume",
+            "interrupt": "interrupt"}
+
+
+def _unreplayed(events: Sequence[Event]) -> list[str]:
+    counts = Counter(CONTROLS[e.type] for e in events if e.type in CONTROLS)
+    return [f"the recording's {word} ({count}x) is not replayed: turn control is not sent "
+            "again" for word, count in counts.items()]
+
+
 def _decided_call(events: Sequence[Event], decided: ApprovalDecided) -> str:
     """The call a decision is for (older ledgers name only the approval)."""
     if decided.call_id:
@@ -250,7 +262,7 @@ def replay(events_or_session: Any, agent: Agent, *, model: ModelChoice = None,
     if tools not in ("recorded", "real"):
         raise ValueError(f"tools must be 'recorded' or 'real', got {tools!r}")
     inputs = outside_inputs(recorded)
-    notes: list[str] = []
+    notes = _unreplayed(recorded)
     models = _models(agent, agent_paths(agent), recorded, model)
     served = _served(agent, models, recorded, tools, dict(fakes or {}), notes)
     kit_store = KitStore(store if store is not None else MemoryStore())
@@ -448,15 +460,24 @@ class _Replies(ScriptedModel):
 class _RecordedTools:
     """The recorded results, by :data:`CallKey` of the calls that ran: the n-th call of a
     tool by an agent that ran (succeeded, or raised) in the replay gets the n-th of the
-    recording's."""
+    recording's. The timers a recorded call set under its call id (the way a tool names a
+    timer so a retry converges on one) are set again under the replay's call, as far ahead:
+    the replay's timer deliveries find them. Its other effects (state) are not made."""
 
     def __init__(self, recorded: list[Event], notes: list[str]) -> None:
         results: dict[str, ToolResult] = {}
         for event in recorded:
             if isinstance(event, ToolResult) and not event.preliminary:
                 results[event.call_id] = event
+        keys = call_keys(recorded)
+        self._timers: dict[str, list[TimerSet]] = {}
+        for event in recorded:
+            if isinstance(event, TimerSet):
+                for call_id in keys:
+                    if call_id in event.name:
+                        self._timers.setdefault(call_id, []).append(event)
         self._ran: dict[tuple[str, str], list[ToolResult]] = {}
-        for call_id, (path, name, _) in call_keys(recorded).items():
+        for call_id, (path, name, _) in keys.items():
             result = results.get(call_id)
             if result is not None and _ran(result):
                 self._ran.setdefault((path, name), []).append(result)
@@ -473,10 +494,14 @@ class _RecordedTools:
                 self._given[ctx.call_id] = ran[position] if position < len(ran) else None
                 if position >= len(ran):
                     self._notes.append(f"no recorded result for {_ordinal((path, name, position))}"
-                                       f" (the recording ran it {len(ran)} times)")
+                                       f" (the recording has {len(ran)} of its results)")
             result = self._given[ctx.call_id]
             if result is None:
                 raise LookupError(f"the recording has no result for this call of {name}")
+            for timer in self._timers.get(result.call_id, []):
+                ctx.session.schedule(timer.name.replace(result.call_id, ctx.call_id),
+                                     delay=max(timer.fire_at - timer.ts, 0) / 1000,
+                                     message=timer.message, tool_input=timer.tool_input)
             if result.error is not None:
                 raise _Recorded(_unprefixed(result.error, name))
             return result.result
