@@ -38,6 +38,11 @@ __all__ = ["ReplayAnswer", "ReplayRequest", "ReplayedTurn", "add_replay_route", 
 log = logging.getLogger("dormant.dev")
 
 ROUTE = "/sessions/<session_id>/replay"
+SUMMARY = "Replay a session against the current agent (dormant dev only)"
+DESCRIPTION = ("The session's recorded inputs sent again to the agent served now, on a fresh "
+               "in-memory store (the session is not changed), each turn side by side with the "
+               "recorded one. `tools`: `recorded` (default) plays the recorded results back; "
+               "`real` runs the tools.")
 
 
 class _Wire(BaseModel):
@@ -108,12 +113,8 @@ def add_replay_route(resolver: Any, app: App, agent: Agent) -> None:
     """Serve ``POST /sessions/{id}/replay`` on ``resolver`` (the one ``dormant dev`` built for
     ``app`` and ``agent``; never the ``api`` Lambda's)."""
 
-    @resolver.post(ROUTE, summary="Replay a session against the current agent (dormant dev "
-                   "only)", tags=["sessions"],
-                   description="The session's recorded inputs sent again to the agent served "
-                   "now, on a fresh in-memory store (the session is not changed), each turn "
-                   "side by side with the recorded one. `tools`: `recorded` (default) plays "
-                   "the recorded results back; `real` runs the tools.")
+    @resolver.post(ROUTE, summary=SUMMARY, tags=["sessions"],  # type: ignore[untyped-decorator]
+                   description=DESCRIPTION)
     def post_replay(
         session_id: Annotated[str, Path(description="The session to replay")],
         request: Annotated[ReplayRequest | None, Body(embed=False)] = None,
