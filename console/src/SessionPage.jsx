@@ -4,9 +4,10 @@
 // now") streams through POST /agui; turns that begin elsewhere (a webhook, a timer, another tab,
 // curl) arrive through the session's event feed, and one running now can be stopped from here.
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { aguiRunsControls, ApiError, follow, getSession, getSessionHead, missingFeature, newId, postTurn, runAgui, shortId } from "./api.js";
+import { aguiRunsControls, ApiError, follow, getSession, getSessionHead, missingFeature, newId, postTurn, replaySession, runAgui, shortId } from "./api.js";
 import { Conversation, conversation, pendingOf, retryAdvice, speakerAfter } from "./Conversation.jsx";
 import { Inbox } from "./Inbox.jsx";
+import { ReplayView } from "./Replay.jsx";
 import { StatePanel } from "./StatePanel.jsx";
 import { sessionUsage, UsageTotal } from "./TurnTiming.jsx";
 import { VoiceButton } from "./Voice.jsx";
@@ -49,6 +50,9 @@ export function SessionPage({ sessionId }) {
   const [outcomes, setOutcomes] = useState({});
   const [requests, setRequests] = useState({});
   const [details, setDetails] = useState(storedDetails);
+  const [replay, setReplay] = useState(null); // null: closed; "running"; else the answer
+  const replayHeading = useRef(null);
+  const replayButton = useRef(null);
   const eventsRef = useRef(events);
   eventsRef.current = events;
   const following = useRef(null);
@@ -84,6 +88,7 @@ export function SessionPage({ sessionId }) {
     setEvents([]);
     setLive(null);
     setNotice(null);
+    setReplay(null);
     reload()
       .then((fresh) => { if (fresh) startFollowing(fresh.version); })
       .catch((error) => setNotice({ kind: "error", text: `Could not load the session: ${error.message}` }));
@@ -253,6 +258,24 @@ export function SessionPage({ sessionId }) {
     running ? "Stop sent: the run ends within a second, keeping what you saw."
       : "Stop sent: the run ends at its next step.", "stop");
 
+  /** POST /sessions/{id}/replay, then the side-by-side view (focused) in place of the page. */
+  const startReplay = async (tools) => {
+    setReplay("running");
+    setNotice(null);
+    try {
+      const answer = await replaySession(sessionId, tools);
+      setReplay(answer);
+      setTimeout(() => replayHeading.current?.focus(), 0);
+    } catch (error) {
+      setReplay(null);
+      setNotice(errorNotice(error));
+    }
+  };
+  const closeReplay = () => {
+    setReplay(null);
+    setTimeout(() => replayButton.current?.focus(), 0);
+  };
+
   const status = view ? view.status : "new";
   const told = statusOf(view, { running: Boolean(stopId) });
   const shown = live ? events.filter((e) => live.known.has(e.id) || e.invocation_id !== live.runId) : events;
@@ -282,6 +305,7 @@ export function SessionPage({ sessionId }) {
       <div class="notices" aria-live="polite">
         {notice && notice.text && <Notice notice={notice} />}
       </div>
+      {replay && replay !== "running" ? <ReplayView answer={replay} onClose={closeReplay} headingRef={replayHeading} /> : (
       <div class="columns">
         <div class="main-column">
           <div class="conversation-head">
@@ -310,8 +334,10 @@ export function SessionPage({ sessionId }) {
           <Inbox items={view?.inbox || []} busy={busy}
             onOp={(op) => (op.op === "send_now" ? act({ queue: [op] }) : control({ queue: [op] }))} />
           {view && <StatePanel state={view.state} events={events} />}
+          {view && <ReplayControl running={replay === "running"} disabled={busy || Boolean(stopId)} onReplay={startReplay} buttonRef={replayButton} />}
         </aside>
       </div>
+      )}
     </section>
   );
 }
@@ -332,6 +358,23 @@ function Notice({ notice }) {
       {notice.text}
       {advice && <span class="notice-advice"> {advice}</span>}
     </p>
+  );
+}
+
+/** The session's inputs sent again to the agent served now (`dormant dev` only): with the
+ * recorded tool results (nothing outside is touched) unless "run the tools" is ticked. */
+function ReplayControl({ running, disabled, onReplay, buttonRef }) {
+  const [real, setReal] = useState(false);
+  return (
+    <div class="replay-control">
+      <h2>Replay</h2>
+      <p class="quiet">What would the agent served now do with this session's inputs? Nothing here is changed.</p>
+      <p>
+        <label class="check"><input type="checkbox" checked={real} onChange={(e) => setReal(e.currentTarget.checked)} /> run the tools (else their recorded results)</label>
+      </p>
+      <button type="button" class="secondary" ref={buttonRef} disabled={running || disabled}
+        onClick={() => onReplay(real ? "real" : "recorded")}>{running ? "Replaying…" : "Replay against the current agent"}</button>
+    </div>
   );
 }
 

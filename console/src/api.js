@@ -92,6 +92,15 @@ export const listSessions = () => request("GET", "/sessions?detail=true&limit=10
  * ledger comes in pages (`next`: where the following page starts); the head fields are the
  * last page's, which is read after every event before it.
  */
+/**
+ * `dormant dev` only: the session's recorded inputs sent again to the agent it serves now, on
+ * a store of their own (the session is not changed), each turn beside the recorded one.
+ * `tools`: "recorded" plays the recorded results back; "real" runs the tools.
+ */
+export function replaySession(id, tools = "recorded") {
+  return request("POST", `/sessions/${encodeURIComponent(id)}/replay`, { tools });
+}
+
 export async function getSession(id) {
   const path = `/sessions/${encodeURIComponent(id)}?events=true&limit=1000`;
   try {

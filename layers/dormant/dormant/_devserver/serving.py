@@ -11,6 +11,7 @@ from typing import Any
 
 from dormant._appspec import AppSpecError, app_code, build_app, load_factory, shown
 from dormant._devserver.reload import Reloader, Watcher, forget_modules
+from dormant._devserver.replay import add_replay_route
 from dormant.http import build_resolver
 from dormant.schedulers.local import LocalScheduler
 
@@ -40,11 +41,13 @@ class Serving:
         return app_code(self.spec, load_factory, self.spec)
 
     def build(self, factory: Callable[..., Any]) -> tuple[Any, Any, Any]:
-        """The app and agent ``factory`` builds, and the resolver serving them."""
+        """The app and agent ``factory`` builds, and the resolver serving them: the API's
+        routes and ``dormant dev``'s own (``POST /sessions/{id}/replay``)."""
         app, agent = app_code(self.spec, build_app, factory, store=self.store, model=self.model,
                               spec=self.spec)
         resolver = build_resolver(app, agent, timeout=self.timeout,
                                   client_state=self.client_state, cors=self.cors)
+        add_replay_route(resolver, app, agent)
         return app, agent, resolver
 
     def arm(self, app: Any, agent: Any) -> None:
