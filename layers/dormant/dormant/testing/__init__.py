@@ -104,6 +104,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dormant._evalset import EvalSet, ExportedSession, export_sessions, read_set, write_set
 from dormant._timing import Price
 from dormant.agent import Agent
 from dormant.app import App
@@ -156,6 +157,8 @@ if TYPE_CHECKING:  # not in __all__ either: a star import must not import pytest
     from dormant.testing.store_contract import StoreContract as StoreContract
 
 __all__ = [
+    "EvalSet",
+    "ExportedSession",
     "ScriptError",
     "TestRun",
     "ToolOutcome",
@@ -164,12 +167,14 @@ __all__ = [
     "conflict",
     "crash",
     "deny",
+    "export_sessions",
     "get_tool_results",
     "interrupt",
     "message",
     "model",
     "model_error",
     "pause",
+    "read_set",
     "redeliver",
     "respond",
     "resume",
@@ -181,6 +186,7 @@ __all__ = [
     "tool_input",
     "tool_result",
     "user",
+    "write_set",
 ]
 
 
