@@ -312,3 +312,19 @@ def test_read_set_refuses_a_path_with_nothing_to_read(tmp_path: Path) -> None:
         read_set(tmp_path / "absent.json")
     with pytest.raises(EvalSetError, match="holds no"):
         read_set(tmp_path)
+
+
+def test_a_table_that_cannot_be_read_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    aws_env(monkeypatch)
+    with in_process_aws():
+        assert main(["sessions", "export", "--table", "no-such-table"]) == 2
+        said = capsys.readouterr().err
+        assert said.startswith("dormant: cannot read the sessions in dynamodb:no-such-table: ")
+        assert "ResourceNotFoundException" in said and said.count("\n") == 1
+        monkeypatch.delenv("AWS_DEFAULT_REGION")
+        monkeypatch.delenv("AWS_REGION", raising=False)
+        assert main(["sessions", "export", "--table", "no-such-table"]) == 2
+        said = capsys.readouterr().err
+        assert said.startswith("dormant: cannot read the sessions in dynamodb:no-such-table: ")
+        assert "region" in said and said.count("\n") == 1

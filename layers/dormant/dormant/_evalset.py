@@ -108,10 +108,11 @@ def export_sessions(store: Store, session_ids: Sequence[str] | None = None, *,
                     source: str = "") -> EvalSet:
     """The sessions ``session_ids`` names (with or without the ``session_`` prefix; one that
     does not exist raises :class:`EvalSetError` naming it), or, when None, those
-    ``store.list(principal=..., limit=...)`` gives, newest first, updated at or after
-    ``since`` (epoch ms). Each is loaded whole (a fork's lineage events too); a listed one
-    deleted before it is loaded is left out. ``redact`` rewrites texts and state strings only
-    (see the module doc); the store's events are never changed."""
+    ``store.list(principal=..., limit=...)`` gives (``limit`` None: the store's default,
+    100), newest first, updated at or after ``since`` (epoch ms). Each is loaded whole (a
+    fork's lineage events too); a listed one deleted before it is loaded is left out.
+    ``redact`` rewrites texts and state strings only, in copies (see the module doc): tool
+    arguments, tool results and answers are kept, and the store's events never change."""
     if session_ids is None:
         listed = store.list(principal=principal, limit=limit if limit is not None else 100)
         wanted = [s.session_id for s in listed if since is None or s.updated_at >= since]

@@ -594,18 +594,25 @@ def _export(args: argparse.Namespace) -> int:
     from dormant._ids import now_ms
 
     redact = _redactor(args.redact) if args.redact else None
-    store, source = _export_store(args)
+    source = f"dynamodb:{args.table}" if args.table is not None else f"--db {args.db}"
     try:
-        evalset = export_sessions(
-            store, args.session_ids or None, principal=args.principal, limit=args.limit,
-            since=now_ms() - args.since if args.since is not None else None, redact=redact,
-            source=source)
+        store, source = _export_store(args)
+        try:
+            evalset = export_sessions(
+                store, args.session_ids or None, principal=args.principal, limit=args.limit,
+                since=now_ms() - args.since if args.since is not None else None,
+                redact=redact, source=source)
+        finally:
+            close = getattr(store, "close", None)
+            if callable(close):
+                close()
     except EvalSetError as error:
         raise _CliError(str(error)) from error
-    finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+    except Exception as error:
+        said = _unreadable(error)
+        if said is None:
+            raise
+        raise _CliError(f"cannot read the sessions in {source}: {said}") from error
     try:
         write_set(evalset, args.out)
     except OSError as error:
@@ -614,6 +621,19 @@ def _export(args: argparse.Namespace) -> int:
     print(f"dormant: exported {len(evalset.sessions)} sessions ({events} events) to "
           f"{'standard output' if args.out == '-' else args.out}", file=sys.stderr)
     return 0
+
+
+def _unreadable(error: Exception) -> str | None:
+    """What to say for a store that cannot be read (a table that is not there, no AWS region
+    or credentials, an endpoint that does not answer); None for anything else (a bug)."""
+    from dormant.errors import StoreError
+
+    if isinstance(error, StoreError):
+        return str(error)
+    botocore = sys.modules.get("botocore.exceptions")
+    if botocore is not None and isinstance(error, botocore.BotoCoreError | botocore.ClientError):
+        return str(error)
+    return None
 
 
 def _export_store(args: argparse.Namespace) -> tuple[Any, str]:
