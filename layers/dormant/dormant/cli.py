@@ -7,6 +7,9 @@
     dormant new NAME [--dir PARENT] [--model openai|bedrock]
     dormant sessions list [--db PATH] [--principal P] [--limit N] [--json]
     dormant sessions show ID [--db PATH] [--json]
+    dormant sessions export [ID ...] [--out FILE] [--db PATH | --table NAME] [--region R]
+                [--endpoint-url URL] [--principal P] [--limit N] [--since DURATION]
+                [--redact MODULE:FUNCTION]
 
 ``dev`` serves an app's agent through :func:`dormant.http.build_resolver` (the routes of the
 ``api`` Lambda) on a SQLite store, so a paused session survives a restart. Timers fire from
@@ -16,6 +19,10 @@ lease wake-up of each session left running (a server killed mid-turn), which tak
 over once its lease is out. ``APP`` (default: the Bookings sample that ships in the package) is
 a file or ``module:attribute`` naming ``build(store=None, model=None) -> (app, agent)``
 (:mod:`dormant._appspec`).
+
+``sessions export`` writes sessions, whole, from SQLite or a DynamoDB table to one JSON file,
+an eval set (:mod:`dormant._evalset`), their texts and state passed through the app's
+``--redact`` function.
 
 ``--reload`` serves the app anew after each save to its files (:mod:`dormant._devserver.reload`),
 on the same port and store. ``--otlp URL`` (or ``OTEL_EXPORTER_OTLP_ENDPOINT``) exports each
@@ -136,6 +143,20 @@ def _positive(text: str) -> int:
     return number
 
 
+#: ``--since`` units, in milliseconds.
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+
+
+def _duration(text: str) -> int:
+    """A duration such as ``7d``, ``12h``, ``30m``, in milliseconds."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in _UNITS or not number.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: a number and a unit, e.g. 7d, 12h, 30m "
+            f"(units: {', '.join(_UNITS)})")
+    return int(number) * _UNITS[unit]
+
+
 def _parser() -> argparse.ArgumentParser:
     from dormant import __version__
 
@@ -218,6 +239,31 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--db", default=settings.db_path, help="SQLite file of the sessions")
     show.add_argument("--json", action="store_true", help="print the whole ledger as JSON")
     show.set_defaults(run=_show)
+    export = which.add_parser(
+        "export", help="write sessions to a JSON eval set",
+        description="Write sessions, whole (state and ledger), to one JSON file: an eval set "
+        "for dormant eval and dormant.testing.replay. Without IDs, the newest sessions (see "
+        "--principal, --limit, --since).")
+    export.add_argument("session_ids", nargs="*", metavar="ID",
+                        help="sessions to export (with or without the session_ prefix)")
+    export.add_argument("--out", default="-", help="the file to write (-: standard output)")
+    where = export.add_mutually_exclusive_group()
+    where.add_argument("--db", default=settings.db_path, help="SQLite file of the sessions")
+    where.add_argument("--table", default=None,
+                       help="a DynamoDB table of the sessions, instead of --db")
+    export.add_argument("--region", default=None, help="the table's AWS region (default: the "
+                        "AWS environment's)")
+    export.add_argument("--endpoint-url", default=None, metavar="URL",
+                        help="the DynamoDB endpoint, e.g. DynamoDB Local's http://localhost:8000")
+    export.add_argument("--principal", default=None, help="only this principal's sessions")
+    export.add_argument("--limit", type=_positive, default=100,
+                        help="at most this many (without IDs)")
+    export.add_argument("--since", type=_duration, default=None, metavar="DURATION",
+                        help="only sessions updated within this long, e.g. 7d, 12h, 30m")
+    export.add_argument("--redact", default=None, metavar="MODULE:FUNCTION",
+                        help="a function redact(text) -> text applied to every message text "
+                             "and state string (tool arguments and results are kept)")
+    export.set_defaults(run=_export)
     return parser
 
 
@@ -541,6 +587,85 @@ def _show(args: argparse.Namespace) -> int:
     else:
         print(render_session(session))
     return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from dormant._evalset import EvalSetError, export_sessions, write_set
+    from dormant._ids import now_ms
+
+    redact = _redactor(args.redact) if args.redact else None
+    source = f"dynamodb:{args.table}" if args.table is not None else f"--db {args.db}"
+    try:
+        store, source = _export_store(args)
+        try:
+            evalset = export_sessions(
+                store, args.session_ids or None, principal=args.principal, limit=args.limit,
+                since=now_ms() - args.since if args.since is not None else None,
+                redact=redact, source=source)
+        finally:
+            close = getattr(store, "close", None)
+            if callable(close):
+                close()
+    except EvalSetError as error:
+        raise _CliError(str(error)) from error
+    except Exception as error:
+        said = _unreadable(error)
+        if said is None:
+            raise
+        raise _CliError(f"cannot read the sessions in {source}: {said}") from error
+    try:
+        write_set(evalset, args.out)
+    except OSError as error:
+        raise _CliError(f"cannot write {args.out}: {error.strerror or error}") from error
+    events = sum(len(case.ledger["events"]) for case in evalset.sessions)
+    print(f"dormant: exported {len(evalset.sessions)} sessions ({events} events) to "
+          f"{'standard output' if args.out == '-' else args.out}", file=sys.stderr)
+    return 0
+
+
+def _unreadable(error: Exception) -> str | None:
+    """What to say for a store that cannot be read (a table that is not there, no AWS region
+    or credentials, an endpoint that does not answer); None for anything else (a bug)."""
+    from dormant.errors import StoreError
+
+    if isinstance(error, StoreError):
+        return str(error)
+    botocore = sys.modules.get("botocore.exceptions")
+    if botocore is not None and isinstance(error, botocore.BotoCoreError | botocore.ClientError):
+        return str(error)
+    return None
+
+
+def _export_store(args: argparse.Namespace) -> tuple[Any, str]:
+    """The store ``sessions export`` reads, and how the eval set names it."""
+    if args.table is None:
+        if args.endpoint_url or args.region:
+            raise _CliError("--region and --endpoint-url go with --table (a DynamoDB table)")
+        store = _open_store(args.db, create=False)
+        return store, f"sqlite:{store.path}"
+    from dormant.stores import DynamoDBStore
+
+    client: Any = None
+    if args.endpoint_url:
+        import botocore.session
+
+        client = botocore.session.get_session().create_client(
+            "dynamodb", region_name=args.region, endpoint_url=args.endpoint_url)
+    return (DynamoDBStore(args.table, client, region_name=args.region),
+            f"dynamodb:{args.table}")
+
+
+def _redactor(spec: str) -> Any:
+    """The function ``--redact`` names (``module:function`` or ``file.py:function``)."""
+    from dormant._appspec import load_attribute
+
+    if ":" not in spec:
+        raise _CliError(f"--redact {spec}: name a function, MODULE:FUNCTION or FILE.py:FUNCTION")
+    found = load_attribute(spec, default=None)
+    if not callable(found):
+        raise _CliError(f"--redact {spec} is a {type(found).__name__}, not a function "
+                        f"redact(text) -> text")
+    return found
 
 
 if __name__ == "__main__":

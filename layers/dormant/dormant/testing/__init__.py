@@ -104,6 +104,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from dormant._evalset import EvalSet, ExportedSession, export_sessions, read_set, write_set
 from dormant._timing import Price
 from dormant.agent import Agent
 from dormant.app import App
@@ -172,6 +173,8 @@ __all__ = [
     "CaseResult",
     "CheckResult",
     "EvalReport",
+    "EvalSet",
+    "ExportedSession",
     "Orphan",
     "Replay",
     "ReplayDiff",
@@ -186,6 +189,7 @@ __all__ = [
     "crash",
     "deny",
     "evaluate",
+    "export_sessions",
     "get_tool_results",
     "interrupt",
     "judge",
@@ -195,6 +199,7 @@ __all__ = [
     "no_new_approvals",
     "no_orphans",
     "pause",
+    "read_set",
     "redeliver",
     "replay",
     "respond",
@@ -211,6 +216,7 @@ __all__ = [
     "tool_input",
     "tool_result",
     "user",
+    "write_set",
 ]
 
 
