@@ -1,4 +1,4 @@
-"""The ``dormant`` command: a local server, a project scaffold and a session inspector.
+"""The ``dormant`` command: a local server, a project scaffold, a session inspector and evals.
 
 ::
 
@@ -10,6 +10,12 @@
     dormant sessions export [ID ...] [--out FILE] [--db PATH | --table NAME] [--region R]
                 [--endpoint-url URL] [--principal P] [--limit N] [--since DURATION]
                 [--redact MODULE:FUNCTION]
+    dormant eval SET [--app APP] [--model recorded|MODEL] [--tools recorded|real]
+                [--checks MODULE:NAME] [--min-text-score X] [--judge MODEL] [--junit FILE]
+
+``eval`` replays each recorded session of an eval set (what ``sessions export`` writes, a stored
+ledger, or a directory of them) against the app's agent (:func:`dormant.testing.evaluate`),
+prints a table of what changed, and exits 1 when a case fails its checks.
 
 ``dev`` serves an app's agent through :func:`dormant.http.build_resolver` (the routes of the
 ``api`` Lambda) on a SQLite store, so a paused session survives a restart. Timers fire from
@@ -131,6 +137,16 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535; 0: any free port)")
     return port
+
+
+def _score(text: str) -> float:
+    try:
+        score = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= score <= 1:
+        raise argparse.ArgumentTypeError(f"{score:g} is not a score (0 to 1)")
+    return score
 
 
 def _positive(text: str) -> int:
@@ -264,6 +280,36 @@ def _parser() -> argparse.ArgumentParser:
                         help="a function redact(text) -> text applied to every message text "
                              "and state string (tool arguments and results are kept)")
     export.set_defaults(run=_export)
+
+    evals = commands.add_parser(
+        "eval", help="replay recorded sessions against an app's agent and check what changed",
+        description="Replay every recorded session of SET (a file `dormant sessions export` "
+        "wrote, a stored ledger, or a directory of them) against the app's agent on a memory "
+        "store, print a table of what changed, and exit 1 when a case fails its checks.")
+    evals.add_argument("set", metavar="SET", help="an exported set, a ledger file, or a "
+                       "directory of them")
+    evals.add_argument("--app", default=SAMPLE,
+                       help="the app whose agent replays them: a file (functions/app.py) or "
+                       "module, naming build(store=None, model=None) -> (app, agent)")
+    evals.add_argument("--model", default=None,
+                       help="the model to replay with: 'recorded' plays the recorded replies "
+                       "back; else as dormant dev --model (default: the agent's own)")
+    evals.add_argument("--tools", choices=("recorded", "real"), default="recorded",
+                       help="'recorded' returns each call the recorded result of the call at "
+                       "its position (nothing outside is touched); 'real' runs the tools")
+    evals.add_argument("--checks", default=None, metavar="MODULE:NAME",
+                       help="your checks: a list of functions of a replay (or a function "
+                       "returning one), replacing the defaults (orphans, tools, approvals, "
+                       "questions, status)")
+    evals.add_argument("--min-text-score", type=_score, default=None, metavar="X",
+                       help="also fail a turn whose text scores below X (0-1) against the "
+                       "recording's")
+    evals.add_argument("--judge", default=None, metavar="MODEL",
+                       help="also have MODEL (as --model names one) judge each turn's text "
+                       "against the recording's")
+    evals.add_argument("--junit", default=None, metavar="FILE", help="write JUnit XML here")
+    evals.add_argument("--quiet", action="store_true", help="no line per case on stderr")
+    evals.set_defaults(run=_eval)
     return parser
 
 
@@ -668,5 +714,50 @@ def _redactor(spec: str) -> Any:
     return found
 
 
+# --- dormant eval -----------------------------------------------------------------------------
+
+
+def _eval(args: argparse.Namespace) -> int:
+    """Replay the set against the app's agent; the table on stdout, 1 when a case failed."""
+    from dormant._appspec import app_code, build_app, load_attribute
+    from dormant._evalset import read_set
+    from dormant.testing import evaluate, judge, similar_text
+    from dormant.testing._checks import DEFAULT_CHECKS
+
+    try:
+        cases = read_set(args.set)
+    except (OSError, ValueError) as error:  # (each names the file)
+        raise _CliError(str(error)) from error
+    if not cases:
+        raise _CliError(f"{args.set} holds no recorded sessions")
+    model: Any = "recorded" if args.model == "recorded" else \
+        (_model(args.model) if args.model else None)
+    _, agent = app_code(args.app, build_app, args.app, store=None)
+    if args.checks is not None:
+        found = app_code(args.checks, load_attribute, args.checks, default=None)
+        checks = list(found() if callable(found) else found)
+    else:
+        checks = [make() for make in DEFAULT_CHECKS]
+    if args.min_text_score is not None:
+        checks.append(similar_text(args.min_text_score))
+    if args.judge is not None:
+        checks.append(judge(_model(args.judge)))
+
+    def said(line: str) -> None:
+        print(f"dormant eval: {line}", file=sys.stderr, flush=True)
+
+    # a turn that fails in a replay is a row of the table, not a log line
+    logging.getLogger("dormant").setLevel(logging.CRITICAL)
+    report = evaluate(cases, agent, model=model, tools=args.tools, checks=checks,
+                      name=f"dormant eval {Path(args.set).name}",
+                      progress=None if args.quiet else said)
+    print(report.table())
+    if args.junit is not None:
+        report.junit(args.junit)
+        said(f"JUnit XML written to {shown(args.junit)}")
+    return 0 if report.passed else 1
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -50,6 +50,7 @@ from dormant.events import (
 )
 from dormant.models._base import Model
 from dormant.models.scripted import ScriptedModel
+from dormant.results import ErrorResult
 from dormant.schedulers import RecordingScheduler
 from dormant.session import Session, mint_session_id, normalize_session_id
 from dormant.stores._base import Store
@@ -283,8 +284,13 @@ def replay(events_or_session: Any, agent: Agent, *, model: ModelChoice = None,
             if index == 0 and state:
                 asked["initial_state"] = state
             before = len(session.events)
-            driver.deliver(asked)
-            turns.append(outcome(driver.session().events[before:], given.described))
+            result = driver.deliver(asked)
+            turn = outcome(driver.session().events[before:], given.described)
+            if isinstance(result, ErrorResult):  # (a failed turn may leave no event)
+                notes.append(f"input {index + 1} ({given.described}): {result.code}: "
+                             f"{result.error}")
+                turn = turn.model_copy(update={"status": "failed"})
+            turns.append(turn)
     finally:
         kit_store.close_reads()
     notes.extend(f"agent {path}: the model was called {len(each.requests)} times, the "
@@ -405,6 +411,10 @@ def _models(agent: Agent, paths: Mapping[str, Agent], recorded: list[Event],
         if model != "recorded":
             raise ValueError(f"model: 'recorded', a Model, replies or a mapping; got {model!r}")
         replies = recorded_replies(recorded)
+        entry = next((e.agent for e in recorded if isinstance(e, InvocationStart)
+                      and e.scope is None and e.agent), agent.name)
+        if entry != agent.name and agent.name not in replies:  # (recorded under another name)
+            replies[agent.name] = replies.pop(entry, [])
         return {path: _Replies(replies.get(path, []), path) for path in paths}
     if isinstance(model, Mapping):
         return {resolve_agent(paths, key, "replay(model=...)"): _model(each)
