@@ -157,7 +157,7 @@ def test_cli_exports_the_sessions_named_to_stdout(db: Path,
     printed = capsys.readouterr()
     evalset = EvalSet.model_validate_json(printed.out)
     assert [case.session_id for case in evalset.sessions] == ["session_alice-1"]
-    assert "exported 1 sessions" in printed.err and "standard output" in printed.err
+    assert "exported 1 session (" in printed.err and "standard output" in printed.err
 
 
 def test_principal_limit_and_since_choose_the_sessions(db: Path) -> None:

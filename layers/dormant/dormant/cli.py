@@ -139,6 +139,10 @@ def _port(text: str) -> int:
     return port
 
 
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _score(text: str) -> float:
     try:
         score = float(text)
@@ -664,7 +668,8 @@ def _export(args: argparse.Namespace) -> int:
     except OSError as error:
         raise _CliError(f"cannot write {args.out}: {error.strerror or error}") from error
     events = sum(len(case.ledger["events"]) for case in evalset.sessions)
-    print(f"dormant: exported {len(evalset.sessions)} sessions ({events} events) to "
+    print(f"dormant: exported {_counted(len(evalset.sessions), 'session')} "
+          f"({_counted(events, 'event')}) to "
           f"{'standard output' if args.out == '-' else args.out}", file=sys.stderr)
     return 0
 

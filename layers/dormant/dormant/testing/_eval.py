@@ -78,7 +78,8 @@ class EvalReport(BaseModel):
                            for i, (cell, width) in enumerate(zip(row, widths, strict=True)))
                  .rstrip() for row in rows]
         failed = self.failed
-        lines.append(f"{len(self.cases)} cases: {len(self.cases) - len(failed)} passed, "
+        count = len(self.cases)
+        lines.append(f"{count} case{'' if count == 1 else 's'}: {count - len(failed)} passed, "
                      f"{len(failed)} failed")
         for case in failed:
             lines.append(f"\nFAIL {case.name}")
