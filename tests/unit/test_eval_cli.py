@@ -96,7 +96,9 @@ def test_the_golden_ledgers_are_a_set(capsys: pytest.CaptureFixture[str]) -> Non
     assert len(rows) == 15 and "15 cases: 4 passed, 11 failed" in out
     # the sample has request_approval (with its recorded results), not close_ticket
     assert {name for name, verdict in rows.items() if verdict == "pass"} == {
-        "paused.v1", "resumed.v1", "retried.v1", "timer-set.v1"}
+        "paused.v1", "paused-inbox.v1", "resumed.v1", "timer-set.v1"}
+    assert ("FAIL retried.v1\n  no_orphans: retry: the replay's turn did not fail: there is "
+            "nothing to retry") in out  # (its first turn failed before writing anything)
     assert ("FAIL approval-denied.v1\n  no_orphans: deny close_ticket: the replay's call 1 of "
             "close_ticket does not wait for an approval") in out  # (an unknown tool here)
 

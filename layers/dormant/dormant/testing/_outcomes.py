@@ -23,9 +23,12 @@ from dormant.events import (
     InputRequested,
     InvocationEnd,
     InvocationFailed,
+    InvocationResume,
+    InvocationStart,
     InvocationYield,
     PauseEvent,
     QueuedEvent,
+    RetryEvent,
     ToolCall,
     ToolYield,
 )
@@ -142,6 +145,7 @@ def outcome(events: Sequence[Event], described: str) -> TurnOutcome:
     """The outcome of ``events``, the turn one input (``described``) set off."""
     tools, approvals, questions, texts = [], [], [], []
     status = "recorded"
+    running = False  # (a pause parks a running turn; one sent at rest only waits for the next)
     for event in events:
         prefix = f"{event.scope.path}: " if event.scope is not None else ""
         if isinstance(event, ToolCall):
@@ -156,14 +160,16 @@ def outcome(events: Sequence[Event], described: str) -> TurnOutcome:
             texts.append(event.text)
         if event.scope is not None:
             continue  # a sub-agent's ending is its call's, not the turn's
-        if isinstance(event, InvocationEnd):
-            status = event.status
+        if isinstance(event, InvocationStart | InvocationResume | RetryEvent):
+            running = True
+        elif isinstance(event, InvocationEnd):
+            status, running = event.status, False
         elif isinstance(event, InvocationYield):
-            status = f"yielded_{event.reason}"
+            status, running = f"yielded_{event.reason}", False
         elif isinstance(event, InvocationFailed):
-            status = "failed"
-        elif isinstance(event, PauseEvent):
-            status = "paused"
+            status, running = "failed", False
+        elif isinstance(event, PauseEvent) and running:
+            status, running = "paused", False
         elif isinstance(event, QueuedEvent) and status == "recorded":
             status = "queued"
     return TurnOutcome(input=described, tools=tools, approvals=approvals, questions=questions,

@@ -1,8 +1,8 @@
 """Replay a recorded session against an agent: :func:`replay`.
 
 A ledger holds every input that came from outside the turns — messages, answers, approvals and
-denials, input answers, deferred results, app events, timer deliveries, seeds — in the order
-they came (:func:`outside_inputs`). A replay sends each again, as its own request, through the
+denials, input answers, deferred results, app events, timer deliveries, seeds, turn control sent
+while no turn ran — in the order they came (:func:`outside_inputs`). A replay sends each again, as its own request, through the
 request executor the handlers run (the kit's :class:`InProcessDriver`), on a fresh in-memory
 store, to the agent given, and records what each one set off.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from dormant.agent import Agent
 from dormant.app import App
+from dormant.errors import MODEL_ERROR_CODES
 from dormant.events import (
     AppEvent,
     ApprovalDecided,
@@ -34,11 +35,21 @@ from dormant.events import (
     AssistantEvent,
     Event,
     HandoffEvent,
+    InputRequested,
     InputResponse,
+    InterruptEvent,
+    InvocationEnd,
+    InvocationFailed,
+    InvocationResume,
     InvocationStart,
+    InvocationYield,
+    PauseEvent,
     QueuedEvent,
     ReasoningEvent,
+    ResumeEvent,
+    RetryEvent,
     SeedEvent,
+    StopRequested,
     TimerFired,
     TimerSet,
     ToolCall,
@@ -48,7 +59,7 @@ from dormant.events import (
     UserEvent,
     load_ledger,
 )
-from dormant.models._base import Model
+from dormant.models._base import Model, ModelChunk, ModelError, ModelRequest
 from dormant.models.scripted import ScriptedModel
 from dormant.results import ErrorResult
 from dormant.schedulers import RecordingScheduler
@@ -58,9 +69,9 @@ from dormant.stores.memory import MemoryStore
 from dormant.testing._agents import agent_paths, rebuild, resolve_agent
 from dormant.testing._drivers import InProcessDriver, KitClock, KitStore
 from dormant.testing._outcomes import Orphan, ReplayDiff, TurnOutcome, compare, outcome
-from dormant.tools import Tool, ToolContext
+from dormant.tools import Signal, Tool, ToolContext
 
-__all__ = ["Recorded", "Replay", "outside_inputs", "recorded_events", "replay"]
+__all__ = ["Recorded", "Replay", "outside_inputs", "recorded_events", "replay", "unreplayed"]
 
 #: A call as the two ledgers can agree on it: (agent path, "" for the session's agent; tool
 #: name; its position among that agent's calls of that tool).
@@ -140,16 +151,37 @@ def outside_inputs(events: Sequence[Event]) -> list[Recorded]:
     """The inputs that came from outside the turns, in the order they came. A message a timer
     delivered is the timer's, and a queued message is the one it was sent as (its later run
     is the inbox draining, not a new input); a delegated call's result comes from its child
-    session's run, not from outside."""
+    session's run, not from outside. Turn control sent while no turn ran (a pause, a resume,
+    a stop of a waiting invocation, an interrupt) is an input; sent into a running turn, it
+    is not (:func:`unreplayed` names it)."""
+    return _scan(events)[0]
+
+
+def unreplayed(events: Sequence[Event]) -> list[str]:
+    """What a replay leaves out of ``events``, in words: turn control a person sent into a
+    running turn (where it fell in that turn cannot be played back: the replay's turns run
+    whole)."""
+    return _scan(events)[1]
+
+
+def _scan(events: Sequence[Event]) -> tuple[list[Recorded], list[str]]:
     deferred = {e.call_id for e in events if isinstance(e, ToolDeferred) and e.delegate is None}
     names = {e.call_id: e.name for e in events if isinstance(e, ToolCall)}
     timers: dict[str, TimerSet] = {}
     by_timer: set[str] = set()  # message ids and call ids a timer delivered
     queued: set[str] = set()
     found: list[Recorded] = []
+    left_out: Counter[str] = Counter()
+    running = paused_mid_turn = False
     for position, event in enumerate(events):
         described: str | None = None
         kind = ""
+        if event.scope is None and isinstance(event, InvocationStart | InvocationResume
+                                                | RetryEvent):
+            running = True
+        elif event.scope is None and isinstance(event, InvocationEnd | InvocationYield
+                                                  | InvocationFailed):
+            running = False
         if isinstance(event, TimerSet):
             timers[event.name] = event
         elif isinstance(event, TimerFired):
@@ -185,21 +217,34 @@ def outside_inputs(events: Sequence[Event]) -> list[Recorded]:
             kind, described = "event", f"event {event.name}"
         elif isinstance(event, SeedEvent):
             kind, described = "seed", f"seed ({event.role}) {_quote(event.text)}"
+        elif isinstance(event, PauseEvent):
+            paused_mid_turn, running = running, False
+            if paused_mid_turn:
+                left_out["pause"] += 1
+            else:
+                kind, described = "pause", "pause"
+        elif isinstance(event, ResumeEvent):
+            if paused_mid_turn:
+                left_out["resume of that pause"] += 1
+            else:
+                kind, described = "resume", "resume"
+            paused_mid_turn = False
+        elif isinstance(event, StopRequested):
+            if running:
+                left_out["stop"] += 1
+            else:
+                kind, described = "stop", "stop"
+        elif isinstance(event, InputRequested) and event.scope is None and not running:
+            kind, described = "ask", f"input request {event.input_id}"  # (trusted code's)
+        elif isinstance(event, InterruptEvent):
+            kind, described = "interrupt", f"interrupt {names.get(event.owner, event.owner)}"
+        elif isinstance(event, RetryEvent) and event.scope is None:
+            kind, described = "retry", "retry"
         if described is not None:
             found.append(Recorded(position, kind, event, described))
-    return found
-
-
-#: Turn control a person sent, which a replay does not send again: where it fell in a running
-#: turn cannot be played back (the replay's turns run whole).
-CONTROLS = {"stop_requested": "stop", "pause": "pause", "resume": "resume",
-            "interrupt": "interrupt"}
-
-
-def _unreplayed(events: Sequence[Event]) -> list[str]:
-    counts = Counter(CONTROLS[e.type] for e in events if e.type in CONTROLS)
-    return [f"the recording's {word} ({count}x) is not replayed: turn control is not sent "
-            "again" for word, count in counts.items()]
+    notes = [f"the recording's {what} ({count}x) sent into a running turn is not replayed: "
+             "where it fell cannot be played back" for what, count in left_out.items()]
+    return found, notes
 
 
 def _decided_call(events: Sequence[Event], decided: ApprovalDecided) -> str:
@@ -263,7 +308,7 @@ def replay(events_or_session: Any, agent: Agent, *, model: ModelChoice = None,
     if tools not in ("recorded", "real"):
         raise ValueError(f"tools must be 'recorded' or 'real', got {tools!r}")
     inputs = outside_inputs(recorded)
-    notes = _unreplayed(recorded)
+    notes = unreplayed(recorded)
     models = _models(agent, agent_paths(agent), recorded, model)
     served = _served(agent, models, recorded, tools, dict(fakes or {}), notes)
     kit_store = KitStore(store if store is not None else MemoryStore())
@@ -276,6 +321,11 @@ def replay(events_or_session: Any, agent: Agent, *, model: ModelChoice = None,
     try:
         for index, given in enumerate(inputs):
             session = driver.session()
+            if isinstance(given.event, InputRequested):  # trusted code's edit, not a request
+                _ask(app, sid, given.event)
+                turns.append(outcome(driver.session().events[len(session.events):],
+                                     given.described))
+                continue
             asked = _request(given, recorded, keys, session)
             if isinstance(asked, str):
                 orphans.append(Orphan(index=index, input=given.described, reason=asked))
@@ -322,6 +372,21 @@ def _request(given: Recorded, recorded: list[Event], keys: dict[str, CallKey],
         return {"inputs": [{"input_id": event.input_id, "value": event.value}]}
     if isinstance(event, TimerFired):
         return _timer(event, keys, session)
+    if isinstance(event, PauseEvent):
+        return {"pause": True}
+    if isinstance(event, ResumeEvent):
+        return {"resume": True} if session.head.paused or session.pause_pending \
+            else "the replay's session is not paused"
+    if isinstance(event, StopRequested):
+        open_invocation = session.head.open_invocation
+        if open_invocation is None or session.head.failed:
+            return "no invocation waits in the replay"
+        return {"stop": {"invocation_id": open_invocation}}
+    if isinstance(event, InterruptEvent):
+        return _interrupt(event, recorded, keys, session)
+    if isinstance(event, RetryEvent):
+        return {"retry": {"retry_id": event.retry_id}} if session.head.failed \
+            else "the replay's turn did not fail: there is nothing to retry"
     call = _decided_call(recorded, event) if isinstance(event, ApprovalDecided) \
         else getattr(event, "call_id", "")
     key = keys.get(call)
@@ -346,6 +411,40 @@ def _request(given: Recorded, recorded: list[Event], keys: dict[str, CallKey],
     failed = event.error is not None
     return {"tool_results": [{"call_id": mine, "result": event.error if failed else event.result,
                               "is_error": failed}]}
+
+
+def _ask(app: App, session_id: str, asked: InputRequested) -> None:
+    """Ask for input as the recording's trusted code did, outside any turn."""
+    session = app.sessions.get(session_id) or app.sessions.create(session_id)
+    session.request_input(asked.input_id, asked.input_schema, asked.prompt)
+    app.sessions.commit(session)
+
+
+def _interrupt(interrupt: InterruptEvent, recorded: list[Event], keys: dict[str, CallKey],
+               session: Session) -> dict[str, Any] | str:
+    """The replay's item that stands for what ``interrupt`` ended: a waiting call or its
+    approval (the call at the same position), an input request (its id), or the failed
+    invocation."""
+    owner = interrupt.owner
+    asked = {e.approval_id: e.call_id for e in recorded if isinstance(e, ApprovalRequested)}
+    call = asked.get(owner, owner)
+    head = session.head
+    if call in keys:
+        mine = {k: cid for cid, k in call_keys(session.events).items()}.get(keys[call])
+        if mine is None:
+            return f"the replay never made the recording's {_ordinal(keys[call])}"
+        if owner in asked:
+            waiting = [a.approval_id for a in session.pending_approvals if a.call_id == mine]
+            return {"interrupt": {"owner": waiting[0]}} if waiting else \
+                f"the replay's {_ordinal(keys[call])} does not wait for an approval"
+        pending = {y.call_id for y in (*session.yielded_tools, *session.deferred_tools)}
+        return {"interrupt": {"owner": mine}} if mine in pending else \
+            f"the replay's {_ordinal(keys[call])} does not wait"
+    if owner in {p.input_id for p in session.pending_inputs}:
+        return {"interrupt": {"owner": owner}}
+    if head.failed and head.open_invocation is not None:
+        return {"interrupt": {"owner": head.open_invocation}}
+    return f"nothing the replay waits on stands for {owner!r}"
 
 
 def _timer(fired: TimerFired, keys: dict[str, CallKey], session: Session) -> dict[str, Any] | str:
@@ -429,11 +528,16 @@ def _model(given: Any) -> Model:
     return ScriptedModel(list(given), strict=False)
 
 
+#: The failures of a turn that were its model call's (``InvocationFailed.code``).
+MODEL_FAILURES = frozenset({"model_error", *MODEL_ERROR_CODES})
+
+
 def recorded_replies(events: Sequence[Event]) -> dict[str, list[dict[str, Any]]]:
     """Agent path -> the replies its model gave in the recording, in order, as scripted
-    replies (``{"text": ..., "tool_calls": [{"name", "args"}]}``). A reply is a run of the
-    agent's texts and calls; the session's agent is named by its name (it changes at a
-    hand-off), a sub-agent by its scope's path."""
+    replies (``{"text": ..., "tool_calls": [{"name", "args"}]}``), and where a call of it
+    failed, that failure (``{"failure": {"message", "code", "retryable"}}``). A reply is a run
+    of the agent's texts and calls; the session's agent is named by its name (it changes at
+    a hand-off), a sub-agent by its scope's path."""
     replies: dict[str, list[dict[str, Any]]] = {}
     open_replies: dict[str, dict[str, Any]] = {}
     speaking = ""
@@ -452,19 +556,41 @@ def recorded_replies(events: Sequence[Event]) -> dict[str, list[dict[str, Any]]]
                 reply["tool_calls"].append({"name": event.name, "args": event.args})
         elif not isinstance(event, ReasoningEvent):
             open_replies.pop(path, None)
+        if isinstance(event, InvocationFailed) and event.scope is None \
+                and event.code in MODEL_FAILURES:  # the model's call failed there
+            replies.setdefault(path, []).append({"failure": {
+                "message": event.message, "code": event.code, "retryable": event.retryable}})
         if isinstance(event, HandoffEvent) and event.scope is None:
             speaking = event.to_agent
     return replies
 
 
-class _Replies(ScriptedModel):
-    """An agent's recorded replies, played back in order; a call past them fails
+class _Replies:
+    """An agent's recorded replies, played back in order: a reply streams as a scripted one
+    does, a recorded failure of the model fails the call again; a call past them fails
     (``script_exhausted``), and the replay's notes name it."""
+
+    provider = ScriptedModel.provider
+    model = "recorded"
 
     def __init__(self, replies: list[dict[str, Any]], path: str) -> None:
         self.replies = [{k: v for k, v in r.items() if v} or {"text": ""} for r in replies]
-        super().__init__(self.replies, strict=False)
         self.path = path
+        self.requests: list[ModelRequest] = []
+
+    def stream(self, request: ModelRequest, *, signal: Signal) -> Iterator[ModelChunk]:
+        self.requests.append(request)
+        position = len(self.requests) - 1
+        if position >= len(self.replies):
+            raise ModelError(f"unexpected model call #{position + 1}: the recording has "
+                             f"{len(self.replies)} replies of agent {self.path}",
+                             code="script_exhausted", retryable=False)
+        reply = self.replies[position]
+        failure = reply.get("failure")
+        if failure is not None:
+            raise ModelError(failure["message"], code=failure["code"],
+                             retryable=failure["retryable"])
+        return ScriptedModel([reply]).stream(request, signal=signal)
 
 
 class _RecordedTools:
