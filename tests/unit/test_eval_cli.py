@@ -126,3 +126,16 @@ def test_each_mistake_is_one_line_and_exit_2(argv: list[str], said: str, exporte
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("dormant: ") and said in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_judge_model_reads_each_turns_texts(exported: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    verdicts = tmp_path / "verdicts.json"
+    verdicts.write_text('["PASS: the same answer", "FAIL: it no longer says how long"]')
+
+    code = main(["eval", str(exported), "--judge", f"scripted:{verdicts}", "--quiet"])
+
+    out = capsys.readouterr().out
+    assert code == 1 and "2 cases: 1 passed, 1 failed" in out
+    assert ("FAIL session_ana\n  judge: turn 1 (message 'how long is my stay BK-1042?'): "
+            "judged FAIL: it no longer says how long") in out
