@@ -334,3 +334,19 @@ def test_trusted_inputs_and_turn_control_at_rest_are_replayed() -> None:
     changed = replay(recorded, never_waits)
     assert [(o.input, o.reason) for o in changed.orphans] == [
         ("stop", "no invocation waits in the replay")]
+
+
+def test_the_state_before_the_first_input_is_the_replays_too() -> None:
+    import dormant
+
+    app = dormant.App(name="state")
+    seen: list[Any] = []
+    peek = app.tool(name="lookup_stay", description="Look", schema=bookings.StayRef,
+                    execute=lambda ctx: seen.append(dict(ctx.state)) or {"ok": True})
+    agent = app.agent(name="clerk", tools=[peek])
+    recorded = run_test(agent, [user("look BK-1 up"), model(tool_calls=[LOOKUP]),
+                                model("Done.")]).session
+
+    replayed = replay(recorded, agent, model="recorded", tools="real", state={"tier": "gold"})
+
+    assert seen == [{}, {"tier": "gold"}] and replayed.session.state == {"tier": "gold"}

@@ -315,6 +315,8 @@ def replay(events_or_session: Any, agent: Agent, *, model: ModelChoice = None,
     app = App(name="replay", store=kit_store, clock=KitClock(), scheduler=RecordingScheduler())
     sid = normalize_session_id(session_id or recorded_sid or mint_session_id())
     driver = InProcessDriver(app, served, sid)
+    if state:
+        app.sessions.create(sid, state=state)
     keys = call_keys(recorded)
     orphans: list[Orphan] = []
     turns: list[TurnOutcome | None] = []
@@ -331,8 +333,6 @@ def replay(events_or_session: Any, agent: Agent, *, model: ModelChoice = None,
                 orphans.append(Orphan(index=index, input=given.described, reason=asked))
                 turns.append(None)
                 continue
-            if index == 0 and state:
-                asked["initial_state"] = state
             before = len(session.events)
             result = driver.deliver(asked)
             turn = outcome(driver.session().events[before:], given.described)
