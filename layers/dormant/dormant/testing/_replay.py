@@ -1,10 +1,11 @@
 """Replay a recorded session against an agent: :func:`replay`.
 
 A ledger holds every input that came from outside the turns — messages, answers, approvals and
-denials, input answers, deferred results, app events, timer deliveries, seeds, turn control sent
-while no turn ran — in the order they came (:func:`outside_inputs`). A replay sends each again, as its own request, through the
-request executor the handlers run (the kit's :class:`InProcessDriver`), on a fresh in-memory
-store, to the agent given, and records what each one set off.
+denials, input answers, deferred results, app events, timer deliveries, seeds, turn control
+sent while no turn ran — in the order they came (:func:`outside_inputs`). A replay sends each
+again, as its own request, through the request executor the handlers run (the kit's
+:class:`InProcessDriver`), on a fresh in-memory store, to the agent given, and records what
+each one set off.
 
 The new agent need not call the same tools with the same ids, so an input that names a call
 (an answer, a decision, a deferred result, a timer named after a call) is matched by position:
