@@ -52,10 +52,10 @@ import os
 import signal
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dormant import scaffold
 from dormant._appspec import SAMPLE, AppSpecError, missing_extra, shown
@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from dormant._devserver.otlp import Exporting
 
 __all__ = ["main"]
+
+_N = TypeVar("_N", int, float)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,39 +131,30 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dormant: {message} (see {self.prog} --help)\n")
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port (0-65535; 0: any free port)")
-    return port
-
-
 def _counted(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def _score(text: str) -> float:
-    try:
-        score = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= score <= 1:
-        raise argparse.ArgumentTypeError(f"{score:g} is not a score (0 to 1)")
-    return score
+def _ranged(kind: Callable[[str], _N], low: _N, high: _N | None, what: str,
+            refusal: str) -> Callable[[str], _N]:
+    """An argparse type: ``kind(text)`` (else "not ``what``"), from ``low`` to ``high`` (None:
+    no top; else ``refusal``, formatted with the value)."""
+
+    def parse(text: str) -> _N:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(refusal.format(value))
+        return value
+
+    return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{number} must be at least 1")
-    return number
-
+_port = _ranged(int, 0, 65535, "a port number", "{} is not a port (0-65535; 0: any free port)")
+_positive = _ranged(int, 1, None, "a number", "{} must be at least 1")
+_score = _ranged(float, 0.0, 1.0, "a number", "{:g} is not a score (0 to 1)")
 
 #: ``--since`` units, in milliseconds.
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
