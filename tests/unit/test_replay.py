@@ -32,7 +32,7 @@ ASK = {"name": "ask_guest", "args": {"q": "Which night?"}}
 NEW_PROMPT = "Always look the stay up before you change it."
 
 
-def _bookings_session() -> Any:
+def bookings_session(session_id: str | None = None) -> Any:
     """A Bookings session: an upgrade a person approves, then a question and its answer."""
     _, agent = bookings.build()
     return run_test(agent, [
@@ -40,7 +40,7 @@ def _bookings_session() -> Any:
         model("Upgraded to a suite."),
         user("and move one night"), model(tool_calls=[ASK]),
         tool_input({"ask_guest": {"answer": "the 2nd"}}), model("Moved the 2nd."),
-    ]).session
+    ], session_id=session_id).session
 
 
 def _with_prompt(agent: Any, prompt: str, model: Any) -> Any:
@@ -50,7 +50,7 @@ def _with_prompt(agent: Any, prompt: str, model: Any) -> Any:
 
 
 def test_a_changed_prompt_shows_the_changed_tool_call_in_the_diff() -> None:
-    recorded = _bookings_session()
+    recorded = bookings_session()
     _, agent = bookings.build()
     scripted = ScriptedModel([{"tool_calls": [LOOKUP, UPGRADE]}, "Looked it up, upgraded.",
                               {"tool_calls": [ASK]}, "Moved the 2nd."])
@@ -77,7 +77,7 @@ def test_a_changed_prompt_shows_the_changed_tool_call_in_the_diff() -> None:
 
 
 def test_a_replay_is_its_new_ledger_and_leaves_the_recording_alone() -> None:
-    recorded = _bookings_session()
+    recorded = bookings_session()
     before = [e.model_dump() for e in recorded.events]
 
     replayed = replay(recorded, bookings.build()[1], model="recorded")
@@ -91,7 +91,7 @@ def test_a_replay_is_its_new_ledger_and_leaves_the_recording_alone() -> None:
 
 
 def test_an_answer_to_a_question_the_new_agent_never_asks_is_reported_not_sent() -> None:
-    recorded = _bookings_session()
+    recorded = bookings_session()
     never_asks = ScriptedModel([{"tool_calls": [UPGRADE]}, "Upgraded to a suite.",
                                 "Which night? Any will do: I moved the 1st."])
 
@@ -110,7 +110,7 @@ def test_an_answer_to_a_question_the_new_agent_never_asks_is_reported_not_sent()
 
 
 def test_an_answer_to_a_question_that_does_not_wait_is_an_orphan() -> None:
-    recorded = _bookings_session()
+    recorded = bookings_session()
     # the new agent asks, but with arguments the tool refuses: its call ends in an error
     asks_badly = ScriptedModel([{"tool_calls": [UPGRADE]}, "Upgraded to a suite.",
                                 {"tool_calls": [dict(ASK, args={"question": "Which?"})]},

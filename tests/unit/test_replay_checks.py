@@ -14,7 +14,6 @@ from dormant.models.scripted import ScriptedModel
 from dormant.samples import bookings
 from dormant.testing import (
     Replay,
-    approve,
     evaluate,
     judge,
     model,
@@ -26,24 +25,10 @@ from dormant.testing import (
     same_status,
     same_tools,
     similar_text,
-    tool_input,
     user,
 )
 from dormant.testing._checks import run_checks
-
-UPGRADE = {"name": "upgrade_room", "args": {"ref": "BK-1", "room": "suite"}}
-LOOKUP = {"name": "lookup_stay", "args": {"ref": "BK-1"}}
-ASK = {"name": "ask_guest", "args": {"q": "Which night?"}}
-
-
-def _recorded(session_id: str = "session_upgrade") -> Any:
-    _, agent = bookings.build()
-    return run_test(agent, [
-        user("upgrade BK-1 to a suite"), model(tool_calls=[UPGRADE]), approve(),
-        model("Upgraded to a suite."),
-        user("and move one night"), model(tool_calls=[ASK]),
-        tool_input({"ask_guest": {"answer": "the 2nd"}}), model("Moved the 2nd."),
-    ], session_id=session_id).session
+from tests.unit.test_replay import ASK, LOOKUP, UPGRADE, bookings_session
 
 
 def _changed(replies: list[Any]) -> Any:
@@ -51,7 +36,7 @@ def _changed(replies: list[Any]) -> Any:
 
 
 def _replayed(replies: list[Any]) -> Replay:
-    return replay(_recorded(), _changed(replies))
+    return replay(bookings_session(), _changed(replies))
 
 
 SAME = [{"tool_calls": [UPGRADE]}, "Upgraded to a suite.", {"tool_calls": [ASK]},
@@ -151,7 +136,7 @@ def test_the_judge_reads_both_texts_against_the_criteria() -> None:
 
 
 def test_evaluate_tables_each_case_and_writes_junit(tmp_path: Path) -> None:
-    cases = [_recorded("session_one"), _recorded("session_two")]
+    cases = [bookings_session("session_one"), bookings_session("session_two")]
     agent = _changed(SAME + LOOKS_FIRST)  # the first case replays the same, the second not
     lines: list[str] = []
 
