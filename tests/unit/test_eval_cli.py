@@ -3,6 +3,7 @@ agent, the table, the exit status, JUnit XML, and each option's mistakes."""
 
 from __future__ import annotations
 
+import logging
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -139,3 +140,14 @@ def test_a_judge_model_reads_each_turns_texts(exported: Path, tmp_path: Path,
     assert code == 1 and "2 cases: 1 passed, 1 failed" in out
     assert ("FAIL session_ana\n  judge: turn 1 (message 'how long is my stay BK-1042?'): "
             "judged FAIL: it no longer says how long") in out
+
+
+def test_the_replays_log_quiet_only_while_eval_runs(exported: Path) -> None:
+    """A failed turn in a replay is a row of the table, not a log line; the process's
+    logging is as it was afterwards (a caller's own logs included)."""
+    logger = logging.getLogger("dormant")
+    before = logger.level
+
+    assert main(["eval", str(exported), "--quiet"]) == 0
+
+    assert logger.level == before

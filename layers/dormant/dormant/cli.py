@@ -744,11 +744,17 @@ def _eval(args: argparse.Namespace) -> int:
     def said(line: str) -> None:
         print(f"dormant eval: {line}", file=sys.stderr, flush=True)
 
-    # a turn that fails in a replay is a row of the table, not a log line
-    logging.getLogger("dormant").setLevel(logging.CRITICAL)
-    report = evaluate(cases, agent, model=model, tools=args.tools, checks=checks,
-                      name=f"dormant eval {Path(args.set).name}",
-                      progress=None if args.quiet else said)
+    # a turn that fails in a replay is a row of the table, not a log line (while it runs:
+    # the level is the process's, which the caller may be using)
+    logger = logging.getLogger("dormant")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        report = evaluate(cases, agent, model=model, tools=args.tools, checks=checks,
+                          name=f"dormant eval {Path(args.set).name}",
+                          progress=None if args.quiet else said)
+    finally:
+        logger.setLevel(level)
     print(report.table())
     if args.junit is not None:
         report.junit(args.junit)
