@@ -275,7 +275,7 @@ def test_what_replay_takes_and_refuses() -> None:
     recorded = run_test(bookings.build()[1], [user("hi"), model("Hello.")]).session
     agent = bookings.build()[1]
     dumped = {"format": 1, "events": [e.model_dump(mode="json") for e in recorded.events]}
-    for source in (recorded, recorded.events, dumped):
+    for source in (recorded, recorded.events, dumped, dumped["events"]):
         assert not replay(source, agent, model="recorded").diff.changed
     with pytest.raises(TypeError, match="expected a list of ledger events"):
         replay("session_x", agent)

@@ -221,6 +221,28 @@ def test_redaction_rewrites_texts_and_state_only(db: Path) -> None:
     assert after.head.state["note"]["text"] == "room 12"
 
 
+def test_redaction_rewrites_the_reasons_people_and_models_gave() -> None:
+    app = dormant.App(name="reasons")
+    note = app.tool(name="note", description="Remember", schema=Note, execute=_note)
+    agent = app.agent(name="desk", tools=[note], tool_approval={"note": "user-approval"},
+                      handoffs=["billing"], model=ScriptedModel([
+                          {"tool_calls": [{"name": "note", "args": {"text": "room 12"}}]},
+                          {"tool_calls": [{"name": "transfer_to_billing",
+                                           "args": {"reason": "Ana's invoice"}}]},
+                          "Billing here."]))
+    app.agent(name="billing", model=ScriptedModel(["Billing here."]))
+    rest = app.handler.rest(agent=agent)
+    [approval] = rest({"session_id": "r-1", "input": {"message": "hi"}}).wire()[
+        "pendingApprovals"]
+    rest({"session_id": "r-1", "input": {"approvals": [{
+        "approvalId": approval["approvalId"], "approved": False, "reason": "Ana said no"}]}})
+
+    [case] = export_sessions(app.store, ["r-1"], redact=scrub).sessions
+
+    reasons = [e.reason for e in case.events() if e.type in ("approval_decided", "handoff")]
+    assert reasons == [REDACTED, REDACTED]  # (the calls' arguments and results are kept)
+
+
 def test_cli_redacts_with_the_function_named(db: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     module = tmp_path / "redactor.py"
@@ -252,6 +274,8 @@ def test_an_unknown_session_is_named(db: Path, capsys: pytest.CaptureFixture[str
     (["--redact", "no_such_module_xyz:scrub"], "no_such_module_xyz"),
     (["bad id!"], "invalid session id 'bad id!'"),
     (["--endpoint-url", "http://localhost:1"], "--region and --endpoint-url go with --table"),
+    (["alice-1", "--since", "7d", "--limit", "3"],
+     "--limit, --since choose the newest sessions when no ID is given"),
 ])
 def test_mistakes_are_one_line(db: Path, capsys: pytest.CaptureFixture[str],
                                argv: list[str], said: str) -> None:

@@ -9,10 +9,11 @@ file (``{"format": 1, "events": [...]}``, as the golden fixtures in
 
 Redaction is the app's: a function ``redact(text) -> text`` applied to what people wrote and
 read (the texts of messages, replies, queued and seeded messages, timer messages, compaction
-summaries, input prompts) and to every string in the session's state and in its
-``state_delta`` events. Tool arguments, tool results and answers are kept as they are: a
-replay feeds them back to the tools and checks the model's calls against them, so a changed
-value would be a changed case, not a hidden one.
+summaries, input prompts, the reasons of decisions and hand-offs) and to every string in the
+session's state and in its ``state_delta`` events. Tool arguments, tool results (a denial's
+included, which quotes its reason) and answers are kept as they are: a replay feeds them back
+to the tools and checks the model's calls against them, so a changed value would be a changed
+case, not a hidden one.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from pydantic import BaseModel, ValidationError
 from dormant._ids import now_ms
 from dormant.errors import InputError
 from dormant.events import (
+    ApprovalDecided,
     AssistantEvent,
     CompactionEvent,
     Event,
+    HandoffEvent,
     InputRequested,
     InvocationStart,
     QueuedEvent,
@@ -64,6 +67,8 @@ _TEXTS: dict[type[BaseModel], tuple[str, ...]] = {
     TimerSet: ("message",),
     CompactionEvent: ("summary",),
     InputRequested: ("prompt",),
+    ApprovalDecided: ("reason",),
+    HandoffEvent: ("reason",),
 }
 
 

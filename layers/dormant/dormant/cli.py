@@ -269,8 +269,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--endpoint-url", default=None, metavar="URL",
                         help="the DynamoDB endpoint, e.g. DynamoDB Local's http://localhost:8000")
     export.add_argument("--principal", default=None, help="only this principal's sessions")
-    export.add_argument("--limit", type=_positive, default=100,
-                        help="at most this many (without IDs)")
+    export.add_argument("--limit", type=_positive, default=None,
+                        help="at most this many (without IDs; default 100)")
     export.add_argument("--since", type=_duration, default=None, metavar="DURATION",
                         help="only sessions updated within this long, e.g. 7d, 12h, 30m")
     export.add_argument("--redact", default=None, metavar="MODULE:FUNCTION",
@@ -636,6 +636,12 @@ def _export(args: argparse.Namespace) -> int:
     from dormant._evalset import EvalSetError, export_sessions, write_set
     from dormant._ids import now_ms
 
+    choosing = [flag for flag, value in (("--principal", args.principal),
+                                         ("--limit", args.limit), ("--since", args.since))
+                if value is not None]
+    if args.session_ids and choosing:
+        raise _CliError(f"{', '.join(choosing)} choose the newest sessions when no ID is "
+                        "given; with IDs, those sessions are exported")
     redact = _redactor(args.redact) if args.redact else None
     source = f"dynamodb:{args.table}" if args.table is not None else f"--db {args.db}"
     try:

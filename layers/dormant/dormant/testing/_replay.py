@@ -58,6 +58,7 @@ from dormant.events import (
     ToolInput,
     ToolResult,
     UserEvent,
+    load_events,
     load_ledger,
 )
 from dormant.models._base import Model, ModelChunk, ModelError, ModelRequest
@@ -129,8 +130,9 @@ class Replay(list[Event]):
 
 def recorded_events(source: Any) -> tuple[list[Event], str | None]:
     """The events of ``source`` and the session id it names (None if it names none): a list
-    of events, a :class:`Session`, a stored ledger (``{"format": 1, "events": [...]}``) or an
-    exported session (anything with an ``events()`` method and a ``session_id``)."""
+    of events (or of their JSON), a :class:`Session`, a stored ledger (``{"format": 1,
+    "events": [...]}``) or an exported session (anything with an ``events()`` method and a
+    ``session_id``)."""
     if isinstance(source, Session):
         return list(source.events), source.session_id
     if isinstance(source, Mapping):
@@ -143,6 +145,8 @@ def recorded_events(source: Any) -> tuple[list[Event], str | None]:
         if all(isinstance(e, BaseModel) and isinstance(getattr(e, "type", None), str)
                for e in listed):
             return listed, None
+        if all(isinstance(e, Mapping) for e in listed):  # events as JSON
+            return load_events([dict(e) for e in listed]), None
     raise TypeError("replay(events_or_session, ...): expected a list of ledger events, a "
                     "Session, a stored ledger ({'format': 1, 'events': [...]}) or an exported "
                     f"session, got {type(source).__name__}")
