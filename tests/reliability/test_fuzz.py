@@ -49,6 +49,7 @@ OPERATIONS = [
     ("GET", "/sessions/{session_id}/events"),
     ("POST", "/sessions/{session_id}/fork"),
     ("POST", "/voice"),
+    ("POST", "/sessions/{session_id}/replay"),  # (dormant dev's own)
 ]
 
 CHECKS = """
@@ -122,7 +123,7 @@ def test_every_session_id_in_the_description_carries_the_servers_constraints(dev
                  schemas["RunAgentInput"]["properties"]["threadId"],
                  schemas["ForkRequest"]["properties"]["sessionId"]]
 
-    assert len(in_paths) == 4  # GET and DELETE /sessions/{id}, its events, its fork
+    assert len(in_paths) == 5  # GET and DELETE /sessions/{id}, its events, fork, replay
     for schema in in_paths + in_bodies:
         assert (schema["pattern"], schema["minLength"], schema["maxLength"]) == (
             SESSION_ID_PATTERN, 1, MAX_SESSION_ID)

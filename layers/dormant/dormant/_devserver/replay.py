@@ -29,8 +29,14 @@ from dormant.agent import Agent
 from dormant.app import App
 from dormant.errors import SessionNotFound
 from dormant.events import Event
-from dormant.http import principal_of, public_events
-from dormant.session import Session, normalize_session_id
+from dormant.http import (
+    SESSION_ID_SCHEMA,
+    answers,
+    checked_session_id,
+    principal_of,
+    public_events,
+)
+from dormant.session import Session
 from dormant.testing import Orphan, TurnOutcome, replay
 
 __all__ = ["ReplayAnswer", "ReplayRequest", "ReplayedTurn", "add_replay_route", "replay_answer"]
@@ -114,13 +120,15 @@ def add_replay_route(resolver: Any, app: App, agent: Agent) -> None:
     ``app`` and ``agent``; never the ``api`` Lambda's)."""
 
     @resolver.post(ROUTE, summary=SUMMARY, tags=["sessions"],  # type: ignore[untyped-decorator]
-                   description=DESCRIPTION)
+                   description=DESCRIPTION,
+                   responses=answers("the session replayed", ReplayAnswer, 400, 401, 404, 422))
     def post_replay(
-        session_id: Annotated[str, Path(description="The session to replay")],
+        session_id: Annotated[str, Path(description="The session to replay",
+                                        json_schema_extra=SESSION_ID_SCHEMA)],
         request: Annotated[ReplayRequest | None, Body(embed=False)] = None,
     ) -> Response[Any]:
         principal = principal_of(resolver.current_event.raw_event)
-        sid = normalize_session_id(unquote(session_id))
+        sid = checked_session_id(unquote(session_id))
         session = app.sessions.load(sid, turns=None)
         if session is None or not session.head.visible_to(principal):
             raise SessionNotFound(sid)
