@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from dormant.agent import Agent
 from dormant.testing._checks import DEFAULT_CHECKS, Check, CheckResult, run_checks
 from dormant.testing._outcomes import ReplayDiff
-from dormant.testing._replay import ModelChoice, recorded_events, replay
+from dormant.testing._replay import ModelChoice, replay
 
 __all__ = ["CaseResult", "EvalReport", "evaluate"]
 
@@ -142,9 +142,7 @@ def evaluate(cases: Iterable[Any], agent: Agent, *, model: ModelChoice = None,
         named = getattr(case, "session_id", None) or f"case {position}"
         started = time.perf_counter()
         try:
-            events, _ = recorded_events(case)
-            replayed = replay(events, agent, model=model, tools=tools, session_id=named
-                              if getattr(case, "session_id", None) else None)
+            replayed = replay(case, agent, model=model, tools=tools)
         except Exception as error:
             result = CaseResult(name=named, error=f"{type(error).__name__}: {error}",
                                 seconds=time.perf_counter() - started)

@@ -33,7 +33,22 @@ from dormant.events import (
     ToolYield,
 )
 
-__all__ = ["Orphan", "ReplayDiff", "TurnDiff", "TurnOutcome", "compare", "outcome", "text_score"]
+__all__ = [
+    "OPENS",
+    "SETTLES",
+    "Orphan",
+    "ReplayDiff",
+    "TurnDiff",
+    "TurnOutcome",
+    "compare",
+    "outcome",
+    "text_score",
+]
+
+#: The session-level events after which a turn runs, and those after which none does (a
+#: pause taken while one runs parks it too).
+OPENS = (InvocationStart, InvocationResume, RetryEvent)
+SETTLES = (InvocationEnd, InvocationYield, InvocationFailed)
 
 
 class TurnOutcome(BaseModel):
@@ -160,7 +175,7 @@ def outcome(events: Sequence[Event], described: str) -> TurnOutcome:
             texts.append(event.text)
         if event.scope is not None:
             continue  # a sub-agent's ending is its call's, not the turn's
-        if isinstance(event, InvocationStart | InvocationResume | RetryEvent):
+        if isinstance(event, OPENS):
             running = True
         elif isinstance(event, InvocationEnd):
             status, running = event.status, False

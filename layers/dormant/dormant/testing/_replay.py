@@ -39,11 +39,8 @@ from dormant.events import (
     InputRequested,
     InputResponse,
     InterruptEvent,
-    InvocationEnd,
     InvocationFailed,
-    InvocationResume,
     InvocationStart,
-    InvocationYield,
     PauseEvent,
     QueuedEvent,
     ReasoningEvent,
@@ -70,7 +67,15 @@ from dormant.stores._base import Store
 from dormant.stores.memory import MemoryStore
 from dormant.testing._agents import agent_paths, rebuild, resolve_agent
 from dormant.testing._drivers import InProcessDriver, KitClock, KitStore
-from dormant.testing._outcomes import Orphan, ReplayDiff, TurnOutcome, compare, outcome
+from dormant.testing._outcomes import (
+    OPENS,
+    SETTLES,
+    Orphan,
+    ReplayDiff,
+    TurnOutcome,
+    compare,
+    outcome,
+)
 from dormant.tools import Signal, Tool, ToolContext
 
 __all__ = ["Recorded", "Replay", "outside_inputs", "recorded_events", "replay", "unreplayed"]
@@ -181,12 +186,8 @@ def _scan(events: Sequence[Event]) -> tuple[list[Recorded], list[str]]:
     for position, event in enumerate(events):
         described: str | None = None
         kind = ""
-        if event.scope is None and isinstance(event, InvocationStart | InvocationResume
-                                                | RetryEvent):
-            running = True
-        elif event.scope is None and isinstance(event, InvocationEnd | InvocationYield
-                                                  | InvocationFailed):
-            running = False
+        if event.scope is None and isinstance(event, OPENS + SETTLES):
+            running = isinstance(event, OPENS)
         if isinstance(event, TimerSet):
             timers[event.name] = event
         elif isinstance(event, TimerFired):
