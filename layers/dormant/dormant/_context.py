@@ -119,6 +119,8 @@ class _Fold:
     def add(self, events: Sequence[Event]) -> _Fold:
         messages = self.messages
         for event in events:
+            if type(event) not in _SPOKEN:
+                continue  # (most of a turn's events: no pattern below to try in turn)
             scope = event.scope
             if (scope.call_id if scope is not None else None) != self.scope:
                 continue  # another agent's (a sub-agent's, or its caller's)
@@ -181,6 +183,9 @@ class _Fold:
         return self.messages
 
 
+#: The events the conversation is made of (every other kind is the ledger's bookkeeping).
+_SPOKEN = frozenset({ReasoningEvent, AssistantEvent, ToolCall, UserEvent, SeedEvent, AppEvent,
+                     ToolResult, ToolCallDraft})
 _FOLDS: Lru[_Fold] = Lru(FOLD_SESSIONS)
 _GROWING = threading.Lock()
 

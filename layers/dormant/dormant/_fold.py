@@ -42,7 +42,6 @@ from dormant.errors import (
     StaleTimer,
 )
 from dormant.events import (
-    NO_USAGE,
     AppEvent,
     ApprovalDecided,
     ApprovalRequested,
@@ -78,8 +77,8 @@ from dormant.events import (
     ToolResult,
     ToolYield,
     TurnTiming,
-    Usage,
     UserEvent,
+    sum_cost,
 )
 
 __all__ = ["apply", "apply_detached"]
@@ -312,12 +311,18 @@ def _on_pause(head: Head, event: PauseEvent) -> None:
 
 
 def _count_usage(head: Head, timing: TurnTiming) -> None:
-    """Add a timed turn's tokens and cost to the session's (``Head.usage``). The head's own
-    sums are trusted: rebuilt, not validated (this runs in the fold, once a turn)."""
-    summed = dict(head.usage) if head.usage else {}
-    turns = summed.pop("turns", 0)
-    total = Usage.model_construct(**summed) if summed else NO_USAGE
-    head.usage = {**(total + timing.usage).model_dump(), "turns": turns + 1}
+    """Add a timed turn's tokens and cost to the session's (``Head.usage``: a
+    :class:`~dormant.events.Usage` as a dict, and ``turns``). The head's own sums are
+    trusted: added up as they are (this runs in the fold, once a turn)."""
+    summed = head.usage or {}
+    usage = timing.usage
+    head.usage = {
+        "input_tokens": summed.get("input_tokens", 0) + usage.input_tokens,
+        "output_tokens": summed.get("output_tokens", 0) + usage.output_tokens,
+        "cached_tokens": summed.get("cached_tokens", 0) + usage.cached_tokens,
+        "reasoning_tokens": summed.get("reasoning_tokens", 0) + usage.reasoning_tokens,
+        "cost": sum_cost(summed.get("cost"), usage.cost),
+        "turns": summed.get("turns", 0) + 1}
 
 
 def _on_resume(head: Head, event: ResumeEvent) -> None:

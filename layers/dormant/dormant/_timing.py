@@ -242,7 +242,7 @@ class Recorder:
 
     def timing(self) -> TurnTiming:
         """The turn's timing so far, for the event that ends it."""
-        return TurnTiming.model_construct(
+        return TurnTiming(
             started=self.started, elapsed_ms=self.offset(), phases=list(self.phases),
             model_calls=list(self.calls), tools=list(self.tools), usage=self.usage,
             span=self.span_ref())
@@ -313,7 +313,7 @@ class Phase:
             requests, capacity = after[0] - self.before[0], after[1] - self.before[1]
         duration = recorder.offset() - self.start
         if self.name != "commit":  # (the commit comes after the event that keeps the timing)
-            recorder.phases.append(PhaseTiming.model_construct(
+            recorder.phases.append(PhaseTiming(
                 name=self.name, start_ms=self.start, duration_ms=duration, requests=requests,
                 capacity=round(capacity, 3) if capacity else None))
         span = self.span
@@ -370,7 +370,7 @@ class CallRecorder:
         """The call ended (``error``: the code of a failed one); ``usage`` with its cost."""
         recorder = self.recorder
         usage = recorder.price(usage, self.model, self.response_model)
-        timing = CallTiming.model_construct(
+        timing = CallTiming(
             step=self.step, provider=self.provider, model=self.model,
             response_model=self.response_model, response_id=self.response_id,
             finish_reason=self.finish_reason, start_ms=self.start,
@@ -437,7 +437,7 @@ class ToolRecorder:
         ``deferred`` (``error_type``: the exception's class name, for an error;
         ``approved``: True, it ran once a person approved it; False, a person denied it)."""
         recorder = self.recorder
-        recorder.tools.append(ToolTiming.model_construct(
+        recorder.tools.append(ToolTiming(
             call_id=self.call_id, name=self.name, start_ms=self.start,
             duration_ms=recorder.offset() - self.start, outcome=outcome,
             error_type=error_type))

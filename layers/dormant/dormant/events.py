@@ -48,15 +48,19 @@ class Usage(BaseModel):
                                   "prices=...)``; None: no call it covers had a price).")
 
     def __add__(self, other: Usage) -> Usage:
-        cost = self.cost if other.cost is None else \
-            other.cost if self.cost is None else self.cost + other.cost
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            cost=None if cost is None else round(cost, 10),
+            cost=sum_cost(self.cost, other.cost),
         )
+
+
+def sum_cost(a: float | None, b: float | None) -> float | None:
+    """Two costs summed (None: neither had a price), rounded off to ten places."""
+    cost = a if b is None else b if a is None else a + b
+    return None if cost is None else round(cost, 10)
 
 
 #: No tokens (frozen: one instance serves every default).

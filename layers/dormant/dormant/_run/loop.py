@@ -10,19 +10,17 @@ phase of a step lives in :mod:`dormant._run.tools`.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-from collections.abc import Generator, Sequence
+import os
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from dormant._context import history_messages, scoped_messages
 from dormant._head import call_scope
 from dormant._ids import new_id, now_ms
 from dormant._inputs import ClientContext, ClientTool
-from dormant._patch import to_json_value
 from dormant._run.compaction import compact_if_due
 from dormant._run.state import ClaimCompaction, Clock, Overtaken, RunState, Start, WriteAhead
+from dormant._run.step import ModelStep, derive_call_id
 from dormant._run.tools import (
     Call,
     client_tool,
@@ -31,49 +29,30 @@ from dormant._run.tools import (
     state_delta,
     written_ahead,
 )
-from dormant._timing import CallRecorder, Recorder
+from dormant._timing import Recorder
 from dormant.agent import Agent, ClientPart, ErrorHandler, Hook, HookContext, System, client_notes
 from dormant.errors import InputError
 from dormant.events import (
-    NO_USAGE,
-    AssistantDelta,
     AssistantEvent,
-    AudioDelta,
     ErrorEvent,
     HandoffEvent,
     InvocationEnd,
     InvocationFailed,
     InvocationYield,
-    ModelEnd,
     ModelStart,
     PauseEvent,
-    ReasoningEvent,
     SteerEvent,
     StopRequested,
     StreamEvent,
-    ToolCall,
     ToolCallDraft,
     ToolResult,
-    Usage,
     UserEvent,
 )
-from dormant.events import ThoughtDelta as ThoughtDeltaEvent
 from dormant.models._base import (
-    AudioChunk,
     Message,
-    Model,
     ModelError,
     ModelRequest,
-    ReasoningChunk,
-    ResponseInfo,
-    TextDelta,
-    ThoughtDelta,
-    ToolCallChunk,
-    ToolCallDelta,
-    ToolResultChunk,
     ToolSpec,
-    UsageChunk,
-    identify,
 )
 from dormant.results import (
     CompletedResult,
@@ -89,7 +68,7 @@ from dormant.results import (
 from dormant.session import Session
 from dormant.tools import Aborted, Signal
 
-__all__ = ["Start", "derive_call_id", "drain", "run_turn"]
+__all__ = ["FAST_PATH", "Start", "derive_call_id", "drain", "ordinary", "run_turn"]
 
 Stream = Generator[StreamEvent, None, RunResult]
 
@@ -138,7 +117,22 @@ def run_turn(
         run.client_notes = _client_notes(agent, client_context)
     if start.next == "wait":
         return _still_waiting(run)
-    return _guarded(run, start)
+    return _guarded(run, start, _ordinary if FAST_PATH and ordinary(run, start) else _body)
+
+
+#: Whether an ordinary turn takes the flat loop (:func:`ordinary`); the general path runs
+#: the same turn to the same ledger, byte for byte (``DORMANT_FAST_PATH=0`` turns it off:
+#: the tests compare the two).
+FAST_PATH = os.environ.get("DORMANT_FAST_PATH", "1") != "0"
+
+
+def ordinary(run: RunState, start: Start) -> bool:
+    """Whether the turn is an ordinary one, as its start decides: it calls the model first
+    (no parked step to settle, no state to write) and its agent does not compact its
+    history (hooks, tools and hand-offs are the general path's own helpers, called from
+    the flat loop)."""
+    return (start.next == "model" and not start.state and run.agent.compaction is None
+            and run.scope is None)
 
 
 def _still_waiting(run: RunState) -> Stream:
@@ -147,7 +141,8 @@ def _still_waiting(run: RunState) -> Stream:
     return _finish_yield_tool(run)
 
 
-def _guarded(run: RunState, start: Start) -> Stream:
+def _guarded(run: RunState, start: Start,
+             body: Callable[[RunState, Start], Stream]) -> Stream:
     # The agent's tool sources (MCP servers) are listed here, on the first turn that needs
     # them. One that cannot list fails the turn before anything runs, and the turn writes
     # nothing, even after a claim (an approval decided, a step reopened): what the claim
@@ -157,7 +152,7 @@ def _guarded(run: RunState, start: Start) -> Stream:
     run.team = run.team or run.agent.team()  # (a hand-off naming no agent fails here)
     run.session.window.defer_events()  # timers tools ask for wait for flush (call order)
     try:
-        return (yield from _body(run, start))
+        return (yield from body(run, start))
     except Overtaken:  # superseded before the step's tools ran: what the turn said is all
         return _result(run, CompletedResult())
     except Aborted as error:
@@ -221,16 +216,19 @@ def _stopped(run: RunState) -> Stream:
     return _result(run, StoppedResult())
 
 
-def _boundary(run: RunState) -> Generator[StreamEvent, None, RunResult | None]:
+def _boundary(run: RunState, *, read: bool = True
+              ) -> Generator[StreamEvent, None, RunResult | None]:
     """A step boundary: a pause asked meanwhile parks the session here (the invocation
     stays open; ``resume`` continues it); steers asked meanwhile join the conversation.
-    The control record is read here first: a control sent while the tools ran may not have
-    been polled yet, and the next model step is what it is meant to come before."""
+    The control record is read here first (``read``: not when the ordinary turn's loop
+    read it already): a control sent while the tools ran may not have been polled yet, and
+    the next model step is what it is meant to come before."""
     watch = run.watch
     if watch is None:
         return None
-    watch.at_boundary()
-    run.signal.raise_if_aborted()  # a stop that read found: before the model is called again
+    if read:
+        watch.at_boundary()
+        run.signal.raise_if_aborted()  # a stop it found: before the model is called again
     if watch.pause_rev is not None:
         yield run.emit(PauseEvent(invocation_id=run.invocation_id, rev=watch.pause_rev))
         watch.pause_rev = None
@@ -319,13 +317,15 @@ def _before_agent(run: RunState) -> str | None:
 # --- the model loop ------------------------------------------------------------------------------
 
 
-def _loop(run: RunState) -> Stream:
-    step = 0
+def _loop(run: RunState, step: int = 0, *, read: bool = True) -> Stream:
+    """The model loop from step ``step`` on (``read``: False when the ordinary turn's loop
+    hands over at a boundary whose control record it read)."""
     while True:
         agent = run.agent  # (a hand-off changes it between steps)
         run.signal.raise_if_aborted()
         if step > 0:
-            paused = yield from _boundary(run)
+            paused = yield from _boundary(run, read=read)
+            read = True
             if paused is not None:
                 return paused
         if step >= agent.max_steps:
@@ -338,26 +338,89 @@ def _loop(run: RunState) -> Stream:
             return _result(run, ErrorResult(error=message, code="max_steps"))
         step += 1
         calls = yield from _model_step(run, step)
-        moves = [call for call in calls if run.scope is None
-                 and agent.handoff_target(call.name) is not None]
-        if moves:
-            calls = [call for call in calls if all(call is not move for move in moves)]
-        elif not calls:
-            if run.watch is not None and run.watch.steers_waiting \
-                    and (yield from _take_steers(run)):
-                continue  # a steer arrived as the model answered: one more step
-            return (yield from _settle(run))
-        yielded = False
-        if calls:
-            yielded = yield from run_tools(run, calls)
-            yield from run.flush()
-        if moves:
-            yield from _hand_over(run, moves, blocked=yielded)
-        if yielded:
-            if run.scope is None:  # (a sub-agent's caller parks: it waits on this one)
-                yield run.emit(InvocationYield(invocation_id=run.invocation_id,
-                                               reason="tool"))
-            return _finish_yield_tool(run)
+        ended = yield from _after_model(run, calls)
+        if ended is not None:
+            return ended
+
+
+def _after_model(run: RunState, calls: list[Call]) -> Generator[StreamEvent, None,
+                                                                 RunResult | None]:
+    """What a model step's calls come to: none ends the turn (or parks it for the next
+    message), unless a steer arrived as the model answered; else the tools run, then the
+    hand-offs. The turn's result if it ends or parks here; None: the next step runs."""
+    agent = run.agent
+    moves = [call for call in calls if run.scope is None
+             and agent.handoff_target(call.name) is not None]
+    if moves:
+        calls = [call for call in calls if all(call is not move for move in moves)]
+    elif not calls:
+        if run.watch is not None and run.watch.steers_waiting \
+                and (yield from _take_steers(run)):
+            return None  # a steer arrived as the model answered: one more step
+        return (yield from _settle(run))
+    yielded = False
+    if calls:
+        yielded = yield from run_tools(run, calls)
+        yield from run.flush()
+    if moves:
+        yield from _hand_over(run, moves, blocked=yielded)
+    if yielded:
+        if run.scope is None:  # (a sub-agent's caller parks: it waits on this one)
+            yield run.emit(InvocationYield(invocation_id=run.invocation_id, reason="tool"))
+        return _finish_yield_tool(run)
+    return None
+
+
+def _ordinary(run: RunState, start: Start) -> Stream:
+    """The ordinary turn (see :func:`ordinary`), flat: one loop reads each model step's
+    stream (its events pass through no generator of their own on the way to the request)
+    and hands the step's calls to the tool phase (``_after_model``, the general path's).
+    The moment something else happens, the general loop carries the turn on from there: a
+    pause or a steer at a step boundary, ``max_steps`` reached, a hand-off (``_loop``); a
+    call that yields, needs an approval or waits parks the step as it always does."""
+    replaced = _before_agent(run) if start.hooks else None
+    if replaced is not None:
+        return (yield from _reply_and_end(run, replaced))
+    agent = run.agent
+    model = agent.model
+    if model is None:
+        raise InputError(f"agent {agent.name!r} has no model and no hook answered")
+    signal = run.signal
+    watch = run.watch
+    step = 0
+    while True:
+        signal.raise_if_aborted()
+        if step > 0 and watch is not None:
+            watch.at_boundary()
+            signal.raise_if_aborted()  # a stop it found: before the model is called again
+            if watch.pause_rev is not None or watch.steers_waiting:
+                return (yield from _loop(run, step, read=False))
+        if step >= agent.max_steps:
+            return (yield from _loop(run, step, read=False))
+        step += 1
+        request = _request(run, step)
+        _call_hooks(run, "before_model", request=request)
+        yield ModelStart(invocation_id=run.invocation_id, step=step)
+        reading = ModelStep(run, step, model, request)
+        try:
+            for chunk in model.stream(request, signal=signal):
+                event = reading.take(chunk)
+                if event is not None:
+                    yield event
+            ended = reading.ended()
+        except BaseException as error:
+            reading.failed(error)
+            raise
+        yield ended
+        _call_hooks(run, "after_model", request=request, text=reading.text)
+        events, calls = reading.settled()
+        for event in events:
+            yield run.emit(event)
+        ended = yield from _after_model(run, calls)
+        if ended is not None:
+            return ended
+        if run.agent is not agent:  # handed over: the next step runs the agent it went to
+            return (yield from _loop(run, step))
 
 
 def _hand_over(run: RunState, moves: list[Call], *, blocked: bool
@@ -402,155 +465,23 @@ def _model_step(run: RunState, step: int) -> Generator[StreamEvent, None, list[C
         yield from compact_if_due(run)
     request = _request(run, step)
     _call_hooks(run, "before_model", request=request)
-    invocation_id = run.invocation_id
-    signal = run.signal
-    scope = run.scope
-    yield ModelStart(invocation_id=invocation_id, step=step, scope=scope)
-    reply_id = new_id("evt")
-    thought_id = new_id("thought")
-    run.deltas = []
-    run.deltas_id = reply_id
-    run.drafts = {}
-    parts: list[str] = []
-    calls: list[Call] = []
-    provided: dict[str, ToolResultChunk] = {}
-    reasoning: list[dict[str, Any]] = []
-    provider = ""
-    usage = NO_USAGE
-    timed = _timed(run, model, step, request)
+    yield ModelStart(invocation_id=run.invocation_id, step=step, scope=run.scope)
+    reading = ModelStep(run, step, model, request)
     try:
-        for chunk in model.stream(request, signal=signal):
-            if signal.aborted:
-                raise Aborted("the turn was aborted")
-            if timed is not None and timed.first is None:
-                timed.chunk()
-            if isinstance(chunk, TextDelta):
-                if chunk.text:
-                    parts.append(chunk.text)
-                    delta = AssistantDelta(invocation_id=invocation_id, message_id=reply_id,
-                                           delta=chunk.text, scope=scope)
-                    run.deltas.append(delta)
-                    yield delta
-            elif isinstance(chunk, ThoughtDelta):
-                yield ThoughtDeltaEvent(invocation_id=invocation_id, message_id=thought_id,
-                                        delta=chunk.text, scope=scope)
-            elif isinstance(chunk, AudioChunk):
-                if chunk.data:  # stream-only: the ledger keeps the transcript, not the audio
-                    yield AudioDelta(invocation_id=invocation_id, message_id=reply_id,
-                                     data=base64.b64encode(chunk.data).decode("ascii"),
-                                     format=chunk.format, rate=chunk.rate, scope=scope)
-            elif isinstance(chunk, ToolCallDelta):
-                _draft(run, chunk)
-            elif isinstance(chunk, ToolCallChunk):
-                _drafted(run, chunk)
-                calls.append(_parse_call(chunk))
-            elif isinstance(chunk, ToolResultChunk):
-                provided[chunk.call_id] = chunk
-            elif isinstance(chunk, ReasoningChunk):
-                reasoning.append(chunk.item)
-                provider = chunk.provider
-            elif isinstance(chunk, UsageChunk) and _counts(chunk.usage):
-                usage = usage + chunk.usage
-            elif isinstance(chunk, ResponseInfo) and timed is not None:
-                timed.response(model=chunk.model, response_id=chunk.response_id,
-                               finish_reason=chunk.finish_reason)
-        if signal.aborted:  # the model stopped early because the turn was stopped or aborted
-            raise Aborted("the turn was aborted")
+        for chunk in model.stream(request, signal=run.signal):
+            event = reading.take(chunk)
+            if event is not None:
+                yield event
+        ended = reading.ended()
     except BaseException as error:
-        if timed is not None:
-            timed.end(usage, error=_error_code(run, error))
+        reading.failed(error)
         raise
-    if timed is not None:
-        if timed.recorder.content:  # (before the end: an ended span takes no more)
-            from dormant._run.content import output_content  # (content capture only)
-
-            timed.content(output_content("".join(parts), calls, timed.finish_reason))
-        usage = timed.end(usage)
-    if _counts(usage):
-        run.usage = run.usage + usage
-    yield ModelEnd(invocation_id=invocation_id, step=step, usage=usage, scope=scope)
-    run.deltas = []
-    run.drafts = {}
-    text = "".join(parts)
-    _call_hooks(run, "after_model", request=request, text=text)
-    if reasoning:
-        yield run.emit(ReasoningEvent(invocation_id=invocation_id, items=reasoning,
-                                      provider=provider))
-    if text:
-        run.said.append(text)
-        yield run.emit(AssistantEvent(id=reply_id, invocation_id=invocation_id, text=text))
-    position = run.session.head.calls
-    tools = run.agent.toolset().tools
-    ran_there: list[tuple[Call, ToolResultChunk]] = []
-    for index, call in enumerate(calls):
-        if not call.call_id:
-            call.call_id = derive_call_id(invocation_id, position, index)
-        if call.provider_executed:
-            result = provided.get(call.call_id)
-            if result is not None:
-                ran_there.append((call, result))
-            else:
-                _unprovided(run, call)
-        tool = tools.get(call.name)
-        call.dynamic = tool is None and call.name in run.client_tools \
-            and not call.provider_executed
-        yield run.emit(ToolCall(invocation_id=invocation_id, call_id=call.call_id,
-                                name=call.name, args=call.args, dynamic=call.dynamic,
-                                provider_executed=call.provider_executed,
-                                provider_metadata=call.provider_metadata,
-                                tool_metadata=tool.metadata if tool is not None else None))
-    # The provider's results land with the calls, before any tool of the step runs (or is
-    # written ahead): those calls are settled, and the step's join waits only for the rest.
-    for call, result in ran_there:
-        yield run.emit(_provider_result(run, call, result))
-    return [call for call in calls if all(call is not done for done, _ in ran_there)]
-
-
-def _timed(run: RunState, model: Model, step: int, request: ModelRequest
-           ) -> CallRecorder | None:
-    """The step's model call, timed (None: the turn has no recorder)."""
-    recorder = run.recorder
-    if recorder is None:
-        return None
-    provider, name = identify(model)
-    timed = recorder.call(step, provider=provider, model=name)
-    if recorder.content:
-        from dormant._run.content import request_content  # (content capture only)
-
-        timed.content(request_content(request))
-    return timed
-
-
-def _error_code(run: RunState, error: BaseException) -> str:
-    """A failed model call's code, as its timing and span keep it."""
-    if isinstance(error, ModelError):
-        return error.code
-    if isinstance(error, Aborted):
-        signal = run.signal
-        return "stopped" if signal.stopped else "deadline" if signal.expired else "aborted"
-    return type(error).__name__
-
-
-def _unprovided(run: RunState, call: Call) -> None:
-    """A call the provider ran whose result did not come in the response: it waits as a
-    deferred call when the agent declares a deferred tool of its name (trusted code supplies
-    the result), else its result is an error the model reads on the next step."""
-    tool = run.agent.toolset().tools.get(call.name)
-    if tool is None or not tool.deferred:
-        call.error = (f"{call.name} ran on the model's provider, but its result did not come "
-                      "in the response")
-
-
-def _provider_result(run: RunState, call: Call, result: ToolResultChunk) -> ToolResult:
-    """A provider-executed call's ``tool_result``, as the provider returned it."""
-    metadata = to_json_value(result.provider_metadata) if result.provider_metadata else None
-    if result.is_error:
-        return ToolResult(invocation_id=run.invocation_id, call_id=call.call_id,
-                          name=call.name, error=str(result.result) or "(no output)",
-                          provider_executed=True, provider_metadata=metadata)
-    return ToolResult(invocation_id=run.invocation_id, call_id=call.call_id, name=call.name,
-                      result=to_json_value(result.result), provider_executed=True,
-                      provider_metadata=metadata)
+    yield ended
+    _call_hooks(run, "after_model", request=request, text=reading.text)
+    events, calls = reading.settled()
+    for event in events:
+        yield run.emit(event)
+    return calls
 
 
 def _settle(run: RunState) -> Stream:
@@ -673,55 +604,8 @@ def drain(stream: Stream) -> RunResult:
             return result
 
 
-def derive_call_id(invocation_id: str | None, position: int, index: int) -> str:
-    """A call id from where the call sits: the invocation, the number of calls the invocation
-    made before this step (``position``) and its index in the step. A rerun of the same step
-    (a retry resent, a redelivered message: same invocation, same committed calls) gets the
-    same ids, so side effects keyed by call id run once."""
-    seed = f"{invocation_id}|{position}|{index}".encode()
-    return "call_" + hashlib.blake2b(seed, digest_size=8).hexdigest()
-
-
 def _failure(error: Exception) -> tuple[str, bool]:
     """The code and retryability an ``invocation_failed`` records for ``error``."""
     if isinstance(error, ModelError):
         return error.code, error.retryable
     return str(getattr(error, "code", "run_error")), True
-
-
-def _draft(run: RunState, chunk: ToolCallDelta) -> None:
-    """A fragment of a call still streaming: kept until its whole call arrives."""
-    draft = run.drafts.setdefault(chunk.index, {"call_id": "", "name": "", "args": []})
-    draft["call_id"] = draft["call_id"] or chunk.call_id
-    draft["name"] = draft["name"] or chunk.name
-    if chunk.args:
-        draft["args"].append(chunk.args)
-
-
-def _drafted(run: RunState, chunk: ToolCallChunk) -> None:
-    """A whole call arrived: its draft (same call id, else the oldest) is no draft now."""
-    drafts = run.drafts
-    if not drafts:
-        return
-    index = next((i for i, d in drafts.items() if chunk.call_id and d["call_id"] == chunk.call_id),
-                 next(iter(drafts)))
-    del drafts[index]
-
-
-def _parse_call(chunk: ToolCallChunk) -> Call:
-    args = chunk.args
-    error: str | None = None
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as bad:
-            error = f"Invalid arguments for {chunk.name}: not JSON ({bad.msg})"
-    if error is None:
-        args = to_json_value(args)
-    metadata = to_json_value(chunk.provider_metadata) if chunk.provider_metadata else None
-    return Call(chunk.call_id, chunk.name, args, error=error,
-                provider_executed=chunk.provider_executed, provider_metadata=metadata)
-
-
-def _counts(usage: Usage) -> bool:
-    return bool(usage.input_tokens or usage.output_tokens or usage.cached_tokens)

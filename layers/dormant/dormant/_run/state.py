@@ -141,7 +141,10 @@ class RunState:
             if event.scope is None:
                 event = event.model_copy(update={"scope": self.scope})
         elif self.recorder is not None and type(event) in _ENDINGS and event.invocation_id:
-            event = event.model_copy(update={"timing": self.recorder.timing()})
+            # Filled in place: every event emitted here was made a moment ago by this run,
+            # and nobody else holds it yet (a copy would cost more than the event did).
+            event.__dict__["timing"] = self.recorder.timing()
+            event.__pydantic_fields_set__.add("timing")
         self.session.add_event(event)
         return event
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from dormant._head import Head
 from dormant.errors import SessionNotFound
@@ -66,7 +66,9 @@ class MemoryStore:
         self._retired: dict[_Key, _Row] = {}
         #: incarnation -> the forks whose lineage names it
         self._forks: dict[_Key, set[str]] = {}
-        self._controls: dict[str, Control] = {}
+        #: Each session's control record as its fields (what a real store's item holds): a
+        #: read validates a copy of its own, cheaper than a deep copy of the model.
+        self._controls: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def load(self, session_id: str, *, turns: int | None = None,
@@ -80,7 +82,7 @@ class MemoryStore:
             window = self._window(row, start)
             control = self._controls.get(session_id)
         return StoredSession(head, window, start,
-                             control.model_copy(deep=True) if control is not None else None)
+                             Control.model_validate(control) if control is not None else None)
 
     def _window(self, row: _Row, start: int) -> list[Event]:
         """Positions ``start`` … of ``row``'s ledger, inherited ones from their sessions."""
@@ -207,16 +209,16 @@ class MemoryStore:
     def read_control(self, session_id: str) -> Control | None:
         with self._lock:
             control = self._controls.get(session_id)
-        return control.model_copy(deep=True) if control is not None else None
+        return Control.model_validate(control) if control is not None else None
 
     def write_control(self, session_id: str, control: Control, *, head_version: int) -> bool:
-        written = control.model_copy(deep=True)
+        written = control.model_dump()
         with self._lock:
             row = self._rows.get(session_id)
             stored = self._controls.get(session_id)
             if (row.version if row is not None else 0) != head_version:
                 return False
-            if (stored.rev if stored is not None else 0) != control.rev - 1:
+            if (stored["rev"] if stored is not None else 0) != control.rev - 1:
                 return False
             self._controls[session_id] = written
         return True
@@ -245,6 +247,7 @@ class MemoryStore:
                      for sid, row in self._rows.items()
                      if principal is None or row.principal == principal]
             lines += [line for sid, control in self._controls.items() if sid not in self._rows
-                      and (line := first_turn(sid, control, principal)) is not None]
+                      and (line := first_turn(sid, Control.model_validate(control),
+                                                 principal)) is not None]
         lines.sort(key=lambda line: line.updated_at, reverse=True)
         return lines[:limit]
