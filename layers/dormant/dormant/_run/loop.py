@@ -416,9 +416,9 @@ def _ordinary(run: RunState, start: Start) -> Stream:
         events, calls = reading.settled()
         for event in events:
             yield run.emit(event)
-        ended = yield from _after_model(run, calls)
-        if ended is not None:
-            return ended
+        result = yield from _after_model(run, calls)
+        if result is not None:
+            return result
         if run.agent is not agent:  # handed over: the next step runs the agent it went to
             return (yield from _loop(run, step))
 
