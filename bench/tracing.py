@@ -20,6 +20,12 @@ Each round starts a session and runs ``--batch`` turns of each case on it, in an
 rotated round by round. A case's figure is the median over rounds of its µs per turn; its
 ratio, the median of the round-by-round ratios to "off".
 
+The timing recorder (``dormant._timing.Recorder``: the phases, model calls and tools an
+ending event's ``timing`` keeps, and what feeds the spans) runs in every case, "off"
+included: it cannot be turned off. Its own cost is measured inside the "off" turns: every
+method of its four classes timed as it is called (the outermost call only), less what the
+timing itself adds (calibrated on an empty method), per turn and as a share of the turn.
+
     python bench/tracing.py                   # 40 rounds of 50 turns per case
     python bench/tracing.py --smoke           # one round of one turn (CI keeps it from rotting)
     python bench/tracing.py --json out.json --markdown bench/results/tracing.md
@@ -119,6 +125,71 @@ def run(rounds: int, batch: int) -> dict[str, Any]:
             for case, us in seen.items()}
 
 
+#: The recorder's classes, whose every method is timed by :func:`recorder_cost`.
+RECORDER_CLASSES = ("Recorder", "Phase", "CallRecorder", "ToolRecorder")
+
+
+def recorder_cost(rounds: int, batch: int) -> dict[str, float]:
+    """µs per "off" text turn spent in the recorder's methods, and the turn's µs (medians
+    over rounds)."""
+    timing = sys.modules["dormant._timing"]
+    spent = [0.0]
+    calls = [0]
+    depth = [0]
+
+    def timed(method: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if depth[0]:
+                return method(*args, **kwargs)
+            depth[0] = 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - start
+                calls[0] += 1
+                depth[0] = 0
+        return wrapper
+
+    # What timing one call adds (the wrapper itself), from an empty method timed alike.
+    empty = timed(lambda: None)
+    start = time.perf_counter()
+    for _ in range(10_000):
+        empty()
+    per_call = (time.perf_counter() - start) / 10_000
+    spent[0] = calls[0] = 0
+    originals = {}
+    for name in RECORDER_CLASSES:
+        cls = getattr(timing, name)
+        for attribute, value in list(vars(cls).items()):
+            if (callable(value) and not attribute.startswith("__")) or attribute in (
+                    "__init__", "__enter__", "__exit__"):
+                originals[(cls, attribute)] = value
+                setattr(cls, attribute, timed(value))
+    inside: list[float] = []
+    turns: list[float] = []
+    try:
+        for number in range(rounds + 1):
+            app = dormant.App(name="bench")
+            rest = app.handler.rest(agent=_agent(app, ["Three nights."] * (batch + 1), None))
+            rest({"session_id": "bench", "input": {"message": "hello"}})
+            gc.collect()
+            spent[0] = calls[0] = 0
+            start = time.perf_counter()
+            for _ in range(batch):
+                rest({"session_id": "bench", "input": {"message": "How long is my stay?"}})
+            elapsed = time.perf_counter() - start
+            if number:
+                own = max(spent[0] - calls[0] * per_call, 0.0)
+                inside.append(own / batch * 1e6)
+                turns.append((elapsed - calls[0] * per_call) / batch * 1e6)
+    finally:
+        for (cls, attribute), value in originals.items():
+            setattr(cls, attribute, value)
+    us, turn = statistics.median(inside), statistics.median(turns)
+    return {"us": us, "turn_us": turn, "share": us / turn if turn else 0.0}
+
+
 def markdown(figures: dict[str, Any], rounds: int, batch: int, smoke: bool) -> str:
     kind = "python bench/tracing.py --smoke` (one turn: not figures to quote)" if smoke \
         else "python bench/tracing.py`"
@@ -133,6 +204,10 @@ def markdown(figures: dict[str, Any], rounds: int, batch: int, smoke: bool) -> s
         f = figures[case]
         lines.append(f"| {label} | {f['us']:,.1f} | {f['ratio']:.2f}× | "  # noqa: RUF001
                      f"{f['spans_per_turn']:.0f} |")
+    recorder = figures["recorder"]
+    lines += ["", "The timing recorder, always on (in every case above): "
+              f"{recorder['us']:,.1f} µs of an \"off\" turn's {recorder['turn_us']:,.1f} "
+              f"({recorder['share']:.1%}), in its own methods."]
     return "\n".join(lines) + "\n"
 
 
@@ -146,6 +221,7 @@ def main() -> None:
     args = parser.parse_args()
     rounds, batch = (1, 1) if args.smoke else (args.rounds, args.batch)
     figures = run(rounds, batch)
+    figures["recorder"] = recorder_cost(rounds, batch)
     for case in ("spans", "metrics"):
         if not figures[case]["spans_per_turn"]:
             raise SystemExit(f"{case}: no span was made: the request path did not use the sink")

@@ -48,6 +48,8 @@ class Usage(BaseModel):
                                   "prices=...)``; None: no call it covers had a price).")
 
     def __add__(self, other: Usage) -> Usage:
+        if other is NO_USAGE and self.cost is None:  # (a call that reported nothing)
+            return self
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
