@@ -65,7 +65,7 @@ class _Fold:
     it: the list only ever grows, so the shorter fold's prefix stays what it was, and a
     long history is not copied on every commit."""
 
-    __slots__ = ("calls", "end", "last_id", "messages", "reasoning", "scope", "size", "start",
+    __slots__ = ("calls", "end", "last", "messages", "reasoning", "scope", "size", "start",
                  "text", "view")
 
     def __init__(self, start: int, view: AppEventView = False, scope: str | None = None
@@ -76,7 +76,9 @@ class _Fold:
         #: sub-agent running for the call of this id.
         self.scope = scope
         self.end = start
-        self.last_id: str | None = None
+        #: The last event translated (None: none yet): what says whether a ledger read
+        #: later still holds this fold's events (:func:`_fold`).
+        self.last: Event | None = None
         self.messages: list[Message] = []
         self.size = 0
         self.text: str | None = None
@@ -88,7 +90,7 @@ class _Fold:
 
     def _like(self, messages: list[Message]) -> _Fold:
         fold = _Fold(self.start, self.view, self.scope)
-        fold.end, fold.last_id, fold.text = self.end, self.last_id, self.text
+        fold.end, fold.last, fold.text = self.end, self.last, self.text
         fold.messages, fold.size = messages, self.size
         fold.calls, fold.reasoning = self.calls.copy(), self.reasoning.copy()
         return fold
@@ -165,7 +167,7 @@ class _Fold:
                         provider_metadata=event.provider_metadata))
         if events:
             self.end += len(events)
-            self.last_id = events[-1].id
+            self.last = events[-1]
         self.size = len(messages)
         return self
 
@@ -233,21 +235,39 @@ def latest_summary(session: Session, until: int) -> CompactionEvent | None:
 
 def _fold(session: Session, start: int, until: int, view: AppEventView = False
           ) -> list[Message]:
-    """The messages of positions ``start`` … ``until - 1``: the committed part from the
-    session's cached fold (grown by what was committed since), the rest on a copy of it."""
+    """The messages of positions ``start`` … ``until - 1``, from the session's cached fold
+    extended in place with what was added since: each event is translated once, whether it
+    was committed or is the turn's own (the next model call of the turn, and the next
+    request, find it translated).
+
+    The cached fold holds if the ledger read now still has its last event where it left
+    off: a committed one by id (a request that read the session anew holds other objects),
+    one of the turn's uncommitted by identity (only this request's slice holds that
+    object: another request's turn, or this one's rewound after a failure, never does).
+    Else it is made anew from ``start``."""
     first = session.first_seq
-    committed = min(session.base_seq, until)
+    base = session.base_seq
     loaded = session.loaded_events
+    added = session.new_events
     fold = _FOLDS.get(session.session_id)
-    if fold is None or fold.start != start or not start < fold.end <= committed \
-            or loaded[fold.end - 1 - first].id != fold.last_id or fold.view is not view:
+    if fold is None or fold.start != start or fold.view is not view \
+            or not start < fold.end <= until or not _holds(fold, loaded, added, first, base):
         fold = _Fold(start, view)
-    if fold.end < committed:
-        fold = fold.grown(loaded[fold.end - first:committed - first])
+    if fold.end < until:
+        events = [*loaded[fold.end - first:min(base, until) - first],
+                  *added[max(fold.end - base, 0):until - base]]
+        fold = fold.grown(events)
         _FOLDS.put(session.session_id, fold)
-    if until > committed:
-        return fold.copy().add(session.new_events[:until - committed]).taken()
     return fold.finished()
+
+
+def _holds(fold: _Fold, loaded: Sequence[Event], added: Sequence[Event], first: int,
+           base: int) -> bool:
+    """Whether the ledger read now has ``fold``'s last event at its last position."""
+    at = fold.end - 1
+    if at < base:
+        return fold.last is not None and loaded[at - first].id == fold.last.id
+    return 0 <= at - base < len(added) and added[at - base] is fold.last
 
 
 def scoped_messages(session: Session, call_id: str, task: str, until: int) -> list[Message]:
