@@ -313,6 +313,11 @@ def paired_ratios(walls: Mapping[str, list[float]]) -> dict[str, float]:
     return ratios
 
 
+def cpu_label(ratio: str) -> str:
+    """The name of a paired ratio taken on CPU times (steadier on a busy machine)."""
+    return f"{ratio}, cpu"
+
+
 #: What ``--baseline`` repeats from another checkout (its layer and functions).
 BASELINE_ROWS = (API, STREAM)
 
@@ -325,7 +330,8 @@ def measure(runs: int, peers: bool = True, interpreter: str | None = None,
             before: Path | None = None) -> tuple[dict[str, tuple[float, float]],
                                                  dict[str, float]]:
     """Median wall and CPU ms per row, interpreter start-up subtracted (the ``pass`` and idle
-    rows are dropped), and the paired ratios (:data:`PAIRS`). The process's CPU time is
+    rows are dropped), and the paired ratios (:data:`PAIRS`; each also on CPU times, named
+    by :func:`cpu_label`). The process's CPU time is
     steadier than its wall time on a busy machine (the moto server's work is the parent's,
     not counted). Every round runs each row once, in an order rotated round by round.
     ``interpreter`` (a name on PATH): the rows run on it, in venvs built from it. ``before``:
@@ -369,6 +375,8 @@ def measure(runs: int, peers: bool = True, interpreter: str | None = None,
                 samples[name].append(_once(argv[name], envs[name]))
     ratios = paired_ratios({name: [wall * 1000 for wall, _ in got]
                             for name, got in samples.items()})
+    ratios.update({cpu_label(name): value for name, value in paired_ratios(
+        {name: [cpu * 1000 for _, cpu in got] for name, got in samples.items()}).items()})
     medians = {name: (statistics.median(w for w, _ in got) * 1000,
                       statistics.median(c for _, c in got) * 1000)
                for name, got in samples.items()}
@@ -434,7 +442,8 @@ def main() -> None:
               f"{cpu / cpu_floor:>4.1f}x")
     print(f"paired run by run (median of {runs} rounds' ratios):")
     for name, value in ratios.items():
-        print(f"  {name:<{width}}{value:>7.2f}x")
+        if cpu_label(name) in ratios:
+            print(f"  {name:<{width}}{value:>6.2f}x {'':>6}{ratios[cpu_label(name)]:>6.2f}x")
     if not any("Strands" in name for name in ratios):
         print("  (÷ Strands: install the peers' venvs first, python -m bench install)")
     figures: dict[str, float] = {name: round(wall, 1) for name, (wall, _) in medians.items()}

@@ -84,8 +84,10 @@ else:
             return api.app.handler(event("api_get_docs.json"), Context())
         return api.app.handler(event("api_post_turn.json", {"message": "Hi there"}), Context())
 app = served.app
+import threading
 seen = {"import": loaded(), "modules": sorted(sys.modules),
         "gc": {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()},
+        "threads": sorted(thread.name for thread in threading.enumerate()),
         "tracer": type(served.tracer).__name__,
         "model": type(served.agent.model).__name__,
         "model_client_built": getattr(served.agent.model, "_client", None) is not None,
@@ -403,3 +405,12 @@ def test_the_stream_function_s_cold_start_is_built_with_the_collector_off_and_fr
 
     assert seen["gc"]["enabled"] is True
     assert seen["gc"]["frozen"] > 10_000
+
+
+def test_the_stream_function_s_init_starts_no_thread(deployed_env: dict[str, str]) -> None:
+    # What SnapStart snapshots is what init built: a thread started there would be restored
+    # mid-step in every environment (the keep-alive thread of a streamed answer starts with
+    # its request). That init makes no AWS call is test_snapstart_safety's check.
+    seen = _cold_start(deployed_env, function="stream")
+
+    assert seen["threads"] == ["MainThread"]
