@@ -58,7 +58,12 @@ from botocore.exceptions import DataNotFoundError
 
 listed = []
 scan = botocore.loaders.Loader.list_available_services
-botocore.loaders.Loader.list_available_services = lambda self, *a: listed.append(a) or scan(self, *a)
+
+def counted(self, *args):
+    listed.append(args)
+    return scan(self, *args)
+
+botocore.loaders.Loader.list_available_services = counted
 from dormant._clients import aws_client
 
 client = aws_client("dynamodb", region_name="us-east-1")
