@@ -1,7 +1,9 @@
 """Peer frameworks, pinned, each installed into a venv of its own on demand (never the project's).
 
-A venv lives at ``~/.cache/dormant-bench/<peer>-<version>/`` and is reused while its marker file
-(``bench-installed.json``: what was asked for and what installed) is there. A peer's DynamoDB
+A venv lives at ``~/.cache/dormant-bench/<peer>-<version>/`` (``<peer>-<version>-python3.13/``
+when built from another interpreter than :data:`BASE_PYTHON`: the cold start is paired on the
+template's runtime, python3.13) and is reused while its marker file (``bench-installed.json``:
+what was asked for and what installed) is there. A peer's DynamoDB
 persistence package is a separate, optional install: when it cannot be installed beside the
 pinned framework, the marker says why and the DynamoDB rows say so.
 """
@@ -44,11 +46,21 @@ class Peer:
 
     @property
     def venv(self) -> Path:
-        return CACHE / f"{self.key}-{self.version}"
+        return self.venv_on(BASE_PYTHON)
 
     @property
     def python(self) -> Path:
         return self.venv / "bin" / "python"
+
+    def venv_on(self, python: str) -> Path:
+        """The peer's venv built from the interpreter ``python`` (a name on PATH)."""
+        return CACHE / f"{self.key}-{self.version}{_suffix(python)}"
+
+
+def _suffix(python: str) -> str:
+    """Nothing for :data:`BASE_PYTHON` (its venvs keep the names they always had), else the
+    interpreter's name."""
+    return "" if python == BASE_PYTHON else f"-{Path(python).name}"
 
 
 PEERS: dict[str, Peer] = {p.key: p for p in (
@@ -82,35 +94,37 @@ def _pip(python: Path, *args: str, log: Path) -> subprocess.CompletedProcess[str
                               stdout=out, stderr=subprocess.STDOUT, text=True, check=False)
 
 
-def _make_venv(path: Path) -> Path:
+def _make_venv(path: Path, python: str = BASE_PYTHON) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([BASE_PYTHON, "-m", "venv", str(path)], check=True)
+    subprocess.run([python, "-m", "venv", str(path)], check=True)
     return path / "bin" / "python"
 
 
-def marker(peer: Peer) -> dict[str, object] | None:
+def marker(peer: Peer, python: str = BASE_PYTHON) -> dict[str, object] | None:
     """What the peer's venv holds, or None when it is not installed."""
-    path = peer.venv / MARKER
+    path = peer.venv_on(python) / MARKER
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def ensure_peer(peer: Peer) -> dict[str, object]:
-    """The peer's venv, installed when missing. Returns its marker (``ok`` False: why not)."""
-    found = marker(peer)
+def ensure_peer(peer: Peer, python: str = BASE_PYTHON) -> dict[str, object]:
+    """The peer's venv (built from the interpreter ``python``), installed when missing.
+    Returns its marker (``ok`` False: why not)."""
+    found = marker(peer, python)
     if found is not None:
         return found
-    log = peer.venv.parent / f"{peer.venv.name}.log"
+    venv = peer.venv_on(python)
+    log = venv.parent / f"{venv.name}.log"
     started = time.perf_counter()
-    python = _make_venv(peer.venv)
+    made = _make_venv(venv, python)
     log.write_text("")
     result: dict[str, object] = {"peer": peer.key, "pin": peer.pin}
-    core = _pip(python, peer.pin, *peer.extras, "boto3", log=log)
+    core = _pip(made, peer.pin, *peer.extras, "boto3", log=log)
     if core.returncode != 0:
         result.update(ok=False, why=f"pip install {peer.pin} failed (see {log})")
     else:
         result["ok"] = True
-        extra = _pip(python, *peer.dynamodb, peer.pin, log=log) if peer.dynamodb else None
+        extra = _pip(made, *peer.dynamodb, peer.pin, log=log) if peer.dynamodb else None
         if extra is None:
             result["dynamodb"] = None
         elif extra.returncode == 0:
@@ -120,8 +134,35 @@ def ensure_peer(peer: Peer) -> dict[str, object]:
             result["dynamodb_why"] = (f"{', '.join(peer.dynamodb)} does not install beside "
                                       f"{peer.pin}")
     result["seconds"] = round(time.perf_counter() - started, 1)
-    (peer.venv / MARKER).write_text(json.dumps(result, indent=1))
+    (venv / MARKER).write_text(json.dumps(result, indent=1))
     return result
+
+
+#: What the Lambda layer installs (layers/dormant/Makefile), pinned as it pins them.
+LAYER = Path(__file__).resolve().parent.parent / "layers" / "dormant"
+
+
+def ensure_layer_venv(python: str) -> Path:
+    """A venv built from the interpreter ``python`` holding what a deployed function imports
+    besides ``dormant`` itself (which the cold start puts on the path as the layer ships it):
+    the layer's requirements pinned by its constraints, the X-Ray SDK's layer (with boto3 and
+    botocore, as the Lambda runtime has them) and ``snapshot_restore_py`` (the runtime's hook
+    registry). Rebuilt when those requirements change. Returns its interpreter."""
+    venv = CACHE / f"dormant-layer-{Path(python).name}"
+    xray = LAYER.parent / "xray" / "requirements.txt"
+    asked = {"requirements": (LAYER / "requirements.txt").read_text(),
+             "constraints": (LAYER / "constraints.txt").read_text(), "xray": xray.read_text()}
+    path = venv / MARKER
+    if path.exists() and json.loads(path.read_text()) == asked:
+        return venv / "bin" / "python"
+    log = venv.parent / f"{venv.name}.log"
+    made = _make_venv(venv, python)
+    log.write_text("")
+    if _pip(made, "-r", str(LAYER / "requirements.txt"), "-c", str(LAYER / "constraints.txt"),
+            "-r", str(xray), "snapshot-restore-py", log=log).returncode != 0:
+        raise RuntimeError(f"could not install the layer's requirements (see {log})")
+    path.write_text(json.dumps(asked))
+    return made
 
 
 def ensure_chart_venv() -> Path:

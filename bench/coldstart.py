@@ -12,6 +12,8 @@ every cold start, as ``sam build`` copies it.
     python bench/coldstart.py --smoke         # one process per row (CI keeps it from rotting)
     python bench/coldstart.py --json out.json # also write {row: median ms}
     python bench/coldstart.py --layer         # also the Lambda layer's size (pip, no Docker)
+    python bench/coldstart.py --python python3.13   # on the template's runtime (venvs on demand)
+    python bench/coldstart.py --baseline DIR  # DIR's api and stream rows too (a before/after)
 
 The function rows run ``functions/<name>/app.py`` as Lambda does (``functions/`` on the path,
 the handler module imported, then one request): AWS is a moto server on 127.0.0.1 started by
@@ -27,12 +29,24 @@ with the template's table, bucket, schedule group, webhook queue and OpenAI secr
   local fake OpenAI server answers: that row pays for reading the secret and importing
   ``openai``, which only a model call needs.
 - ``+ DORMANT_XRAY_SDK``: the same with the X-Ray SDK tracer opted into.
+- ``stream``: the function that carries every chat turn, driven as its streaming runtime loop
+  drives it (``dormant.aws.runtime``, which ``bootstrap-stream`` starts: logging configured,
+  ``dormant.aws.stream`` imported as the init phase, then ``stream_handler(event, context,
+  stream)``), the response stream kept in memory instead of posted to the Runtime API: a first
+  ``POST /turns`` with ``Accept: text/event-stream`` (the turn's events streamed), and a first
+  ``POST /agui``.
 - ``webhook`` and ``wake``: the import in the deployed environment.
 
+``--python python3.13`` runs the rows on another interpreter than this one: the functions
+(and the floor) in a venv of the layer's requirements built from it
+(``~/.cache/dormant-bench/dormant-layer-python3.13``, :func:`bench._venvs.ensure_layer_venv`),
+Strands in its venv built from it (both installed on demand, as ``python -m bench`` installs
+the peers); the moto and OpenAI stand-ins stay in this process.
+
 The rows run in turn, one process each per round (the order rotated every round), so a
-round's figures share the machine's state. Two ratios are taken pair by pair, each round's
-``api`` row against the same round's other row, and reported as their median: the ``api``
-function against the floor, and against Strands Agents' own import, agent and first turn
+round's figures share the machine's state. Ratios are taken pair by pair, each round's
+``api`` (and ``stream``) row against the same round's other row, and reported as their median:
+each function against the floor, and against Strands Agents' own import, agent and first turn
 (``bench/peers/strands.py coldstart``, its script doing nothing subtracted) when its venv is
 installed (``python -m bench install``).
 """
@@ -113,6 +127,45 @@ import api.app
 reply = api.app.handler(event, Context())
 assert reply["statusCode"] == 200, reply
 """
+#: The stream function as bootstrap-stream runs it (dormant.aws.runtime.main: logging, then
+#: the handler module imported as the init phase, then each invocation answered on a stream),
+#: the stream held in memory: what the handler writes is checked, not posted anywhere.
+_STREAM = _CONTEXT + _EVENT + """
+import logging, os
+from dormant.aws import runtime
+logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper())
+if hasattr(runtime, "load"):
+    stream_handler = runtime.load(runtime.DEFAULT_HANDLER)
+else:  # a tree from before runtime.load (a before/after comparison)
+    from dormant.aws.stream import stream_handler
+
+class Stream:
+    started = finished = False
+    def start(self, status, headers=None, multi_value_headers=None, cookies=None):
+        self.started, self.status, self.body = True, status, []
+    def write(self, data):
+        self.body.append(data)
+    def finish(self):
+        self.finished = True
+
+{body}
+invocation = runtime.Invocation(event, {{"Lambda-Runtime-Aws-Request-Id": "coldstart-1",
+                                 "Lambda-Runtime-Deadline-Ms": "9999999999999"}})
+out = Stream()
+stream_handler(event, runtime.InvocationContext(invocation), out)
+assert out.finished and out.status == 200, vars(out)
+assert {last!r} in "".join(out.body), out.body
+"""
+#: A first POST /turns with Accept: text/event-stream: the turn's events as they happen.
+_STREAM_TURN = _STREAM.format(
+    path=str(ROOT / "events" / "api_post_turn.json"), last="event: result",
+    body='event["body"] = json.dumps({"message": "Hi! Please book me in for one night."})\n'
+         'event["headers"]["Accept"] = "text/event-stream"')
+#: A first POST /agui (a new thread each process: the example's thread id made unique).
+_STREAM_AGUI = _STREAM.format(
+    path=str(ROOT / "events" / "api_post_agui.json"), last="RUN_FINISHED",
+    body='import uuid\nbody = json.loads(event["body"])\n'
+         'body["threadId"] = str(uuid.uuid4())\nevent["body"] = json.dumps(body)')
 #: A first GET /sessions/{id}: no model call (the session does not exist: 404).
 _READ = _CONTEXT + _EVENT.format(path=str(ROOT / "events" / "api_get_session.json")) + """
 import api.app
@@ -122,6 +175,7 @@ assert reply["statusCode"] == 404, reply
 
 
 API = "api: import + first turn (no secret, tracing off)"
+STREAM = "stream: import + first streamed POST /turns (no secret, tracing off)"
 PASS = "python -c pass (subtracted)"
 STRANDS = "Strands Agents: import + agent + first turn"
 STRANDS_IDLE = "Strands Agents: its script doing nothing (subtracted)"
@@ -129,6 +183,8 @@ STRANDS_IDLE = "Strands Agents: its script doing nothing (subtracted)"
 PAIRS = {
     "api ÷ floor (paired)": (API, FLOOR, PASS),
     "api ÷ Strands (paired)": (API, STRANDS, STRANDS_IDLE),
+    "stream ÷ floor (paired)": (STREAM, FLOOR, PASS),
+    "stream ÷ Strands (paired)": (STREAM, STRANDS, STRANDS_IDLE),
 }
 
 
@@ -140,6 +196,8 @@ def rows() -> dict[str, tuple[str, dict[str, str]]]:
         FLOOR: ("import boto3, pydantic", {}),
         "import dormant": ("import dormant", {}),
         API: (_TURN, {}),
+        STREAM: (_STREAM_TURN, {}),
+        "stream: import + first POST /agui (no secret, tracing off)": (_STREAM_AGUI, {}),
         "api, deployed: import + first GET /sessions/{id}": (_READ, deployed),
         "api, deployed: import + first turn (model call: openai imported)": (_TURN, deployed),
         "api, deployed + DORMANT_XRAY_SDK: import + first GET": (
@@ -149,12 +207,16 @@ def rows() -> dict[str, tuple[str, dict[str, str]]]:
     }
 
 
-def peer_rows() -> dict[str, list[str]]:
-    """Strands Agents' cold start and its idle script (argv), when its venv is installed."""
+def peer_rows(interpreter: str | None = None) -> dict[str, list[str]]:
+    """Strands Agents' cold start and its idle script (argv), when its venv is installed
+    (``interpreter``: its venv built from that interpreter, installed now when missing)."""
     sys.path.insert(0, str(ROOT))
-    from bench._venvs import PEERS
+    from bench._venvs import PEERS, ensure_peer
 
-    python = PEERS["strands"].python
+    peer = PEERS["strands"]
+    if interpreter is not None:
+        ensure_peer(peer, interpreter)
+    python = peer.venv_on(interpreter) / "bin" / "python" if interpreter else peer.python
     if not python.exists():
         return {}
     script = str(ROOT / "bench" / "peers" / "strands.py")
@@ -224,49 +286,86 @@ def fake_openai(replies: int) -> Iterator[str]:
         server.close()
 
 
-def _as_the_layer_ships_it(target: Path) -> None:
-    """``dormant`` as layers/dormant/Makefile puts it in the layer: with unchecked-hash
-    bytecode (this interpreter's), which Lambda uses as it is."""
-    shutil.copytree(LAYER / "dormant", target / "dormant",
+def _as_the_layer_ships_it(target: Path, python: str, layer: Path = LAYER) -> None:
+    """``dormant`` (``layer``'s) as layers/dormant/Makefile puts it in the layer: with
+    unchecked-hash bytecode (``python``'s), which Lambda uses as it is."""
+    shutil.copytree(layer / "dormant", target / "dormant",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    compileall.compile_dir(target / "dormant", quiet=1,
-                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    if python == sys.executable:
+        compileall.compile_dir(target / "dormant", quiet=1,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    else:
+        subprocess.run([python, "-m", "compileall", "-q", "--invalidation-mode",
+                        "unchecked-hash", str(target / "dormant")], check=True)
 
 
 def paired_ratios(walls: Mapping[str, list[float]]) -> dict[str, float]:
     """Each :data:`PAIRS` ratio whose rows ran: per round, (row - its start-up) over (other
     row - what it subtracts), all from that round; then the median over the rounds."""
     ratios = {}
-    for label, (mine, other, idle) in PAIRS.items():
-        if other in walls and idle in walls:
+    pairs = {**PAIRS, **{baseline(label): (baseline(mine), other, idle)
+                         for label, (mine, other, idle) in PAIRS.items()}}
+    for label, (mine, other, idle) in pairs.items():
+        if mine in walls and other in walls and idle in walls:
             ratios[label] = statistics.median(
                 (a - pa) / (b - pb) for a, pa, b, pb in zip(
                     walls[mine], walls[PASS], walls[other], walls[idle], strict=True))
     return ratios
 
 
-def measure(runs: int, peers: bool = True) -> tuple[dict[str, tuple[float, float]],
-                                                dict[str, float]]:
+def cpu_label(ratio: str) -> str:
+    """The name of a paired ratio taken on CPU times (steadier on a busy machine)."""
+    return f"{ratio}, cpu"
+
+
+#: What ``--baseline`` repeats from another checkout (its layer and functions).
+BASELINE_ROWS = (API, STREAM)
+
+
+def baseline(name: str) -> str:
+    return f"{name} [baseline]"
+
+
+def measure(runs: int, peers: bool = True, interpreter: str | None = None,
+            before: Path | None = None) -> tuple[dict[str, tuple[float, float]],
+                                                 dict[str, float]]:
     """Median wall and CPU ms per row, interpreter start-up subtracted (the ``pass`` and idle
-    rows are dropped), and the paired ratios (:data:`PAIRS`). The process's CPU time is
+    rows are dropped), and the paired ratios (:data:`PAIRS`; each also on CPU times, named
+    by :func:`cpu_label`). The process's CPU time is
     steadier than its wall time on a busy machine (the moto server's work is the parent's,
-    not counted). Every round runs each row once, in an order rotated round by round."""
+    not counted). Every round runs each row once, in an order rotated round by round.
+    ``interpreter`` (a name on PATH): the rows run on it, in venvs built from it. ``before``:
+    a checkout of another commit, whose :data:`BASELINE_ROWS` run beside these, in the same
+    rounds (its ratios paired as these are)."""
     table = rows()
+    python = sys.executable
+    if interpreter is not None:
+        sys.path.insert(0, str(ROOT))
+        from bench._venvs import ensure_layer_venv
+
+        python = str(ensure_layer_venv(interpreter))
+    peer_argv = peer_rows(interpreter) if peers else {}
     with (aws() as endpoints, fake_openai(runs * 2 + 2) as openai_url,
-          tempfile.TemporaryDirectory() as layer):
-        _as_the_layer_ships_it(Path(layer))
+          tempfile.TemporaryDirectory() as layer, tempfile.TemporaryDirectory() as old):
+        _as_the_layer_ships_it(Path(layer), python)
+        if before is not None:
+            _as_the_layer_ships_it(Path(old), python, before / "layers" / "dormant")
+            for name in BASELINE_ROWS:
+                code, extra = table[name]
+                table[baseline(name)] = (code, {**extra, "PYTHONPATH": os.pathsep.join(
+                    [str(before / "functions"), old])})
         base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DORMANT_",
                                                                           "POWERTOOLS_"))}
         base.update(AWS_ENV, **FUNCTION_ENV, **endpoints, OPENAI_BASE_URL=openai_url,
                     PYTHONPATH=os.pathsep.join([str(FUNCTIONS), layer]),
                     PYTHONDONTWRITEBYTECODE="1")
-        argv: dict[str, list[str]] = {name: [sys.executable, "-c", code]
+        argv: dict[str, list[str]] = {name: [python, "-c", code]
                                       for name, (code, _) in table.items()}
         envs: dict[str, dict[str, str]] = {}
         for name, (_, extra) in table.items():
             envs[name] = {k: v for k, v in {**base, **extra}.items() if v != ""}
         peer_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        for name, command in (peer_rows() if peers else {}).items():
+        for name, command in peer_argv.items():
             argv[name], envs[name] = command, peer_env
         names = list(argv)
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
@@ -276,6 +375,8 @@ def measure(runs: int, peers: bool = True) -> tuple[dict[str, tuple[float, float
                 samples[name].append(_once(argv[name], envs[name]))
     ratios = paired_ratios({name: [wall * 1000 for wall, _ in got]
                             for name, got in samples.items()})
+    ratios.update({cpu_label(name): value for name, value in paired_ratios(
+        {name: [cpu * 1000 for _, cpu in got] for name, got in samples.items()}).items()})
     medians = {name: (statistics.median(w for w, _ in got) * 1000,
                       statistics.median(c for _, c in got) * 1000)
                for name, got in samples.items()}
@@ -319,26 +420,38 @@ def main() -> None:
                         help="write {row: median ms} (and layer_mb with --layer) here")
     parser.add_argument("--layer", action="store_true",
                         help="also measure the layer's size (pip downloads the wheels)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="a checkout of another commit (git worktree, git archive): its "
+                             "api and stream rows run beside these, in the same rounds")
+    parser.add_argument("--python", metavar="NAME",
+                        help="run the rows on this interpreter (python3.13: the template's "
+                             "runtime), in venvs built from it on demand")
     args = parser.parse_args()
     runs = 1 if args.smoke else args.runs
-    medians, ratios = measure(runs, peers=not args.smoke)
+    medians, ratios = measure(runs, peers=not args.smoke, interpreter=args.python,
+                              before=args.baseline)
     floor, cpu_floor = medians[FLOOR]
-    print(f"cold start, ms (median of {runs} fresh processes, interpreter start-up "
-          f"subtracted; x = multiple of the floor row)")
-    print(f"  {'':<66}{'wall':>7}  {'x':>5}  {'cpu':>6}  {'x':>5}")
+    version = subprocess.run([args.python or sys.executable, "--version"], capture_output=True,
+                             text=True).stdout.strip()
+    print(f"cold start on {version}, ms (median of {runs} fresh processes, interpreter "
+          f"start-up subtracted; x = multiple of the floor row)")
+    width = max(map(len, [*medians, *ratios])) + 2
+    print(f"  {'':<{width}}{'wall':>7}  {'x':>5}  {'cpu':>6}  {'x':>5}")
     for name, (wall, cpu) in medians.items():
-        print(f"  {name:<66}{wall:>7.0f}  {wall / floor:>4.1f}x  {cpu:>6.0f}  "
+        print(f"  {name:<{width}}{wall:>7.0f}  {wall / floor:>4.1f}x  {cpu:>6.0f}  "
               f"{cpu / cpu_floor:>4.1f}x")
     print(f"paired run by run (median of {runs} rounds' ratios):")
     for name, value in ratios.items():
-        print(f"  {name:<66}{value:>7.2f}x")
-    if len(ratios) < len(PAIRS):
-        print("  (api ÷ Strands: install the peers' venvs first, python -m bench install)")
+        if cpu_label(name) in ratios:
+            print(f"  {name:<{width}}{value:>6.2f}x {'':>6}{ratios[cpu_label(name)]:>6.2f}x")
+    if not any("Strands" in name for name in ratios):
+        print("  (÷ Strands: install the peers' venvs first, python -m bench install)")
     figures: dict[str, float] = {name: round(wall, 1) for name, (wall, _) in medians.items()}
     figures.update({name: round(value, 3) for name, value in ratios.items()})
     if args.layer:
         size = layer_mb()
-        print(f"  {'Lambda layer (python3.13, x86_64 + arm64 modules), MB':<66}{size:>7.1f}")
+        print(f"  {'Lambda layer (python3.13, x86_64 + arm64 modules), MB':<{width}}"
+              f"{size:>7.1f}")
         figures["layer_mb"] = round(size, 1)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

@@ -27,7 +27,9 @@ from tests.unit.openai_fake import FakeOpenAI, responses_stream
 SECRET = "dormant/openai-api-key"
 OPENAPI_MODELS = "aws_lambda_powertools.event_handler.openapi.models"
 
-#: Runs in the fresh interpreter: import the api function, then (per argv) requests.
+#: Runs in the fresh interpreter: import the function (FUNCTION: ``api`` as the managed
+#: runtime imports functions/api/app.py; ``stream`` as its streaming runtime loop imports its
+#: handler, dormant.aws.runtime.load), then (per argv) requests.
 PROBE = """
 import json, sys
 
@@ -39,6 +41,15 @@ class Context:
     aws_request_id = "cold-start-probe"
     def get_remaining_time_in_millis(self):
         return 29_000
+
+class Stream:
+    started = finished = False
+    def start(self, status, headers=None, multi_value_headers=None, cookies=None):
+        self.started, self.status, self.body = True, status, []
+    def write(self, data):
+        self.body.append(data)
+    def finish(self):
+        self.finished = True
 
 def event(name, body=None):
     with open(f"{EVENTS}/{name}") as file:
@@ -52,22 +63,38 @@ def loaded():
             ("openai", "aws_xray_sdk", "botocore", OPENAPI_MODELS, "mcp",
              "dormant.models.bedrock", "dormant.mcp")}
 
-import api.app
 import gc
-from dormant.aws import api as served
+if FUNCTION == "stream":
+    from dormant.aws import runtime
+    stream_handler = runtime.load(runtime.DEFAULT_HANDLER)
+    from dormant.aws import stream as served
+
+    def handle(request):
+        sent = event("api_post_turn.json", {"message": "Hi there"})
+        sent["headers"]["Accept"] = "text/event-stream"
+        out = Stream()
+        stream_handler(sent, Context(), out)
+        return {"statusCode": out.status, "body": "".join(out.body)[-2000:]}  # to the result
+else:
+    import api.app
+    from dormant.aws import api as served
+
+    def handle(request):
+        if request == "docs":
+            return api.app.handler(event("api_get_docs.json"), Context())
+        return api.app.handler(event("api_post_turn.json", {"message": "Hi there"}), Context())
 app = served.app
+import threading
 seen = {"import": loaded(), "modules": sorted(sys.modules),
         "gc": {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()},
+        "threads": sorted(thread.name for thread in threading.enumerate()),
         "tracer": type(served.tracer).__name__,
         "model": type(served.agent.model).__name__,
         "model_client_built": getattr(served.agent.model, "_client", None) is not None,
         "scheduler_client_built": app.scheduler._client is not None,
         "hand_on_client_built": app.hand_on._client is not None}
 for request in sys.argv[1:]:
-    if request == "docs":
-        reply = api.app.handler(event("api_get_docs.json"), Context())
-    else:
-        reply = api.app.handler(event("api_post_turn.json", {"message": "Hi there"}), Context())
+    reply = handle(request)
     seen[request] = {"status": reply["statusCode"], "body": reply["body"][:2000],
                      "loaded": loaded(), "modules": sorted(sys.modules)}
 print(json.dumps(seen))
@@ -119,8 +146,9 @@ def deployed_env(openai_server: FakeOpenAI) -> dict[str, str]:
     }
 
 
-def _cold_start(env: dict[str, str], *requests: str) -> dict[str, Any]:
-    code = (f"EVENTS = {str(EVENTS)!r}\nOPENAPI_MODELS = {OPENAPI_MODELS!r}\n" + PROBE)
+def _cold_start(env: dict[str, str], *requests: str, function: str = "api") -> dict[str, Any]:
+    code = (f"EVENTS = {str(EVENTS)!r}\nOPENAPI_MODELS = {OPENAPI_MODELS!r}\n"
+            f"FUNCTION = {function!r}\n" + PROBE)
     run = subprocess.run([sys.executable, "-c", code, *requests], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -323,3 +351,66 @@ def test_the_cold_start_s_objects_are_frozen_and_collection_resumes(
 
     assert seen["gc"]["enabled"] is True
     assert seen["gc"]["frozen"] > 10_000
+
+
+#: The stream function's import budget, the same way: the api function's modules, less its
+#: module, plus its own and the streaming runtime loop that imports it (bootstrap-stream runs
+#: dormant.aws.runtime, which replaces the managed runtime's loop). Nothing for AG-UI: a
+#: first ``POST /agui`` imports it (and the ag_ui package) when it comes.
+STREAM_INIT_MODULES = API_INIT_MODULES - {"dormant.aws.api"} | {"dormant.aws.stream",
+                                                                 "dormant.aws.runtime"}
+#: Outside the standard library: the api function's packages (``stream``: functions/stream is
+#: not imported under the streaming loop, so not ``api`` either).
+STREAM_INIT_PACKAGES = API_INIT_PACKAGES - {"api"}
+
+
+def test_the_stream_function_s_cold_start_keeps_to_its_import_budget(
+        deployed_env: dict[str, str]) -> None:
+    seen = _cold_start(deployed_env, function="stream")
+    modules = seen["modules"]
+
+    ours = {name for name in modules if name.split(".")[0] == "dormant"}
+    assert sorted(ours - STREAM_INIT_MODULES) == [], "new on the cold start: add with a reason"
+    assert sorted(STREAM_INIT_MODULES - ours) == [], "no longer imported: take out of the budget"
+    assert sorted(_packages(modules) - STREAM_INIT_PACKAGES) == []
+    assert [name for name in modules if name.startswith("backports.")] == []  # the probe only
+    assert sorted(NEVER_AT_INIT & {name.split(".")[0] for name in modules}
+                  | NEVER_AT_INIT & set(modules)) == []
+    assert {"ag_ui", "dormant.agui"} & set(modules) == set()
+    assert len(modules) <= API_INIT_MODULE_CAP
+    assert seen["import"]["botocore"] and seen["tracer"] == "Untraced"
+    assert not seen["scheduler_client_built"] and not seen["hand_on_client_built"]
+
+
+def test_the_stream_function_s_first_streamed_turn_imports_openai_then(
+        deployed_env: dict[str, str], openai_server: FakeOpenAI) -> None:
+    openai_server.script(responses_stream("Which night would you like?"))
+
+    seen = _cold_start(deployed_env, "turn", function="stream")
+
+    assert not seen["import"]["openai"]
+    turn = seen["turn"]
+    assert turn["status"] == 200, turn["body"]
+    assert "event: result" in turn["body"] and "Which night would you like?" in turn["body"]
+    assert turn["loaded"]["openai"]
+    [call] = openai_server.requests[-1:]
+    assert call.headers.get("authorization") == "Bearer sk-cold-start"  # from the secret
+
+
+def test_the_stream_function_s_cold_start_is_built_with_the_collector_off_and_frozen(
+        deployed_env: dict[str, str]) -> None:
+    # Under the streaming loop functions/stream/app.py is not imported: runtime.load turns the
+    # collector off while the handler's module builds, and its initialised() freezes that.
+    seen = _cold_start(deployed_env, function="stream")
+
+    assert seen["gc"]["enabled"] is True
+    assert seen["gc"]["frozen"] > 10_000
+
+
+def test_the_stream_function_s_init_starts_no_thread(deployed_env: dict[str, str]) -> None:
+    # What SnapStart snapshots is what init built: a thread started there would be restored
+    # mid-step in every environment (the keep-alive thread of a streamed answer starts with
+    # its request). That init makes no AWS call is test_snapstart_safety's check.
+    seen = _cold_start(deployed_env, function="stream")
+
+    assert seen["threads"] == ["MainThread"]

@@ -49,3 +49,42 @@ def test_clients_made_before_boto3_is_loaded_do_not_keep_later_ones_from_a_mock(
     assert seen["boto3_after_first"] is False  # the first client came from botocore alone
     assert seen["created"] is True
     assert seen["tables"] == ["dormant-clients"]  # moto answered, not AWS
+
+
+TRUSTING = """
+import json, sys
+import botocore.loaders
+from botocore.exceptions import DataNotFoundError
+
+listed = []
+scan = botocore.loaders.Loader.list_available_services
+
+def counted(self, *args):
+    listed.append(args)
+    return scan(self, *args)
+
+botocore.loaders.Loader.list_available_services = counted
+from dormant._clients import aws_client
+
+client = aws_client("dynamodb", region_name="us-east-1")
+seen = {"operation": client.meta.service_model.operation_model("PutItem").name,
+        "listed": listed}
+try:
+    aws_client("dynamodbb", region_name="us-east-1")
+except DataNotFoundError as error:
+    seen["misspelt"] = type(error).__name__
+print(json.dumps(seen))
+"""
+
+
+def test_the_library_s_session_loads_a_service_model_without_listing_every_service() -> None:
+    # botocore checks a name against every service's folder (~900 directory reads at a cold
+    # start) before loading its model; the library's loader takes its own names on trust.
+    run = subprocess.run([sys.executable, "-c", TRUSTING], env=_clean_env(), cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+
+    assert seen["operation"] == "PutItem"
+    assert seen["listed"] == []
+    assert seen["misspelt"] == "DataNotFoundError"  # a wrong name still fails, at its load

@@ -4,9 +4,12 @@ of a streamed response, errors before and after the stream started, and init err
 from __future__ import annotations
 
 import base64
+import gc
 import http.client
 import json
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from dormant.aws.runtime import (
     InvocationContext,
     ResponseStream,
     StreamClosed,
+    load,
     serve_forever,
 )
 from tests._gateway import Gateway
@@ -131,3 +135,34 @@ def test_writing_to_a_stream_the_runtime_closed_raises_stream_closed() -> None:
         conn.close()
         thread.join(30)
     assert closed and isinstance(closed[0], OSError)
+
+
+def _handler_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                    body: str) -> None:
+    (tmp_path / f"{name}.py").write_text("import gc\nCOLLECTING = gc.isenabled()\n" + body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_loading_the_handler_builds_it_with_the_collector_off_then_resumes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The streaming loop imports the handler's module itself (not functions/stream/app.py,
+    # which turns the collector off under the managed runtime): the init it pays is the same.
+    _handler_module(tmp_path, monkeypatch, "loaded_handler", "def handler(e, c, s): pass\n")
+    assert gc.isenabled()
+
+    handler = load("loaded_handler:handler")
+
+    assert sys.modules["loaded_handler"].COLLECTING is False
+    assert handler is sys.modules["loaded_handler"].handler
+    assert gc.isenabled()
+
+
+def test_a_handler_module_that_fails_to_build_leaves_the_collector_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _handler_module(tmp_path, monkeypatch, "broken_handler", "raise RuntimeError('no app')\n")
+
+    with pytest.raises(RuntimeError, match="no app"):
+        load("broken_handler:handler")
+
+    assert gc.isenabled()

@@ -31,6 +31,7 @@ Only the standard library: nothing here costs import time beyond ``http.client``
 from __future__ import annotations
 
 import base64
+import gc
 import http.client
 import importlib
 import json
@@ -52,6 +53,7 @@ __all__ = [
     "ResponseStream",
     "RuntimeApi",
     "StreamClosed",
+    "load",
     "main",
     "serve_forever",
     "snap_start",
@@ -338,10 +340,22 @@ def main() -> None:
     (a failure to build the app is reported to ``/init/error``)."""
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO").upper())
     spec = os.environ.get("DORMANT_STREAM_HANDLER") or DEFAULT_HANDLER
+    serve_forever(lambda: load(spec))
 
-    def build() -> StreamHandler:
+
+def load(spec: str) -> StreamHandler:
+    """Import the handler ``spec`` names (``module:attribute``): the function's init phase.
+
+    The garbage collector is off while it runs, as ``functions/<name>/app.py`` turns it off
+    under the managed runtime (which this loop replaces, so the stream function's ``app.py``
+    is not what Lambda imports): what init builds lives as long as the environment, and
+    collections while it is built find nothing to free. The module's last line,
+    :func:`dormant.aws.initialised`, freezes what it built and resumes collection; for a
+    handler module that does not call it, collection resumes here all the same."""
+    gc.disable()
+    try:
         module, _, attribute = spec.partition(":")
         found: StreamHandler = getattr(importlib.import_module(module), attribute)
-        return found
-
-    serve_forever(build)
+    finally:
+        gc.enable()
+    return found
