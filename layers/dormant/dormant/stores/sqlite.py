@@ -232,8 +232,10 @@ class SqliteStore:
         writer, and copies what no reader still needs. A checkpoint that fails leaves the
         commits in the WAL, where the next one finds them."""
         try:
-            # A connection of its own: the pool's stay with the turns.
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # A connection of its own (the pool's stay with the turns), to the file as it is:
+            # one deleted meanwhile is not made again.
+            conn = sqlite3.connect(self.path.resolve().as_uri() + "?mode=rw", uri=True,
+                                   isolation_level=None)
             try:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
             finally:
