@@ -44,7 +44,10 @@ class Plan:
     growth_turns: int = 30
     growth_repeats: int = 3
     histories: tuple[int, ...] = (1, 100, 1000)
+    #: Turns per sample and samples of the SQLite scenario (one seeded session takes them all:
+    #: the floor reads its whole history back each turn, so more turns would slow its figure).
     sqlite_turns: int = 10
+    sqlite_repeats: int = 5
     sqlite_histories: tuple[int, ...] = (1, 1000)
     cold_runs: int = 5
     checkpoints: tuple[int, ...] = (10, 500)
@@ -57,7 +60,8 @@ class Plan:
         if not smoke:
             return cls()
         return cls(smoke=True, turns=1, repeats=1, growth_turns=1, growth_repeats=1,
-                   histories=(1, 100, 1000), sqlite_turns=1, sqlite_histories=(1, 1000),
+                   histories=(1, 100, 1000), sqlite_turns=1, sqlite_repeats=1,
+                   sqlite_histories=(1, 1000),
                    cold_runs=1, checkpoints=(2,), samples=1, contenders=2, timeout=60.0)
 
     def params(self, scenario: str) -> dict[str, Any]:
@@ -67,7 +71,7 @@ class Plan:
             return {"turns": self.growth_turns, "repeats": self.growth_repeats,
                     "histories": list(self.histories)}
         if scenario == "sqlite":
-            return {"turns": self.sqlite_turns, "repeats": self.growth_repeats,
+            return {"turns": self.sqlite_turns, "repeats": self.sqlite_repeats,
                     "histories": list(self.sqlite_histories)}
         if scenario == "dynamodb":
             return {"checkpoints": list(self.checkpoints), "samples": self.samples}

@@ -71,34 +71,58 @@ class Column:
     path: tuple[str, ...]
 
 
+def spread_of(results: Results, scenario: str, framework: str,
+              path: Sequence[str]) -> tuple[float, float] | None:
+    """The lowest and highest sample of a figure, when its scenario reported them (under
+    ``figures["spread"]``, at the figure's own path), else None."""
+    node: Any = results.get(scenario, {}).get(framework, {}).get("figures", {}).get("spread")
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, list) or len(node) != 2:
+        return None
+    return float(node[0]), float(node[1])
+
+
+def _spread_cell(found: tuple[float, float] | None) -> str:
+    return "—" if found is None else f"{fmt(found[0])}–{fmt(found[1])}"  # noqa: RUF001
+
+
 def scenario_table(results: Results, scenario: str, names: dict[str, str],
                    columns: Sequence[Column], notes: Sequence[str] = (),
                    ratios: bool = True) -> str:
-    """A row per framework: each column's figure and (``ratios``) its multiple of dormant's;
+    """A row per framework: each column's figure and (``ratios``) its multiple of dormant's,
+    and the samples' lowest and highest beside a column some framework reported them for;
     ``notes``: figures shown as text in a last column. A framework that cannot do the
     scenario says why in its row."""
     per = 2 if ratios else 1
+    spreads = [any(spread_of(results, scenario, key, column.path) is not None
+                   for key in names) for column in columns]
     header = ["framework"]
-    for column in columns:
+    for column, spread in zip(columns, spreads, strict=True):
         header += [column.heading, "× dormant"][:per]  # noqa: RUF001
+        header += ["samples, low–high"] if spread else []  # noqa: RUF001
     if notes:
         header.append("how")
+    width = per * len(columns) + sum(spreads)
     rows = []
     for key, name in names.items():
         reason = why(results, scenario, key)
         cells = [name]
         if reason is not None:
-            cells += [f"n/a: {reason}", *["—"] * (per * len(columns) - 1)]
+            cells += [f"n/a: {reason}", *["—"] * (width - 1)]
         else:
-            for column in columns:
+            for column, spread in zip(columns, spreads, strict=True):
                 value = get(results, scenario, key, *column.path)
                 base = get(results, scenario, DORMANT, *column.path)
                 cells += [fmt(value), fmt(ratio(value, base), "x")][:per]
+                if spread:
+                    cells.append(_spread_cell(spread_of(results, scenario, key,
+                                                        column.path)))
         if notes:
             figures = results.get(scenario, {}).get(key, {}).get("figures", {})
             cells.append("; ".join(_note(figures[n]) for n in notes if figures.get(n)))
         rows.append(cells)
-    return table(header, rows, ["l", *["r"] * (per * len(columns)), *(["l"] if notes else [])])
+    return table(header, rows, ["l", *["r"] * width, *(["l"] if notes else [])])
 
 
 # --- the headline --------------------------------------------------------------------------
@@ -136,7 +160,8 @@ HEADLINES: tuple[Headline, ...] = (
              ("turns", "last", "read_bytes"), 1.5, "B", of_floor=True),
     Headline("text turn µs (memory store)", "text", ("us_per_turn",), 5, "µs", of_floor=True),
     Headline("tool turn µs (memory store)", "tool", ("us_per_turn",), 5, "µs", of_floor=True),
-    Headline("SQLite store text turn µs (history 1)", "sqlite", ("1",), 2, "µs", of_floor=True),
+    Headline("SQLite store text turn µs (history 1)", "sqlite", ("1",), 2, "µs",
+             of_floor=True),
     Headline("per-turn µs at history 1,000, full history, model reads history", "growth",
              ("1000",), 200, "µs"),
     Headline("SQLite store per-turn µs at history 1,000", "sqlite", ("1000",), 300, "µs"),

@@ -2,7 +2,8 @@
 
 A scenario script is run as ``python bench/peers/<peer>.py SCENARIO PARAMS_JSON`` and prints
 one line ``BENCH-JSON {...}``: ``{"figures": {...}}``, or ``{"unsupported": "why"}`` when the
-framework has no way to do the scenario. Figures are medians.
+framework has no way to do the scenario. Figures are medians (a scenario may add its
+samples' lowest and highest under ``"spread"``, at each figure's own key).
 """
 
 from __future__ import annotations
@@ -34,14 +35,25 @@ class Unsupported(Exception):
     """The framework has no way to do this scenario (the message says why, in one line)."""
 
 
-def median_us(sample: Callable[[int], float], turns: int, repeats: int) -> float:
-    """Median over ``repeats`` samples of µs per turn; ``sample(turns)`` returns seconds for
-    that many turns (its own set-up excluded)."""
+def samples_us(sample: Callable[[int], float], turns: int, repeats: int) -> list[float]:
+    """µs per turn of each of ``repeats`` samples; ``sample(turns)`` returns seconds for that
+    many turns (its own set-up excluded)."""
     values = []
     for _ in range(repeats):
         gc.collect()
-        values.append(sample(turns) / turns)
-    return float(statistics.median(values)) * 1e6
+        values.append(sample(turns) / turns * 1e6)
+    return values
+
+
+def median_us(sample: Callable[[int], float], turns: int, repeats: int) -> float:
+    """Median over ``repeats`` samples of µs per turn (see :func:`samples_us`)."""
+    return float(statistics.median(samples_us(sample, turns, repeats)))
+
+
+def spread(values: list[float]) -> list[float]:
+    """``[lowest, highest]`` of a figure's samples: shown beside its median, so a figure that
+    moves from sample to sample says so."""
+    return [min(values), max(values)]
 
 
 def timed(fn: Callable[[], object], turns: int) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -22,6 +23,8 @@ from typing import Any
 # with the packages it measures), the repository's root goes last (for bench.peers._common).
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE.parents[1])]
+# The dormant of this checkout first (an editable install may name another worktree's).
+sys.path.insert(0, str(_HERE.parents[1] / "layers" / "dormant"))
 
 from bench.peers._common import (  # noqa: E402
     CONTENTION_MODEL_SECONDS,
@@ -33,7 +36,9 @@ from bench.peers._common import (  # noqa: E402
     median_us,
     read_history,
     run,
+    samples_us,
     seeded_once,
+    spread,
     timed,
 )
 
@@ -127,7 +132,14 @@ def _seeded(history: int, store: Any = None) -> tuple[Any, Reading]:
 
 def _per_turn(params: dict[str, Any], history: int, replies: list[Any],
               store: Any = None) -> float:
-    """µs per turn; a new session per sample, or (with ``store``) one seeded session."""
+    """µs per turn (the median); a new session per sample, or (with ``store``) one seeded
+    session."""
+    return float(statistics.median(_samples(params, history, replies, store)))
+
+
+def _samples(params: dict[str, Any], history: int, replies: list[Any],
+             store: Any = None) -> list[float]:
+    """µs per turn of each sample (see :func:`_per_turn`)."""
     setup = seeded_once(lambda: _seeded(history, store())) if store else (
         lambda: _seeded(history))
 
@@ -138,7 +150,7 @@ def _per_turn(params: dict[str, Any], history: int, replies: list[Any],
                 model.add(reply)
         return timed(lambda: _ask(rest), turns)
 
-    return median_us(sample, params["turns"], params["repeats"])
+    return samples_us(sample, params["turns"], params["repeats"])
 
 
 def text(params: dict[str, Any]) -> Figures:
@@ -185,8 +197,10 @@ def sqlite(params: dict[str, Any]) -> Figures:
     def store() -> Any:
         return SqliteStore(os.path.join(folder, f"bench-{next(count)}.db"))
 
+    samples = {str(h): _samples(params, h, [REPLY], store) for h in params["histories"]}
     return {"persistence": "SqliteStore",
-            **{str(h): _per_turn(params, h, [REPLY], store) for h in params["histories"]}}
+            **{h: statistics.median(values) for h, values in samples.items()},
+            "spread": {h: spread(values) for h, values in samples.items()}}
 
 
 def coldstart(params: dict[str, Any]) -> Figures:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import tempfile
 import threading
@@ -32,7 +33,9 @@ from bench.peers._common import (  # noqa: E402
     median_us,
     read_history,
     run,
+    samples_us,
     seeded_once,
+    spread,
     timed,
 )
 
@@ -184,16 +187,18 @@ def sqlite(params: dict[str, Any]) -> Figures:
             ledger.turn(f"{n}: {MESSAGE}")
         return ledger
 
-    def at(history: int) -> float:
+    def at(history: int) -> list[float]:
         setup = seeded_once(lambda: seed(history))
 
         def sample(turns: int) -> float:
             return timed(setup().turn, turns)
 
-        return median_us(sample, params["turns"], params["repeats"])
+        return samples_us(sample, params["turns"], params["repeats"])
 
+    samples = {str(h): at(h) for h in params["histories"]}
     return {"persistence": "a row per turn, keyed by (session, version)",
-            **{str(h): at(h) for h in params["histories"]}}
+            **{h: statistics.median(values) for h, values in samples.items()},
+            "spread": {h: spread(values) for h, values in samples.items()}}
 
 
 def coldstart(params: dict[str, Any]) -> Figures:

@@ -118,6 +118,23 @@ def test_scenario_table_shows_each_figure_with_its_ratio_to_dormant() -> None:
     assert rows["Other 2.0"][1] == "n/a: none here"
 
 
+def test_a_figure_reported_with_its_samples_shows_their_lowest_and_highest() -> None:
+    results = {"sqlite": _results(
+        dormant={"1": 200.0, "spread": {"1": [180.0, 260.0]}},
+        floor={"1": 100.0, "spread": {"1": [95.0, 104.0]}},
+        peer={"1": 900.0}, other=None)}
+    names = {"dormant": "dormant", "floor": "floor", "peer": "Peer 1.0", "other": "Other 2.0"}
+    table = _report.scenario_table(results, "sqlite", names, [Column("history 1", ("1",))])
+    _assert_well_formed(table)
+    header, _, *body = _tables(table)[0]
+    rows = {row[0]: row for row in body}
+    assert header[1:] == ["history 1", "× dormant", "samples, low–high"]  # noqa: RUF001
+    assert rows["dormant"][1:] == ["200", "1.00×", "180–260"]  # noqa: RUF001
+    assert rows["floor"][1:] == ["100", "0.50×", "95–104"]  # noqa: RUF001
+    assert rows["Peer 1.0"][3] == "—"  # a framework that reported no samples
+    assert rows["Other 2.0"][1:] == ["n/a: none here", "—", "—"]
+
+
 def test_headline_takes_the_lowest_peer_and_judges_dormant_against_the_target() -> None:
     results: dict[str, dict[str, Any]] = {
         "text": _results(dormant={"us_per_turn": 20.0}, floor={"us_per_turn": 5.0},

@@ -171,6 +171,25 @@ def test_an_ordinary_turn_is_one_query_and_one_write(
     assert model.remaining == 0
 
 
+def test_a_tool_turn_is_two_reads_and_two_writes(store: DynamoDBStore) -> None:
+    """A message, one tool step, the answer: the ``Query``, the step's write-ahead before its
+    tool runs, the control record's ``GetItem`` at the step boundary (before the model is
+    called again), and the turn's own ``PutItem``: four requests (docs/stores.md's table)."""
+    app, wire, tool = _closing(store)
+    model = ScriptedModel(["Hello.", {"tool_calls": [CLOSE]}, "Closed T-7."])
+    rest = app.handler.rest(agent=app.agent(name="support", model=model, tools=[tool]))
+    assert rest({"session_id": "cost", "input": {"message": "hi"}}).status == "completed"
+
+    wire.start()
+    done = rest({"session_id": "cost", "input": {"message": "close T-7"}})
+
+    assert (done.status, done.commit_status) == ("completed", "committed")
+    assert wire.timeline == ["Query", "PutItem", TOOL_RAN, "GetItem", "PutItem"]
+    ahead, turn = wire.written
+    assert ahead[-1] == "tool_call" and "tool_result" in turn
+    model.assert_consumed()
+
+
 def test_an_ordinary_turn_writes_one_item_of_at_most_two_write_units(
         store: DynamoDBStore) -> None:
     """The cost target: one item written (the version item: events and head), priced by

@@ -1,9 +1,12 @@
-"""How the SQLite store keeps a turn short: a commit of writes only, refused by its keys, and a
-load after it that reads the head alone. Statement counts, not timings (those are bench's)."""
+"""How the SQLite store keeps a turn short: a commit of writes only, refused by its keys, a load
+after it that reads the head alone, and no WAL checkpoint inside a commit. Statement counts and
+what the file holds, not timings (those are bench's)."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 import dormant
 from dormant.events import UserEvent
 from dormant.stores import SqliteStore
+from dormant.stores import sqlite as sqlite_store
 from dormant.types import Control, StoredSession
 
 
@@ -157,3 +161,44 @@ def test_a_refused_commit_writes_nothing_and_says_what_refused_it(tmp_path: Path
         == (False, True, loaded.head.version)
     assert _rows(db) == before
     _same(store.load("session_s"), SqliteStore(db, cache_events=0).load("session_s"))
+
+
+def _checkpointed(db: Path, copy: Path) -> int:
+    """How many sessions the database file itself holds, its WAL aside: what checkpoints
+    copied into it (a copy of the file alone is opened, so nothing is checkpointed here)."""
+    shutil.copyfile(db, copy)
+    with sqlite3.connect(copy) as conn:  # (the schema too is in the WAL until then)
+        found = conn.execute("SELECT count(*) FROM sessions").fetchone()[0] if conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'sessions'").fetchone() else 0
+    conn.close()
+    copy.unlink()
+    return int(found)
+
+
+def _checkpoints_end() -> None:
+    for thread in threading.enumerate():
+        if thread.name.startswith("dormant-sqlite-checkpoint"):
+            thread.join()
+
+
+def test_no_commit_checkpoints_the_wal_a_thread_of_the_store_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's own checkpoint would run inside the commit that takes the WAL past 1,000 pages
+    (milliseconds, with two fsyncs): the store's commits leave it to a thread of their own, once
+    they wrote ``CHECKPOINT_PAGES``."""
+    db, copy = tmp_path / "wal.db", tmp_path / "copy.db"
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_PAGES", 10**6)
+    store = SqliteStore(db)
+    app = dormant.App(store=store)
+    big = "x" * 200_000  # ~50 pages a turn
+    for n in range(30):  # ~1,500 pages: past SQLite's 1,000
+        _turn(app, f"s{n}", big)
+    assert _checkpointed(db, copy) == 0  # every commit is still in the WAL alone
+
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_PAGES", 100)
+    _turn(app, "s", "one more")  # past the store's own threshold: its thread checkpoints
+    _checkpoints_end()
+
+    assert _checkpointed(db, copy) == 31
+    _turn(app, "s", "after")  # the next writer starts the WAL over
+    store.close()
