@@ -140,7 +140,9 @@ def _dormant_lambda(extra: dict[str, Any]) -> dict[str, float | None]:
             "api_deployed_read": first("api, deployed:", "first GET"),
             "api_deployed": first("api, deployed:", "first turn"),
             "api_vs_floor": first("api ÷ floor (paired)"),
-            "api_vs_strands": first("api ÷ Strands (paired)")}
+            "api_vs_strands": first("api ÷ Strands (paired)"),
+            "stream_vs_floor": first("stream ÷ floor (paired)"),
+            "stream_vs_strands": first("stream ÷ Strands (paired)")}
 
 
 def tables(results: Results, names: dict[str, str], plan: Plan,
@@ -193,14 +195,17 @@ def tables(results: Results, names: dict[str, str], plan: Plan,
 
 
 HEADLINE_NOTES = """
-- The two cold-start rows are ratios taken pair by pair (`bench/coldstart.py`, its rows run
-  in turn, one fresh process each per round): dormant's `api` Lambda function
-  (`functions/api/app.py`: Powertools, the DynamoDB client, the resolver, the sample app)
-  importing and serving a first `POST /turns` against a moto server, over the same round's
-  bare `python -c "import boto3, pydantic"` (interpreter start-up subtracted from both), and
-  over the same round's Strands Agents import, agent and first turn on a fake model (its
-  script doing nothing subtracted). The absolute figures: coldstart.md.
-- The text and tool rows' target is a multiple of the floor's figure in the same run.
+- The four cold-start rows are ratios taken pair by pair on python3.13, the template's
+  runtime (`bench/coldstart.py --python python3.13`, its rows run in turn, one fresh process
+  each per round): dormant's `api` Lambda function (`functions/api/app.py`: Powertools, the
+  DynamoDB client, the resolver, the sample app) importing and serving a first `POST /turns`
+  against a moto server, and its `stream` function (`dormant.aws.stream`, as the response
+  streaming runtime loads it) importing and streaming a first `POST /turns`, each over the
+  same round's bare `python -c "import boto3, pydantic"` (interpreter start-up subtracted
+  from both), and over the same round's Strands Agents import, agent and first turn on a
+  fake model (its script doing nothing subtracted). The absolute figures: coldstart.md.
+- The text, tool and SQLite rows' target is a multiple of the floor's figure in the same
+  run.
 - The DynamoDB rows are the last checkpoint of dynamodb.md (turn 500 in a full run), on each
   framework's own DynamoDB persistence; write units per DynamoDB's rules (bench/_capacity.py).
 - Lowest is best everywhere; "fastest peer" is the lowest peer figure.

@@ -150,10 +150,17 @@ class Headline:
 
 HEADLINES: tuple[Headline, ...] = (
     Headline("functions/api import + first turn ÷ bare `import boto3, pydantic`, paired run "
-             "by run", "coldstart", (), 2.0, "×", dormant_key="api_vs_floor", paired=True),  # noqa: RUF001
+             "by run (python3.13)", "coldstart", (), 1.5, "×", dormant_key="api_vs_floor",  # noqa: RUF001
+             paired=True),
     Headline("functions/api import + first turn ÷ Strands' import + agent + first turn, "
-             "paired run by run", "coldstart", (), 0.8, "×", dormant_key="api_vs_strands",  # noqa: RUF001
-             paired=True, needs_peer=True),
+             "paired run by run (python3.13)", "coldstart", (), 0.5, "×",  # noqa: RUF001
+             dormant_key="api_vs_strands", paired=True, needs_peer=True),
+    Headline("functions/stream import + first streamed turn ÷ bare `import boto3, pydantic`, "
+             "paired run by run (python3.13)", "coldstart", (), 1.5, "×",  # noqa: RUF001
+             dormant_key="stream_vs_floor", paired=True),
+    Headline("functions/stream import + first streamed turn ÷ Strands' import + agent + first "
+             "turn, paired run by run (python3.13)", "coldstart", (), 0.5, "×",  # noqa: RUF001
+             dormant_key="stream_vs_strands", paired=True, needs_peer=True),
     Headline("DynamoDB write units per ordinary text turn", "dynamodb",
              ("turns", "last", "write_units"), 2, "WU"),
     Headline("DynamoDB read bytes per turn, full history, turn 500", "dynamodb",

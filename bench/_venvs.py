@@ -97,8 +97,23 @@ def _pip(python: Path, *args: str, log: Path) -> subprocess.CompletedProcess[str
 def _make_venv(path: Path, python: str = BASE_PYTHON) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([python, "-m", "venv", str(path)], check=True)
+    subprocess.run([runnable(python), "-m", "venv", str(path)], check=True)
     return path / "bin" / "python"
+
+
+def runnable(python: str) -> str:
+    """The interpreter ``python`` names, as something to run: the name itself when it runs,
+    else the newest pyenv install of it (a pyenv shim runs only the versions the shell has
+    selected: ``python3.13`` fails where only 3.11 is, though 3.13 is installed)."""
+    if shutil.which(python) and subprocess.run([python, "-c", "pass"],
+                                               capture_output=True).returncode == 0:
+        return python
+    installs = sorted(Path.home().glob(f".pyenv/versions/*/bin/{Path(python).name}"),
+                      key=lambda found: [int(part) if part.isdigit() else 0 for part in
+                                         found.parents[1].name.split(".")])
+    if not installs:
+        raise RuntimeError(f"{python}: not on PATH and not installed with pyenv")
+    return str(installs[-1])
 
 
 def marker(peer: Peer, python: str = BASE_PYTHON) -> dict[str, object] | None:

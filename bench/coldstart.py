@@ -431,7 +431,12 @@ def main() -> None:
     medians, ratios = measure(runs, peers=not args.smoke, interpreter=args.python,
                               before=args.baseline)
     floor, cpu_floor = medians[FLOOR]
-    version = subprocess.run([args.python or sys.executable, "--version"], capture_output=True,
+    python = sys.executable
+    if args.python:
+        from bench._venvs import runnable  # (measure put the repository on the path)
+
+        python = runnable(args.python)
+    version = subprocess.run([python, "--version"], capture_output=True,
                              text=True).stdout.strip()
     print(f"cold start on {version}, ms (median of {runs} fresh processes, interpreter "
           f"start-up subtracted; x = multiple of the floor row)")

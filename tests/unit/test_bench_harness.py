@@ -170,14 +170,18 @@ def test_paired_cold_start_rows_are_ratios_judged_against_their_own_target() -> 
     results = {"coldstart": _results(dormant={"ms": 900.0}, floor={"ms": 60.0},
                                      strands={"ms": 1000.0})}
     rows = _report.headline_rows(results, names,
-                                 {"api_vs_floor": 2.2, "api_vs_strands": 0.7})
-    floor_row, strands_row = rows[0], rows[1]
-    assert (floor_row["dormant"], floor_row["target"], floor_row["met"]) == (2.2, 2.0, False)
-    assert (strands_row["dormant"], strands_row["target"], strands_row["met"]) == (0.7, 0.8, True)
+                                 {"api_vs_floor": 2.2, "api_vs_strands": 0.45,
+                                  "stream_vs_floor": 1.4, "stream_vs_strands": 0.7})
+    floor_row, strands_row, stream_floor, stream_strands = rows[:4]
+    assert (floor_row["dormant"], floor_row["target"], floor_row["met"]) == (2.2, 1.5, False)
+    assert (strands_row["dormant"], strands_row["target"], strands_row["met"]) == (0.45, 0.5,
+                                                                                   True)
+    assert "stream" in stream_floor["label"] and stream_floor["met"] is True
+    assert "stream" in stream_strands["label"] and stream_strands["met"] is False
     # A ratio has no peer or floor column of its own: the pair is in the figure.
     assert floor_row["peer"] is None and floor_row["floor"] is None
     table = _report.headline_table(rows)
-    assert "| 2.20× |" in table and "≤ 0.8×" in table  # noqa: RUF001
+    assert "| 2.20× |" in table and "≤ 0.5×" in table  # noqa: RUF001
     _assert_well_formed(table)
 
 
