@@ -14,7 +14,10 @@ import pytest
 from dormant.stores import MemoryStore, Store
 from tests import _dynamodb_local
 
+from ._capture import ledger_capture
 from ._dynamodb import dynamodb_in_process, dynamodb_local, dynamodb_server
+
+__all__ = ["ledger_capture"]  # (an autouse fixture: see _capture)
 
 StoreFactory = Callable[[], Iterator[Store]]
 

@@ -3,20 +3,27 @@ off and forced on write the same ledgers, byte for byte.
 
 - every pair of the simulator's inputs on every setup, under every schedule of their store
   calls (``test_sim``'s exhaustive pairs), each schedule run with the fast path off and on;
-- the golden ledgers' scripts (``tests/fixtures/make_ledgers.py``) through the test kit.
+- the golden ledgers' scripts (``tests/fixtures/make_ledgers.py``) through the test kit;
+- the conformance suite's fast loop, run three times (off, off again, on) with every ledger
+  its tests write captured (``_capture``): times and random ids taken out, each test's
+  ledgers must be the same (races aside, which are told apart by running them again).
 
-Each run starts as a fresh process would, on a clock that moves only when read: ids minted
-from one seed (:func:`dormant._ids.restart`) and the wall clock a counter, so two runs of
-the same schedule mint the same ids and stamps. The conformance suite also runs whole with
-``DORMANT_FAST_PATH=0`` in CI (.ci/run), with the fast path off throughout.
+The simulator's and the scripts' runs start as a fresh process would, on a clock that moves
+only when read: ids minted from one seed (:func:`dormant._ids.restart`) and the wall clock
+a counter, so two runs of the same schedule mint the same ids and stamps, byte for byte.
 """
 
 from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,10 +35,13 @@ from dormant.testing import run_test
 from tests.fixtures.make_ledgers import cases
 
 from . import sim_world
+from ._capture import ENV, canonical
 from .sim_engine import Exhaustive
 from .sim_world import INPUTS, SETUPS, check, forget, run_schedule
 
 pytestmark = pytest.mark.slow  # every schedule twice: the whole suite's (test_sim runs one)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Wall:
@@ -161,3 +171,64 @@ def test_a_changed_ledger_is_told_apart() -> None:
     assert _differ(same, same) == ""
     assert "status" in _differ(same, changed)
     assert "schedules" in _differ(same, same * 2)
+
+
+#: The conformance suite's fast loop, less the simulator's runs (compared above, schedule by
+#: schedule) and this module.
+SUITE = ["tests/conformance", "-m", "not slow", "-k", "not sim and not fast_path"]
+#: How often a test whose ledgers differ between the two paths runs again on each.
+AGAIN = 4
+
+
+def _suite(folder: Path, fast: bool, *args: str) -> dict[str, tuple[str, str]]:
+    """Run conformance tests (``args``: which; the suite's fast loop by default) with the
+    fast path ``fast``, their ledgers captured: {file: (test id, canonical ledgers)}."""
+    folder.mkdir()
+    env = {**os.environ, ENV: str(folder), "DORMANT_FAST_PATH": "1" if fast else "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         *(["-n", "0", *args] if args else ["-n", "2", *SUITE])],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, f"the conformance suite failed with the fast path " \
+                                 f"{'on' if fast else 'off'}:\n{done.stdout[-3000:]}"
+    captured = {}
+    for path in folder.glob("*.json"):
+        found = json.loads(path.read_text())
+        captured[path.name] = (found["test"], canonical(found["landed"]))
+    return captured
+
+
+def test_the_conformance_suite_writes_the_same_ledgers_with_the_fast_path_off_and_on(
+        tmp_path: Path, record_property: Any) -> None:
+    """Every conformance test's ledgers, run with the fast path off, off again and on.
+
+    A test whose two runs with it off already differ runs threads against each other (its
+    ledgers depend on who wins); so may one whose ledgers differ only once, by chance. Those
+    run again, :data:`AGAIN` times each way: a test with one outcome each way must have the
+    same one; a test with several is a race, and not compared."""
+    off = _suite(tmp_path / "off", fast=False)
+    again = _suite(tmp_path / "off-again", fast=False)
+    on = _suite(tmp_path / "on", fast=True)
+    assert off.keys() == again.keys() == on.keys()
+    differ = sorted(off[name][0] for name in off if not off[name][1] == again[name][1]
+                    == on[name][1])
+    races, wrong = [], []
+    if differ:
+        outcomes: dict[bool, dict[str, set[str]]] = {False: {}, True: {}}
+        for run in range(AGAIN):
+            for fast in (False, True):
+                folder = tmp_path / f"again-{run}-{'on' if fast else 'off'}"
+                for test, ledgers in _suite(folder, fast, *differ).values():
+                    outcomes[fast].setdefault(test, set()).add(ledgers)
+        for test in differ:
+            seen_off, seen_on = outcomes[False][test], outcomes[True][test]
+            if len(seen_off) > 1 or len(seen_on) > 1:
+                races.append(test)
+            elif seen_off != seen_on:
+                wrong.append(test)
+    compared = [name for name, (test, ledgers) in off.items()
+                if test not in races and ledgers != "[]"]
+    record_property("sim", f"conformance suite, fast path off and on: {len(compared)} tests' "
+                           f"ledgers compared, {len(races)} races left out: {races}")
+    assert len(compared) > 400, "the capture found too few ledgers: it captured nothing?"
+    assert not wrong, f"these tests write other ledgers with the fast path on: {wrong}"
