@@ -177,7 +177,7 @@ def tables(results: Results, names: dict[str, str], plan: Plan,
         text = f"# {SCENARIOS[name]}\n\n{_preamble(plan)}\n\n"
         text += _report.scenario_table(results, name, names, cols, notes, ratios)
         if name == "coldstart":
-            text += _coldstart_notes(extra)
+            text += _coldstart_notes(extra, plan.smoke)
         if name == "contention":
             text += ("\nEach of the N turns runs in its own agent and store client (N Lambdas) "
                      "behind a barrier; the fake model takes 50 ms, the window in which they "
@@ -228,11 +228,12 @@ def extra_when() -> str:
     return _STARTED.strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _coldstart_notes(extra: dict[str, Any]) -> str:
+def _coldstart_notes(extra: dict[str, Any], smoke: bool) -> str:
     rows = extra.get("coldstart", {})
-    lines = ["", "dormant's Lambda functions (`bench/coldstart.py --json`, same run: "
-             "`functions/<name>/app.py` imported and a first request served against a moto "
-             "server):", ""]
+    on = f"Python {platform.python_version()}" if smoke else _harness.COLD_START_PYTHON
+    lines = ["", f"dormant's Lambda functions on {on} (`bench/coldstart.py --json`, same run: "
+             "each function's handler module imported as Lambda does and a first request "
+             "served against a moto server):", ""]
     lines.append(_report.table(["row", "ms"],
                                [[k, _report.fmt(float(v))] for k, v in rows.items()
                                 if k != "layer_mb"]))
