@@ -265,6 +265,8 @@ API_INIT_MODULES = {
     "dormant._request.opening", "dormant._request.serve",
     "dormant._resume", "dormant._run", "dormant._run.compaction", "dormant._run.loop",
     "dormant._run.state", "dormant._run.tools", "dormant._schema", "dormant._turn",
+    # one model step's stream read, shared by the ordinary turn's flat loop and the general one
+    "dormant._run.step",
     "dormant._turn_wire", "dormant._voice", "dormant.agent", "dormant.app", "dormant.aws",
     "dormant.aws.api", "dormant.aws.deployment", "dormant.aws.hand_on", "dormant.aws.purge",
     "dormant.aws.tracing", "dormant.errors", "dormant.events", "dormant.handlers",
